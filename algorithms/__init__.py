@@ -1,0 +1,1 @@
+"""Algorithm recipes, one per file; the contract is in ``rlbench.recipe``."""

@@ -1,0 +1,89 @@
+"""The ``rlbench`` command: ``run``, ``list`` and ``show``, configured with key=value words."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from rlbench.errors import ConfigError, UnknownNameError
+
+USAGE = """\
+usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
+       rlbench show [key=value ...]      print the resolved grid without running it
+       rlbench list suites|algorithms|envs
+
+keys: suite, algo (algos), env (envs), seeds, base_seed, frames, eval_every,
+      eval_episodes, threads, device, out_dir, dry_run, <algo>.<hyperparameter>
+example: rlbench run suite=smoke seeds=3 env=CartPole-v1 ppo.learning_rate=5e-4
+"""
+COMMANDS = ("run", "show", "list")
+LISTABLE = ("suites", "algorithms", "envs")
+
+
+def _grid_table(sweep) -> Table:
+    table = Table(title=f"suite {sweep.suite.name}: {len(sweep.runs)} runs")
+    for header in ("run", "frames", "eval every", "episodes", "device", "identity"):
+        table.add_column(header)
+    for run in sweep.runs:
+        table.add_row(run.name, f"{run.frames:,}", f"{run.eval_every:,}",
+                      str(run.eval_episodes), run.device, run.identity)
+    return table
+
+
+def _list(what: Sequence[str], console: Console) -> int:
+    if len(what) != 1:
+        raise ConfigError(f"rlbench list takes one of {', '.join(LISTABLE)}")
+    if what[0] not in LISTABLE:
+        raise UnknownNameError("list target", what[0], LISTABLE)
+    if what[0] == "suites":
+        from rlbench.harness.suites import list_suites, load_suite
+
+        for name in list_suites():
+            console.print(f"{name:12} {load_suite(name).description}", highlight=False)
+    elif what[0] == "algorithms":
+        from rlbench.harness.algorithms import list_algorithms, load_algorithm
+
+        for name in list_algorithms():
+            console.print(f"{name:8} {load_algorithm(name).KIND}", highlight=False)
+    else:
+        from rlbench.envs import list_envs
+
+        console.print("\n".join(list_envs()), highlight=False)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (2 for bad input, 1 if a run failed)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    console = Console()
+    if not console.is_terminal:  # logs and CI: wide enough that tables are never truncated
+        console = Console(width=160)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE, end="")
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    try:
+        if command not in COMMANDS:
+            raise UnknownNameError("command", command, COMMANDS)
+        if command == "list":
+            return _list(rest, console)
+        from rlbench.harness.config import resolve_sweep
+
+        sweep = resolve_sweep(rest)
+        if command == "show" or sweep.dry_run:
+            console.print(_grid_table(sweep))
+            return 0
+    except ConfigError as err:
+        print(f"rlbench: error: {err}", file=sys.stderr)
+        return 2
+    from rlbench.harness.sweep import run_sweep
+
+    result = run_sweep(sweep, console)
+    return 1 if result.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

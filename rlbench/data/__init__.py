@@ -1,0 +1,1 @@
+"""Replay buffers and offline datasets (storages, samplers, writers; D4RL and Minari)."""

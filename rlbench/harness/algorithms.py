@@ -1,0 +1,104 @@
+"""Discovery of the algorithm recipes and resolution of their hyperparameters."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from rlbench.errors import ConfigError, UnknownNameError
+
+__all__ = ["algorithm_fields", "coerce", "list_algorithms", "load_algorithm", "resolve_algo_config"]
+
+_PACKAGE = "rlbench.algorithms"
+
+
+def list_algorithms() -> list[str]:
+    """Names of the recipes in ``algorithms/``."""
+    package = importlib.import_module(_PACKAGE)
+    return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
+
+
+def load_algorithm(name: str) -> types.ModuleType:
+    """Import the recipe ``name``; unknown names raise with near matches."""
+    names = list_algorithms()
+    if name not in names:
+        raise UnknownNameError("algorithm", name, names)
+    module = importlib.import_module(f"{_PACKAGE}.{name}")
+    for attr in ("KIND", "Config", "FAMILY_DEFAULTS", "train"):
+        if not hasattr(module, attr):
+            raise TypeError(f"recipe {name!r} does not define {attr} (see rlbench.recipe)")
+    return module
+
+
+def algorithm_fields(name: str) -> dict[str, dataclasses.Field]:
+    """The hyperparameters of recipe ``name``, by field name."""
+    return {f.name: f for f in dataclasses.fields(load_algorithm(name).Config)}
+
+
+def coerce(value: Any, hint: Any, what: str) -> Any:
+    """Check/convert ``value`` to the type ``hint`` (int, float, bool, str, tuple, Optional)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, arg, what)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0])
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{what} must be a list, got {value!r}")
+        return tuple(coerce(v, args[0], what) for v in value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{what} must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{what} must be an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{what} must be a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{what} must be a string, got {value!r}")
+    raise TypeError(f"unsupported hyperparameter type {hint!r} for {what}")
+
+
+def resolve_algo_config(
+    name: str, family: str, *layers: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Recipe defaults, then its defaults for ``family``, then each override layer in order.
+
+    Unknown fields raise with near matches; values are checked against the field types and
+    by the recipe's ``Config`` itself (its ``__post_init__``), so bad values fail before any
+    run starts.
+    """
+    recipe = load_algorithm(name)
+    fields = algorithm_fields(name)
+    hints = typing.get_type_hints(recipe.Config)
+    values = {f: (d.default if d.default is not dataclasses.MISSING else d.default_factory())
+              for f, d in fields.items()}
+    for layer in (recipe.FAMILY_DEFAULTS.get(family, {}), *layers):
+        for key, value in layer.items():
+            if key not in fields:
+                raise UnknownNameError(f"{name} hyperparameter", key, fields)
+            values[key] = coerce(value, hints[key], f"{name}.{key}")
+    try:
+        recipe.Config(**values)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{name}: {err}") from err
+    return values

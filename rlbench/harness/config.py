@@ -1,0 +1,214 @@
+"""Command-line overrides and the resolved grid of run configs.
+
+Precedence, lowest first: harness defaults < suite settings < suite ``per_env`` settings <
+command line. Hyperparameters: recipe defaults < recipe family defaults < suite ``per_algo``
+< suite ``per_env[env][algo]`` < command line ``<algo>.<field>=value``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import rlbench
+from rlbench.envs import env_family, list_envs, validate_env_id
+from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.harness.algorithms import list_algorithms, load_algorithm, resolve_algo_config
+from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
+
+__all__ = ["Overrides", "RunConfig", "SweepConfig", "parse_overrides", "resolve_sweep"]
+
+ALIASES = {"algo": "algos", "env": "envs"}
+SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False}
+LIST_KEYS = {"algos", "envs"}
+
+
+@dataclass
+class Overrides:
+    """Parsed ``key=value`` arguments: harness settings and per-algorithm hyperparameters."""
+
+    sweep: dict[str, Any]
+    settings: dict[str, Any]
+    algo_params: dict[str, dict[str, Any]]
+
+
+def _parse_value(key: str, text: str) -> Any:
+    if key in LIST_KEYS:
+        return [item.strip() for item in text.split(",") if item.strip()]
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"cannot parse the value of {key}: {text!r}") from err
+
+
+def valid_keys() -> list[str]:
+    """Every key the command line accepts, hyperparameters included."""
+    keys = [*SWEEP_KEYS, *SUITE_SETTINGS, *ALIASES]
+    for algo in list_algorithms():
+        keys += [f"{algo}.{f}" for f in load_algorithm(algo).Config.__dataclass_fields__]
+    return keys
+
+
+def parse_overrides(args: Sequence[str]) -> Overrides:
+    """Parse ``key=value`` words; unknown keys raise with near matches."""
+    sweep: dict[str, Any] = {}
+    settings: dict[str, Any] = {}
+    algo_params: dict[str, dict[str, Any]] = {}
+    for arg in args:
+        key, sep, text = arg.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"expected key=value, got {arg!r}")
+        key = ALIASES.get(key, key)
+        value = _parse_value(key, text)
+        if key in SWEEP_KEYS:
+            sweep[key] = value
+        elif key in SUITE_SETTINGS:
+            settings[key] = value
+        elif "." in key:
+            algo, _, field = key.partition(".")
+            if algo not in list_algorithms():
+                raise UnknownNameError("override key", key, valid_keys())
+            fields = load_algorithm(algo).Config.__dataclass_fields__
+            if field not in fields:
+                raise UnknownNameError("override key", key, valid_keys())
+            algo_params.setdefault(algo, {})[field] = value
+        else:
+            raise UnknownNameError("override key", key, valid_keys())
+    return Overrides(sweep, settings, algo_params)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run of a sweep, fully resolved: its identity is a hash of these fields."""
+
+    suite: str
+    algo: str
+    env: str
+    env_family: str
+    seed_index: int
+    base_seed: int
+    frames: int
+    eval_every: int
+    eval_episodes: int
+    threads: int
+    device: str
+    algo_params: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return f"{self.algo}/{self.env}/seed{self.seed_index}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def identity(self) -> str:
+        """Hash of the resolved config and the rlbench version (16 hex digits)."""
+        payload = json.dumps({"config": self.as_dict(), "rlbench": rlbench.__version__},
+                             sort_keys=True, default=list)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass
+class SweepConfig:
+    suite: Suite
+    out_dir: Path
+    dry_run: bool
+    runs: list[RunConfig]
+
+
+def _positive_int(settings: dict[str, Any], key: str, minimum: int = 1) -> int:
+    value = settings.get(key)
+    if value is None:
+        raise ConfigError(f"{key} is not set: give it in the suite or as {key}=...")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_device(device: Any) -> str:
+    if not isinstance(device, str) or device.split(":")[0] not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+    return device
+
+
+def _names(settings: dict[str, Any], key: str) -> list[str]:
+    value = settings.get(key)
+    if isinstance(value, str):
+        value = [value]
+    if not value:
+        raise ConfigError(f"{key} is empty: give it in the suite or as {key}=a,b")
+    return list(value)
+
+
+def resolve_sweep(args: Sequence[str]) -> SweepConfig:
+    """Parse the command line and resolve every run of the grid; raises on any bad input."""
+    overrides = parse_overrides(args)
+    sweep = {**SWEEP_KEYS, **overrides.sweep}
+    suite = load_suite(str(sweep["suite"]))
+    base = {**suite.settings, **overrides.settings}
+    algos, envs = _names(base, "algos"), _names(base, "envs")
+    known_algos = list_algorithms()
+    for algo in algos:
+        if algo not in known_algos:
+            raise UnknownNameError("algorithm", algo, known_algos)
+    for env in envs:
+        validate_env_id(env)
+    for algo in suite.per_algo:
+        if algo not in known_algos:
+            raise UnknownNameError(f"algorithm in per_algo of suite {suite.name}", algo,
+                                   known_algos)
+    for env in suite.per_env:
+        if env not in envs and env not in list_envs():
+            raise UnknownNameError(f"env in per_env of suite {suite.name}", env, list_envs())
+    runs = []
+    for algo in algos:
+        for env in envs:
+            per_env = dict(suite.per_env.get(env, {}))
+            env_algo_params = per_env.pop(algo, {})
+            for other in list(per_env):
+                if other in known_algos:
+                    per_env.pop(other)
+                elif other not in SUITE_SETTINGS:
+                    raise UnknownNameError(f"per_env key for {env}", other,
+                                           [*SUITE_SETTINGS, *known_algos])
+            settings = {**base, **per_env, **overrides.settings}
+            family = env_family(env)
+            params = resolve_algo_config(
+                algo, family, suite.per_algo.get(algo, {}), env_algo_params,
+                overrides.algo_params.get(algo, {}),
+            )
+            frames = _positive_int(settings, "frames")
+            for seed_index in range(_positive_int(settings, "seeds")):
+                runs.append(RunConfig(
+                    suite=suite.name,
+                    algo=algo,
+                    env=env,
+                    env_family=family,
+                    seed_index=seed_index,
+                    base_seed=_positive_int(settings, "base_seed", minimum=0),
+                    frames=frames,
+                    eval_every=_positive_int(settings, "eval_every"),
+                    eval_episodes=_positive_int(settings, "eval_episodes"),
+                    threads=_positive_int(settings, "threads"),
+                    device=_check_device(settings["device"]),
+                    algo_params=params,
+                ))
+    dry_run = sweep["dry_run"]
+    if not isinstance(dry_run, bool):
+        raise ConfigError(f"dry_run must be true or false, got {dry_run!r}")
+    return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
+                       runs=runs)

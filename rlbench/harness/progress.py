@@ -1,0 +1,88 @@
+"""Live view of a sweep: one line per run (frames, fps, latest return, ETA) and a total."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from rlbench.harness.config import RunConfig
+from rlbench.harness.runner import RunResult
+
+__all__ = ["SweepProgress"]
+
+
+class SweepProgress:
+    """Context manager that renders the sweep's progress on ``console``."""
+
+    def __init__(self, runs: list[RunConfig], console: Console):
+        self.console = console
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self._total = self._progress.add_task("sweep", total=len(runs), status="")
+        self._tasks: dict[str, TaskID] = {
+            run.name: self._progress.add_task(f"  {run.name}", total=run.frames,
+                                              status="pending", start=False)
+            for run in runs
+        }
+        self._done = self._failed = 0
+
+    def __enter__(self) -> SweepProgress:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._progress.__exit__(exc_type, exc, tb)
+
+    def started(self, run: RunConfig) -> None:
+        self._progress.start_task(self._tasks[run.name])
+        self._progress.update(self._tasks[run.name], status="running")
+
+    def update(self, run: RunConfig, values: dict[str, float]) -> None:
+        task = self._tasks[run.name]
+        fields = self._progress.tasks[task].fields
+        status = fields.get("status", "")
+        if "train/fps" in values:
+            fields["fps"] = values["train/fps"]
+        if "eval/return_mean" in values:
+            fields["ret"] = values["eval/return_mean"]
+        if "fps" in fields:
+            status = f"{fields['fps']:,.0f} fps"
+        if "ret" in fields:
+            status += f"  return {fields['ret']:.1f}"
+        self._progress.update(task, completed=min(values["frames"], run.frames), status=status)
+
+    def finished(self, result: RunResult) -> None:
+        task = self._tasks[result.config.name]
+        if result.status == "FINISHED":
+            self._done += 1
+            ret = "—" if result.final_return is None else f"{result.final_return:.1f}"
+            line = (f"[green]done[/] {result.config.name}: return {ret} at "
+                    f"{result.frames:,} frames ({result.fps or 0:,.0f} fps, "
+                    f"{result.seconds:.0f} s)")
+            self._progress.update(task, completed=result.config.frames)
+        else:
+            self._failed += 1
+            line = f"[red]failed[/] {result.config.name}: {result.error}"
+            self._progress.update(task, status="[red]failed[/]")
+        self._progress.stop_task(task)
+        self._progress.update(self._total, advance=1,
+                              status=f"{self._done} done, {self._failed} failed")
+        self._progress.console.print(line)

@@ -1,0 +1,79 @@
+"""YAML suites: algorithms × envs × seeds × budget × eval protocol, with overrides.
+
+A suite file holds the harness settings (``algos``, ``envs``, ``seeds``, ``base_seed``,
+``frames``, ``eval_every``, ``eval_episodes``, ``threads``, ``device``), an optional
+``description``, ``per_algo: {algo: {hyperparameter: value}}`` and
+``per_env: {env: {setting: value, algo: {hyperparameter: value}}}``.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlbench.errors import ConfigError, UnknownNameError
+
+__all__ = ["SUITE_SETTINGS", "Suite", "list_suites", "load_suite"]
+
+# Harness settings with their defaults (None: the suite must say).
+SUITE_SETTINGS: dict[str, Any] = {
+    "algos": None,
+    "envs": None,
+    "seeds": 1,
+    "base_seed": 0,
+    "frames": None,
+    "eval_every": None,
+    "eval_episodes": 10,
+    "threads": 1,
+    "device": "cpu",
+}
+_SUITE_KEYS = {*SUITE_SETTINGS, "description", "per_algo", "per_env"}
+
+
+@dataclass
+class Suite:
+    name: str
+    path: Path
+    description: str
+    settings: dict[str, Any]
+    per_algo: dict[str, dict[str, Any]] = field(default_factory=dict)
+    per_env: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _suite_dir() -> Path:
+    return Path(str(importlib.resources.files("rlbench.suites")))
+
+
+def list_suites() -> list[str]:
+    """Names of the suites shipped in ``suites/``."""
+    return sorted(p.stem for p in _suite_dir().glob("*.yaml"))
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """Load a shipped suite by name, or any suite file by path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        if name_or_path not in list_suites():
+            raise UnknownNameError("suite", name_or_path, list_suites())
+        path = _suite_dir() / f"{name_or_path}.yaml"
+    elif not path.is_file():
+        raise ConfigError(f"suite file {str(path)!r} does not exist")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"suite {path}: expected a mapping at the top level")
+    for key in raw:
+        if key not in _SUITE_KEYS:
+            raise UnknownNameError(f"suite key in {path.name}", key, _SUITE_KEYS)
+    settings = {k: raw.get(k, default) for k, default in SUITE_SETTINGS.items()}
+    return Suite(
+        name=path.stem,
+        path=path,
+        description=raw.get("description", ""),
+        settings=settings,
+        per_algo=raw.get("per_algo") or {},
+        per_env=raw.get("per_env") or {},
+    )

@@ -1,0 +1,69 @@
+"""A sweep: every run of the grid, tracked under one MLflow parent run, then a table."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from rlbench.harness.config import SweepConfig
+from rlbench.harness.progress import SweepProgress
+from rlbench.harness.runner import RunResult, execute_run
+from rlbench.harness.table import summarize, to_markdown, to_rich, write_csv
+from rlbench.harness.tracking import Tracker, environment_tags
+
+__all__ = ["SweepResult", "run_sweep"]
+
+
+@dataclass
+class SweepResult:
+    parent_run_id: str
+    results: list[RunResult]
+    summary_dir: Path
+    tracking_uri: str
+
+    @property
+    def failed(self) -> list[RunResult]:
+        return [r for r in self.results if r.status != "FINISHED"]
+
+
+def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult:
+    """Run every run of ``sweep`` in turn; failed runs are recorded and the rest go on."""
+    console = console or Console()
+    suite = sweep.suite.name
+    tracker = Tracker(sweep.out_dir)
+    experiment_id = tracker.experiment(suite)
+    devices = sorted({run.device for run in sweep.runs})
+    parent_id = tracker.start_sweep(experiment_id, suite, environment_tags(",".join(devices)))
+    tracker.log_params(parent_id, {"runs": len(sweep.runs), "suite_file": str(sweep.suite.path)})
+    console.print(f"rlbench: suite [bold]{suite}[/], {len(sweep.runs)} runs, "
+                  f"tracking at {tracker.uri}")
+    results: list[RunResult] = []
+    status = "KILLED"
+    try:
+        with SweepProgress(sweep.runs, console) as progress:
+            for run in sweep.runs:
+                progress.started(run)
+                result = execute_run(
+                    run, tracker, experiment_id, parent_id,
+                    on_update=lambda values, run=run: progress.update(run, values),
+                )
+                results.append(result)
+                progress.finished(result)
+        status = "FINISHED" if all(r.status == "FINISHED" for r in results) else "FAILED"
+    finally:
+        rows = summarize(results)
+        summary_dir = sweep.out_dir / "sweeps" / f"{suite}-{time.strftime('%Y%m%d-%H%M%S')}"
+        summary_dir.mkdir(parents=True, exist_ok=True)
+        (summary_dir / "summary.md").write_text(to_markdown(rows))
+        write_csv(rows, summary_dir / "summary.csv")
+        tracker.log_artifacts(parent_id, [summary_dir / "summary.md", summary_dir / "summary.csv"])
+        tracker.finish(parent_id, status)
+    console.print(to_rich(rows, title=f"{suite}: final deterministic eval return over seeds"))
+    for result in results:
+        if result.status != "FINISHED":
+            console.print(f"[red]failed[/] {result.config.name}: {result.error} "
+                          f"(traceback in MLflow run {result.run_id})")
+    return SweepResult(parent_id, results, summary_dir, tracker.uri)

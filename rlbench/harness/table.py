@@ -1,0 +1,87 @@
+"""The comparison table of a sweep: env × algorithm, final eval return over seeds, fps."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.table import Table
+
+from rlbench.harness.runner import RunResult
+
+__all__ = ["SummaryRow", "summarize", "to_markdown", "to_rich", "write_csv"]
+
+
+@dataclass
+class SummaryRow:
+    env: str
+    algo: str
+    seeds: int
+    failed: int
+    return_mean: float | None
+    return_std: float | None
+    fps: float | None
+    frames: int
+
+
+def summarize(results: Sequence[RunResult]) -> list[SummaryRow]:
+    """One row per (env, algo): mean and sample std (n-1) of final returns over seeds."""
+    groups: dict[tuple[str, str], list[RunResult]] = {}
+    for result in results:
+        groups.setdefault((result.config.env, result.config.algo), []).append(result)
+    rows = []
+    for (env, algo), group in sorted(groups.items()):
+        finals = [r.final_return for r in group if r.status == "FINISHED"
+                  and r.final_return is not None]
+        fps = [r.fps for r in group if r.status == "FINISHED" and r.fps is not None]
+        rows.append(SummaryRow(
+            env=env,
+            algo=algo,
+            seeds=len(finals),
+            failed=sum(r.status != "FINISHED" for r in group),
+            return_mean=statistics.fmean(finals) if finals else None,
+            return_std=statistics.stdev(finals) if len(finals) > 1 else (0.0 if finals else None),
+            fps=statistics.fmean(fps) if fps else None,
+            frames=max((r.frames for r in group), default=0),
+        ))
+    return rows
+
+
+def _fmt(row: SummaryRow) -> tuple[str, str, str, str]:
+    ret = "—" if row.return_mean is None else f"{row.return_mean:.1f} ± {row.return_std:.1f}"
+    seeds = f"{row.seeds}" + (f" ({row.failed} failed)" if row.failed else "")
+    fps = "—" if row.fps is None else f"{row.fps:,.0f}"
+    return ret, seeds, fps, f"{row.frames:,}"
+
+
+HEADERS = ("env", "algorithm", "final return (mean ± std)", "seeds", "frames/s", "frames")
+
+
+def to_rich(rows: Sequence[SummaryRow], title: str) -> Table:
+    table = Table(title=title)
+    for header in HEADERS:
+        table.add_column(header, justify="left" if header in ("env", "algorithm") else "right")
+    for row in rows:
+        table.add_row(row.env, row.algo, *_fmt(row))
+    return table
+
+
+def to_markdown(rows: Sequence[SummaryRow]) -> str:
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    for row in rows:
+        lines.append("| " + " | ".join((row.env, row.algo, *_fmt(row))) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(rows: Sequence[SummaryRow], path: Path) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["env", "algo", "seeds", "failed", "return_mean", "return_std", "fps",
+                         "frames"])
+        for r in rows:
+            writer.writerow([r.env, r.algo, r.seeds, r.failed, r.return_mean, r.return_std,
+                             r.fps, r.frames])
+    return path

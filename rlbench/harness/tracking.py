@@ -1,0 +1,211 @@
+"""MLflow tracking: one experiment per suite, a parent run per sweep, a child run per run.
+
+The default store is embedded: a SQLite file under the output directory (MLflow >= 3.13
+refuses the plain ``./mlruns`` file store). ``MLFLOW_TRACKING_URI`` overrides it, a real
+``mlflow server`` included.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import platform
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import torch
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from torch import nn
+
+import rlbench
+from rlbench.harness.config import RunConfig
+
+__all__ = ["RunRecorder", "Tracker", "environment_tags", "flatten", "tracking_uri"]
+
+_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+
+
+def tracking_uri(out_dir: Path) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else the embedded SQLite store under ``out_dir``."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{(out_dir / 'mlflow.db').resolve()}"
+
+
+def _git_commit() -> str:
+    here = Path(rlbench.__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=10, check=False)
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def environment_tags(device: str) -> dict[str, str]:
+    """Code, library versions, host and device: what makes numbers comparable."""
+    return {
+        "rlbench_version": rlbench.__version__,
+        "git_commit": _git_commit(),
+        "torch_version": torch.__version__,
+        "tensordict_version": _version("tensordict"),
+        "gymnasium_version": _version("gymnasium"),
+        "mujoco_version": _version("mujoco"),
+        "python_version": platform.python_version(),
+        "host": socket.gethostname(),
+        "device": device,
+    }
+
+
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``, values as strings."""
+    flat: dict[str, str] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+class Tracker:
+    """Creates the experiment, the sweep's parent run and one child run per run."""
+
+    def __init__(self, out_dir: Path):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.uri = tracking_uri(out_dir)
+        self.out_dir = out_dir
+        self.client = MlflowClient(self.uri)
+
+    def experiment(self, suite: str) -> str:
+        """The id of the suite's experiment, created on first use."""
+        existing = self.client.get_experiment_by_name(suite)
+        if existing is not None:
+            return existing.experiment_id
+        artifacts = None
+        if self.uri.startswith("sqlite:"):
+            artifacts = (self.out_dir / "mlartifacts").resolve().as_uri()
+        return self.client.create_experiment(suite, artifact_location=artifacts)
+
+    def start_sweep(self, experiment_id: str, suite: str, tags: Mapping[str, str]) -> str:
+        run = self.client.create_run(experiment_id, run_name=f"{suite} sweep",
+                                     tags={"suite": suite, "kind": "sweep", **tags})
+        return run.info.run_id
+
+    def start_run(self, experiment_id: str, parent_id: str, config: RunConfig,
+                  tags: Mapping[str, str]) -> str:
+        run = self.client.create_run(
+            experiment_id,
+            run_name=config.name,
+            tags={
+                "mlflow.parentRunId": parent_id,
+                "kind": "run",
+                "suite": config.suite,
+                "algorithm": config.algo,
+                "env": config.env,
+                "seed": str(config.seed_index),
+                "config_hash": config.identity,
+                **tags,
+            },
+        )
+        self.log_params(run.info.run_id, config.as_dict())
+        return run.info.run_id
+
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        items = [Param(k, v) for k, v in flatten(params).items()]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[start:start + 100])
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def log_artifacts(self, run_id: str, paths: Iterable[Path]) -> None:
+        for path in paths:
+            if path.exists():
+                self.client.log_artifact(run_id, str(path))
+
+    def finish(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status)
+
+
+class RunRecorder:
+    """The ``RunLogger`` the harness hands a recipe: MLflow metrics plus a curve CSV.
+
+    Metrics are buffered and written with one ``log_batch`` call per evaluation (and on
+    close), so tracking costs a few database writes per run, not one per step.
+    """
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        run_id: str,
+        run_dir: Path,
+        on_update: Callable[[dict[str, float]], None] | None = None,
+    ):
+        self.tracker, self.run_id, self.run_dir = tracker, run_id, run_dir
+        self.on_update = on_update
+        self.curve: list[dict[str, float]] = []
+        self.last_metrics: dict[str, float] = {}
+        self._pending: list[Metric] = []
+
+    def _buffer(self, frames: int, metrics: Mapping[str, float]) -> None:
+        now = int(time.time() * 1000)
+        for key, value in metrics.items():
+            value = float(value)
+            if not math.isfinite(value):
+                raise FloatingPointError(f"metric {key} is {value} at frame {frames}")
+            self._pending.append(Metric(key, value, now, int(frames)))
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for start in range(0, len(pending), _BATCH):
+            self.tracker.client.log_batch(self.run_id, metrics=pending[start:start + _BATCH])
+
+    def log_metrics(self, frames: int, metrics: Mapping[str, float]) -> None:
+        self._buffer(frames, metrics)
+        self.last_metrics.update(metrics)
+        if self.on_update:
+            self.on_update({"frames": frames, **metrics})
+
+    def log_eval(self, frames: int, returns: Sequence[float]) -> None:
+        if not returns:
+            raise ValueError("log_eval needs at least one episode return")
+        values = torch.tensor(returns, dtype=torch.float64)
+        row = {
+            "eval/return_mean": values.mean().item(),
+            "eval/return_std": values.std(unbiased=False).item(),
+        }
+        self._buffer(frames, row)
+        self.curve.append({"frames": frames, **row, "episodes": len(returns)})
+        self.flush()
+        if self.on_update:
+            self.on_update({"frames": frames, **row})
+
+    def save_model(self, name: str, module: nn.Module) -> None:
+        torch.save(module.state_dict(), self.run_dir / f"{name}.pt")
+
+    def write_curve(self) -> Path:
+        path = self.run_dir / "curve.csv"
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(
+                handle, fieldnames=["frames", "eval/return_mean", "eval/return_std", "episodes"]
+            )
+            writer.writeheader()
+            writer.writerows(self.curve)
+        return path

@@ -1,0 +1,1 @@
+"""Benchmark suites, one YAML file each; see rlbench.harness.suites for the schema."""
