@@ -1,0 +1,130 @@
+"""Override parsing, precedence, validation and near-match errors of the run config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.harness.config import parse_overrides, resolve_sweep
+from rlbench.harness.seeding import derive_seeds
+
+
+def _suite(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    return f"suite={path}"
+
+
+SUITE = """
+algos: [ppo]
+envs: [CartPole-v1, InvertedPendulum-v5]
+seeds: 2
+frames: 10000
+eval_every: 5000
+per_algo:
+  ppo: {epochs: 3}
+per_env:
+  InvertedPendulum-v5:
+    frames: 20000
+    ppo: {epochs: 4, minibatch_size: 32}
+"""
+
+
+def test_smoke_suite_resolves() -> None:
+    sweep = resolve_sweep([])
+    assert sweep.suite.name == "smoke"
+    assert {(r.algo, r.env) for r in sweep.runs} == {("ppo", "CartPole-v1"),
+                                                   ("ppo", "InvertedPendulum-v5")}
+    assert sorted(r.seed_index for r in sweep.runs) == [0, 0, 1, 1]
+    cart = next(r for r in sweep.runs if r.env == "CartPole-v1")
+    assert cart.env_family == "classic" and cart.algo_params["num_envs"] == 8
+
+
+def test_precedence_family_suite_per_env_cli(tmp_path: Path) -> None:
+    sweep = resolve_sweep([_suite(tmp_path, SUITE), "ppo.minibatch_size=16", "seeds=1"])
+    cart, pendulum = sweep.runs
+    # family default (classic: 20 epochs) < suite per_algo (3)
+    assert cart.algo_params["epochs"] == 3 and cart.frames == 10000
+    # suite per_env beats per_algo; command line beats everything
+    assert pendulum.algo_params["epochs"] == 4 and pendulum.frames == 20000
+    assert cart.algo_params["minibatch_size"] == pendulum.algo_params["minibatch_size"] == 16
+    assert len(sweep.runs) == 2
+    sweep = resolve_sweep([_suite(tmp_path, SUITE), "frames=3000"])
+    assert {r.frames for r in sweep.runs} == {3000}, "command line beats suite per_env"
+
+
+def test_grid_lists_and_aliases(tmp_path: Path) -> None:
+    sweep = resolve_sweep([_suite(tmp_path, SUITE), "env=CartPole-v1,Acrobot-v1", "seeds=3"])
+    assert [r.name for r in sweep.runs] == [f"ppo/{e}/seed{i}" for e in
+                                            ("CartPole-v1", "Acrobot-v1") for i in range(3)]
+
+
+def test_identity_depends_on_config_only(tmp_path: Path) -> None:
+    a = resolve_sweep([_suite(tmp_path, SUITE)]).runs
+    b = resolve_sweep([_suite(tmp_path, SUITE)]).runs
+    assert [r.identity for r in a] == [r.identity for r in b]
+    assert len({r.identity for r in a}) == len(a)
+    c = resolve_sweep([_suite(tmp_path, SUITE), "ppo.learning_rate=5e-4"]).runs
+    assert a[0].identity != c[0].identity
+
+
+def test_value_parsing() -> None:
+    parsed = parse_overrides(["ppo.learning_rate=1e-3", "ppo.hidden_sizes=[32,32]",
+                              "ppo.anneal_lr=false", "frames=5000", "algo=ppo"])
+    assert parsed.algo_params["ppo"] == {"learning_rate": 1e-3, "hidden_sizes": [32, 32],
+                                         "anneal_lr": False}
+    assert parsed.settings == {"frames": 5000, "algos": ["ppo"]}
+    sweep = resolve_sweep(["ppo.hidden_sizes=[32,32]", "seeds=1", "env=CartPole-v1"])
+    assert sweep.runs[0].algo_params["hidden_sizes"] == (32, 32)
+
+
+@pytest.mark.parametrize("args,kind,suggestion", [
+    (["suite=smok"], "suite", "smoke"),
+    (["algo=ppp"], "algorithm", "ppo"),
+    (["env=Hoper-v5"], "env", "Hopper-v5"),
+    (["seed=3"], "override key", "seeds"),
+    (["ppo.learnin_rate=1"], "override key", "ppo.learning_rate"),
+    (["pp.learning_rate=1"], "override key", "ppo.learning_rate"),
+])
+def test_unknown_names_suggest(args: list[str], kind: str, suggestion: str) -> None:
+    with pytest.raises(UnknownNameError) as info:
+        resolve_sweep(args)
+    assert info.value.kind == kind
+    assert suggestion in info.value.suggestions
+    assert suggestion in str(info.value)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["frames=-5"], "frames must be an integer >= 1"),
+    (["seeds=0"], "seeds must be an integer >= 1"),
+    (["eval_episodes=1.5"], "eval_episodes must be an integer"),
+    (["device=tpu"], "device must be"),
+    (["ppo.num_envs=abc"], "ppo.num_envs must be an integer"),
+    (["ppo.activation=sigmoid"], "activation must be one of"),
+    (["ppo.anneal_lr=maybe"], "ppo.anneal_lr must be true or false"),
+    (["dry_run=3"], "dry_run must be true or false"),
+    (["frames"], "expected key=value"),
+])
+def test_invalid_values(args: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve_sweep(args)
+
+
+def test_bad_suite_files(tmp_path: Path) -> None:
+    with pytest.raises(UnknownNameError, match="did you mean frames"):
+        resolve_sweep([_suite(tmp_path, SUITE + "frame: 3\n")])
+    with pytest.raises(UnknownNameError, match="per_env key for CartPole-v1"):
+        resolve_sweep([_suite(tmp_path, SUITE + "  CartPole-v1: {framez: 3}\n")])
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve_sweep([f"suite={tmp_path / 'nope.yaml'}"])
+
+
+def test_derived_seeds_are_distinct_and_stable() -> None:
+    a, b = derive_seeds(0, 0), derive_seeds(0, 1)
+    assert a == derive_seeds(0, 0)
+    values = [*vars(a).values(), *vars(b).values()]
+    assert len(set(values)) == len(values)
+    assert all(0 <= v < 2**31 for v in values)
+    assert derive_seeds(1, 0) != a

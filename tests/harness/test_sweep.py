@@ -1,0 +1,135 @@
+"""End to end through the CLI: MLflow parent/child runs, artifacts, failures, reproducibility."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rlbench.cli import main
+from rlbench.harness.tracking import tracking_uri
+
+TINY = """
+algos: [ppo]
+envs: [CartPole-v1, Acrobot-v1]
+seeds: 2
+frames: 1024
+eval_every: 512
+eval_episodes: 2
+per_algo:
+  ppo: {num_envs: 4, rollout_steps: 64, epochs: 2, minibatch_size: 128}
+per_env:
+  Acrobot-v1:
+    seeds: 1
+    ppo: {learning_rate: 1.0e+30}   # diverges: the run must be recorded as failed
+"""
+
+
+@pytest.fixture
+def tiny_suite(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    return path
+
+
+def _children(client: MlflowClient, experiment_id: str):
+    runs = client.search_runs([experiment_id], "tags.kind = 'run'")
+    return {run.info.run_name: run for run in runs}
+
+
+def _eval_series(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
+    history = client.get_metric_history(run_id, "eval/return_mean")
+    return sorted((m.step, m.value) for m in history)
+
+
+def test_sweep_tracks_everything_and_records_failures(tiny_suite: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code = main(["run", f"suite={tiny_suite}", f"out_dir={out}"])
+    assert code == 1, "a failed run makes the sweep exit 1"
+
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("tiny")
+    parents = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
+    children = _children(client, experiment.experiment_id)
+    assert set(children) == {"ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1",
+                             "ppo/Acrobot-v1/seed0"}
+    for name, run in children.items():
+        tags = run.data.tags
+        assert tags["mlflow.parentRunId"] == parents[0].info.run_id
+        for key in ("suite", "algorithm", "env", "seed", "config_hash", "rlbench_version",
+                    "git_commit", "torch_version", "tensordict_version", "gymnasium_version",
+                    "mujoco_version", "host", "device"):
+            assert tags.get(key), f"{name} lacks tag {key}"
+        assert run.data.params["algo_params.num_envs"] == "4"
+        assert "seeds.env" in run.data.params
+
+    failed = children["ppo/Acrobot-v1/seed0"]
+    assert failed.info.status == "FAILED"
+    assert "NonFiniteLossError" in failed.data.tags["error"]
+    artifacts = {a.path for a in client.list_artifacts(failed.info.run_id)}
+    assert "traceback.txt" in artifacts
+
+    for name in ("ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1"):
+        run = children[name]
+        assert run.info.status == "FINISHED"
+        series = _eval_series(client, run.info.run_id)
+        assert [step for step, _ in series] == [512, 1024]
+        assert all(value >= 8 for _, value in series)
+        assert run.data.metrics["train/fps"] > 0
+        assert {"loss/objective", "loss/critic", "loss/entropy"} <= set(run.data.metrics)
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"config.yaml", "curve.csv", "policy.pt"} <= artifacts
+
+
+def test_same_command_twice_gives_identical_metrics(tiny_suite: Path, tmp_path: Path) -> None:
+    series = []
+    for attempt in ("a", "b"):
+        out = tmp_path / attempt
+        main(["run", f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1"])
+        client = MlflowClient(tracking_uri(out))
+        experiment = client.get_experiment_by_name("tiny")
+        children = _children(client, experiment.experiment_id)
+        series.append({
+            name: {key: sorted((m.step, m.value) for m in client.get_metric_history(
+                run.info.run_id, key)) for key in ("eval/return_mean", "loss/objective",
+                                                   "loss/critic", "train/kl_approx")}
+            for name, run in children.items()
+        })
+    assert series[0] == series[1], "same config must give bit-identical metric series"
+    seed0, seed1 = (series[0][f"ppo/CartPole-v1/seed{i}"] for i in (0, 1))
+    assert seed0["loss/critic"] != seed1["loss/critic"], "seeds must differ"
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "suite=smok"],
+    ["run", "env=CartPol-v1"],
+    ["run", "algo=pp"],
+    ["run", "fram=10"],
+    ["run", "seeds=0"],
+    ["list", "suits"],
+    ["runn"],
+])
+def test_bad_input_exits_2_and_starts_nothing(args: list[str], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "never"
+    assert main([*args, f"out_dir={out}"] if args[0] == "run" else args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlbench: error: ") and len(err.strip().splitlines()) == 1
+    assert not out.exists(), "no store, no MLflow run on bad input"
+
+
+def test_dry_run_and_show_start_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    out = tmp_path / "never"
+    assert main(["run", "dry_run=true", f"out_dir={out}"]) == 0
+    assert main(["show", "suite=smoke", f"out_dir={out}"]) == 0
+    assert "ppo/CartPole-v1/seed1" in capsys.readouterr().out
+    assert not out.exists()
+
+
+def test_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "algorithms"]) == 0
+    assert "ppo" in capsys.readouterr().out
+    assert main(["list", "envs"]) == 0
+    assert "Hopper-v5" in capsys.readouterr().out.split()

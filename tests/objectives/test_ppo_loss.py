@@ -1,0 +1,117 @@
+"""ClipPPOLoss against numbers worked out by hand and a float64 reference on random inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlbench.modules import (
+    Categorical,
+    IndependentNormal,
+    NormalParams,
+    ProbabilisticActor,
+    ValueOperator,
+)
+from rlbench.objectives import ClipPPOLoss, NonFiniteLossError, total_loss
+
+
+class SumValue(nn.Module):
+    """V(s) = sum of the observation: values that are easy to work out by hand."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(-1, keepdim=True)
+
+
+def _hand_batch() -> TensorDict:
+    # observations double as logits (identity actor network)
+    return TensorDict({
+        "observation": torch.tensor([[0.0, math.log(3.0)], [0.0, 0.0]], dtype=torch.float64),
+        "action": torch.tensor([1, 0]),
+        "action_log_prob": torch.tensor([math.log(0.5), math.log(0.25)], dtype=torch.float64),
+        "advantage": torch.tensor([[2.0], [-1.0]], dtype=torch.float64),
+        "value_target": torch.tensor([[2.0], [1.0]], dtype=torch.float64),
+        "state_value": torch.tensor([[1.5], [0.5]], dtype=torch.float64),
+    }, batch_size=[2])
+
+
+def test_clipped_loss_by_hand() -> None:
+    actor = ProbabilisticActor(nn.Identity(), Categorical)
+    loss = ClipPPOLoss(actor, ValueOperator(SumValue()), clip_epsilon=0.2, entropy_coef=0.01,
+                       critic_coef=0.5, normalize_advantage=False)
+    out = loss(_hand_batch())
+    # sample 1: pi(a=1) = 3/4, old 1/2 -> ratio 1.5, clipped 1.2, A = 2 -> min(3.0, 2.4) = 2.4
+    # sample 2: pi(a=0) = 1/2, old 1/4 -> ratio 2.0, clipped 1.2, A = -1 -> min(-2, -1.2) = -2
+    assert out["loss_objective"].item() == pytest.approx(-(2.4 - 2.0) / 2, abs=1e-12)
+    # V = [ln 3, 0], targets [2, 1]: 0.5 * 0.5 * mean((ln3 - 2)^2, 1)
+    expected_critic = 0.5 * 0.5 * ((math.log(3) - 2) ** 2 + 1.0) / 2
+    assert out["loss_critic"].item() == pytest.approx(expected_critic, abs=1e-12)
+    h1 = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    h2 = math.log(2)
+    assert out["entropy"].item() == pytest.approx((h1 + h2) / 2, abs=1e-12)
+    assert out["loss_entropy"].item() == pytest.approx(-0.01 * (h1 + h2) / 2, abs=1e-12)
+    kl = ((0.5 - math.log(1.5)) + (1.0 - math.log(2.0))) / 2
+    assert out["kl_approx"].item() == pytest.approx(kl, abs=1e-12)
+    assert out["clip_fraction"].item() == 1.0
+
+
+def test_value_clipping_by_hand() -> None:
+    actor = ProbabilisticActor(nn.Identity(), Categorical)
+    loss = ClipPPOLoss(actor, ValueOperator(SumValue()), critic_coef=1.0, clip_value=0.2,
+                       normalize_advantage=False)
+    out = loss(_hand_batch())
+    # sample 1: V = ln 3 = 1.0986, old 1.5 -> clipped to 1.3; errors (1.0986-2)^2 vs (1.3-2)^2
+    e1 = max((math.log(3) - 2) ** 2, (1.3 - 2) ** 2)
+    # sample 2: V = 0, old 0.5 -> clipped 0.3; errors (0-1)^2 = 1 vs (0.3-1)^2 = 0.49
+    e2 = max(1.0, 0.49)
+    assert out["loss_critic"].item() == pytest.approx(0.5 * (e1 + e2) / 2, abs=1e-12)
+
+
+def _reference_loss(logp_new, logp_old, adv, eps, normalize):
+    """float64 numpy PPO surrogate."""
+    if normalize:
+        adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
+    ratio = np.exp(logp_new - logp_old)
+    return -np.minimum(ratio * adv, np.clip(ratio, 1 - eps, 1 + eps) * adv).mean()
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_gaussian_loss_matches_reference_and_has_gradients(normalize: bool) -> None:
+    torch.manual_seed(0)
+    obs_dim, act_dim, n = 3, 2, 32
+    net = nn.Linear(obs_dim, act_dim).double()
+    actor = ProbabilisticActor(NormalParams(net, act_dim, init_log_std=-0.3).double(),
+                               IndependentNormal)
+    critic = ValueOperator(nn.Linear(obs_dim, 1).double())
+    obs = torch.randn(n, obs_dim, dtype=torch.float64)
+    action = torch.randn(n, act_dim, dtype=torch.float64)
+    old = torch.randn(n, dtype=torch.float64) - 2.0
+    adv = torch.randn(n, 1, dtype=torch.float64)
+    batch = TensorDict({"observation": obs, "action": action, "action_log_prob": old,
+                        "advantage": adv, "value_target": torch.randn(n, 1).double()}, [n])
+    out = ClipPPOLoss(actor, critic, clip_epsilon=0.25, normalize_advantage=normalize)(batch)
+
+    loc = net(obs).detach().numpy()
+    std = actor.network.log_std.detach().exp().numpy()
+    a = action.numpy()
+    logp = (-0.5 * ((a - loc) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)).sum(-1)
+    expected = _reference_loss(logp[:, None], old.numpy()[:, None], adv.numpy(), 0.25, normalize)
+    assert out["loss_objective"].item() == pytest.approx(expected, rel=1e-10)
+
+    total_loss(out).backward()
+    assert net.weight.grad is not None and net.weight.grad.abs().sum() > 0
+    assert actor.network.log_std.grad is not None
+    assert critic.network.weight.grad.abs().sum() > 0
+    for key in ("entropy", "kl_approx", "clip_fraction"):
+        assert not out[key].requires_grad
+
+
+def test_non_finite_loss_names_the_term_and_frame() -> None:
+    losses = TensorDict({"loss_objective": torch.tensor(1.0),
+                         "loss_critic": torch.tensor(float("nan"))}, [])
+    with pytest.raises(NonFiniteLossError, match=r"loss_critic at frame 4096"):
+        total_loss(losses, frames=4096)
