@@ -133,3 +133,17 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert "ppo" in capsys.readouterr().out
     assert main(["list", "envs"]) == 0
     assert "Hopper-v5" in capsys.readouterr().out.split()
+
+
+def test_mlflow_tracking_uri_is_respected(tiny_suite: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    store = tmp_path / "elsewhere" / "store.db"
+    store.parent.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    out = tmp_path / "out"
+    assert main(["run", f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1",
+                 "seeds=1"]) == 0
+    assert store.exists() and not (out / "mlflow.db").exists()
+    client = MlflowClient(f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name("tiny")
+    assert set(_children(client, experiment.experiment_id)) == {"ppo/CartPole-v1/seed0"}
