@@ -21,6 +21,7 @@ from rlbench.envs.specs import Bounded, Composite, TensorSpec, Unbounded
 __all__ = ["DONE_KEYS", "EnvBase"]
 
 DONE_KEYS = ("done", "terminated", "truncated")
+_NOT_CARRIED = frozenset(("reward", *DONE_KEYS))
 
 Policy = Callable[[TensorDict], TensorDict]
 
@@ -41,6 +42,7 @@ class EnvBase(ABC):
         self.batch_size = torch.Size(batch_size)
         self.device = torch.device(device)
         self.reward_spec = Unbounded((*self.batch_size, 1), torch.float32, self.device)
+        self._false = torch.zeros((*self.batch_size, 1), dtype=torch.bool, device=self.device)
         self.done_spec = Composite(
             {k: Bounded(0, 1, (*self.batch_size, 1), torch.bool, self.device) for k in DONE_KEYS},
             shape=self.batch_size,
@@ -67,21 +69,29 @@ class EnvBase(ABC):
 
     @abstractmethod
     def _reset_done(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
-        """After ``_step``: observation entries of the next root, sub-envs in ``done`` reset."""
+        """Reset the sub-envs in ``done`` (bool, ``[*batch]``); return observation entries.
+
+        ``done`` holds every sub-env whose episode ended at the last step, by the env's own
+        termination or time limit or by a transform (e.g. ``StepCounter`` truncation).
+        Rows not in ``done`` of the returned tensors are ignored.
+        """
 
     def close(self) -> None:  # noqa: B027 - envs without resources need not override it
         """Release simulator resources."""
 
     def _root(self, observation: dict[str, torch.Tensor]) -> TensorDict:
-        flags = torch.zeros((*self.batch_size, 1), dtype=torch.bool, device=self.device)
         source = dict(observation)
         for key in DONE_KEYS:
-            source[key] = flags.clone()
-        return TensorDict(source, batch_size=self.batch_size, device=self.device)
+            source[key] = self._false
+        return _tensordict(source, self.batch_size, self.device)
 
     def reset(self, seed: int | None = None) -> TensorDict:
         """Start a new episode in every sub-env; ``seed`` reseeds them (sub-env i gets seed + i)."""
         return self._root(self._reset(seed))
+
+    def _reset_rows(self, done: torch.Tensor) -> TensorDict:
+        """A root TensorDict whose rows in ``done`` start new episodes (other rows: unused)."""
+        return self._root(self._reset_done(done))
 
     def step(self, tensordict: TensorDict) -> TensorDict:
         """Apply ``tensordict["action"]`` and write the result under ``"next"``."""
@@ -91,19 +101,26 @@ class EnvBase(ABC):
         source["terminated"] = terminated
         source["truncated"] = truncated
         source["done"] = terminated | truncated
-        tensordict.set("next", TensorDict(source, batch_size=self.batch_size, device=self.device))
+        tensordict.set("next", _tensordict(source, self.batch_size, self.device))
         return tensordict
 
     def step_and_maybe_reset(self, tensordict: TensorDict) -> tuple[TensorDict, TensorDict]:
-        """Step, then return ``(transition, next_root)`` with finished sub-envs reset."""
+        """Step, then return ``(transition, next_root)`` with finished sub-envs reset.
+
+        The next root carries every ``"next"`` entry but the reward (observations and the
+        running values transforms keep, such as ``step_count``), with the done flags cleared;
+        the rows of finished sub-envs come from a reset instead.
+        """
         tensordict = self.step(tensordict)
-        done = tensordict.get(("next", "done")).squeeze(-1)
+        nxt = tensordict.get("next")
+        source = {key: value for key, value in nxt.items() if key not in _NOT_CARRIED}
+        for key in DONE_KEYS:
+            source[key] = self._false
+        root = _tensordict(source, self.batch_size, self.device)
+        done = nxt.get("done").squeeze(-1)
         if done.any():
-            observation = self._reset_done(done)
-        else:
-            nxt = tensordict.get("next")
-            observation = {key: nxt.get(key) for key in self.observation_spec}
-        return tensordict, self._root(observation)
+            root = _merge_rows(done, self._reset_rows(done), root)
+        return tensordict, root
 
     @torch.no_grad()
     def rollout(
@@ -138,3 +155,26 @@ class EnvBase(ABC):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(batch_size={tuple(self.batch_size)}, "
                 f"observation_spec={self.observation_spec}, action_spec={self.action_spec})")
+
+
+def _tensordict(source: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:
+    """A TensorDict built without per-entry validation, for the env's own hot path.
+
+    Envs build ``source`` from their specs, so shapes and devices are right by construction;
+    skipping the checks saves most of the construction cost. Entries are shared, never
+    modified in place by rlbench (the done flags of a root are one shared tensor): code that
+    changes an entry sets a new tensor.
+    """
+    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
+
+
+def _merge_rows(mask: torch.Tensor, fresh: TensorDict, current: TensorDict) -> TensorDict:
+    """``current`` with the rows in ``mask`` taken from ``fresh`` (every leaf of ``fresh``)."""
+    for key in fresh.keys(include_nested=True, leaves_only=True):
+        value = fresh.get(key)
+        if key not in current.keys(include_nested=True, leaves_only=True):
+            current.set(key, value)
+            continue
+        row_mask = mask.reshape(*mask.shape, *([1] * (value.dim() - mask.dim())))
+        current.set(key, torch.where(row_mask, value, current.get(key)))
+    return current

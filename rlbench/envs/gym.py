@@ -1,10 +1,12 @@
-"""Gymnasium adapter: any registered id, vectorized, with autoreset mapped onto ``"next"``.
+"""Gymnasium adapter: any registered id, batched, with episode ends mapped onto ``"next"``.
 
-Sub-envs run inside a gymnasium vector env in ``AutoresetMode.SAME_STEP``: when an episode
-ends, gymnasium resets that sub-env within the same ``step`` call and hands back the final
-observation in ``info["final_obs"]``. The adapter puts the final observation in
-``("next", "observation")`` and the reset observation in the next root, so the transition
-stream has no fake "reset step" (the pitfall of the default ``NEXT_STEP`` mode).
+``vectorization="sync"`` steps ``num_envs`` plain gymnasium envs in this process and
+resets a finished one only when asked (``_reset_done``), exactly like a hand-written
+gymnasium loop. ``"async"`` runs them in worker processes through gymnasium's
+``AsyncVectorEnv`` in ``AutoresetMode.SAME_STEP``: a finished sub-env is reset inside
+``step`` and its final observation comes back in ``info["final_obs"]``. Either way the final
+observation lands in ``("next", "observation")`` and the reset observation in the next
+root, so there is no fake "reset step" (the pitfall of gymnasium's default ``NEXT_STEP``).
 """
 
 from __future__ import annotations
@@ -17,34 +19,10 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from rlbench.envs.common import EnvBase
-from rlbench.envs.specs import Bounded, Categorical, Composite, TensorSpec, Unbounded
+from rlbench.envs.gym_spaces import ActionCheck, ActionConverter, ObservationConverter
+from rlbench.envs.specs import Composite
 
 __all__ = ["GymEnv"]
-
-ActionCheck = Literal["clip", "raise"]
-
-
-def _torch_dtype(dtype: np.dtype, cast_float64: bool) -> torch.dtype:
-    if dtype == np.float64 and cast_float64:
-        return torch.float32
-    return torch.from_numpy(np.zeros((), dtype=dtype)).dtype
-
-
-def _space_to_spec(
-    space: gym.Space, batch: tuple[int, ...], cast_float64: bool, what: str
-) -> TensorSpec:
-    if isinstance(space, gym.spaces.Box):
-        dtype = _torch_dtype(space.dtype, cast_float64)
-        shape = (*batch, *space.shape)
-        if np.isfinite(space.low).all() and np.isfinite(space.high).all():
-            return Bounded(torch.as_tensor(space.low), torch.as_tensor(space.high), shape, dtype)
-        return Unbounded(shape, dtype)
-    if isinstance(space, gym.spaces.Discrete):
-        return Categorical(int(space.n), batch)
-    raise NotImplementedError(
-        f"gymnasium {type(space).__name__} {what} spaces are not supported by GymEnv yet "
-        f"(supported: Box, Discrete)"
-    )
 
 
 class GymEnv(EnvBase):
@@ -54,12 +32,13 @@ class GymEnv(EnvBase):
         env_id: a gymnasium id, e.g. ``"CartPole-v1"`` or ``"Hopper-v5"``.
         num_envs: sub-envs stepped together; the batch size is ``[num_envs]``.
         seed: seed of the first reset (sub-env i gets ``seed + i``); later resets continue
-            each sub-env's own random stream.
+            each sub-env's own random stream, as in a plain gymnasium loop.
         device: where the TensorDicts live.
-        vectorization: ``"sync"`` (one process) or ``"async"`` (one process per sub-env).
+        vectorization: ``"sync"`` (this process) or ``"async"`` (a process per sub-env).
         action_check: what to do with a continuous action outside the action bounds:
             ``"clip"`` clips it to the bounds (the log-prob of the unclipped action stays
-            the policy's business), ``"raise"`` raises. A NaN action always raises.
+            the policy's business), ``"raise"`` raises. NaN actions and out-of-range
+            discrete actions always raise.
         cast_float64: store float64 observations as float32.
         **kwargs: passed to ``gymnasium.make``.
     """
@@ -78,90 +57,123 @@ class GymEnv(EnvBase):
     ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if action_check not in ("clip", "raise"):
-            raise ValueError(f"action_check must be 'clip' or 'raise', got {action_check!r}")
+        if vectorization not in ("sync", "async"):
+            raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
         super().__init__((num_envs,), device)
-        self.env_id = env_id
-        self.action_check = action_check
+        self.env_id, self.vectorization = env_id, vectorization
         self._seed = seed
-        self._env = gym.make_vec(
-            env_id,
-            num_envs=num_envs,
-            vectorization_mode=vectorization,
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-            **kwargs,
-        )
         batch = (num_envs,)
-        obs_space = self._env.single_observation_space
-        act_space = self._env.single_action_space
-        self.observation_spec = Composite(
-            {"observation": _space_to_spec(obs_space, batch, cast_float64, "observation")},
-            shape=batch,
-        )
-        self.action_spec = _space_to_spec(act_space, batch, cast_float64, "action")
-        self._obs_dtype = self.observation_spec["observation"].dtype
-        self._action_offset = int(getattr(act_space, "start", 0))
-        self._autoreset_obs: np.ndarray | None = None
-        if isinstance(self.action_spec, Bounded):
-            self._low = self.action_spec.low.numpy()
-            self._high = self.action_spec.high.numpy()
-        self._act_np_dtype = getattr(act_space, "dtype", None)
+        if vectorization == "sync":
+            self._envs = [gym.make(env_id, **kwargs) for _ in range(num_envs)]
+            self._vec = None
+            obs_space = self._envs[0].observation_space
+            act_space = self._envs[0].action_space
+        else:
+            self._envs = []
+            self._vec = gym.make_vec(
+                env_id,
+                num_envs=num_envs,
+                vectorization_mode="async",
+                vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+                **kwargs,
+            )
+            obs_space = self._vec.single_observation_space
+            act_space = self._vec.single_action_space
+        self._obs = ObservationConverter(obs_space, batch, cast_float64, self.device)
+        self._act = ActionConverter(act_space, batch, action_check, env_id)
+        self.observation_spec = Composite({"observation": self._obs.spec}, shape=batch)
+        self.action_spec = self._act.spec
+        self._autoreset_obs: Any = None
+        self._gym_done = np.zeros(num_envs, dtype=bool)
+        self._last_observation: dict[str, Any] = {}
 
     @property
     def max_episode_steps(self) -> int | None:
         """The registered time limit, if any."""
-        spec = gym.spec(self.env_id)
-        return spec.max_episode_steps
+        return gym.spec(self.env_id).max_episode_steps
 
-    def _observation(self, obs: np.ndarray) -> dict[str, torch.Tensor]:
-        tensor = torch.from_numpy(obs).to(device=self.device, dtype=self._obs_dtype)
-        return {"observation": tensor}
-
-    def _action_to_numpy(self, action: torch.Tensor) -> np.ndarray:
-        array = action.detach().cpu().numpy()
-        if isinstance(self.action_spec, Categorical):
-            if ((array < 0) | (array >= self.action_spec.n)).any():
-                raise ValueError(
-                    f"{self.env_id}: discrete action outside [0, {self.action_spec.n}): "
-                    f"{array.tolist()}"
-                )
-            return array + self._action_offset
-        if np.isnan(array).any():
-            raise ValueError(f"{self.env_id}: NaN in action {array.tolist()}")
-        outside = (array < self._low) | (array > self._high)
-        if outside.any():
-            if self.action_check == "raise":
-                raise ValueError(
-                    f"{self.env_id}: action outside bounds [{self._low.min()}, "
-                    f"{self._high.max()}]: {array.tolist()}"
-                )
-            array = np.clip(array, self._low, self._high)
-        return array.astype(self._act_np_dtype, copy=False)
-
-    def _reset(self, seed: int | None) -> dict[str, torch.Tensor]:
+    def _reset(self, seed: int | None) -> dict[str, Any]:
         if seed is None:
             seed, self._seed = self._seed, None
-        obs, _ = self._env.reset(seed=seed)
-        return self._observation(obs)
+        self._gym_done[:] = False
+        if self._vec is not None:
+            obs, _ = self._vec.reset(seed=seed)
+            return self._obs.from_batched(obs)
+        seeds = [None] * len(self._envs) if seed is None else [seed + i for i in
+                                                               range(len(self._envs))]
+        return self._obs.from_list([env.reset(seed=s)[0] for env, s in zip(self._envs, seeds,
+                                                                            strict=True)])
 
     def _step(self, action: torch.Tensor):
-        obs, reward, terminated, truncated, info = self._env.step(self._action_to_numpy(action))
-        self._autoreset_obs = obs
-        if "_final_obs" in info:
-            finished = info["_final_obs"]
-            obs = obs.copy()
-            obs[finished] = np.stack(info["final_obs"][finished])
-        device = self.device
-        return (
-            self._observation(obs),
-            torch.from_numpy(reward).to(device=device, dtype=torch.float32).unsqueeze(-1),
-            torch.from_numpy(terminated).to(device).unsqueeze(-1),
-            torch.from_numpy(truncated).to(device).unsqueeze(-1),
-        )
+        actions = self._act(action)
+        n = self.batch_size[0]
+        reward = np.empty((n, 1), dtype=np.float32)
+        terminated = np.empty((n, 1), dtype=bool)
+        truncated = np.empty((n, 1), dtype=bool)
+        if self._vec is None:
+            observations = []
+            for i, env in enumerate(self._envs):
+                obs, reward[i, 0], terminated[i, 0], truncated[i, 0], _ = env.step(actions[i])
+                observations.append(obs)
+            observation = self._obs.from_list(observations)
+            self._last_observation = observation
+        else:
+            obs, rew, term, trunc, info = self._vec.step(actions)
+            reward[:, 0], terminated[:, 0], truncated[:, 0] = rew, term, trunc
+            self._autoreset_obs = obs
+            self._gym_done = term | trunc
+            observation = self._obs.from_batched(obs)
+            if "_final_obs" in info:
+                rows = np.flatnonzero(info["_final_obs"])
+                final = self._obs.from_list([info["final_obs"][i] for i in rows])
+                _assign_rows(observation, final, torch.as_tensor(rows))
+        reward, terminated, truncated = (torch.from_numpy(a) for a in
+                                         (reward, terminated, truncated))
+        if self.device.type != "cpu":
+            reward, terminated, truncated = (t.to(self.device) for t in
+                                             (reward, terminated, truncated))
+        return observation, reward, terminated, truncated
 
-    def _reset_done(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
-        # Gymnasium already reset the finished sub-envs inside ``step``.
-        return self._observation(self._autoreset_obs)
+    def _reset_done(self, done: torch.Tensor) -> dict[str, Any]:
+        rows = done.cpu().numpy()
+        if self._vec is None:
+            index = np.flatnonzero(rows)
+            fresh = self._obs.from_list([self._envs[i].reset()[0] for i in index])
+            observation = _clone(self._last_observation)
+            _assign_rows(observation, fresh, torch.as_tensor(index))
+            return observation
+        observation = self._obs.from_batched(self._autoreset_obs)
+        extra = rows & ~self._gym_done  # ended by a transform, not by gymnasium itself
+        if extra.any():
+            obs, _ = self._vec.reset(options={"reset_mask": extra})
+            fresh = self._obs.from_batched(obs)
+            index = torch.as_tensor(np.flatnonzero(extra))
+            _assign_rows(observation, {k: _take(v, index) for k, v in fresh.items()}, index)
+        return observation
 
     def close(self) -> None:
-        self._env.close()
+        for env in self._envs:
+            env.close()
+        if self._vec is not None:
+            self._vec.close()
+
+
+def _clone(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _clone(v) for k, v in tree.items()}
+    return tree.clone()
+
+
+def _take(tree: Any, index: torch.Tensor) -> Any:
+    if isinstance(tree, dict):
+        return {k: _take(v, index) for k, v in tree.items()}
+    return tree[index]
+
+
+def _assign_rows(target: dict[str, Any], rows: dict[str, Any], index: torch.Tensor) -> None:
+    """``target[key][index] = rows[key]`` for every leaf of two nested dicts of tensors."""
+    for key, value in rows.items():
+        if isinstance(value, dict):
+            _assign_rows(target[key], value, index)
+        else:
+            target[key][index.to(value.device)] = value

@@ -12,7 +12,16 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-__all__ = ["Bounded", "Categorical", "Composite", "TensorSpec", "Unbounded"]
+__all__ = [
+    "Binary",
+    "Bounded",
+    "Categorical",
+    "Composite",
+    "MultiCategorical",
+    "OneHot",
+    "TensorSpec",
+    "Unbounded",
+]
 
 
 class TensorSpec:
@@ -125,6 +134,90 @@ class Categorical(TensorSpec):
 
     def __repr__(self) -> str:
         return f"Categorical(n={self.n}, shape={tuple(self.shape)}, dtype={self.dtype})"
+
+
+class MultiCategorical(TensorSpec):
+    """Integer vectors whose entry j lies in ``[0, nvec[j])`` (gymnasium's MultiDiscrete)."""
+
+    def __init__(
+        self,
+        nvec: torch.Tensor | list[int],
+        shape: torch.Size | tuple[int, ...],
+        dtype: torch.dtype = torch.int64,
+        device: Any = "cpu",
+    ):
+        super().__init__(shape, dtype, device)
+        nvec = torch.as_tensor(nvec, dtype=torch.int64, device=self.device)
+        if (nvec < 1).any():
+            raise ValueError(f"MultiCategorical spec needs every n >= 1, got {nvec.tolist()}")
+        self.nvec = nvec.expand(self.shape).clone()
+
+    def rand(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        u = torch.rand(self.shape, generator=generator, device=self.device)
+        return (u * self.nvec).floor().clamp_max(self.nvec - 1).to(self.dtype)
+
+    def is_in(self, value: torch.Tensor) -> bool:
+        return super().is_in(value) and bool(((value >= 0) & (value < self.nvec)).all())
+
+    def project(self, value: torch.Tensor) -> torch.Tensor:
+        return torch.minimum(value.round().clamp_min(0), self.nvec - 1).to(self.dtype)
+
+
+class Binary(TensorSpec):
+    """Vectors of zeros and ones (gymnasium's MultiBinary); bool or integer dtype."""
+
+    def __init__(
+        self,
+        shape: torch.Size | tuple[int, ...],
+        dtype: torch.dtype = torch.bool,
+        device: Any = "cpu",
+    ):
+        super().__init__(shape, dtype, device)
+
+    def rand(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.randint(0, 2, self.shape, generator=generator, device=self.device).to(
+            self.dtype)
+
+    def is_in(self, value: torch.Tensor) -> bool:
+        return super().is_in(value) and bool(((value == 0) | (value == 1)).all())
+
+    def project(self, value: torch.Tensor) -> torch.Tensor:
+        return (value > 0.5).to(self.dtype) if value.is_floating_point() else \
+            (value != 0).to(self.dtype)
+
+
+class OneHot(TensorSpec):
+    """One-hot encodings of ``n`` categories: the last dim has size n and a single one."""
+
+    def __init__(
+        self,
+        n: int,
+        shape: torch.Size | tuple[int, ...] | None = None,
+        dtype: torch.dtype = torch.bool,
+        device: Any = "cpu",
+    ):
+        shape = torch.Size((n,) if shape is None else shape)
+        if shape[-1] != n:
+            raise ValueError(f"OneHot spec: last dim {shape[-1]} != n = {n}")
+        super().__init__(shape, dtype, device)
+        self.n = n
+
+    def rand(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        index = torch.randint(0, self.n, self.shape[:-1], generator=generator, device=self.device)
+        return torch.nn.functional.one_hot(index, self.n).to(self.dtype)
+
+    def is_in(self, value: torch.Tensor) -> bool:
+        if not super().is_in(value):
+            return False
+        v = value.to(torch.int64)
+        return bool((((v == 0) | (v == 1)).all()) and (v.sum(-1) == 1).all())
+
+    def project(self, value: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(value.float().argmax(-1), self.n).to(self.dtype)
+
+    def to_categorical(self, value: torch.Tensor) -> torch.Tensor:
+        """The index of the one in each encoding."""
+        return value.to(torch.int64).argmax(-1)
 
 
 class Composite(Mapping[str, "TensorSpec | Composite"]):

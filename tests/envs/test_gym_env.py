@@ -126,7 +126,7 @@ def test_out_of_bounds_actions_clip_or_raise() -> None:
     cart = make("CartPole-v1")
     td = cart.reset()
     td.set("action", torch.tensor([2]))
-    with pytest.raises(ValueError, match="discrete action outside"):
+    with pytest.raises(ValueError, match="action outside Categorical"):
         cart.step(td)
 
 
