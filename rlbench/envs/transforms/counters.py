@@ -11,6 +11,15 @@ from rlbench.envs.transforms.base import Transform
 __all__ = ["InitTracker", "RewardSum", "StepCounter"]
 
 
+def _running(root: TensorDict, key: str, transform: Transform) -> torch.Tensor:
+    value = root.get(key, None)
+    if value is None:
+        raise KeyError(f"{type(transform).__name__}: the root TensorDict has no {key!r}; it is "
+                       f"written at reset, so the TensorDict must come from this env's reset or "
+                       f"step_and_maybe_reset (and no later transform may exclude it)")
+    return value
+
+
 class StepCounter(Transform):
     """Writes ``step_count`` (int64, steps since reset); truncates at ``max_steps`` if set.
 
@@ -34,7 +43,7 @@ class StepCounter(Transform):
         return root
 
     def step(self, root: TensorDict, next_td: TensorDict) -> TensorDict:
-        count = root.get(self.key) + 1
+        count = _running(root, self.key, self) + 1
         next_td.set(self.key, count)
         if self.max_steps is not None:
             truncated = next_td.get("truncated") | (count >= self.max_steps)
@@ -59,7 +68,7 @@ class RewardSum(Transform):
         return root
 
     def step(self, root: TensorDict, next_td: TensorDict) -> TensorDict:
-        next_td.set(self.out_key, root.get(self.out_key) + next_td.get(self.in_key))
+        next_td.set(self.out_key, _running(root, self.out_key, self) + next_td.get(self.in_key))
         return next_td
 
 
