@@ -1,0 +1,302 @@
+"""Batched envs for any EnvBase: in this process (SerialEnv) or one process each (ParallelEnv).
+
+Both concatenate ``num_workers`` copies of an env with batch size ``[k]`` into one env with
+batch size ``[num_workers * k]``, with the same step/reset semantics as a single env: each
+copy steps and, when its episode ends, resets itself; the final observation goes to
+``("next", ...)`` and the reset observation to the next root. Sub-envs ended by a transform
+of the batched env (``StepCounter`` truncation) are reset on demand.
+
+ParallelEnv workers exchange actions and observations through shared-memory buffers and
+take commands through pipes; an exception in a worker is raised in the parent with the
+worker's traceback, and the batched env shuts down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import multiprocessing as mp
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rlbench.envs.common import DONE_KEYS, EnvBase, _merge_rows
+from rlbench.envs.specs import Composite
+
+__all__ = ["ParallelEnv", "SerialEnv"]
+
+EnvFactory = Callable[[int], EnvBase]
+
+
+def _rebatch(spec: Any, workers: int, inner: torch.Size) -> Any:
+    """The spec of ``workers`` copies of ``spec`` concatenated along the batch dim."""
+    new = copy.deepcopy(spec)
+    rows = workers * inner[0] if inner else workers
+
+    def stack(value: torch.Tensor) -> torch.Tensor:
+        if inner:
+            return value.repeat(workers, *([1] * (value.dim() - 1)))
+        return value.unsqueeze(0).expand(workers, *value.shape).clone()
+
+    if isinstance(new, Composite):
+        new.shape = torch.Size([rows])
+        for key in list(new.keys()):
+            new._specs[key] = _rebatch(spec[key], workers, inner)
+        return new
+    new.shape = torch.Size([rows, *spec.shape[len(inner):]])
+    for attr in ("low", "high", "nvec"):
+        if hasattr(spec, attr):
+            setattr(new, attr, stack(getattr(spec, attr)))
+    return new
+
+
+class _Batched(EnvBase):
+    """Shared spec and bookkeeping of SerialEnv and ParallelEnv."""
+
+    def _init_specs(self, env_specs: dict[str, Any], workers: int) -> None:
+        inner = env_specs["batch_size"]
+        if len(inner) > 1:
+            raise ValueError(f"batched envs need sub-envs with at most one batch dim, got {inner}")
+        self._per_worker = inner[0] if inner else 1
+        self._inner_batched = bool(inner)
+        super().__init__((workers * self._per_worker,), env_specs["device"])
+        self.observation_spec = _rebatch(env_specs["observation"], workers, inner)
+        self.action_spec = _rebatch(env_specs["action"], workers, inner)
+
+    def _rows(self, worker: int) -> slice:
+        k = self._per_worker
+        return slice(worker * k, (worker + 1) * k)
+
+    def _worker_view(self, value: torch.Tensor, worker: int) -> torch.Tensor:
+        part = value[self._rows(worker)]
+        return part if self._inner_batched else part[0]
+
+
+def _specs_of(env: EnvBase) -> dict[str, Any]:
+    return {"batch_size": env.batch_size, "device": env.device,
+            "observation": env.observation_spec, "action": env.action_spec}
+
+
+def _observation(td: TensorDict, spec: Composite) -> TensorDict:
+    return td.select(*spec.keys())
+
+
+class SerialEnv(_Batched):
+    """``num_workers`` envs from ``create_env_fn(i)``, stepped one after another here."""
+
+    def __init__(self, create_env_fn: EnvFactory, num_workers: int):
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self.envs = [create_env_fn(i) for i in range(num_workers)]
+        self._init_specs(_specs_of(self.envs[0]), num_workers)
+        self._roots: list[TensorDict] = []
+        self._ended = torch.zeros(self.batch_size, dtype=torch.bool)
+
+    def _cat(self, parts: list[TensorDict]) -> dict[str, Any]:
+        if not self._inner_batched:
+            parts = [p.unsqueeze(0) for p in parts]
+        return torch.cat(parts, 0).to_dict()
+
+    def _reset(self, seed: int | None) -> dict[str, Any]:
+        step = self._per_worker
+        self._roots = [env.reset(None if seed is None else seed + i * step)
+                       for i, env in enumerate(self.envs)]
+        self._ended.zero_()
+        return self._cat([_observation(r, self.envs[0].observation_spec) for r in self._roots])
+
+    def _step(self, action: torch.Tensor):
+        nexts = []
+        for i, env in enumerate(self.envs):
+            root = self._roots[i]
+            root.set("action", self._worker_view(action, i))
+            transition, self._roots[i] = env.step_and_maybe_reset(root)
+            nexts.append(transition.get("next"))
+        joined = torch.cat([n if self._inner_batched else n.unsqueeze(0) for n in nexts], 0)
+        self._ended = joined.get("done").squeeze(-1).clone()
+        observation = _observation(joined, self.envs[0].observation_spec).to_dict()
+        return (observation, joined.get("reward"), joined.get("terminated"),
+                joined.get("truncated"))
+
+    def _reset_done(self, done: torch.Tensor) -> dict[str, Any]:
+        extra = done & ~self._ended
+        for i, env in enumerate(self.envs):
+            mask = self._worker_view(extra, i)
+            if mask.any():
+                self._roots[i] = _reset_some(env, mask, self._roots[i])
+        return self._cat([_observation(r, self.envs[0].observation_spec) for r in self._roots])
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _reset_some(env: EnvBase, mask: torch.Tensor, root: TensorDict) -> TensorDict:
+    """``root`` with the sub-envs in ``mask`` reset (a scalar mask for unbatched envs)."""
+    if mask.dim() == 0:
+        return env._reset_rows(mask.reshape(()))
+    return _merge_rows(mask, env._reset_rows(mask), root)
+
+
+def _worker(index: int, create_env_fn: EnvFactory, conn: Connection,
+            buffers: dict[str, TensorDict] | None) -> None:
+    """Worker loop: build the env, then serve reset/step/reset_rows/close commands."""
+    try:
+        env = create_env_fn(index)
+        conn.send(("specs", _specs_of(env)))
+        buffers = conn.recv()
+        action_buf, next_buf, root_buf = buffers["action"], buffers["next"], buffers["root"]
+        obs_keys = list(env.observation_spec.keys())
+        root = None
+        while True:
+            command, arg = conn.recv()
+            if command == "reset":
+                root = env.reset(arg)
+                root_buf.update_(root.select(*obs_keys))
+            elif command == "step":
+                root.set("action", action_buf.get("action").clone())
+                transition, root = env.step_and_maybe_reset(root)
+                nxt = transition.get("next")
+                next_buf.update_(nxt.select(*obs_keys, "reward", *DONE_KEYS))
+                root_buf.update_(root.select(*obs_keys))
+            elif command == "reset_rows":
+                root = _reset_some(env, arg, root)
+                root_buf.update_(root.select(*obs_keys))
+            elif command == "close":
+                env.close()
+                conn.send(("ok", None))
+                return
+            conn.send(("ok", None))
+    except KeyboardInterrupt:
+        return
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+
+
+class ParallelEnv(_Batched):
+    """``num_workers`` envs from ``create_env_fn(i)``, each stepping in its own process.
+
+    ``create_env_fn`` must be picklable (a module-level function or ``functools.partial``)
+    because workers start with ``start_method`` (``"spawn"`` by default: safe with threads).
+    """
+
+    def __init__(self, create_env_fn: EnvFactory, num_workers: int, *,
+                 start_method: str = "spawn", timeout: float = 120.0):
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self.timeout = timeout
+        context = mp.get_context(start_method)
+        self._conns: list[Connection] = []
+        self._processes = []
+        self._closed = False
+        for i in range(num_workers):
+            parent, child = context.Pipe()
+            process = context.Process(target=_worker, args=(i, create_env_fn, child, None),
+                                      daemon=True, name=f"rlbench-env-{i}")
+            process.start()
+            child.close()
+            self._conns.append(parent)
+            self._processes.append(process)
+        specs = [self._receive(i, expect="specs") for i in range(num_workers)]
+        self._init_specs(specs[0], num_workers)
+        self._worker_obs_spec: Composite = specs[0]["observation"]
+        self._buffers = []
+        for i in range(num_workers):
+            inner = specs[i]["batch_size"]
+            buffers = {
+                "action": TensorDict({"action": specs[i]["action"].zero()}, inner),
+                "next": TensorDict({
+                    **self._worker_obs_spec.zero().to_dict(),
+                    "reward": torch.zeros((*inner, 1)),
+                    **{k: torch.zeros((*inner, 1), dtype=torch.bool) for k in DONE_KEYS},
+                }, inner),
+                "root": self._worker_obs_spec.zero(),
+            }
+            buffers = {k: v.share_memory_() for k, v in buffers.items()}
+            self._buffers.append(buffers)
+            self._conns[i].send(buffers)
+
+    def _receive(self, worker: int, expect: str = "ok") -> Any:
+        conn = self._conns[worker]
+        if not conn.poll(self.timeout):
+            self._shutdown()
+            raise TimeoutError(f"env worker {worker} did not answer within {self.timeout} s")
+        try:
+            kind, payload = conn.recv()
+        except EOFError:
+            self._shutdown()
+            raise RuntimeError(f"env worker {worker} died (exit code "
+                               f"{self._processes[worker].exitcode})") from None
+        if kind == "error":
+            self._shutdown()
+            raise RuntimeError(f"env worker {worker} raised:\n{payload}")
+        if kind != expect:
+            raise RuntimeError(f"env worker {worker} answered {kind!r}, expected {expect!r}")
+        return payload
+
+    def _broadcast(self, commands: dict[int, tuple[str, Any]]) -> None:
+        if self._closed:
+            raise RuntimeError("this ParallelEnv is closed")
+        for worker, command in commands.items():
+            self._conns[worker].send(command)
+        for worker in commands:
+            self._receive(worker)
+
+    def _gather(self, name: str) -> TensorDict:
+        parts = [b[name] if self._inner_batched else b[name].unsqueeze(0)
+                 for b in self._buffers]
+        return torch.cat(parts, 0)  # a copy: the shared buffers are overwritten next step
+
+    def _reset(self, seed: int | None) -> dict[str, Any]:
+        k = self._per_worker
+        self._broadcast({i: ("reset", None if seed is None else seed + i * k)
+                         for i in range(len(self._conns))})
+        self._ended = torch.zeros(self.batch_size, dtype=torch.bool)
+        return self._gather("root").to_dict()
+
+    def _step(self, action: torch.Tensor):
+        for i, buffers in enumerate(self._buffers):
+            buffers["action"].get("action").copy_(self._worker_view(action, i))
+        self._broadcast({i: ("step", None) for i in range(len(self._conns))})
+        nxt = self._gather("next")
+        self._ended = nxt.get("done").squeeze(-1)
+        observation = nxt.select(*self._worker_obs_spec.keys()).to_dict()
+        return observation, nxt.get("reward"), nxt.get("terminated"), nxt.get("truncated")
+
+    def _reset_done(self, done: torch.Tensor) -> dict[str, Any]:
+        extra = done.cpu() & ~self._ended
+        commands = {}
+        for i in range(len(self._conns)):
+            mask = self._worker_view(extra, i)
+            if mask.any():
+                commands[i] = ("reset_rows", mask.clone())
+        if commands:
+            self._broadcast(commands)
+        return self._gather("root").to_dict()
+
+    def _shutdown(self) -> None:
+        self._closed = True
+        for process in self._processes:
+            if process.is_alive():
+                process.terminate()
+            process.join(timeout=5)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        for conn in self._conns:
+            with contextlib.suppress(BrokenPipeError, OSError):  # a dead worker: nothing to close
+                conn.send(("close", None))
+        for i, conn in enumerate(self._conns):
+            if conn.poll(5):
+                conn.recv()
+            self._processes[i].join(timeout=5)
+        self._shutdown()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self._shutdown()
+
