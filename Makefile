@@ -23,8 +23,11 @@ test: $(STAMP)  ## lint, then every test but the benchmarks (learning tests incl
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-bench: $(STAMP)  ## throughput benchmarks (pytest-benchmark)
-	$(BIN)/python -m pytest -m bench $(ARGS)
+BENCH_NAME ?= run
+bench: $(STAMP)  ## throughput benchmarks, saved under results/benchmarks/, then a goal report
+	$(BIN)/python -m pytest -m bench --benchmark-storage=$(CURDIR)/results/benchmarks \
+		--benchmark-save=$(BENCH_NAME) $(ARGS)
+	$(BIN)/python ci/bench_report.py
 
 clean:
 	rm -rf $(VENV) rlbench_runs .pytest_cache .ruff_cache

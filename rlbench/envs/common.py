@@ -101,7 +101,7 @@ class EnvBase(ABC):
         source["terminated"] = terminated
         source["truncated"] = truncated
         source["done"] = terminated | truncated
-        tensordict.set("next", _tensordict(source, self.batch_size, self.device))
+        _set_next(tensordict, _tensordict(source, self.batch_size, self.device))
         return tensordict
 
     def step_and_maybe_reset(self, tensordict: TensorDict) -> tuple[TensorDict, TensorDict]:
@@ -117,8 +117,9 @@ class EnvBase(ABC):
         for key in DONE_KEYS:
             source[key] = self._false
         root = _tensordict(source, self.batch_size, self.device)
-        done = nxt.get("done").squeeze(-1)
+        done = nxt.get("done")
         if done.any():
+            done = done.squeeze(-1)
             root = _merge_rows(done, self._reset_rows(done), root)
         return tensordict, root
 
@@ -166,6 +167,18 @@ def _tensordict(source: dict, batch_size: torch.Size, device: torch.device) -> T
     changes an entry sets a new tensor.
     """
     return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
+
+
+def _set_next(tensordict: TensorDict, next_td: TensorDict) -> None:
+    """``tensordict["next"] = next_td`` without re-validating a TensorDict the env just built.
+
+    ``next_td`` has the env's batch size and device by construction; the checks of
+    ``TensorDict.set`` would cost as much as building it.
+    """
+    if tensordict.batch_size != next_td.batch_size:
+        raise ValueError(f"the step's TensorDict has batch size {tuple(tensordict.batch_size)}, "
+                         f"the env's is {tuple(next_td.batch_size)}")
+    tensordict._set_str("next", next_td, inplace=False, validated=True)
 
 
 def _merge_rows(mask: torch.Tensor, fresh: TensorDict, current: TensorDict) -> TensorDict:

@@ -82,6 +82,10 @@ class ObservationConverter:
         self.spec = space_to_spec(space, batch, cast_float64)
         self._np_dtypes = {id(leaf): torch.empty((), dtype=leaf.dtype).numpy().dtype
                            for leaf in _leaves(self.spec)}
+        # the common case, one array per step and no index offset, gets a short path
+        self._plain = (not isinstance(space, gym.spaces.Dict | gym.spaces.Tuple)
+                       and _start(space) is None and self.device.type == "cpu")
+        self._plain_dtype = self._np_dtypes[id(self.spec)] if self._plain else None
 
     def _leaf_from_list(self, space: gym.Space, spec: TensorSpec, values: Sequence[Any]
                         ) -> torch.Tensor:
@@ -105,6 +109,12 @@ class ObservationConverter:
 
     def from_list(self, values: Sequence[Any]) -> dict[str, Any]:
         """Observation entries from a list of per-env observations (first dim: the list)."""
+        if self._plain:
+            if len(values) == 1:
+                array = np.array(values[0], dtype=self._plain_dtype)[None]
+            else:
+                array = np.stack(values).astype(self._plain_dtype, copy=False)
+            return {"observation": torch.from_numpy(array)}
         return {"observation": self._from_list(self.space, self.spec, values)}
 
     def _from_batched(self, space: gym.Space, spec: Any, value: Any) -> Any:

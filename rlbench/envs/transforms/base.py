@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlbench.envs.common import EnvBase
+from rlbench.envs.common import EnvBase, _set_next
 from rlbench.envs.specs import Composite, TensorSpec
 
 __all__ = ["Compose", "Transform", "TransformedEnv"]
@@ -154,7 +154,7 @@ class TransformedEnv(EnvBase):
         base_next = self.base_env.step(base_input).get("next")
         if self.transform.repeats > 1:
             base_next = self._repeat(base_input, base_next, self.transform.repeats)
-        tensordict.set("next", self.transform.step(tensordict, base_next))
+        _set_next(tensordict, self.transform.step(tensordict, base_next))
         return tensordict
 
     def _repeat(self, base_input: TensorDict, first: TensorDict, repeats: int) -> TensorDict:

@@ -1,0 +1,62 @@
+"""Frames/s and goal ratios from a saved pytest-benchmark run (the newest by default).
+
+    python ci/bench_report.py [results/benchmarks/<machine>/<run>.json]
+
+Each benchmark records ``frames_per_round`` in its extra info; frames/s is that over the
+mean round time. Goals are issue targets, reported as met or missed, never asserted here:
+speed is measured in benchmarks, not in unit tests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+STORE = Path(__file__).resolve().parent.parent / "results" / "benchmarks"
+
+# (description, numerator benchmark, denominator benchmark, goal: ratio >= this)
+GOALS = [
+    ("Hopper-v5 wrapper speed vs raw gymnasium (goal >= 0.91, i.e. <= 10% overhead)",
+     "test_rlbench_gym[Hopper-v5]", "test_raw_gymnasium[Hopper-v5]", 1 / 1.1),
+    ("HalfCheetah-v5 wrapper speed vs raw gymnasium",
+     "test_rlbench_gym[HalfCheetah-v5]", "test_raw_gymnasium[HalfCheetah-v5]", None),
+    ("dmc:cheetah-run wrapper speed vs raw dm_control (goal >= 0.91)",
+     "test_rlbench_dm_control", "test_raw_dm_control", 1 / 1.1),
+    ("8 async Hopper-v5 envs vs 1 env, frames/s (goal >= 1.6)",
+     "test_rlbench_gym_8_envs[async]", "test_rlbench_gym[Hopper-v5]", 1.6),
+    ("8 sync Hopper-v5 envs vs 1 env, frames/s",
+     "test_rlbench_gym_8_envs[sync]", "test_rlbench_gym[Hopper-v5]", None),
+]
+
+
+def load(path: Path | None) -> tuple[Path, dict[str, float]]:
+    if path is None:
+        runs = sorted(STORE.glob("*/*.json"), key=lambda p: p.stat().st_mtime)
+        if not runs:
+            raise SystemExit(f"no saved benchmark run under {STORE}: run `make bench` first")
+        path = runs[-1]
+    data = json.loads(path.read_text())
+    fps = {}
+    for bench in data["benchmarks"]:
+        frames = bench.get("extra_info", {}).get("frames_per_round")
+        if frames:
+            fps[bench["name"]] = frames / bench["stats"]["mean"]
+    return path, fps
+
+
+def main(argv: list[str]) -> int:
+    path, fps = load(Path(argv[0]) if argv else None)
+    print(f"benchmark run: {path}")
+    for name, value in sorted(fps.items()):
+        print(f"  {name:45s} {value:10,.0f} frames/s")
+    for description, top, bottom, goal in GOALS:
+        if top in fps and bottom in fps:
+            ratio = fps[top] / fps[bottom]
+            verdict = "" if goal is None else ("  met" if ratio >= goal else "  MISSED")
+            print(f"{description}: {ratio:.2f}{verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
