@@ -1,19 +1,36 @@
-"""Environments: specs, the TensorDict env contract and adapters."""
+"""Environments: specs, the TensorDict env contract, adapters, batched envs, transforms."""
 
+from rlbench.envs.batched import ParallelEnv, SerialEnv
 from rlbench.envs.checks import check_env_specs
 from rlbench.envs.common import DONE_KEYS, EnvBase
 from rlbench.envs.gym import GymEnv
 from rlbench.envs.registry import env_family, list_envs, make, validate_env_id
-from rlbench.envs.specs import Bounded, Categorical, Composite, TensorSpec, Unbounded
+from rlbench.envs.specs import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    OneHot,
+    TensorSpec,
+    Unbounded,
+)
+from rlbench.envs.transforms import TransformedEnv
 
 __all__ = [
     "DONE_KEYS",
+    "Binary",
     "Bounded",
     "Categorical",
     "Composite",
     "EnvBase",
     "GymEnv",
+    "MultiCategorical",
+    "OneHot",
+    "ParallelEnv",
+    "SerialEnv",
     "TensorSpec",
+    "TransformedEnv",
     "Unbounded",
     "check_env_specs",
     "env_family",

@@ -5,12 +5,18 @@ from __future__ import annotations
 import torch
 
 from rlbench.envs.common import DONE_KEYS, EnvBase
-from rlbench.envs.specs import TensorSpec
+from rlbench.envs.specs import Composite, TensorSpec
 
 __all__ = ["check_env_specs"]
 
 
-def _check(where: str, spec: TensorSpec, value: torch.Tensor) -> None:
+def _check(where: str, spec: TensorSpec | Composite, value) -> None:
+    if isinstance(spec, Composite):
+        for key, sub in spec.items():
+            if key not in value.keys():
+                raise AssertionError(f"{where}: missing entry {key!r}")
+            _check(f"{where}[{key!r}]", sub, value.get(key))
+        return
     if value.shape != spec.shape or value.dtype != spec.dtype:
         raise AssertionError(
             f"{where}: got shape {tuple(value.shape)} dtype {value.dtype}, "

@@ -123,11 +123,11 @@ class ObservationConverter:
         if isinstance(space, gym.spaces.Tuple):
             return {str(i): self._from_batched(s, spec[str(i)], value[i])
                     for i, s in enumerate(space.spaces)}
-        array = np.asarray(value)
+        array = np.array(value, dtype=self._np_dtypes[id(spec)])  # a copy, never a view
         start = _start(space)
         if start is not None:
-            array = array - start
-        return torch.as_tensor(array).to(device=self.device, dtype=spec.dtype)
+            array -= start
+        return torch.from_numpy(array).to(self.device)
 
     def from_batched(self, value: Any) -> dict[str, Any]:
         """Observation entries from a vector env's batched observation."""
