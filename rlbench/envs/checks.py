@@ -13,9 +13,10 @@ __all__ = ["check_env_specs"]
 def _check(where: str, spec: TensorSpec | Composite, value) -> None:
     if isinstance(spec, Composite):
         for key, sub in spec.items():
-            if key not in value.keys():
+            entry = value.get(key, None)
+            if entry is None:
                 raise AssertionError(f"{where}: missing entry {key!r}")
-            _check(f"{where}[{key!r}]", sub, value.get(key))
+            _check(f"{where}[{key!r}]", sub, entry)
         return
     if value.shape != spec.shape or value.dtype != spec.dtype:
         raise AssertionError(
