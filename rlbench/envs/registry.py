@@ -1,14 +1,22 @@
-"""Env ids across families, with near-match suggestions for typos."""
+"""Env ids across families, with near-match suggestions for typos.
+
+Gymnasium ids (``CartPole-v1``, ``Hopper-v5``) and dm_control suite ids
+(``dmc:<domain>-<task>``, e.g. ``dmc:cheetah-run``). dm_control is an optional extra and slow
+to import: it is imported only when a ``dmc:`` id is validated or built, or ids are listed.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import gymnasium as gym
 import torch
 
 from rlbench.envs.common import EnvBase
-from rlbench.errors import UnknownNameError
+from rlbench.envs.dmc import DMC_PREFIX, dmc_tasks
+from rlbench.errors import ConfigError, UnknownNameError
 
 __all__ = ["env_family", "list_envs", "make", "validate_env_id"]
 
@@ -20,20 +28,39 @@ _GYM_FAMILIES = {
 }
 
 
+def _dmc_ids(required: bool) -> Mapping[str, tuple[str, str]]:
+    """dm_control ids; without dm_control, ``{}`` or (``required``) the error saying so."""
+    try:
+        return dmc_tasks()
+    except (ConfigError, ImportError):
+        if required:
+            raise
+        return {}
+
+
 def list_envs() -> list[str]:
-    """Every env id ``make`` accepts, sorted."""
-    return sorted(gym.registry)
+    """Every env id ``make`` accepts, sorted; ``dmc:`` ids only when dm_control imports."""
+    return sorted([*gym.registry, *_dmc_ids(required=False)])
 
 
 def validate_env_id(env_id: str) -> None:
-    """Raise ``UnknownNameError`` (with near matches) if ``env_id`` is not a known env."""
-    if env_id not in gym.registry:
+    """Raise ``UnknownNameError`` (with near matches) if ``env_id`` is not a known env.
+
+    A ``dmc:`` id without dm_control installed raises ``ConfigError`` naming ``rlbench[dmc]``.
+    """
+    if env_id.startswith(DMC_PREFIX):
+        known = env_id in _dmc_ids(required=True)
+    else:
+        known = env_id in gym.registry
+    if not known:
         raise UnknownNameError("env", env_id, list_envs())
 
 
 def env_family(env_id: str) -> str:
-    """The family whose defaults apply to ``env_id``: classic, mujoco, box2d, toy_text, other."""
+    """The family whose defaults apply: classic, mujoco, box2d, toy_text, dmc or other."""
     validate_env_id(env_id)
+    if env_id.startswith(DMC_PREFIX):
+        return "dmc"
     entry_point = gym.spec(env_id).entry_point
     if isinstance(entry_point, str):
         for prefix, family in _GYM_FAMILIES.items():
@@ -42,16 +69,50 @@ def env_family(env_id: str) -> str:
     return "other"
 
 
+@dataclass(frozen=True)
+class SubEnvFactory:
+    """Picklable ``i -> make(env_id, seed=seed + i, ...)``: one sub-env per ParallelEnv worker."""
+
+    env_id: str
+    seed: int | None
+    device: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, index: int) -> EnvBase:
+        seed = None if self.seed is None else self.seed + index
+        return make(self.env_id, seed=seed, device=self.device, **self.kwargs)
+
+
 def make(
     env_id: str,
     *,
     num_envs: int = 1,
     seed: int | None = None,
     device: torch.device | str = "cpu",
+    vectorization: Literal["sync", "async"] = "sync",
     **kwargs: Any,
 ) -> EnvBase:
-    """Build a batch of ``num_envs`` envs of any supported id, seeded for its first reset."""
+    """Build a batch of ``num_envs`` envs of any supported id, seeded for its first reset.
+
+    Sub-env i is seeded with ``seed + i``. ``vectorization="sync"`` steps the sub-envs in this
+    process, ``"async"`` one process each (gymnasium's AsyncVectorEnv for gymnasium ids, a
+    ``ParallelEnv`` otherwise). ``kwargs`` go to the family's adapter: ``GymEnv`` or, for
+    ``dmc:`` ids, ``DMControlEnv``.
+    """
     validate_env_id(env_id)
+    if vectorization not in ("sync", "async"):
+        raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
+    if env_id.startswith(DMC_PREFIX):
+        if vectorization == "async":
+            from rlbench.envs.batched import ParallelEnv
+
+            factory = SubEnvFactory(env_id, seed, str(device), dict(kwargs))
+            return ParallelEnv(factory, num_envs)
+        from rlbench.envs.dmc import DMControlEnv
+
+        domain, task = dmc_tasks()[env_id]
+        return DMControlEnv(domain, task, num_envs=num_envs, seed=seed, device=device, **kwargs)
     from rlbench.envs.gym import GymEnv
 
-    return GymEnv(env_id, num_envs=num_envs, seed=seed, device=device, **kwargs)
+    return GymEnv(env_id, num_envs=num_envs, seed=seed, device=device,
+                  vectorization=vectorization, **kwargs)

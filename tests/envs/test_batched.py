@@ -90,3 +90,22 @@ def test_worker_exception_surfaces_with_traceback_and_shuts_down() -> None:
     assert all(not p.is_alive() for p in env._processes)
     with pytest.raises(RuntimeError, match="closed"):
         env.step(root)
+
+
+def test_make_async_dm_control_matches_sync() -> None:
+    sync = make("dmc:cheetah-run", num_envs=2, seed=5)
+    parallel = make("dmc:cheetah-run", num_envs=2, seed=5, vectorization="async")
+    try:
+        assert parallel.batch_size == (2,)
+        torch.manual_seed(3)
+        actions = torch.rand(30, 2, 6) * 2 - 1
+        root_s, root_p = sync.reset(), parallel.reset()
+        for t in range(30):
+            root_s.set("action", actions[t])
+            root_p.set("action", actions[t])
+            tr_s, root_s = sync.step_and_maybe_reset(root_s)
+            tr_p, root_p = parallel.step_and_maybe_reset(root_p)
+            assert torch.equal(tr_s["next", "observation"], tr_p["next", "observation"])
+            assert torch.equal(tr_s["next", "reward"], tr_p["next", "reward"])
+    finally:
+        parallel.close()
