@@ -141,30 +141,45 @@ def _reset_some(env: EnvBase, mask: torch.Tensor, root: TensorDict) -> TensorDic
     return _merge_rows(mask, env._reset_rows(mask), root)
 
 
-def _worker(index: int, create_env_fn: EnvFactory, conn: Connection,
-            buffers: dict[str, TensorDict] | None) -> None:
-    """Worker loop: build the env, then serve reset/step/reset_rows/close commands."""
+def _writer(buffer: TensorDict) -> Callable[[TensorDict], None]:
+    """``write(td)`` copies ``td``'s entries into ``buffer``'s (shared) tensors, leaf by leaf."""
+    leaves = [(key, buffer.get(key)) for key in buffer.keys(include_nested=True,
+                                                            leaves_only=True)]
+
+    def write(td: TensorDict) -> None:
+        for key, target in leaves:
+            target.copy_(td.get(key))
+
+    return write
+
+
+def _worker(index: int, create_env_fn: EnvFactory, conn: Connection) -> None:
+    """Worker loop: build the env, then serve reset/step/reset_rows/close commands.
+
+    The parent sends this worker its rows of the shared buffers; the worker reads its
+    actions there and writes its transitions and next roots there.
+    """
+    torch.set_num_threads(1)  # workers step simulators; parallelism is across workers
     try:
         env = create_env_fn(index)
         conn.send(("specs", _specs_of(env)))
         buffers = conn.recv()
-        action_buf, next_buf, root_buf = buffers["action"], buffers["next"], buffers["root"]
-        obs_keys = list(env.observation_spec.keys())
+        action = buffers["action"].get("action")
+        write_next, write_root = _writer(buffers["next"]), _writer(buffers["root"])
         root = None
         while True:
             command, arg = conn.recv()
             if command == "reset":
                 root = env.reset(arg)
-                root_buf.update_(root.select(*obs_keys))
+                write_root(root)
             elif command == "step":
-                root.set("action", action_buf.get("action").clone())
+                root.set("action", action.clone())
                 transition, root = env.step_and_maybe_reset(root)
-                nxt = transition.get("next")
-                next_buf.update_(nxt.select(*obs_keys, "reward", *DONE_KEYS))
-                root_buf.update_(root.select(*obs_keys))
+                write_next(transition.get("next"))
+                write_root(root)
             elif command == "reset_rows":
                 root = _reset_some(env, arg, root)
-                root_buf.update_(root.select(*obs_keys))
+                write_root(root)
             elif command == "close":
                 env.close()
                 conn.send(("ok", None))
@@ -194,7 +209,7 @@ class ParallelEnv(_Batched):
         self._closed = False
         for i in range(num_workers):
             parent, child = context.Pipe()
-            process = context.Process(target=_worker, args=(i, create_env_fn, child, None),
+            process = context.Process(target=_worker, args=(i, create_env_fn, child),
                                       daemon=True, name=f"rlbench-env-{i}")
             process.start()
             child.close()
@@ -202,22 +217,27 @@ class ParallelEnv(_Batched):
             self._processes.append(process)
         specs = [self._receive(i, expect="specs") for i in range(num_workers)]
         self._init_specs(specs[0], num_workers)
-        self._worker_obs_spec: Composite = specs[0]["observation"]
-        self._buffers = []
-        for i in range(num_workers):
-            inner = specs[i]["batch_size"]
-            buffers = {
-                "action": TensorDict({"action": specs[i]["action"].zero()}, inner),
-                "next": TensorDict({
-                    **self._worker_obs_spec.zero().to_dict(),
-                    "reward": torch.zeros((*inner, 1)),
-                    **{k: torch.zeros((*inner, 1), dtype=torch.bool) for k in DONE_KEYS},
-                }, inner),
-                "root": self._worker_obs_spec.zero(),
-            }
-            buffers = {k: v.share_memory_() for k, v in buffers.items()}
-            self._buffers.append(buffers)
-            self._conns[i].send(buffers)
+        # One shared buffer per kind for the whole batch; each worker gets its rows.
+        obs_zero = self.observation_spec.zero()
+        rows = self.batch_size
+        self._shared = {
+            "action": TensorDict({"action": self.action_spec.zero()}, rows),
+            "next": TensorDict({
+                **obs_zero.to_dict(),
+                "reward": torch.zeros((*rows, 1)),
+                **{k: torch.zeros((*rows, 1), dtype=torch.bool) for k in DONE_KEYS},
+            }, rows),
+            "root": obs_zero.clone(),
+        }
+        for buffer in self._shared.values():
+            buffer.share_memory_()
+        for i, conn in enumerate(self._conns):
+            conn.send({name: self._worker_rows(buffer, i)
+                       for name, buffer in self._shared.items()})
+
+    def _worker_rows(self, buffer: TensorDict, worker: int) -> TensorDict:
+        part = buffer[self._rows(worker)]
+        return part if self._inner_batched else part[0]
 
     def _receive(self, worker: int, expect: str = "ok") -> Any:
         conn = self._conns[worker]
@@ -246,9 +266,7 @@ class ParallelEnv(_Batched):
             self._receive(worker)
 
     def _gather(self, name: str) -> TensorDict:
-        parts = [b[name] if self._inner_batched else b[name].unsqueeze(0)
-                 for b in self._buffers]
-        return torch.cat(parts, 0)  # a copy: the shared buffers are overwritten next step
+        return self._shared[name].clone()  # a copy: the shared buffers change every step
 
     def _reset(self, seed: int | None) -> dict[str, Any]:
         k = self._per_worker
@@ -258,12 +276,11 @@ class ParallelEnv(_Batched):
         return self._gather("root").to_dict()
 
     def _step(self, action: torch.Tensor):
-        for i, buffers in enumerate(self._buffers):
-            buffers["action"].get("action").copy_(self._worker_view(action, i))
+        self._shared["action"].get("action").copy_(action)
         self._broadcast({i: ("step", None) for i in range(len(self._conns))})
         nxt = self._gather("next")
         self._ended = nxt.get("done").squeeze(-1)
-        observation = nxt.select(*self._worker_obs_spec.keys()).to_dict()
+        observation = nxt.select(*self.observation_spec.keys()).to_dict()
         return observation, nxt.get("reward"), nxt.get("terminated"), nxt.get("truncated")
 
     def _reset_done(self, done: torch.Tensor) -> dict[str, Any]:

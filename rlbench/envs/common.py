@@ -118,7 +118,7 @@ class EnvBase(ABC):
             source[key] = self._false
         root = _tensordict(source, self.batch_size, self.device)
         done = nxt.get("done")
-        if done.any():
+        if (done.numpy().any() if done.device.type == "cpu" else done.any()):
             done = done.squeeze(-1)
             root = _merge_rows(done, self._reset_rows(done), root)
         return tensordict, root

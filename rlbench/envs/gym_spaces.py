@@ -61,6 +61,10 @@ def space_to_spec(space: gym.Space, batch: tuple[int, ...], cast_float64: bool =
     raise NotImplementedError(f"gymnasium {type(space).__name__} spaces have no rlbench spec")
 
 
+def _between(low: float, value: float, high: float) -> bool:
+    return low <= value <= high
+
+
 def _leaves(spec: TensorSpec | Composite) -> list[TensorSpec]:
     if isinstance(spec, Composite):
         return [leaf for sub in spec.values() for leaf in _leaves(sub)]
@@ -161,13 +165,11 @@ class ActionConverter:
             self._lows = self._low.ravel().tolist()
             self._highs = self._high.ravel().tolist()
         self._start = _start(space)
+        self._is_box = isinstance(space, gym.spaces.Box)
 
     def __call__(self, action: torch.Tensor) -> np.ndarray:
-        if action.device.type == "cpu" and not action.requires_grad:
-            array = action.numpy()
-        else:
-            array = action.detach().cpu().numpy()
-        if isinstance(self.space, gym.spaces.Box):
+        array = action.numpy(force=True)  # detach and move to CPU in one call
+        if self._is_box:
             return self._box(array)
         if not self.spec.is_in(torch.from_numpy(array).to(self.spec.dtype)):
             raise ValueError(f"{self.env_id}: action outside {self.spec}: {array.tolist()}")
@@ -177,8 +179,7 @@ class ActionConverter:
 
     def _box(self, array: np.ndarray) -> np.ndarray:
         if array.size <= 64:  # plain floats beat numpy's per-call overhead on small actions
-            inside = all(lo <= v <= hi for v, lo, hi in zip(array.ravel().tolist(), self._lows,
-                                                           self._highs, strict=True))
+            inside = all(map(_between, self._lows, array.ravel().tolist(), self._highs))
         else:
             inside = bool(((array >= self._low) & (array <= self._high)).all())
         if not inside:  # NaN fails every comparison, so it lands here too

@@ -7,6 +7,7 @@ to import: it is imported only when a ``dmc:`` id is validated or built, or ids 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -71,16 +72,22 @@ def env_family(env_id: str) -> str:
 
 @dataclass(frozen=True)
 class SubEnvFactory:
-    """Picklable ``i -> make(env_id, seed=seed + i, ...)``: one sub-env per ParallelEnv worker."""
+    """Picklable ``w -> make(env_id, num_envs=k, seed=seed + w * k, ...)`` for ParallelEnv.
+
+    Worker ``w`` holds sub-envs ``w*k .. w*k + k - 1`` with the seeds they would get in one
+    sync batch, so a parallel batch replays a sync batch exactly.
+    """
 
     env_id: str
+    num_envs: int
     seed: int | None
     device: str
     kwargs: dict[str, Any] = field(default_factory=dict)
 
-    def __call__(self, index: int) -> EnvBase:
-        seed = None if self.seed is None else self.seed + index
-        return make(self.env_id, seed=seed, device=self.device, **self.kwargs)
+    def __call__(self, worker: int) -> EnvBase:
+        seed = None if self.seed is None else self.seed + worker * self.num_envs
+        return make(self.env_id, num_envs=self.num_envs, seed=seed, device=self.device,
+                    **self.kwargs)
 
 
 def make(
@@ -90,29 +97,34 @@ def make(
     seed: int | None = None,
     device: torch.device | str = "cpu",
     vectorization: Literal["sync", "async"] = "sync",
+    num_workers: int | None = None,
     **kwargs: Any,
 ) -> EnvBase:
     """Build a batch of ``num_envs`` envs of any supported id, seeded for its first reset.
 
-    Sub-env i is seeded with ``seed + i``. ``vectorization="sync"`` steps the sub-envs in this
-    process, ``"async"`` one process each (gymnasium's AsyncVectorEnv for gymnasium ids, a
-    ``ParallelEnv`` otherwise). ``kwargs`` go to the family's adapter: ``GymEnv`` or, for
-    ``dmc:`` ids, ``DMControlEnv``.
+    Sub-env i is seeded with ``seed + i``. ``vectorization="sync"`` steps every sub-env in
+    this process; ``"async"`` spreads them over ``num_workers`` processes (default: one per
+    CPU core, at most ``num_envs``), each stepping its share in turn: on a machine with few
+    cores this beats one process per sub-env. ``kwargs`` go to the family's adapter
+    (``GymEnv``, or ``DMControlEnv`` for ``dmc:`` ids).
     """
     validate_env_id(env_id)
-    if vectorization not in ("sync", "async"):
+    if vectorization == "async":
+        from rlbench.envs.batched import ParallelEnv
+
+        workers = num_workers or min(num_envs, os.cpu_count() or 1)
+        if num_envs % workers:
+            raise ValueError(f"num_envs ({num_envs}) must be a multiple of num_workers "
+                             f"({workers})")
+        factory = SubEnvFactory(env_id, num_envs // workers, seed, str(device), dict(kwargs))
+        return ParallelEnv(factory, workers)
+    if vectorization != "sync":
         raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
     if env_id.startswith(DMC_PREFIX):
-        if vectorization == "async":
-            from rlbench.envs.batched import ParallelEnv
-
-            factory = SubEnvFactory(env_id, seed, str(device), dict(kwargs))
-            return ParallelEnv(factory, num_envs)
         from rlbench.envs.dmc import DMControlEnv
 
         domain, task = dmc_tasks()[env_id]
         return DMControlEnv(domain, task, num_envs=num_envs, seed=seed, device=device, **kwargs)
     from rlbench.envs.gym import GymEnv
 
-    return GymEnv(env_id, num_envs=num_envs, seed=seed, device=device,
-                  vectorization=vectorization, **kwargs)
+    return GymEnv(env_id, num_envs=num_envs, seed=seed, device=device, **kwargs)

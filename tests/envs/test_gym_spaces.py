@@ -12,6 +12,7 @@ from rlbench.envs import (
     Bounded,
     Categorical,
     Composite,
+    GymEnv,
     MultiCategorical,
     check_env_specs,
     make,
@@ -105,10 +106,14 @@ def test_discrete_observations() -> None:
     check_env_specs(env, steps=30)
 
 
-@pytest.mark.parametrize("env_id", ["Hopper-v5", "CartPole-v1"])
-def test_async_matches_sync(env_id: str) -> None:
-    sync = make(env_id, num_envs=3, seed=11)
-    async_ = make(env_id, num_envs=3, seed=11, vectorization="async")
+@pytest.mark.parametrize("env_id,how", [("Hopper-v5", "gymnasium"), ("CartPole-v1", "gymnasium"),
+                                        ("CartPole-v1", "rlbench")])
+def test_async_matches_sync(env_id: str, how: str) -> None:
+    sync = make(env_id, num_envs=4, seed=11)
+    if how == "gymnasium":  # gymnasium's AsyncVectorEnv, one process per sub-env
+        async_ = GymEnv(env_id, num_envs=4, seed=11, vectorization="async")
+    else:  # rlbench's ParallelEnv, two workers of two sub-envs
+        async_ = make(env_id, num_envs=4, seed=11, vectorization="async", num_workers=2)
     torch.manual_seed(0)
     root_s, root_a = sync.reset(), async_.reset()
     ends = 0
