@@ -21,7 +21,7 @@ from rlbench.modules import MLP, IndependentNormal, NormalParams, ProbabilisticA
 from rlbench.modules import Categorical as CategoricalDist
 from rlbench.objectives import ClipPPOLoss, total_loss
 from rlbench.recipe import EvalSchedule, RunLogger, RunSpec
-from rlbench.returns import gae
+from rlbench.returns import GAE
 
 KIND = "online"
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
@@ -115,6 +115,7 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         normalize_advantage=cfg.normalize_advantage,
         clip_value=cfg.clip_value,
     )
+    advantage_module = GAE(critic, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
     optimizer = torch.optim.Adam(loss_fn.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
     collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
                           total_frames=spec.frames)
@@ -129,20 +130,7 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         if cfg.anneal_clip:
             loss_fn.clip_epsilon = cfg.clip_epsilon * remaining
 
-        with torch.no_grad():
-            critic(batch)
-            critic(batch.get("next"))
-        advantage, value_target = gae(
-            cfg.gamma,
-            cfg.gae_lambda,
-            batch.get("state_value"),
-            batch.get(("next", "state_value")),
-            batch.get(("next", "reward")),
-            batch.get(("next", "done")),
-            batch.get(("next", "terminated")),
-        )
-        batch.set("advantage", advantage)
-        batch.set("value_target", value_target)
+        advantage_module(batch)  # writes state_value, advantage and value_target
 
         flat = batch.reshape(-1)
         summed = None

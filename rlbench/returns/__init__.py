@@ -1,5 +1,22 @@
-"""Return and advantage estimators, as plain functions on tensors."""
+"""Return and advantage estimators: plain functions on tensors and TensorDict modules."""
 
-from rlbench.returns.gae import gae
+from rlbench.returns.estimators import GAE, TD0, TD1, NStep, TDLambda, ValueEstimator, VTrace
+from rlbench.returns.functional import gae, n_step, td0, td1, td_lambda, vtrace
+from rlbench.returns.scan import reverse_linear_scan
 
-__all__ = ["gae"]
+__all__ = [
+    "GAE",
+    "TD0",
+    "TD1",
+    "NStep",
+    "TDLambda",
+    "VTrace",
+    "ValueEstimator",
+    "gae",
+    "n_step",
+    "reverse_linear_scan",
+    "td0",
+    "td1",
+    "td_lambda",
+    "vtrace",
+]

@@ -49,7 +49,7 @@ def test_raw_gymnasium(benchmark, env_id: str) -> None:
     env = gym.make(env_id)
     policy = _mlp(env.observation_space.shape[0], env.action_space.shape[0])
     benchmark.extra_info["frames_per_round"] = STEPS
-    benchmark.pedantic(_raw_gym_loop, args=(env, policy), rounds=5, warmup_rounds=1)
+    benchmark.pedantic(_raw_gym_loop, args=(env, policy), rounds=10, warmup_rounds=1)
 
 
 @pytest.mark.parametrize("env_id", ["Hopper-v5", "HalfCheetah-v5"])
@@ -58,7 +58,7 @@ def test_rlbench_gym(benchmark, env_id: str) -> None:
     obs_dim = env.observation_spec["observation"].shape[-1]
     actor = ValueOperator(_mlp(obs_dim, env.action_spec.shape[-1]), out_key="action")
     benchmark.extra_info["frames_per_round"] = STEPS
-    benchmark.pedantic(_rlbench_loop, args=(env, actor), rounds=5, warmup_rounds=1)
+    benchmark.pedantic(_rlbench_loop, args=(env, actor), rounds=10, warmup_rounds=1)
 
 
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
@@ -66,7 +66,7 @@ def test_rlbench_gym_8_envs(benchmark, vectorization: str) -> None:
     env = make("Hopper-v5", num_envs=8, vectorization=vectorization)
     actor = ValueOperator(_mlp(11, 3), out_key="action")
     benchmark.extra_info["frames_per_round"] = STEPS * 8
-    benchmark.pedantic(_rlbench_loop, args=(env, actor), rounds=3, warmup_rounds=1)
+    benchmark.pedantic(_rlbench_loop, args=(env, actor), rounds=5, warmup_rounds=1)
     env.close()
 
 
