@@ -63,6 +63,7 @@ class _Batched(EnvBase):
             raise ValueError(f"batched envs need sub-envs with at most one batch dim, got {inner}")
         self._per_worker = inner[0] if inner else 1
         self._inner_batched = bool(inner)
+        self._num_workers = workers
         super().__init__((workers * self._per_worker,), env_specs["device"])
         self.observation_spec = _rebatch(env_specs["observation"], workers, inner)
         self.action_spec = _rebatch(env_specs["action"], workers, inner)
@@ -153,8 +154,31 @@ def _writer(buffer: TensorDict) -> Callable[[TensorDict], None]:
     return write
 
 
+class _WorkerState:
+    """One worker's env, its current root, and its rows of the shared buffers."""
+
+    def __init__(self, env: EnvBase, buffers: dict[str, TensorDict]):
+        self.env = env
+        self.action = buffers["action"].get("action")
+        self.write_next, self.write_root = _writer(buffers["next"]), _writer(buffers["root"])
+        self.root: TensorDict | None = None
+
+    def handle(self, command: str, arg: Any) -> None:
+        if command == "reset":
+            self.root = self.env.reset(arg)
+        elif command == "step":
+            self.root.set("action", self.action.clone())
+            transition, self.root = self.env.step_and_maybe_reset(self.root)
+            self.write_next(transition.get("next"))
+        elif command == "reset_rows":
+            self.root = _reset_some(self.env, arg, self.root)
+        else:
+            raise ValueError(f"unknown env worker command {command!r}")
+        self.write_root(self.root)
+
+
 def _worker(index: int, create_env_fn: EnvFactory, conn: Connection) -> None:
-    """Worker loop: build the env, then serve reset/step/reset_rows/close commands.
+    """Worker process: build the env, then serve reset/step/reset_rows/close commands.
 
     The parent sends this worker its rows of the shared buffers; the worker reads its
     actions there and writes its transitions and next roots there.
@@ -163,27 +187,14 @@ def _worker(index: int, create_env_fn: EnvFactory, conn: Connection) -> None:
     try:
         env = create_env_fn(index)
         conn.send(("specs", _specs_of(env)))
-        buffers = conn.recv()
-        action = buffers["action"].get("action")
-        write_next, write_root = _writer(buffers["next"]), _writer(buffers["root"])
-        root = None
+        state = _WorkerState(env, conn.recv())
         while True:
             command, arg = conn.recv()
-            if command == "reset":
-                root = env.reset(arg)
-                write_root(root)
-            elif command == "step":
-                root.set("action", action.clone())
-                transition, root = env.step_and_maybe_reset(root)
-                write_next(transition.get("next"))
-                write_root(root)
-            elif command == "reset_rows":
-                root = _reset_some(env, arg, root)
-                write_root(root)
-            elif command == "close":
+            if command == "close":
                 env.close()
                 conn.send(("ok", None))
                 return
+            state.handle(command, arg)
             conn.send(("ok", None))
     except KeyboardInterrupt:
         return
@@ -194,29 +205,37 @@ def _worker(index: int, create_env_fn: EnvFactory, conn: Connection) -> None:
 class ParallelEnv(_Batched):
     """``num_workers`` envs from ``create_env_fn(i)``, each stepping in its own process.
 
+    With ``in_process_worker=True`` worker 0 steps in this process while the others step in
+    theirs: on a machine with few cores, this process would otherwise sit idle waiting.
     ``create_env_fn`` must be picklable (a module-level function or ``functools.partial``)
     because workers start with ``start_method`` (``"spawn"`` by default: safe with threads).
     """
 
     def __init__(self, create_env_fn: EnvFactory, num_workers: int, *,
-                 start_method: str = "spawn", timeout: float = 120.0):
+                 in_process_worker: bool = False, start_method: str = "spawn",
+                 timeout: float = 120.0):
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         self.timeout = timeout
         context = mp.get_context(start_method)
-        self._conns: list[Connection] = []
-        self._processes = []
+        self._conns: dict[int, Connection] = {}
+        self._processes: dict[int, Any] = {}
         self._closed = False
-        for i in range(num_workers):
+        self._local: _WorkerState | None = None
+        first_remote = 1 if in_process_worker else 0
+        for i in range(first_remote, num_workers):
             parent, child = context.Pipe()
             process = context.Process(target=_worker, args=(i, create_env_fn, child),
                                       daemon=True, name=f"rlbench-env-{i}")
             process.start()
             child.close()
-            self._conns.append(parent)
-            self._processes.append(process)
-        specs = [self._receive(i, expect="specs") for i in range(num_workers)]
-        self._init_specs(specs[0], num_workers)
+            self._conns[i] = parent
+            self._processes[i] = process
+        local_env = create_env_fn(0) if in_process_worker else None
+        specs = {i: self._receive(i, expect="specs") for i in self._conns}
+        if local_env is not None:
+            specs[0] = _specs_of(local_env)
+        self._init_specs(specs[min(specs)], num_workers)
         # One shared buffer per kind for the whole batch; each worker gets its rows.
         obs_zero = self.observation_spec.zero()
         rows = self.batch_size
@@ -231,9 +250,13 @@ class ParallelEnv(_Batched):
         }
         for buffer in self._shared.values():
             buffer.share_memory_()
-        for i, conn in enumerate(self._conns):
-            conn.send({name: self._worker_rows(buffer, i)
-                       for name, buffer in self._shared.items()})
+        for i, conn in self._conns.items():
+            conn.send(self._rows_of(i))
+        if local_env is not None:
+            self._local = _WorkerState(local_env, self._rows_of(0))
+
+    def _rows_of(self, worker: int) -> dict[str, TensorDict]:
+        return {name: self._worker_rows(buffer, worker) for name, buffer in self._shared.items()}
 
     def _worker_rows(self, buffer: TensorDict, worker: int) -> TensorDict:
         part = buffer[self._rows(worker)]
@@ -260,9 +283,12 @@ class ParallelEnv(_Batched):
     def _broadcast(self, commands: dict[int, tuple[str, Any]]) -> None:
         if self._closed:
             raise RuntimeError("this ParallelEnv is closed")
-        for worker, command in commands.items():
-            self._conns[worker].send(command)
-        for worker in commands:
+        remote = [w for w in commands if w in self._conns]
+        for worker in remote:
+            self._conns[worker].send(commands[worker])
+        if self._local is not None and 0 in commands:  # overlaps with the remote workers
+            self._local.handle(*commands[0])
+        for worker in remote:
             self._receive(worker)
 
     def _gather(self, name: str) -> TensorDict:
@@ -271,13 +297,13 @@ class ParallelEnv(_Batched):
     def _reset(self, seed: int | None) -> dict[str, Any]:
         k = self._per_worker
         self._broadcast({i: ("reset", None if seed is None else seed + i * k)
-                         for i in range(len(self._conns))})
+                         for i in range(self._num_workers)})
         self._ended = torch.zeros(self.batch_size, dtype=torch.bool)
         return self._gather("root").to_dict()
 
     def _step(self, action: torch.Tensor):
         self._shared["action"].get("action").copy_(action)
-        self._broadcast({i: ("step", None) for i in range(len(self._conns))})
+        self._broadcast({i: ("step", None) for i in range(self._num_workers)})
         nxt = self._gather("next")
         self._ended = nxt.get("done").squeeze(-1)
         observation = nxt.select(*self.observation_spec.keys()).to_dict()
@@ -286,7 +312,7 @@ class ParallelEnv(_Batched):
     def _reset_done(self, done: torch.Tensor) -> dict[str, Any]:
         extra = done.cpu() & ~self._ended
         commands = {}
-        for i in range(len(self._conns)):
+        for i in range(self._num_workers):
             mask = self._worker_view(extra, i)
             if mask.any():
                 commands[i] = ("reset_rows", mask.clone())
@@ -296,7 +322,7 @@ class ParallelEnv(_Batched):
 
     def _shutdown(self) -> None:
         self._closed = True
-        for process in self._processes:
+        for process in self._processes.values():
             if process.is_alive():
                 process.terminate()
             process.join(timeout=5)
@@ -304,13 +330,15 @@ class ParallelEnv(_Batched):
     def close(self) -> None:
         if self._closed:
             return
-        for conn in self._conns:
+        for conn in self._conns.values():
             with contextlib.suppress(BrokenPipeError, OSError):  # a dead worker: nothing to close
                 conn.send(("close", None))
-        for i, conn in enumerate(self._conns):
+        for i, conn in self._conns.items():
             if conn.poll(5):
                 conn.recv()
             self._processes[i].join(timeout=5)
+        if self._local is not None:
+            self._local.env.close()
         self._shutdown()
 
     def __del__(self) -> None:

@@ -103,9 +103,10 @@ def make(
     """Build a batch of ``num_envs`` envs of any supported id, seeded for its first reset.
 
     Sub-env i is seeded with ``seed + i``. ``vectorization="sync"`` steps every sub-env in
-    this process; ``"async"`` spreads them over ``num_workers`` processes (default: one per
-    CPU core, at most ``num_envs``), each stepping its share in turn: on a machine with few
-    cores this beats one process per sub-env. ``kwargs`` go to the family's adapter
+    this process; ``"async"`` spreads them over ``num_workers`` workers (default: one per
+    CPU core, at most ``num_envs``), each stepping its share in turn, worker 0 in this
+    process and the others in their own: on a machine with few cores this beats one
+    process per sub-env. ``kwargs`` go to the family's adapter
     (``GymEnv``, or ``DMControlEnv`` for ``dmc:`` ids).
     """
     validate_env_id(env_id)
@@ -117,7 +118,7 @@ def make(
             raise ValueError(f"num_envs ({num_envs}) must be a multiple of num_workers "
                              f"({workers})")
         factory = SubEnvFactory(env_id, num_envs // workers, seed, str(device), dict(kwargs))
-        return ParallelEnv(factory, workers)
+        return ParallelEnv(factory, workers, in_process_worker=True)
     if vectorization != "sync":
         raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
     if env_id.startswith(DMC_PREFIX):

@@ -87,7 +87,7 @@ def test_worker_exception_surfaces_with_traceback_and_shuts_down() -> None:
     root.set("action", torch.tensor([[0.5], [7.0]]))
     with pytest.raises(RuntimeError, match=r"env worker 1 raised:(.|\n)*outside bounds"):
         env.step(root)
-    assert all(not p.is_alive() for p in env._processes)
+    assert all(not p.is_alive() for p in env._processes.values())
     with pytest.raises(RuntimeError, match="closed"):
         env.step(root)
 
@@ -109,3 +109,14 @@ def test_make_async_dm_control_matches_sync() -> None:
             assert torch.equal(tr_s["next", "reward"], tr_p["next", "reward"])
     finally:
         parallel.close()
+
+
+def test_in_process_worker_matches_its_sub_envs() -> None:
+    env = ParallelEnv(hopper, 2, in_process_worker=True)
+    try:
+        assert list(env._processes) == [1], "worker 0 steps in this process"
+        torch.manual_seed(4)
+        actions = torch.rand(120, 2, 3) * 2 - 1
+        assert _compare(env, [hopper(0), hopper(1)], actions, 1, seed=7) >= 1
+    finally:
+        env.close()
