@@ -1,1 +1,23 @@
-"""Replay buffers and offline datasets (storages, samplers, writers; D4RL and Minari)."""
+"""Replay buffers: storages (where items live), samplers (which items a batch reads) and
+writers (where new items go), composed by ``ReplayBuffer``."""
+
+from rlbench.data.prioritized import PrioritizedSampler
+from rlbench.data.replay_buffer import ReplayBuffer
+from rlbench.data.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
+from rlbench.data.slice_sampler import SliceSampler
+from rlbench.data.storages import MemmapStorage, Storage, TensorStorage
+from rlbench.data.writers import RoundRobinWriter, Writer
+
+__all__ = [
+    "MemmapStorage",
+    "PrioritizedSampler",
+    "RandomSampler",
+    "ReplayBuffer",
+    "RoundRobinWriter",
+    "Sampler",
+    "SamplerWithoutReplacement",
+    "SliceSampler",
+    "Storage",
+    "TensorStorage",
+    "Writer",
+]
