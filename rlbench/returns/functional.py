@@ -51,9 +51,12 @@ def gae(
     ``A_t = delta_t + gamma lambda (1 - done_t) A_{t+1}``; the value target is ``A + V``.
     """
     _check(state_value, next_state_value, reward, done, terminated)
-    dtype = state_value.dtype
-    delta = reward + gamma * next_state_value * (~terminated).to(dtype) - state_value
-    advantage = reverse_linear_scan((gamma * lmbda) * (~done).to(dtype), delta, time_dim)
+    bootstrap = torch.where(terminated, 0.0, next_state_value)
+    delta = torch.add(reward - state_value, bootstrap, alpha=gamma) if isinstance(
+        gamma, float) else reward - state_value + gamma * bootstrap
+    coefficient = torch.as_tensor(gamma * lmbda, dtype=delta.dtype, device=delta.device)
+    decay = torch.where(done, 0.0, coefficient)
+    advantage = reverse_linear_scan(decay, delta, time_dim)
     return advantage, advantage + state_value
 
 

@@ -19,19 +19,21 @@ __all__ = ["reverse_linear_scan"]
 def reverse_linear_scan(a: torch.Tensor, b: torch.Tensor, time_dim: int) -> torch.Tensor:
     """Solve ``x_t = b_t + a_t x_{t+1}`` (``x`` after the last step is 0) along ``time_dim``.
 
+    Hillis-Steele in reverse: round k folds the map ``2^k`` steps ahead into each step.
+
     ``a`` and ``b`` broadcast to one shape; the result has that shape and ``b``'s dtype.
     """
     a, b = torch.broadcast_tensors(a, b)
-    # Work time-last and reversed, so the recurrence runs forward along a contiguous dim.
-    a = a.movedim(time_dim, -1).flip(-1).to(b.dtype)
-    x = b.movedim(time_dim, -1).flip(-1)
+    a = a.movedim(time_dim, -1).to(b.dtype)
+    x = b.movedim(time_dim, -1)
     steps = x.shape[-1]
     shift = 1
     while shift < steps:
-        # after this round, x_u holds sum_{v=u-2*shift+1..u} (prod a) b_v, a_u the product
-        x = torch.cat((x[..., :shift], torch.addcmul(x[..., shift:], a[..., shift:],
-                                                     x[..., :-shift])), dim=-1)
+        # after this round, x_t holds sum_{u=t..t+2*shift-1} (prod_{t<=v<u} a_v) b_u and a_t
+        # the product of the 2*shift coefficients from t (the composition of affine maps)
+        x = torch.cat((torch.addcmul(x[..., :-shift], a[..., :-shift], x[..., shift:]),
+                       x[..., -shift:]), dim=-1)
         if shift * 2 < steps:
-            a = torch.cat((a[..., :shift], a[..., shift:] * a[..., :-shift]), dim=-1)
+            a = torch.cat((a[..., :-shift] * a[..., shift:], a[..., -shift:]), dim=-1)
         shift *= 2
-    return x.flip(-1).movedim(-1, time_dim)
+    return x.movedim(-1, time_dim)
