@@ -63,6 +63,7 @@ def full_storage() -> TensorStorage:
 
 def test_uniform_sample_256_of_1m(benchmark, full_storage) -> None:
     buffer = ReplayBuffer(full_storage, RandomSampler(seed=0), batch_size=BATCH)
+    benchmark.extra_info["goal_ms"] = 0.1  # TorchRL 0.14.1 on this machine: 0.33 ms
     batch = benchmark(buffer.sample)
     assert batch.batch_size == torch.Size([BATCH])
 
@@ -77,6 +78,7 @@ def test_prioritized_sample_and_update_256_of_1m(benchmark, full_storage) -> Non
         buffer.update_priority(batch["index"], td_error)
         return batch
 
+    benchmark.extra_info["goal_ms"] = 1.0  # TorchRL 0.14.1: does not run with torch 2.13
     batch = benchmark(step)
     assert batch["priority_weight"].shape == (BATCH,)
 
