@@ -10,6 +10,7 @@ value of the final observation and only termination stops the return.
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from dataclasses import dataclass
 
 import torch
@@ -100,64 +101,65 @@ def make_actor_critic(env, cfg: Config) -> tuple[ProbabilisticActor, ValueOperat
 
 def train(spec: RunSpec, logger: RunLogger) -> None:
     cfg: Config = spec.algo
-    env = make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env, device=spec.device)
-    eval_env = make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
-                    device=spec.device)
-    actor, critic = make_actor_critic(env, cfg)
-    actor.to(spec.device)
-    critic.to(spec.device)
-    loss_fn = ClipPPOLoss(
-        actor,
-        critic,
-        clip_epsilon=cfg.clip_epsilon,
-        entropy_coef=cfg.entropy_coef,
-        critic_coef=cfg.critic_coef,
-        normalize_advantage=cfg.normalize_advantage,
-        clip_value=cfg.clip_value,
-    )
-    advantage_module = GAE(critic, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
-    optimizer = torch.optim.Adam(loss_fn.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
-    collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
-                          total_frames=spec.frames)
-    schedule = EvalSchedule(spec.eval_every)
-    train_time = 0.0
+    with (
+        closing(make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env,
+                     device=spec.device)) as env,
+        closing(make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
+                     device=spec.device)) as eval_env,
+    ):
+        actor, critic = make_actor_critic(env, cfg)
+        actor.to(spec.device)
+        critic.to(spec.device)
+        loss_fn = ClipPPOLoss(
+            actor,
+            critic,
+            clip_epsilon=cfg.clip_epsilon,
+            entropy_coef=cfg.entropy_coef,
+            critic_coef=cfg.critic_coef,
+            normalize_advantage=cfg.normalize_advantage,
+            clip_value=cfg.clip_value,
+        )
+        advantage_module = GAE(critic, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
+        optimizer = torch.optim.Adam(loss_fn.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
+        collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
+                              total_frames=spec.frames)
+        schedule = EvalSchedule(spec.eval_every)
+        train_time = 0.0
 
-    for iteration, batch in enumerate(collector):
-        start = time.perf_counter()
-        remaining = 1.0 - iteration / len(collector)
-        if cfg.anneal_lr:
-            optimizer.param_groups[0]["lr"] = cfg.learning_rate * remaining
-        if cfg.anneal_clip:
-            loss_fn.clip_epsilon = cfg.clip_epsilon * remaining
+        for iteration, batch in enumerate(collector):
+            start = time.perf_counter()
+            remaining = 1.0 - iteration / len(collector)
+            if cfg.anneal_lr:
+                optimizer.param_groups[0]["lr"] = cfg.learning_rate * remaining
+            if cfg.anneal_clip:
+                loss_fn.clip_epsilon = cfg.clip_epsilon * remaining
 
-        advantage_module(batch)  # writes state_value, advantage and value_target
+            advantage_module(batch)  # writes state_value, advantage and value_target
 
-        flat = batch.reshape(-1)
-        summed = None
-        for _ in range(cfg.epochs):
-            for index in torch.randperm(flat.shape[0]).split(cfg.minibatch_size):
-                losses = loss_fn(flat[index])
-                loss = total_loss(losses, frames=collector.frames)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm)
-                optimizer.step()
-                losses = losses.detach()
-                summed = losses if summed is None else summed + losses
-        n_updates = cfg.epochs * -(-flat.shape[0] // cfg.minibatch_size)
-        train_time += time.perf_counter() - start + collector.last_batch_seconds
+            flat = batch.reshape(-1)
+            summed = None
+            for _ in range(cfg.epochs):
+                for index in torch.randperm(flat.shape[0]).split(cfg.minibatch_size):
+                    losses = loss_fn(flat[index])
+                    loss = total_loss(losses, frames=collector.frames)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm)
+                    optimizer.step()
+                    losses = losses.detach()
+                    summed = losses if summed is None else summed + losses
+            n_updates = cfg.epochs * -(-flat.shape[0] // cfg.minibatch_size)
+            train_time += time.perf_counter() - start + collector.last_batch_seconds
 
-        metrics = {
-            f"loss/{k.removeprefix('loss_')}" if k.startswith("loss_") else f"train/{k}":
-                v.item() / n_updates
-            for k, v in summed.items()
-        }
-        metrics["train/fps"] = collector.frames / train_time
-        metrics["train/learning_rate"] = optimizer.param_groups[0]["lr"]
-        logger.log_metrics(collector.frames, metrics)
-        if schedule.due(collector.frames) or collector.frames >= spec.frames:
-            logger.log_eval(collector.frames, evaluate(eval_env, actor))
+            metrics = {
+                f"loss/{k.removeprefix('loss_')}" if k.startswith("loss_") else f"train/{k}":
+                    v.item() / n_updates
+                for k, v in summed.items()
+            }
+            metrics["train/fps"] = collector.frames / train_time
+            metrics["train/learning_rate"] = optimizer.param_groups[0]["lr"]
+            logger.log_metrics(collector.frames, metrics)
+            if schedule.due(collector.frames) or collector.frames >= spec.frames:
+                logger.log_eval(collector.frames, evaluate(eval_env, actor))
 
-    logger.save_model("policy", actor)
-    env.close()
-    eval_env.close()
+        logger.save_model("policy", actor)

@@ -285,7 +285,12 @@ class ParallelEnv(_Batched):
             raise RuntimeError("this ParallelEnv is closed")
         remote = [w for w in commands if w in self._conns]
         for worker in remote:
-            self._conns[worker].send(commands[worker])
+            try:
+                self._conns[worker].send(commands[worker])
+            except (BrokenPipeError, OSError):
+                self._shutdown()
+                raise RuntimeError(f"env worker {worker} died (exit code "
+                                   f"{self._processes[worker].exitcode})") from None
         if self._local is not None and 0 in commands:  # overlaps with the remote workers
             self._local.handle(*commands[0])
         for worker in remote:
@@ -326,20 +331,25 @@ class ParallelEnv(_Batched):
             if process.is_alive():
                 process.terminate()
             process.join(timeout=5)
+        for conn in self._conns.values():
+            conn.close()
 
     def close(self) -> None:
         if self._closed:
             return
-        for conn in self._conns.values():
-            with contextlib.suppress(BrokenPipeError, OSError):  # a dead worker: nothing to close
-                conn.send(("close", None))
-        for i, conn in self._conns.items():
-            if conn.poll(5):
-                conn.recv()
-            self._processes[i].join(timeout=5)
-        if self._local is not None:
-            self._local.env.close()
-        self._shutdown()
+        try:
+            for conn in self._conns.values():
+                with contextlib.suppress(BrokenPipeError, OSError):  # dead: nothing to close
+                    conn.send(("close", None))
+            for i, conn in self._conns.items():
+                with contextlib.suppress(EOFError, OSError):  # a dead worker's pipe is at EOF
+                    if conn.poll(5):
+                        conn.recv()
+                self._processes[i].join(timeout=5)
+            if self._local is not None:
+                self._local.env.close()
+        finally:
+            self._shutdown()
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):

@@ -179,6 +179,9 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
         for env in envs:
             per_env = dict(suite.per_env.get(env, {}))
             env_algo_params = per_env.pop(algo, {})
+            if not isinstance(env_algo_params, dict):
+                raise ConfigError(f"suite {suite.name}: per_env {env}.{algo} must be a mapping "
+                                  f"of hyperparameters, got {env_algo_params!r}")
             for other in list(per_env):
                 if other in known_algos:
                     per_env.pop(other)

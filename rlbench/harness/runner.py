@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 import traceback
 from collections.abc import Callable
@@ -52,7 +53,9 @@ def execute_run(
     start = time.perf_counter()
     seeds = derive_seeds(config.base_seed, config.seed_index)
     run_dir = run_dir_for(tracker.out_dir, config)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if run_dir.exists():  # a rerun: nothing of an earlier attempt may reach this MLflow run
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
     run_id = tracker.start_run(experiment_id, parent_id, config, environment_tags(config.device))
     tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
     config_path = run_dir / "config.yaml"

@@ -62,12 +62,25 @@ def load_suite(name_or_path: str) -> Suite:
         path = _suite_dir() / f"{name_or_path}.yaml"
     elif not path.is_file():
         raise ConfigError(f"suite file {str(path)!r} does not exist")
-    raw = yaml.safe_load(path.read_text()) or {}
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"suite {path}: not valid YAML ({err})".replace("\n", " ")) from err
     if not isinstance(raw, dict):
         raise ConfigError(f"suite {path}: expected a mapping at the top level")
     for key in raw:
         if key not in _SUITE_KEYS:
             raise UnknownNameError(f"suite key in {path.name}", key, _SUITE_KEYS)
+    for key in ("algos", "envs"):
+        value = raw.get(key)
+        if value is not None and not (isinstance(value, str) or (
+                isinstance(value, list) and all(isinstance(v, str) for v in value))):
+            raise ConfigError(f"suite {path}: {key} must be a list of names, got {value!r}")
+    for key in ("per_algo", "per_env"):
+        value = raw.get(key) or {}
+        if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+            raise ConfigError(f"suite {path}: {key} must map names to mappings of settings, "
+                              f"got {value!r}")
     settings = {k: raw.get(k, default) for k, default in SUITE_SETTINGS.items()}
     return Suite(
         name=path.stem,

@@ -41,6 +41,8 @@ class ClipPPOLoss(nn.Module):
         super().__init__()
         if clip_epsilon <= 0:
             raise ValueError(f"clip_epsilon must be > 0, got {clip_epsilon}")
+        if clip_value is not None and clip_value <= 0:
+            raise ValueError(f"clip_value must be > 0 or None, got {clip_value}")
         self.actor, self.critic = actor, critic
         self.clip_epsilon = clip_epsilon
         self.entropy_coef, self.critic_coef = entropy_coef, critic_coef

@@ -148,19 +148,22 @@ def n_step(
         raise ValueError(f"n must be >= 1, got {n}")
     dtype = state_value.dtype
     cut = _last_step_cut(done, time_dim)
+    gammas = torch.broadcast_to(torch.as_tensor(gamma, dtype=dtype, device=reward.device),
+                                reward.shape)
     target = torch.zeros_like(reward)
     alive = torch.ones_like(reward)
-    discount: Scalar = 1.0
+    discount = torch.ones_like(reward)  # gamma_t ... gamma_{t+k-1}: gamma may vary in time
     for k in range(n):
         r_k = _shift_back(reward, k, time_dim, 0.0)
         end_k = _shift_back(cut, k, time_dim, True) if k < n - 1 else torch.ones_like(cut)
         term_k = _shift_back(terminated, k, time_dim, True)
         value_k = _shift_back(next_state_value, k, time_dim, 0.0)
+        gamma_k = _shift_back(gammas, k, time_dim, 0.0)
         target = target + alive * discount * r_k
         stops = alive * end_k.to(dtype)
-        target = target + stops * (discount * gamma) * (~term_k).to(dtype) * value_k
+        target = target + stops * (discount * gamma_k) * (~term_k).to(dtype) * value_k
         alive = alive - stops
-        discount = discount * gamma
+        discount = discount * gamma_k
     return target - state_value, target
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 import torch
 
@@ -120,3 +123,23 @@ def test_in_process_worker_matches_its_sub_envs() -> None:
         assert _compare(env, [hopper(0), hopper(1)], actions, 1, seed=7) >= 1
     finally:
         env.close()
+
+
+def test_a_killed_worker_is_reported_and_close_stops_the_others() -> None:
+    env = ParallelEnv(hopper, 3)
+    root = env.reset()
+    os.kill(env._processes[1].pid, signal.SIGKILL)
+    env._processes[1].join(timeout=10)
+    root.set("action", torch.zeros(3, 3))
+    with pytest.raises(RuntimeError, match="env worker 1 died"):
+        env.step(root)
+    assert all(not p.is_alive() for p in env._processes.values())
+    env.close()  # idempotent after a failure
+
+
+def test_close_with_a_dead_worker_stops_the_others() -> None:
+    env = ParallelEnv(hopper, 3)
+    os.kill(env._processes[0].pid, signal.SIGKILL)
+    env._processes[0].join(timeout=10)
+    env.close()
+    assert all(not p.is_alive() for p in env._processes.values())

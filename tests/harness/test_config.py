@@ -121,6 +121,20 @@ def test_bad_suite_files(tmp_path: Path) -> None:
         resolve_sweep([f"suite={tmp_path / 'nope.yaml'}"])
 
 
+@pytest.mark.parametrize("text,message", [
+    ("algos: [ppo\n", "not valid YAML"),
+    ("algos: [ppo]\nenvs: [CartPole-v1]\nper_algo:\n  ppo: 3\n", "per_algo must map"),
+    ("algos: [ppo]\nenvs: [CartPole-v1]\nper_env:\n  CartPole-v1:\n", "per_env must map"),
+    ("algos: ppo: 3\n", "not valid YAML"),
+    ("algos: [1, 2]\n", "algos must be a list of names"),
+    ("algos: [ppo]\nenvs: [CartPole-v1]\nframes: 10\neval_every: 5\nper_env:\n"
+     "  CartPole-v1: {ppo: 3}\n", "per_env CartPole-v1.ppo must be a mapping"),
+])
+def test_malformed_suite_files_are_config_errors(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve_sweep([_suite(tmp_path, text)])
+
+
 def test_derived_seeds_are_distinct_and_stable() -> None:
     a, b = derive_seeds(0, 0), derive_seeds(0, 1)
     assert a == derive_seeds(0, 0)

@@ -147,3 +147,22 @@ def test_mlflow_tracking_uri_is_respected(tiny_suite: Path, tmp_path: Path,
     client = MlflowClient(f"sqlite:///{store}")
     experiment = client.get_experiment_by_name("tiny")
     assert set(_children(client, experiment.experiment_id)) == {"ppo/CartPole-v1/seed0"}
+
+
+def test_a_rerun_attaches_only_its_own_files(tiny_suite: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["run", f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1", "seeds=1"]
+    assert main(args) == 0
+    (run_dir,) = (out / "runs" / "tiny").iterdir()
+    # what an earlier, interrupted attempt of the same config could have left behind
+    (run_dir / "traceback.txt").write_text("stale")
+    (run_dir / "critic.pt").write_bytes(b"stale")
+    assert main(args) == 0
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("tiny")
+    runs = client.search_runs([experiment.experiment_id], "tags.kind = 'run'",
+                              order_by=["attributes.start_time ASC"])
+    assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]
+    artifacts = {a.path for a in client.list_artifacts(runs[1].info.run_id)}
+    assert artifacts == {"config.yaml", "curve.csv", "policy.pt"}
+    assert not (run_dir / "traceback.txt").exists()

@@ -63,12 +63,19 @@ def test_value_clipping_by_hand() -> None:
     actor = ProbabilisticActor(nn.Identity(), Categorical)
     loss = ClipPPOLoss(actor, ValueOperator(SumValue()), critic_coef=1.0, clip_value=0.2,
                        normalize_advantage=False)
-    out = loss(_hand_batch())
-    # sample 1: V = ln 3 = 1.0986, old 1.5 -> clipped to 1.3; errors (1.0986-2)^2 vs (1.3-2)^2
-    e1 = max((math.log(3) - 2) ** 2, (1.3 - 2) ** 2)
+    batch = _hand_batch()
+    batch["value_target"] = torch.tensor([[0.9], [1.0]], dtype=torch.float64)
+    out = loss(batch)
+    # sample 1: V = ln 3 = 1.0986, old 1.5 -> clipped to 1.3; (1.3-0.9)^2 = 0.16 beats
+    # the unclipped (1.0986-0.9)^2 = 0.0394: clipping decides this one
+    e1 = max((math.log(3) - 0.9) ** 2, (1.3 - 0.9) ** 2)
+    assert e1 == pytest.approx(0.16)
     # sample 2: V = 0, old 0.5 -> clipped 0.3; errors (0-1)^2 = 1 vs (0.3-1)^2 = 0.49
     e2 = max(1.0, 0.49)
     assert out["loss_critic"].item() == pytest.approx(0.5 * (e1 + e2) / 2, abs=1e-12)
+    unclipped = ClipPPOLoss(actor, ValueOperator(SumValue()), critic_coef=1.0,
+                            normalize_advantage=False)(batch)
+    assert out["loss_critic"].item() > unclipped["loss_critic"].item() + 0.02
 
 
 def _reference_loss(logp_new, logp_old, adv, eps, normalize):

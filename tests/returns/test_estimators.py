@@ -172,3 +172,14 @@ def test_float32_scan_stays_close_on_long_horizons() -> None:
     fast = reverse_linear_scan(a, b, -1)
     slow = reverse_linear_scan(a.double(), b.double(), -1)
     torch.testing.assert_close(fast.double(), slow, rtol=1e-4, atol=1e-4)
+
+
+def test_n_step_with_gamma_varying_in_time_matches_td1() -> None:
+    reward = torch.ones(1, 3, 1, dtype=torch.float64)
+    zeros = torch.zeros(1, 3, 1, dtype=torch.float64)
+    flags = torch.zeros(1, 3, 1, dtype=torch.bool)
+    gamma = torch.tensor([0.5, 0.9, 0.9], dtype=torch.float64).view(1, 3, 1)
+    _, nstep = n_step(gamma, 3, zeros, zeros, reward, flags, flags)
+    _, mc = td_lambda(gamma, 1.0, zeros, zeros, reward, flags, flags)
+    assert nstep[0, 0, 0].item() == pytest.approx(1 + 0.5 + 0.5 * 0.9)
+    torch.testing.assert_close(nstep, mc)
