@@ -93,15 +93,19 @@ class EnvBase(ABC):
         """A root TensorDict whose rows in ``done`` start new episodes (other rows: unused)."""
         return self._root(self._reset_done(done))
 
-    def step(self, tensordict: TensorDict) -> TensorDict:
-        """Apply ``tensordict["action"]`` and write the result under ``"next"``."""
+    def _next(self, tensordict: TensorDict) -> TensorDict:
+        """The ``"next"`` TensorDict of applying ``tensordict["action"]``."""
         observation, reward, terminated, truncated = self._step(tensordict.get("action"))
         source = dict(observation)
         source["reward"] = reward
         source["terminated"] = terminated
         source["truncated"] = truncated
         source["done"] = terminated | truncated
-        _set_next(tensordict, _tensordict(source, self.batch_size, self.device))
+        return _tensordict(source, self.batch_size, self.device)
+
+    def step(self, tensordict: TensorDict) -> TensorDict:
+        """Apply ``tensordict["action"]`` and write the result under ``"next"``."""
+        _set_next(tensordict, self._next(tensordict))
         return tensordict
 
     def step_and_maybe_reset(self, tensordict: TensorDict) -> tuple[TensorDict, TensorDict]:
@@ -111,8 +115,8 @@ class EnvBase(ABC):
         running values transforms keep, such as ``step_count``), with the done flags cleared;
         the rows of finished sub-envs come from a reset instead.
         """
-        tensordict = self.step(tensordict)
-        nxt = tensordict.get("next")
+        nxt = self._next(tensordict)
+        _set_next(tensordict, nxt)
         source = {key: value for key, value in nxt.items() if key not in _NOT_CARRIED}
         for key in DONE_KEYS:
             source[key] = self._false

@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlbench.envs.common import EnvBase, _set_next
+from rlbench.envs.common import EnvBase
 from rlbench.envs.specs import Composite, TensorSpec
 
 __all__ = ["Compose", "Transform", "TransformedEnv"]
@@ -146,16 +146,15 @@ class TransformedEnv(EnvBase):
     def _reset_rows(self, done: torch.Tensor) -> TensorDict:
         return self.transform.reset(self.base_env._reset_rows(done), done)
 
-    def step(self, tensordict: TensorDict) -> TensorDict:
+    def _next(self, tensordict: TensorDict) -> TensorDict:
         if self.transform.transforms_input:
             base_input = self.transform.inv(tensordict.copy())
         else:
             base_input = tensordict
-        base_next = self.base_env.step(base_input).get("next")
+        base_next = self.base_env._next(base_input)
         if self.transform.repeats > 1:
             base_next = self._repeat(base_input, base_next, self.transform.repeats)
-        _set_next(tensordict, self.transform.step(tensordict, base_next))
-        return tensordict
+        return self.transform.step(tensordict, base_next)
 
     def _repeat(self, base_input: TensorDict, first: TensorDict, repeats: int) -> TensorDict:
         """Repeat the action, summing rewards; stop as soon as any sub-env's episode ends."""
@@ -163,7 +162,7 @@ class TransformedEnv(EnvBase):
         for _ in range(repeats - 1):
             if last.get("done").any():
                 break
-            last = self.base_env.step(base_input).get("next")
+            last = self.base_env._next(base_input)
             reward = reward + last.get("reward")
         last.set("reward", reward)
         return last
