@@ -72,7 +72,8 @@ class _Batched(EnvBase):
         k = self._per_worker
         return slice(worker * k, (worker + 1) * k)
 
-    def _worker_view(self, value: torch.Tensor, worker: int) -> torch.Tensor:
+    def _worker_view(self, value: Any, worker: int) -> Any:
+        """The rows of worker ``worker`` in a batched tensor or TensorDict (a view)."""
         part = value[self._rows(worker)]
         return part if self._inner_batched else part[0]
 
@@ -256,11 +257,7 @@ class ParallelEnv(_Batched):
             self._local = _WorkerState(local_env, self._rows_of(0))
 
     def _rows_of(self, worker: int) -> dict[str, TensorDict]:
-        return {name: self._worker_rows(buffer, worker) for name, buffer in self._shared.items()}
-
-    def _worker_rows(self, buffer: TensorDict, worker: int) -> TensorDict:
-        part = buffer[self._rows(worker)]
-        return part if self._inner_batched else part[0]
+        return {name: self._worker_view(buffer, worker) for name, buffer in self._shared.items()}
 
     def _receive(self, worker: int, expect: str = "ok") -> Any:
         conn = self._conns[worker]

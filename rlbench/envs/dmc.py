@@ -31,11 +31,12 @@ import os
 import sys
 from collections.abc import Mapping
 from types import MappingProxyType, ModuleType
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
+from rlbench.envs.box_actions import ActionCheck, BoxActionCheck
 from rlbench.envs.common import EnvBase
 from rlbench.envs.specs import Bounded, Composite, TensorSpec, Unbounded
 from rlbench.errors import ConfigError, UnknownNameError
@@ -43,8 +44,6 @@ from rlbench.errors import ConfigError, UnknownNameError
 __all__ = ["DMC_PREFIX", "DMControlEnv", "dmc_tasks", "import_suite"]
 
 DMC_PREFIX = "dmc:"
-
-ActionCheck = Literal["clip", "raise"]
 
 # Domains whose model (not only the initial state) is drawn from the seed at load time.
 _MODEL_FROM_SEED = frozenset({"lqr"})
@@ -146,8 +145,6 @@ class DMControlEnv(EnvBase):
     ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if action_check not in ("clip", "raise"):
-            raise ValueError(f"action_check must be 'clip' or 'raise', got {action_check!r}")
         if task_kwargs and "random" in task_kwargs:
             raise ValueError("pass the seed as seed=..., not task_kwargs['random']")
         super().__init__((num_envs,), device)
@@ -224,8 +221,9 @@ class DMControlEnv(EnvBase):
             self.action_spec = Bounded(low, high, (n, *act.shape), act_dtype)
         else:
             self.action_spec = Unbounded((n, *act.shape), act_dtype)
-        self._low = np.broadcast_to(low.numpy(), (n, *act.shape))
-        self._high = np.broadcast_to(high.numpy(), (n, *act.shape))
+        self._check_action = BoxActionCheck(np.broadcast_to(low.numpy(), (n, *act.shape)),
+                                            np.broadcast_to(high.numpy(), (n, *act.shape)),
+                                            self.action_check, self.name)
 
         self._reward = np.zeros((n, 1), dtype=np.float32)
         self._terminated = np.zeros((n, 1), dtype=bool)
@@ -277,24 +275,9 @@ class DMControlEnv(EnvBase):
         return out
 
     def _action_to_numpy(self, action: torch.Tensor) -> np.ndarray:
-        array = action.numpy(force=True)  # detach + cpu in one torch call
-        if array.shape != self._low.shape:
-            raise ValueError(
-                f"{self.name}: action of shape {array.shape}, expected {self._low.shape}"
-            )
-        # One pass on the hot path: NaN fails both comparisons, so it lands in the slow path.
-        if not ((array >= self._low) & (array <= self._high)).all():
-            if np.isnan(array).any():
-                raise ValueError(f"{self.name}: NaN in action {array.tolist()}")
-            if self.action_check == "raise":
-                raise ValueError(
-                    f"{self.name}: action outside bounds [{self._low.min()}, "
-                    f"{self._high.max()}]: {array.tolist()}"
-                )
-            array = np.clip(array, self._low, self._high)
         # No cast to dm_control's float64: the task copies the action into MuJoCo's float64
         # ctrl array (np.copyto), which casts exactly.
-        return array
+        return self._check_action(action.numpy(force=True))
 
     def _reseed(self, i: int, seed: int) -> None:
         if self.domain in _MODEL_FROM_SEED:

@@ -9,12 +9,13 @@ MultiBinary.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from rlbench.envs.box_actions import ActionCheck, BoxActionCheck
 from rlbench.envs.specs import (
     Binary,
     Bounded,
@@ -27,7 +28,6 @@ from rlbench.envs.specs import (
 
 __all__ = ["ActionConverter", "ObservationConverter", "space_to_spec"]
 
-ActionCheck = Literal["clip", "raise"]
 
 
 def _torch_dtype(dtype: np.dtype, cast_float64: bool) -> torch.dtype:
@@ -59,10 +59,6 @@ def space_to_spec(space: gym.Space, batch: tuple[int, ...], cast_float64: bool =
         return Composite({str(i): space_to_spec(s, batch, cast_float64)
                           for i, s in enumerate(space.spaces)}, shape=batch)
     raise NotImplementedError(f"gymnasium {type(space).__name__} spaces have no rlbench spec")
-
-
-def _between(low: float, value: float, high: float) -> bool:
-    return low <= value <= high
 
 
 def _leaves(spec: TensorSpec | Composite) -> list[TensorSpec]:
@@ -147,8 +143,6 @@ class ActionConverter:
 
     def __init__(self, space: gym.Space, batch: tuple[int, ...], action_check: ActionCheck,
                  env_id: str):
-        if action_check not in ("clip", "raise"):
-            raise ValueError(f"action_check must be 'clip' or 'raise', got {action_check!r}")
         if not isinstance(space, gym.spaces.Box | gym.spaces.Discrete | gym.spaces.MultiDiscrete
                           | gym.spaces.MultiBinary):
             raise NotImplementedError(
@@ -160,33 +154,19 @@ class ActionConverter:
         if isinstance(space, gym.spaces.Box):
             self.spec = space_to_spec(space, batch, cast_float64=True)
             shape = tuple(self.spec.shape)
-            self._low = np.broadcast_to(space.low, shape)
-            self._high = np.broadcast_to(space.high, shape)
-            self._lows = self._low.ravel().tolist()
-            self._highs = self._high.ravel().tolist()
+            self._box = BoxActionCheck(np.broadcast_to(space.low, shape),
+                                       np.broadcast_to(space.high, shape), action_check, env_id)
+        elif action_check not in ("clip", "raise"):
+            raise ValueError(f"action_check must be 'clip' or 'raise', got {action_check!r}")
         self._start = _start(space)
         self._is_box = isinstance(space, gym.spaces.Box)
 
     def __call__(self, action: torch.Tensor) -> np.ndarray:
         array = action.numpy(force=True)  # detach and move to CPU in one call
         if self._is_box:
-            return self._box(array)
+            return self._box(array).astype(self.space.dtype, copy=False)
         if not self.spec.is_in(torch.from_numpy(array).to(self.spec.dtype)):
             raise ValueError(f"{self.env_id}: action outside {self.spec}: {array.tolist()}")
         if self._start is not None:
             return array + self._start
-        return array.astype(self.space.dtype, copy=False)
-
-    def _box(self, array: np.ndarray) -> np.ndarray:
-        if array.size <= 64:  # plain floats beat numpy's per-call overhead on small actions
-            inside = all(map(_between, self._lows, array.ravel().tolist(), self._highs))
-        else:
-            inside = bool(((array >= self._low) & (array <= self._high)).all())
-        if not inside:  # NaN fails every comparison, so it lands here too
-            if np.isnan(array).any():
-                raise ValueError(f"{self.env_id}: NaN in action {array.tolist()}")
-            if self.action_check == "raise":
-                raise ValueError(f"{self.env_id}: action outside bounds [{self._low.min()}, "
-                                 f"{self._high.max()}]: {array.tolist()}")
-            array = np.clip(array, self._low, self._high)
         return array.astype(self.space.dtype, copy=False)
