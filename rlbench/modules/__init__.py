@@ -1,19 +1,48 @@
-"""Networks, distributions, actors and critics as TensorDict modules."""
+"""Networks, distributions, actors, critics and exploration as TensorDict modules."""
 
-from rlbench.modules.actors import NormalParams, ProbabilisticActor, ValueOperator
-from rlbench.modules.distributions import Categorical, Distribution, IndependentNormal
+from rlbench.modules.actors import (
+    DeterministicActor,
+    NormalParams,
+    ProbabilisticActor,
+    QValueActor,
+    StateDependentNormalParams,
+    ValueOperator,
+)
+from rlbench.modules.distributions import (
+    Categorical,
+    Delta,
+    Distribution,
+    IndependentNormal,
+    OneHotCategorical,
+    TanhNormal,
+)
 from rlbench.modules.exploration import ExplorationType, exploration_type, set_exploration_type
 from rlbench.modules.mlp import MLP
+from rlbench.modules.networks import ConvNet, DuelingQNetwork, EnsembleMLP
+from rlbench.modules.noise import AdditiveGaussian, EGreedy, OrnsteinUhlenbeck, linear_schedule
 
 __all__ = [
     "MLP",
+    "AdditiveGaussian",
     "Categorical",
+    "ConvNet",
+    "Delta",
+    "DeterministicActor",
     "Distribution",
+    "DuelingQNetwork",
+    "EGreedy",
+    "EnsembleMLP",
     "ExplorationType",
     "IndependentNormal",
     "NormalParams",
+    "OneHotCategorical",
+    "OrnsteinUhlenbeck",
     "ProbabilisticActor",
+    "QValueActor",
+    "StateDependentNormalParams",
+    "TanhNormal",
     "ValueOperator",
     "exploration_type",
+    "linear_schedule",
     "set_exploration_type",
 ]

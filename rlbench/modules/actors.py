@@ -11,7 +11,14 @@ from torch import nn
 from rlbench.modules.distributions import Distribution
 from rlbench.modules.exploration import ExplorationType, exploration_type
 
-__all__ = ["NormalParams", "ProbabilisticActor", "ValueOperator"]
+__all__ = [
+    "DeterministicActor",
+    "NormalParams",
+    "ProbabilisticActor",
+    "QValueActor",
+    "StateDependentNormalParams",
+    "ValueOperator",
+]
 
 
 class NormalParams(nn.Module):
@@ -29,6 +36,28 @@ class NormalParams(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         loc = self.loc_net(x)
         return loc, self.log_std.exp().expand_as(loc)
+
+
+class StateDependentNormalParams(nn.Module):
+    """Splits a network's output into ``(loc, scale)`` with a state-dependent std.
+
+    The network outputs ``2 * action_dim`` values; the second half is a log-std squashed
+    by tanh into ``[min_log_std, max_log_std]`` (SAC's parameterisation as in CleanRL and
+    Stable-Baselines3' clamp, without clamping's dead gradients).
+    """
+
+    def __init__(self, net: nn.Module, min_log_std: float = -5.0, max_log_std: float = 2.0):
+        super().__init__()
+        if min_log_std >= max_log_std:
+            raise ValueError(f"min_log_std ({min_log_std}) must be < max_log_std ({max_log_std})")
+        self.net = net
+        self.min_log_std, self.max_log_std = min_log_std, max_log_std
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc, raw = self.net(x).chunk(2, dim=-1)
+        half = (self.max_log_std - self.min_log_std) / 2
+        log_std = self.min_log_std + half * (torch.tanh(raw) + 1)
+        return loc, log_std.exp()
 
 
 class ProbabilisticActor(nn.Module):
@@ -86,4 +115,67 @@ class ValueOperator(nn.Module):
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
         tensordict.set(self.out_key, self.network(tensordict.get(self.in_key)))
+        return tensordict
+
+
+class DeterministicActor(nn.Module):
+    """``action = low + (tanh(net(obs)) + 1) / 2 * (high - low)``: DDPG's and TD3's actor.
+
+    Reads ``in_key`` and writes ``action_key``; ``action(obs)`` is the same map on tensors,
+    for losses. Exploration noise is added by a wrapper (``AdditiveGaussian``, ...).
+    """
+
+    def __init__(
+        self,
+        network: nn.Module,
+        low: torch.Tensor,
+        high: torch.Tensor,
+        *,
+        in_key: NestedKey = "observation",
+        action_key: NestedKey = "action",
+    ):
+        super().__init__()
+        self.network = network
+        self.register_buffer("center", (high + low) / 2)
+        self.register_buffer("half_range", (high - low) / 2)
+        self.in_key, self.action_key = in_key, action_key
+        self.in_keys, self.out_keys = [in_key], [action_key]
+
+    def action(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.center + self.half_range * torch.tanh(self.network(observation))
+
+    def forward(self, tensordict: TensorDict) -> TensorDict:
+        tensordict.set(self.action_key, self.action(tensordict.get(self.in_key)))
+        return tensordict
+
+
+class QValueActor(nn.Module):
+    """Greedy action of a discrete Q-network: writes ``action_value`` and ``action``.
+
+    ``network`` maps the observation to one value per action (an ``MLP`` or a
+    ``DuelingQNetwork``); actions are integer indices (``one_hot=True``: one-hot vectors).
+    """
+
+    def __init__(
+        self,
+        network: nn.Module,
+        *,
+        in_key: NestedKey = "observation",
+        action_key: NestedKey = "action",
+        action_value_key: NestedKey = "action_value",
+        one_hot: bool = False,
+    ):
+        super().__init__()
+        self.network = network
+        self.in_key, self.action_key, self.action_value_key = in_key, action_key, action_value_key
+        self.one_hot = one_hot
+        self.in_keys, self.out_keys = [in_key], [action_key, action_value_key]
+
+    def forward(self, tensordict: TensorDict) -> TensorDict:
+        values = self.network(tensordict.get(self.in_key))
+        action = values.argmax(-1)
+        if self.one_hot:
+            action = torch.nn.functional.one_hot(action, values.shape[-1])
+        tensordict.set(self.action_value_key, values)
+        tensordict.set(self.action_key, action)
         return tensordict

@@ -1,0 +1,146 @@
+"""Network builders beyond the MLP: dueling Q-heads, the Atari ConvNet, Q-ensembles."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from rlbench.modules.mlp import MLP
+
+__all__ = ["ConvNet", "DuelingQNetwork", "EnsembleMLP"]
+
+
+class DuelingQNetwork(nn.Module):
+    """``Q(s, a) = V(s) + A(s, a) - mean_a A(s, a)`` over a shared MLP trunk (Wang et al., 2016)."""
+
+    def __init__(
+        self,
+        in_features: int,
+        num_actions: int,
+        num_cells: Sequence[int] = (64, 64),
+        activation: type[nn.Module] = nn.ReLU,
+    ):
+        super().__init__()
+        if not num_cells:
+            raise ValueError("a dueling network needs at least one hidden layer")
+        *trunk_cells, head_in = num_cells
+        self.trunk = nn.Sequential(
+            MLP(in_features, head_in, trunk_cells, activation, orthogonal_init=False),
+            activation(),
+        )
+        self.value = nn.Linear(head_in, 1)
+        self.advantage = nn.Linear(head_in, num_actions)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.trunk(x)
+        advantage = self.advantage(hidden)
+        return self.value(hidden) + advantage - advantage.mean(-1, keepdim=True)
+
+
+class ConvNet(nn.Module):
+    """The Nature-DQN encoder: three conv layers and a dense layer over ``[..., C, H, W]``.
+
+    Pixels are scaled by ``1 / 255`` when ``scale_pixels`` (uint8 frames); any leading batch
+    dims are flattened for the convolutions and restored afterwards.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_features: int = 512,
+        image_size: tuple[int, int] = (84, 84),
+        channels: Sequence[int] = (32, 64, 64),
+        kernel_sizes: Sequence[int] = (8, 4, 3),
+        strides: Sequence[int] = (4, 2, 1),
+        scale_pixels: bool = True,
+    ):
+        super().__init__()
+        layers: list[nn.Module] = []
+        sizes = [in_channels, *channels]
+        for (c_in, c_out), k, s in zip(itertools.pairwise(sizes), kernel_sizes, strides,
+                                       strict=True):
+            layers += [nn.Conv2d(c_in, c_out, k, s), nn.ReLU()]
+        self.convs = nn.Sequential(*layers, nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, in_channels, *image_size)).shape[-1]
+        self.dense = nn.Sequential(nn.Linear(flat, out_features), nn.ReLU())
+        self.scale = 1 / 255 if scale_pixels else 1.0
+        self.in_channels, self.image_size = in_channels, tuple(image_size)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        batch = pixels.shape[:-3]
+        x = pixels.reshape(-1, *pixels.shape[-3:]).float() * self.scale
+        return self.dense(self.convs(x)).reshape(*batch, -1)
+
+
+class EnsembleMLP(nn.Module):
+    """``num_members`` independent MLPs evaluated in one batched call.
+
+    Weights are stacked as ``[members, fan_in, fan_out]`` and every layer is one
+    ``torch.baddbmm``: the twin critics of SAC/TD3 (or a REDQ-style ensemble) cost one
+    forward pass, not a Python loop. Each member starts from PyTorch's default ``nn.Linear``
+    init, so a member is distributed exactly like a stand-alone ``MLP(orthogonal_init=False)``.
+
+    Input ``[..., in]`` is shared by all members; with ``per_member=True`` the input is
+    ``[members, ..., in]`` and each member gets its own slice. The output is
+    ``[members, ..., out]``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        num_members: int,
+        num_cells: Sequence[int] = (256, 256),
+        activation: type[nn.Module] = nn.ReLU,
+    ):
+        super().__init__()
+        if num_members < 1:
+            raise ValueError(f"num_members must be >= 1, got {num_members}")
+        sizes = [in_features, *num_cells, out_features]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for fan_in, fan_out in itertools.pairwise(sizes):
+            weight = torch.empty(num_members, fan_in, fan_out)
+            bias = torch.empty(num_members, 1, fan_out)
+            for member in range(num_members):
+                layer = nn.Linear(fan_in, fan_out)
+                weight[member] = layer.weight.detach().T
+                bias[member, 0] = layer.bias.detach()
+            self.weights.append(nn.Parameter(weight))
+            self.biases.append(nn.Parameter(bias))
+        self.activation = activation()
+        self.num_members, self.in_features, self.out_features = (
+            num_members, in_features, out_features)
+
+    def forward(self, x: torch.Tensor, per_member: bool = False) -> torch.Tensor:
+        members = self.num_members
+        if per_member:
+            if x.shape[0] != members:
+                raise ValueError(f"per-member input needs leading dim {members}, got {x.shape}")
+            batch_shape = x.shape[1:-1]
+        else:
+            batch_shape = x.shape[:-1]
+            x = x.unsqueeze(0).expand(members, *x.shape)
+        h = x.reshape(members, -1, x.shape[-1])
+        last = len(self.weights) - 1
+        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = torch.baddbmm(bias, h, weight)
+            if i < last:
+                h = self.activation(h)
+        return h.reshape(members, *batch_shape, self.out_features)
+
+    def member(self, index: int) -> MLP:
+        """Member ``index`` as a stand-alone MLP with copied weights (for export and tests)."""
+        cells = [w.shape[-1] for w in self.weights[:-1]]
+        mlp = MLP(self.in_features, self.out_features, cells, type(self.activation),
+                  orthogonal_init=False)
+        linears = [m for m in mlp if isinstance(m, nn.Linear)]
+        with torch.no_grad():
+            for layer, weight, bias in zip(linears, self.weights, self.biases, strict=True):
+                layer.weight.copy_(weight[index].T)
+                layer.bias.copy_(bias[index, 0])
+        return mlp

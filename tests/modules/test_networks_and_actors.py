@@ -1,0 +1,95 @@
+"""Ensembles, dueling heads, the ConvNet and the deterministic / Q-value / SAC actors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlbench.modules import (
+    MLP,
+    ConvNet,
+    DeterministicActor,
+    DuelingQNetwork,
+    EnsembleMLP,
+    QValueActor,
+    StateDependentNormalParams,
+)
+
+
+def test_ensemble_members_equal_standalone_mlps() -> None:
+    torch.manual_seed(0)
+    ensemble = EnsembleMLP(5, 2, num_members=3, num_cells=(16, 8))
+    x = torch.randn(4, 6, 5)
+    out = ensemble(x)
+    assert out.shape == (3, 4, 6, 2)
+    for i in range(3):
+        torch.testing.assert_close(out[i], ensemble.member(i)(x))
+    per_member = torch.randn(3, 7, 5)
+    out = ensemble(per_member, per_member=True)
+    for i in range(3):
+        torch.testing.assert_close(out[i], ensemble.member(i)(per_member[i]))
+    with pytest.raises(ValueError, match="leading dim 3"):
+        ensemble(torch.randn(2, 7, 5), per_member=True)
+
+
+def test_ensemble_members_start_different_and_get_own_gradients() -> None:
+    torch.manual_seed(1)
+    ensemble = EnsembleMLP(3, 1, num_members=2, num_cells=(8,))
+    assert not torch.equal(ensemble.weights[0][0], ensemble.weights[0][1])
+    x = torch.randn(10, 3)
+    ensemble(x)[0].sum().backward()  # only member 0 in the loss
+    assert ensemble.weights[0].grad[1].abs().sum() == 0
+    assert ensemble.weights[0].grad[0].abs().sum() > 0
+
+
+def test_dueling_head_decomposition() -> None:
+    torch.manual_seed(2)
+    net = DuelingQNetwork(4, 3, num_cells=(16, 16))
+    x = torch.randn(8, 4)
+    q = net(x)
+    hidden = net.trunk(x)
+    value, advantage = net.value(hidden), net.advantage(hidden)
+    torch.testing.assert_close(q.mean(-1, keepdim=True), value)
+    torch.testing.assert_close(q - value, advantage - advantage.mean(-1, keepdim=True))
+
+
+def test_convnet_shapes_and_scaling() -> None:
+    net = ConvNet(4, out_features=32)
+    frames = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    out = net(frames)
+    assert out.shape == (2, 3, 32) and (out >= 0).all()
+    torch.testing.assert_close(net(frames[0, :1]), out[0, :1])
+
+
+def test_q_value_actor_is_greedy() -> None:
+    actor = QValueActor(nn.Identity())
+    values = torch.tensor([[0.1, 0.9, -1.0], [2.0, 0.0, 1.0]])
+    td = actor(TensorDict({"observation": values}, batch_size=[2]))
+    assert td["action"].tolist() == [1, 0]
+    assert torch.equal(td["action_value"], values)
+    one_hot = QValueActor(nn.Identity(), one_hot=True)(TensorDict({"observation": values}, [2]))
+    assert one_hot["action"].tolist() == [[0, 1, 0], [1, 0, 0]]
+
+
+def test_deterministic_actor_maps_into_bounds() -> None:
+    low, high = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
+    actor = DeterministicActor(nn.Identity(), low, high)
+    td = actor(TensorDict({"observation": torch.tensor([[0.0, 0.0], [50.0, -50.0]])}, [2]))
+    torch.testing.assert_close(td["action"], torch.tensor([[0.0, 0.5], [2.0, 0.0]]))
+
+
+def test_state_dependent_std_stays_in_range() -> None:
+    head = StateDependentNormalParams(nn.Identity(), min_log_std=-5.0, max_log_std=2.0)
+    loc, scale = head(torch.tensor([[0.3, -1e4], [0.1, 1e4], [0.0, 0.0]]))
+    torch.testing.assert_close(loc.squeeze(-1), torch.tensor([0.3, 0.1, 0.0]))
+    torch.testing.assert_close(scale.log().squeeze(-1), torch.tensor([-5.0, 2.0, -1.5]))
+
+
+def test_mlp_default_init_option() -> None:
+    torch.manual_seed(3)
+    mlp = MLP(4, 2, (8,), orthogonal_init=False)
+    assert mlp[0].bias.abs().sum() > 0  # PyTorch's default init, not the zero biases
+    ortho = MLP(4, 2, (8,))
+    assert ortho[0].bias.abs().sum() == 0

@@ -1,0 +1,85 @@
+"""Exploration wrappers: epsilon-greedy, Gaussian and OU noise, annealing, the eval switch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlbench.modules import (
+    AdditiveGaussian,
+    EGreedy,
+    OrnsteinUhlenbeck,
+    QValueActor,
+    ValueOperator,
+    linear_schedule,
+    set_exploration_type,
+)
+
+
+def _greedy_td(n: int) -> TensorDict:
+    values = torch.zeros(n, 4)
+    values[:, 2] = 1.0
+    return TensorDict({"observation": values}, batch_size=[n])
+
+
+def test_linear_schedule() -> None:
+    assert linear_schedule(1.0, 0.1, 100, 0) == 1.0
+    assert linear_schedule(1.0, 0.1, 100, 50) == pytest.approx(0.55)
+    assert linear_schedule(1.0, 0.1, 100, 1000) == pytest.approx(0.1)
+    assert linear_schedule(1.0, 0.1, 0, 0) == 0.1
+
+
+def test_egreedy_frequencies_annealing_and_eval() -> None:
+    torch.manual_seed(0)
+    policy = EGreedy(QValueActor(nn.Identity()), 4, eps_init=1.0, eps_end=0.2,
+                     annealing_frames=1000)
+    counts = torch.bincount(policy(_greedy_td(40_000))["action"], minlength=4) / 40_000
+    torch.testing.assert_close(counts, torch.full((4,), 0.25), atol=0.01, rtol=0)
+    policy.step(2000)
+    assert policy.eps == pytest.approx(0.2)
+    counts = torch.bincount(policy(_greedy_td(40_000))["action"], minlength=4) / 40_000
+    # greedy 0.8 + 0.2 / 4 on action 2, 0.05 on each of the others
+    torch.testing.assert_close(counts, torch.tensor([0.05, 0.05, 0.85, 0.05]), atol=0.01, rtol=0)
+    with set_exploration_type("deterministic"):
+        assert policy(_greedy_td(1000))["action"].eq(2).all()
+
+
+def test_additive_gaussian_scale_and_clipping() -> None:
+    torch.manual_seed(1)
+    low, high = torch.tensor([-2.0, -1.0]), torch.tensor([2.0, 1.0])
+    actor = ValueOperator(nn.Identity(), out_key="action")
+    policy = AdditiveGaussian(actor, low, high, sigma=0.1)
+    obs = torch.zeros(50_000, 2)
+    noise = policy(TensorDict({"observation": obs}, [50_000]))["action"]
+    torch.testing.assert_close(noise.std(0), torch.tensor([0.2, 0.1]), atol=3e-3, rtol=0)
+    edge = policy(TensorDict({"observation": torch.full((1000, 2), 1.0)}, [1000]))["action"]
+    assert edge[:, 1].max() <= 1.0 and (edge[:, 1] == 1.0).float().mean() > 0.4
+    with set_exploration_type("deterministic"):
+        assert policy(TensorDict({"observation": obs[:5]}, [5]))["action"].eq(0).all()
+
+
+def test_ornstein_uhlenbeck_matches_float64_recurrence_and_resets() -> None:
+    low, high = -torch.ones(2), torch.ones(2)
+    actor = ValueOperator(nn.Identity(), out_key="action")
+    policy = OrnsteinUhlenbeck(actor, low, high, theta=0.15, sigma=0.2, dt=0.01)
+    obs = torch.zeros(3, 2)
+    torch.manual_seed(2)
+    actions = []
+    for t in range(5):
+        is_init = torch.tensor([[t == 0], [t == 0], [t in (0, 3)]])
+        td = TensorDict({"observation": obs, "is_init": is_init}, [3])
+        actions.append(policy(td)["action"].double())
+    torch.manual_seed(2)
+    state = torch.zeros(3, 2, dtype=torch.float64)
+    for t in range(5):
+        if t == 3:
+            state[2] = 0.0
+        state = state - 0.15 * state * 0.01 + 0.2 * math.sqrt(0.01) * torch.randn(3, 2).double()
+        torch.testing.assert_close(actions[t], state.clamp(-1, 1), atol=1e-6, rtol=0)
+    # consecutive OU noise is strongly correlated, unlike white noise
+    pairs = torch.stack([actions[1][:2].flatten(), actions[2][:2].flatten()])
+    assert torch.corrcoef(pairs)[0, 1] > 0.5
