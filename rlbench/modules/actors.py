@@ -84,11 +84,15 @@ class ProbabilisticActor(nn.Module):
         self.in_keys = [in_key]
         self.out_keys = [action_key, log_prob_key]
 
-    def get_dist(self, tensordict: TensorDict) -> Distribution:
-        params = self.network(tensordict.get(self.in_key))
+    def dist(self, observation: torch.Tensor) -> Distribution:
+        """The action distribution at ``observation`` (a tensor, for losses)."""
+        params = self.network(observation)
         if isinstance(params, tuple):
             return self.distribution(*params)
         return self.distribution(params)
+
+    def get_dist(self, tensordict: TensorDict) -> Distribution:
+        return self.dist(tensordict.get(self.in_key))
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
         dist = self.get_dist(tensordict)

@@ -1,6 +1,27 @@
 """Loss modules: each reads named keys and returns a TensorDict of named scalars."""
 
-from rlbench.objectives.common import NonFiniteLossError, total_loss
-from rlbench.objectives.ppo import ClipPPOLoss
+from rlbench.objectives.a2c import A2CLoss
+from rlbench.objectives.common import NonFiniteLossError, bootstrap_discount, total_loss
+from rlbench.objectives.ddpg import DDPGLoss, TD3Loss
+from rlbench.objectives.dqn import DQNLoss
+from rlbench.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
+from rlbench.objectives.sac import DiscreteSACLoss, SACLoss
+from rlbench.objectives.targets import HardUpdate, SoftUpdate, make_target
 
-__all__ = ["ClipPPOLoss", "NonFiniteLossError", "total_loss"]
+__all__ = [
+    "A2CLoss",
+    "ClipPPOLoss",
+    "DDPGLoss",
+    "DQNLoss",
+    "DiscreteSACLoss",
+    "HardUpdate",
+    "KLPENPPOLoss",
+    "NonFiniteLossError",
+    "PPOLoss",
+    "SACLoss",
+    "SoftUpdate",
+    "TD3Loss",
+    "bootstrap_discount",
+    "make_target",
+    "total_loss",
+]

@@ -25,3 +25,17 @@ def total_loss(losses: TensorDict, *, frames: int | None = None) -> torch.Tensor
         at = f" at frame {frames}" if frames is not None else ""
         raise NonFiniteLossError(f"non-finite {', '.join(bad)}{at}")
     return total
+
+
+def bootstrap_discount(next_td: TensorDict, gamma: float) -> torch.Tensor:
+    """The factor on the bootstrap value of a transition, ``[..., 1]``.
+
+    ``("next", "discount")`` when the batch went through ``rlbench.returns.multi_step``
+    (``gamma^k`` of its n-step return, 0 at a termination); else ``gamma * (1 - terminated)``.
+    Truncation bootstraps: only termination zeroes the factor.
+    """
+    discount = next_td.get("discount", None)
+    if discount is not None:
+        return discount
+    reward = next_td.get("reward")
+    return gamma * (~next_td.get("terminated")).to(reward.dtype)

@@ -1,4 +1,4 @@
-"""The clipped-surrogate PPO loss (Schulman et al., 2017)."""
+"""PPO losses (Schulman et al., 2017): the clipped surrogate and the adaptive KL penalty."""
 
 from __future__ import annotations
 
@@ -7,24 +7,24 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlbench.modules.actors import ProbabilisticActor, ValueOperator
+from rlbench.modules.distributions import Distribution
 
-__all__ = ["ClipPPOLoss"]
+__all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]
 
 
-class ClipPPOLoss(nn.Module):
-    """PPO's clipped objective, a value loss and an entropy bonus, as named scalars.
+class PPOLoss(nn.Module):
+    """What every PPO variant shares: ratio, value loss, entropy bonus, diagnostics.
 
     Reads ``observation``, ``action``, ``action_log_prob`` (behaviour policy), ``advantage``
     and ``value_target`` (and ``state_value`` of the behaviour critic when ``clip_value`` is
-    set). Returns a TensorDict whose ``loss_*`` entries sum to the loss to minimise:
+    set). Subclasses supply the policy term. The ``loss_*`` entries sum to the loss:
 
-    - ``loss_objective = -E[min(r A, clip(r, 1-eps, 1+eps) A)]``, r the probability ratio;
     - ``loss_critic = critic_coef * 0.5 * E[(V - value_target)^2]`` (with value clipping,
       the elementwise max of the clipped and unclipped squared errors);
     - ``loss_entropy = -entropy_coef * E[H]``;
 
     and detached diagnostics ``entropy``, ``kl_approx`` (the low-variance estimator
-    ``E[(r - 1) - log r]``) and ``clip_fraction``.
+    ``E[(r - 1) - log r]``) and ``clip_fraction`` (share of ratios outside 1 +- clip_epsilon).
     """
 
     def __init__(
@@ -49,18 +49,11 @@ class ClipPPOLoss(nn.Module):
         self.normalize_advantage = normalize_advantage
         self.clip_value = clip_value
 
-    def forward(self, batch: TensorDict) -> TensorDict:
-        advantage = batch.get("advantage")
-        if self.normalize_advantage and advantage.numel() > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        dist = self.actor.get_dist(batch)
-        log_prob = dist.log_prob(batch.get(self.actor.action_key))
-        log_ratio = log_prob - batch.get(self.actor.log_prob_key)
-        ratio = log_ratio.exp().unsqueeze(-1)
-        eps = self.clip_epsilon
-        surrogate = torch.min(ratio * advantage, ratio.clamp(1 - eps, 1 + eps) * advantage)
-        entropy = dist.entropy().mean()
+    def _policy_terms(self, ratio: torch.Tensor, log_ratio: torch.Tensor,
+                      advantage: torch.Tensor, dist: Distribution) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
 
+    def _critic_loss(self, batch: TensorDict) -> torch.Tensor:
         target = batch.get("value_target")
         value = self.critic.network(batch.get(self.critic.in_key))
         value_error = (value - target).pow(2)
@@ -68,14 +61,24 @@ class ClipPPOLoss(nn.Module):
             old_value = batch.get(self.critic.out_key)
             clipped = old_value + (value - old_value).clamp(-self.clip_value, self.clip_value)
             value_error = torch.max(value_error, (clipped - target).pow(2))
+        return self.critic_coef * 0.5 * value_error.mean()
 
+    def forward(self, batch: TensorDict) -> TensorDict:
+        advantage = batch.get("advantage")
+        if self.normalize_advantage and advantage.numel() > 1:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        dist = self.actor.get_dist(batch)
+        log_prob = dist.log_prob(batch.get(self.actor.action_key))
+        log_ratio = (log_prob - batch.get(self.actor.log_prob_key)).unsqueeze(-1)
+        ratio = log_ratio.exp()
+        entropy = dist.entropy().mean()
         with torch.no_grad():
-            kl_approx = ((ratio - 1) - log_ratio.unsqueeze(-1)).mean()
-            clip_fraction = ((ratio - 1).abs() > eps).float().mean()
+            kl_approx = ((ratio - 1) - log_ratio).mean()
+            clip_fraction = ((ratio - 1).abs() > self.clip_epsilon).float().mean()
         return TensorDict(
             {
-                "loss_objective": -surrogate.mean(),
-                "loss_critic": self.critic_coef * 0.5 * value_error.mean(),
+                **self._policy_terms(ratio, log_ratio, advantage, dist),
+                "loss_critic": self._critic_loss(batch),
                 "loss_entropy": -self.entropy_coef * entropy,
                 "entropy": entropy.detach(),
                 "kl_approx": kl_approx,
@@ -83,3 +86,43 @@ class ClipPPOLoss(nn.Module):
             },
             batch_size=[],
         )
+
+
+class ClipPPOLoss(PPOLoss):
+    """``loss_objective = -E[min(r A, clip(r, 1-eps, 1+eps) A)]``, r the probability ratio."""
+
+    def _policy_terms(self, ratio, log_ratio, advantage, dist):
+        eps = self.clip_epsilon
+        surrogate = torch.min(ratio * advantage, ratio.clamp(1 - eps, 1 + eps) * advantage)
+        return {"loss_objective": -surrogate.mean()}
+
+
+class KLPENPPOLoss(PPOLoss):
+    """PPO with an adaptive KL penalty instead of clipping (section 4 of the PPO paper).
+
+    ``loss_objective = -E[r A]`` and ``loss_kl = beta * KL``, with the KL between behaviour
+    and current policy estimated from the stored actions by ``E[(r - 1) - log r]`` (unbiased
+    and non-negative). Call ``adapt_beta(kl)`` once per iteration with the mean KL of the
+    update: beta is halved below ``kl_target / 1.5`` and doubled above ``kl_target * 1.5``.
+    ``clip_epsilon`` only sets the threshold of the ``clip_fraction`` diagnostic here.
+    """
+
+    def __init__(self, actor: ProbabilisticActor, critic: ValueOperator, *,
+                 kl_target: float = 0.01, beta: float = 1.0, **kwargs):
+        super().__init__(actor, critic, **kwargs)
+        if kl_target <= 0 or beta <= 0:
+            raise ValueError(f"kl_target and beta must be > 0, got {kl_target} and {beta}")
+        self.kl_target, self.beta = kl_target, beta
+
+    def _policy_terms(self, ratio, log_ratio, advantage, dist):
+        kl = ((ratio - 1) - log_ratio).mean()
+        return {"loss_objective": -(ratio * advantage).mean(), "loss_kl": self.beta * kl,
+                "beta": torch.tensor(self.beta)}
+
+    def adapt_beta(self, kl: float) -> float:
+        """Adjust the penalty after an update whose mean KL was ``kl``; returns the new beta."""
+        if kl < self.kl_target / 1.5:
+            self.beta /= 2
+        elif kl > self.kl_target * 1.5:
+            self.beta *= 2
+        return self.beta

@@ -2,6 +2,7 @@
 
 from rlbench.returns.estimators import GAE, TD0, TD1, NStep, TDLambda, ValueEstimator, VTrace
 from rlbench.returns.functional import gae, n_step, td0, td1, td_lambda, vtrace
+from rlbench.returns.multistep import multi_step
 from rlbench.returns.scan import reverse_linear_scan
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "VTrace",
     "ValueEstimator",
     "gae",
+    "multi_step",
     "n_step",
     "reverse_linear_scan",
     "td0",

@@ -17,7 +17,13 @@ from rlbench.modules import (
     ProbabilisticActor,
     ValueOperator,
 )
-from rlbench.objectives import ClipPPOLoss, NonFiniteLossError, total_loss
+from rlbench.objectives import (
+    A2CLoss,
+    ClipPPOLoss,
+    KLPENPPOLoss,
+    NonFiniteLossError,
+    total_loss,
+)
 
 
 class SumValue(nn.Module):
@@ -122,3 +128,31 @@ def test_non_finite_loss_names_the_term_and_frame() -> None:
                          "loss_critic": torch.tensor(float("nan"))}, [])
     with pytest.raises(NonFiniteLossError, match=r"loss_critic at frame 4096"):
         total_loss(losses, frames=4096)
+
+
+def test_kl_penalty_loss_by_hand_and_beta_adaptation() -> None:
+    actor = ProbabilisticActor(nn.Identity(), Categorical)
+    loss = KLPENPPOLoss(actor, ValueOperator(SumValue()), kl_target=0.01, beta=2.0,
+                        normalize_advantage=False)
+    out = loss(_hand_batch())
+    # ratios [1.5, 2.0], advantages [2, -1]: -E[r A] = -(3 - 2) / 2, no clipping
+    assert out["loss_objective"].item() == pytest.approx(-0.5, abs=1e-12)
+    kl = ((0.5 - math.log(1.5)) + (1.0 - math.log(2.0))) / 2
+    assert out["loss_kl"].item() == pytest.approx(2.0 * kl, abs=1e-12)
+    assert loss.adapt_beta(0.001) == 1.0  # KL well below target: halve
+    assert loss.adapt_beta(0.01) == 1.0  # within [target / 1.5, target * 1.5]: keep
+    assert loss.adapt_beta(0.05) == 2.0  # above: double
+
+
+def test_a2c_loss_by_hand() -> None:
+    actor = ProbabilisticActor(nn.Identity(), Categorical)
+    out = A2CLoss(actor, ValueOperator(SumValue()), entropy_coef=0.01, critic_coef=0.25)(
+        _hand_batch())
+    # log pi(a) = [log 3/4, log 1/2], A = [2, -1]
+    expected = -(2 * math.log(0.75) - math.log(0.5)) / 2
+    assert out["loss_objective"].item() == pytest.approx(expected, abs=1e-12)
+    # SB3's scale: critic_coef * mean squared error, V = [ln 3, 0], targets [2, 1]
+    expected_critic = 0.25 * ((math.log(3) - 2) ** 2 + 1.0) / 2
+    assert out["loss_critic"].item() == pytest.approx(expected_critic, abs=1e-12)
+    h = (-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)) + math.log(2)) / 2
+    assert out["loss_entropy"].item() == pytest.approx(-0.01 * h, abs=1e-12)

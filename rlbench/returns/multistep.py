@@ -1,0 +1,58 @@
+"""n-step transitions for replay: fold the next n rewards into one stored transition."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+from rlbench.returns.functional import _shift_back
+
+__all__ = ["multi_step"]
+
+
+def multi_step(batch: TensorDict, n: int, gamma: float) -> TensorDict:
+    """Rewrite a collector batch ``[*B, T]`` (time last) into n-step transitions.
+
+    Step ``t`` gets ``("next", "reward") = sum_{j<=k} gamma^j r_{t+j}``, the ``"next"``
+    entries (observation, done, terminated, truncated...) of step ``t + k``, and
+    ``("next", "discount") = gamma^(k+1) * (1 - terminated_{t+k})``, the factor a loss applies
+    to the bootstrap value. ``k < n`` stops early at an episode end or at the batch's last
+    step, so a stored transition never crosses an episode boundary and needs no future
+    batch: near the end of a batch it is a shorter, still exact, multi-step return.
+    ``n = 1`` gives the one-step transition with ``discount = gamma * (1 - terminated)``.
+    Returns a new TensorDict; ``batch`` is left unchanged.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if batch.batch_dims < 1:
+        raise ValueError("multi_step needs a batch with a time dimension (last)")
+    time_dim = batch.batch_dims - 1
+    nxt = batch.get("next")
+    reward = nxt.get("reward")
+    stop = nxt.get("done").clone()
+    stop.select(-2, -1).fill_(True)  # [..., T, 1]: time is the second to last dim
+
+    total = torch.zeros_like(reward)
+    alive = torch.ones_like(stop)
+    steps = torch.zeros(stop.shape, dtype=torch.long, device=stop.device)
+    for k in range(n):
+        total = total + alive * (gamma**k) * _shift_back(reward, k, -2, 0.0)
+        steps = steps + alive.long()
+        alive = alive & ~_shift_back(stop, k, -2, True)
+        if not alive.any():
+            break
+
+    offset = (steps - 1).squeeze(-1)  # [*B, T]
+    index = torch.arange(batch.shape[-1], device=offset.device) + offset
+
+    def gather(x: torch.Tensor) -> torch.Tensor:
+        idx = index.reshape(*index.shape, *([1] * (x.dim() - index.dim()))).expand_as(x)
+        return x.gather(time_dim, idx)
+
+    shifted = nxt.exclude("reward").apply(gather)
+    discount = (gamma ** steps.to(reward.dtype)) * (~shifted.get("terminated")).to(reward.dtype)
+    shifted.set("reward", total)
+    shifted.set("discount", discount)
+    out = batch.exclude("next")
+    out.set("next", shifted)
+    return out
