@@ -17,11 +17,19 @@ import torch
 from torch import nn
 
 from rlbench.collectors import Collector, evaluate
-from rlbench.envs import Bounded, Categorical, make
-from rlbench.modules import MLP, IndependentNormal, NormalParams, ProbabilisticActor, ValueOperator
+from rlbench.envs import Bounded, Categorical, EnvBase, TransformedEnv, make
+from rlbench.envs.transforms import VecNorm
+from rlbench.modules import (
+    MLP,
+    GSDEActor,
+    IndependentNormal,
+    NormalParams,
+    ProbabilisticActor,
+    ValueOperator,
+)
 from rlbench.modules import Categorical as CategoricalDist
-from rlbench.objectives import ClipPPOLoss, total_loss
-from rlbench.recipe import EvalSchedule, RunLogger, RunSpec
+from rlbench.objectives import ClipPPOLoss, KLPENPPOLoss, backward_and_step
+from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
 from rlbench.returns import GAE
 
 KIND = "online"
@@ -39,13 +47,20 @@ class Config:
     adam_eps: float = 1e-5
     gamma: float = 0.99
     gae_lambda: float = 0.95
+    objective: str = "clip"
     clip_epsilon: float = 0.2
     anneal_clip: bool = False
+    kl_target: float = 0.01
     clip_value: float | None = None
     entropy_coef: float = 0.0
     critic_coef: float = 0.5
     max_grad_norm: float = 0.5
     normalize_advantage: bool = True
+    normalize_observation: bool = False
+    normalize_reward: bool = False
+    init_log_std: float = 0.0
+    use_sde: bool = False
+    sde_sample_freq: int = 4
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
 
@@ -53,6 +68,10 @@ class Config:
         for name in ("num_envs", "rollout_steps", "epochs", "minibatch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.sde_sample_freq < 1:
+            raise ValueError(f"sde_sample_freq must be >= 1, got {self.sde_sample_freq}")
+        if self.objective not in ("clip", "kl"):
+            raise ValueError(f"objective must be 'clip' or 'kl', got {self.objective!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
                              f"got {self.activation!r}")
@@ -71,28 +90,70 @@ FAMILY_DEFAULTS: dict[str, dict] = {
         "learning_rate": 1e-3,
         "anneal_clip": True,
     },
-    # The PPO paper's MuJoCo settings, as in CleanRL's ppo_continuous_action.py.
+    # The PPO paper's MuJoCo settings, as in CleanRL's ppo_continuous_action.py, which also
+    # normalises observations and rewards (gymnasium's NormalizeObservation/NormalizeReward).
     "mujoco": {
         "num_envs": 1,
         "rollout_steps": 2048,
         "minibatch_size": 64,
         "epochs": 10,
         "learning_rate": 3e-4,
+        "normalize_observation": True,
+        "normalize_reward": True,
     },
 }
 
-def make_actor_critic(env, cfg: Config) -> tuple[ProbabilisticActor, ValueOperator]:
-    """Separate actor and critic MLPs; categorical or diagonal-Gaussian policy."""
+ENV_DEFAULTS: dict[str, dict] = {
+    # rl-baselines3-zoo hyperparams/ppo.yml, Pendulum-v1 (-172 at 100k frames), gSDE included;
+    # SB3's defaults otherwise (constant learning rate, no normalisation).
+    "Pendulum-v1": {
+        "num_envs": 4,
+        "rollout_steps": 1024,
+        "minibatch_size": 64,
+        "epochs": 10,
+        "gamma": 0.9,
+        "gae_lambda": 0.95,
+        "learning_rate": 1e-3,
+        "anneal_lr": False,
+        "anneal_clip": False,
+        "use_sde": True,
+        "sde_sample_freq": 4,
+    },
+}
+
+
+def make_envs(spec: RunSpec, cfg: Config) -> tuple[EnvBase, EnvBase]:
+    """Training and evaluation envs; with normalisation, the evaluation env reads the
+    training statistics frozen and sees unscaled rewards (true returns)."""
+    env = make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env, device=spec.device)
+    eval_env = make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
+                    device=spec.device)
+    if cfg.normalize_observation or cfg.normalize_reward:
+        keys = ("observation",) if cfg.normalize_observation else ()
+        norm = VecNorm(keys, reward=cfg.normalize_reward, gamma=cfg.gamma)
+        env = TransformedEnv(env, norm)
+        eval_env = TransformedEnv(eval_env, norm.frozen_copy(reward=False))
+    return env, eval_env
+
+def make_actor_critic(env, cfg: Config) -> tuple[ProbabilisticActor | GSDEActor, ValueOperator]:
+    """Separate actor and critic MLPs; categorical, diagonal-Gaussian or gSDE policy."""
     obs_dim = env.observation_spec["observation"].shape[-1]
     activation = ACTIVATIONS[cfg.activation]
     action_spec = env.action_spec
     if isinstance(action_spec, Categorical):
         net = MLP(obs_dim, action_spec.n, cfg.hidden_sizes, activation, out_gain=0.01)
         actor = ProbabilisticActor(net, CategoricalDist)
+    elif isinstance(action_spec, Bounded) and cfg.use_sde:
+        *trunk, latent_dim = cfg.hidden_sizes
+        latent = nn.Sequential(MLP(obs_dim, latent_dim, trunk, activation, out_gain=2**0.5),
+                               activation())
+        actor = GSDEActor(latent, latent_dim, action_spec.shape[-1],
+                          log_std_init=cfg.init_log_std, sample_freq=cfg.sde_sample_freq)
     elif isinstance(action_spec, Bounded):
         action_dim = action_spec.shape[-1]
         loc = MLP(obs_dim, action_dim, cfg.hidden_sizes, activation, out_gain=0.01)
-        actor = ProbabilisticActor(NormalParams(loc, action_dim), IndependentNormal)
+        actor = ProbabilisticActor(NormalParams(loc, action_dim, cfg.init_log_std),
+                                   IndependentNormal)
     else:
         raise TypeError(f"PPO supports discrete and box actions, not {action_spec}")
     critic = ValueOperator(MLP(obs_dim, 1, cfg.hidden_sizes, activation, out_gain=1.0))
@@ -101,29 +162,23 @@ def make_actor_critic(env, cfg: Config) -> tuple[ProbabilisticActor, ValueOperat
 
 def train(spec: RunSpec, logger: RunLogger) -> None:
     cfg: Config = spec.algo
-    with (
-        closing(make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env,
-                     device=spec.device)) as env,
-        closing(make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
-                     device=spec.device)) as eval_env,
-    ):
+    env, eval_env = make_envs(spec, cfg)
+    with closing(env), closing(eval_env):
         actor, critic = make_actor_critic(env, cfg)
         actor.to(spec.device)
         critic.to(spec.device)
-        loss_fn = ClipPPOLoss(
-            actor,
-            critic,
-            clip_epsilon=cfg.clip_epsilon,
-            entropy_coef=cfg.entropy_coef,
-            critic_coef=cfg.critic_coef,
-            normalize_advantage=cfg.normalize_advantage,
-            clip_value=cfg.clip_value,
-        )
+        loss_type = ClipPPOLoss if cfg.objective == "clip" else KLPENPPOLoss
+        extra = {} if cfg.objective == "clip" else {"kl_target": cfg.kl_target}
+        loss_fn = loss_type(actor, critic, clip_epsilon=cfg.clip_epsilon,
+                            entropy_coef=cfg.entropy_coef, critic_coef=cfg.critic_coef,
+                            normalize_advantage=cfg.normalize_advantage,
+                            clip_value=cfg.clip_value, **extra)
         advantage_module = GAE(critic, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
         optimizer = torch.optim.Adam(loss_fn.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
                               total_frames=spec.frames)
-        schedule = EvalSchedule(spec.eval_every)
+        schedule = FrameSchedule(spec.eval_every)
+        metrics = MetricMean()
         train_time = 0.0
 
         for iteration, batch in enumerate(collector):
@@ -137,29 +192,23 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
             advantage_module(batch)  # writes state_value, advantage and value_target
 
             flat = batch.reshape(-1)
-            summed = None
             for _ in range(cfg.epochs):
                 for index in torch.randperm(flat.shape[0]).split(cfg.minibatch_size):
                     losses = loss_fn(flat[index])
-                    loss = total_loss(losses, frames=collector.frames)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm)
-                    optimizer.step()
-                    losses = losses.detach()
-                    summed = losses if summed is None else summed + losses
-            n_updates = cfg.epochs * -(-flat.shape[0] // cfg.minibatch_size)
+                    backward_and_step(losses, optimizer, frames=collector.frames,
+                                      max_grad_norm=cfg.max_grad_norm)
+                    metrics.add(losses)
+            means = metrics.pop()
+            if cfg.objective == "kl":
+                loss_fn.adapt_beta(means["train/kl_approx"])
             train_time += time.perf_counter() - start + collector.last_batch_seconds
 
-            metrics = {
-                f"loss/{k.removeprefix('loss_')}" if k.startswith("loss_") else f"train/{k}":
-                    v.item() / n_updates
-                for k, v in summed.items()
-            }
-            metrics["train/fps"] = collector.frames / train_time
-            metrics["train/learning_rate"] = optimizer.param_groups[0]["lr"]
-            logger.log_metrics(collector.frames, metrics)
+            means["train/fps"] = collector.frames / train_time
+            means["train/learning_rate"] = optimizer.param_groups[0]["lr"]
+            logger.log_metrics(collector.frames, means)
             if schedule.due(collector.frames) or collector.frames >= spec.frames:
                 logger.log_eval(collector.frames, evaluate(eval_env, actor))
 
         logger.save_model("policy", actor)
+        if isinstance(env, TransformedEnv):
+            logger.save_model("normalization", env.transform)

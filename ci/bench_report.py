@@ -29,6 +29,10 @@ GOALS = [
      "test_rlbench_gym_8_envs[async]", "test_rlbench_gym[Hopper-v5]", 1.6),
     ("8 sync Hopper-v5 envs vs 1 env, frames/s",
      "test_rlbench_gym_8_envs[sync]", "test_rlbench_gym[Hopper-v5]", None),
+    ("PPO training on Hopper-v5 vs Stable-Baselines3 2.9, frames/s (goal >= 2)",
+     "test_ppo_rlbench", "test_ppo_sb3", 2.0),
+    ("SAC training on Hopper-v5 vs Stable-Baselines3 2.9, frames/s (goal >= 3)",
+     "test_sac_rlbench", "test_sac_sb3", 3.0),
 ]
 
 

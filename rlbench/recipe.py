@@ -6,6 +6,8 @@ A recipe module in ``algorithms/`` defines:
 - ``Config``: a dataclass of its hyperparameters, with defaults;
 - ``FAMILY_DEFAULTS``: ``{env family: {field: value}}`` overrides per env family
   (``classic``, ``mujoco``, ...), each citing where its values come from;
+- optionally ``ENV_DEFAULTS``: ``{env id: {field: value}}``, applied after the family's
+  defaults, for tasks whose tuned settings differ within a family (CartPole vs Pendulum);
 - ``train(spec: RunSpec, logger: RunLogger) -> None``: builds its envs from ``spec``, trains
   for ``spec.frames`` frames and reports through ``logger`` only.
 
@@ -20,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
+from tensordict import TensorDict
 from torch import nn
 
-__all__ = ["EvalSchedule", "RunLogger", "RunSpec", "Seeds"]
+__all__ = ["FrameSchedule", "MetricMean", "RunLogger", "RunSpec", "Seeds"]
 
 
 @dataclass(frozen=True)
@@ -64,12 +68,13 @@ class RunLogger(Protocol):
         """Keep ``module``'s weights as the run's ``<name>.pt`` artifact."""
 
 
-class EvalSchedule:
-    """Says when to evaluate: at the first frame count past each multiple of ``every``."""
+class FrameSchedule:
+    """Says when something periodic is due (an evaluation, a log line, a target copy):
+    at the first frame count past each multiple of ``every``."""
 
     def __init__(self, every: int):
         if every < 1:
-            raise ValueError(f"eval_every must be >= 1, got {every}")
+            raise ValueError(f"a frame schedule needs every >= 1, got {every}")
         self.every = every
         self._next = every
 
@@ -79,3 +84,35 @@ class EvalSchedule:
             return False
         self._next = (frames // self.every + 1) * self.every
         return True
+
+
+class MetricMean:
+    """Averages the scalar entries of loss TensorDicts between two logging points.
+
+    ``add(losses)`` accumulates detached values (no host sync); ``pop()`` returns the means
+    under the logging contract's names, ``loss/<name>`` for ``loss_<name>`` entries and
+    ``train/<name>`` for diagnostics, and starts over.
+    """
+
+    def __init__(self) -> None:
+        self._sums: dict[str, torch.Tensor] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, values: TensorDict) -> None:
+        for key, value in values.items():
+            value = value.detach()
+            if key in self._sums:
+                self._sums[key] += value
+                self._counts[key] += 1
+            else:
+                self._sums[key] = value.clone()
+                self._counts[key] = 1
+
+    def pop(self) -> dict[str, float]:
+        means = {}
+        for key, total in self._sums.items():
+            loss = key.startswith("loss_")
+            name = f"loss/{key.removeprefix('loss_')}" if loss else f"train/{key}"
+            means[name] = total.item() / self._counts[key]
+        self._sums, self._counts = {}, {}
+        return means

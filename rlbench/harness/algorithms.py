@@ -79,9 +79,10 @@ def coerce(value: Any, hint: Any, what: str) -> Any:
 
 
 def resolve_algo_config(
-    name: str, family: str, *layers: Mapping[str, Any]
+    name: str, family: str, *layers: Mapping[str, Any], env: str | None = None
 ) -> dict[str, Any]:
-    """Recipe defaults, then its defaults for ``family``, then each override layer in order.
+    """Recipe defaults, its defaults for ``family``, its defaults for ``env`` (a recipe's
+    optional ``ENV_DEFAULTS``), then each override layer in order.
 
     Unknown fields raise with near matches; values are checked against the field types and
     by the recipe's ``Config`` itself (its ``__post_init__``), so bad values fail before any
@@ -92,7 +93,8 @@ def resolve_algo_config(
     hints = typing.get_type_hints(recipe.Config)
     values = {f: (d.default if d.default is not dataclasses.MISSING else d.default_factory())
               for f, d in fields.items()}
-    for layer in (recipe.FAMILY_DEFAULTS.get(family, {}), *layers):
+    env_defaults = getattr(recipe, "ENV_DEFAULTS", {}).get(env, {})
+    for layer in (recipe.FAMILY_DEFAULTS.get(family, {}), env_defaults, *layers):
         for key, value in layer.items():
             if key not in fields:
                 raise UnknownNameError(f"{name} hyperparameter", key, fields)

@@ -192,7 +192,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
             family = env_family(env)
             params = resolve_algo_config(
                 algo, family, suite.per_algo.get(algo, {}), env_algo_params,
-                overrides.algo_params.get(algo, {}),
+                overrides.algo_params.get(algo, {}), env=env,
             )
             frames = _positive_int(settings, "frames")
             for seed_index in range(_positive_int(settings, "seeds")):

@@ -17,6 +17,7 @@ from rlbench.modules.distributions import (
     TanhNormal,
 )
 from rlbench.modules.exploration import ExplorationType, exploration_type, set_exploration_type
+from rlbench.modules.gsde import GSDEActor
 from rlbench.modules.mlp import MLP
 from rlbench.modules.networks import ConvNet, DuelingQNetwork, EnsembleMLP
 from rlbench.modules.noise import AdditiveGaussian, EGreedy, OrnsteinUhlenbeck, linear_schedule
@@ -33,6 +34,7 @@ __all__ = [
     "EGreedy",
     "EnsembleMLP",
     "ExplorationType",
+    "GSDEActor",
     "IndependentNormal",
     "NormalParams",
     "OneHotCategorical",

@@ -1,7 +1,13 @@
 """Loss modules: each reads named keys and returns a TensorDict of named scalars."""
 
 from rlbench.objectives.a2c import A2CLoss
-from rlbench.objectives.common import NonFiniteLossError, bootstrap_discount, total_loss
+from rlbench.objectives.common import (
+    NonFiniteLossError,
+    backward_and_step,
+    bootstrap_discount,
+    frozen,
+    total_loss,
+)
 from rlbench.objectives.ddpg import DDPGLoss, TD3Loss
 from rlbench.objectives.dqn import DQNLoss
 from rlbench.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
@@ -21,7 +27,9 @@ __all__ = [
     "SACLoss",
     "SoftUpdate",
     "TD3Loss",
+    "backward_and_step",
     "bootstrap_discount",
+    "frozen",
     "make_target",
     "total_loss",
 ]

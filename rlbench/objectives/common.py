@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator, Sequence
 
 import torch
 from tensordict import TensorDict
+from torch import nn
 
-__all__ = ["NonFiniteLossError", "total_loss"]
+__all__ = ["NonFiniteLossError", "backward_and_step", "bootstrap_discount", "frozen",
+           "total_loss"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -39,3 +43,51 @@ def bootstrap_discount(next_td: TensorDict, gamma: float) -> torch.Tensor:
         return discount
     reward = next_td.get("reward")
     return gamma * (~next_td.get("terminated")).to(reward.dtype)
+
+
+def backward_and_step(
+    losses: TensorDict,
+    optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+    *,
+    frames: int,
+    max_grad_norm: float | None = None,
+) -> float:
+    """One gradient step on the sum of the ``loss_*`` entries of ``losses``.
+
+    Zeroes the optimizers' gradients, backpropagates, clips the global gradient norm to
+    ``max_grad_norm`` (when given) and steps. A non-finite loss or gradient raises
+    ``NonFiniteLossError`` naming the loss terms and the frame count, before any weight
+    changes. Returns the gradient norm before clipping.
+    """
+    if isinstance(optimizers, torch.optim.Optimizer):
+        optimizers = (optimizers,)
+    loss = total_loss(losses, frames=frames)
+    for optimizer in optimizers:
+        optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]
+              if p.grad is not None]
+    limit = math.inf if max_grad_norm is None else max_grad_norm
+    norm = float(nn.utils.clip_grad_norm_(params, limit))
+    if not math.isfinite(norm):
+        terms = ", ".join(k for k in losses.keys(include_nested=False) if k.startswith("loss_"))
+        raise NonFiniteLossError(f"non-finite gradient of {terms} at frame {frames}")
+    for optimizer in optimizers:
+        optimizer.step()
+    return norm
+
+
+@contextlib.contextmanager
+def frozen(module: nn.Module) -> Iterator[nn.Module]:
+    """Within the block, ``module``'s parameters take no gradient (inputs still do).
+
+    Actor losses backpropagate through the critic to the action only: freezing the critic
+    skips its weight gradients, a third of the backward pass.
+    """
+    flags = [p.requires_grad for p in module.parameters()]
+    module.requires_grad_(False)
+    try:
+        yield module
+    finally:
+        for p, flag in zip(module.parameters(), flags, strict=True):
+            p.requires_grad_(flag)

@@ -16,7 +16,7 @@ from tensordict import NestedKey, TensorDict
 from torch import nn
 
 from rlbench.modules.actors import ProbabilisticActor
-from rlbench.objectives.common import bootstrap_discount
+from rlbench.objectives.common import bootstrap_discount, frozen
 
 __all__ = ["DiscreteSACLoss", "SACLoss"]
 
@@ -106,7 +106,8 @@ class SACLoss(_SACBase):
     def actor_loss(self, batch: TensorDict) -> TensorDict:
         obs = batch.get(self.in_key)
         action, log_prob = self._sample(obs)
-        q = self.critic(torch.cat((obs, action), -1)).amin(0).squeeze(-1)
+        with frozen(self.critic):
+            q = self.critic(torch.cat((obs, action), -1)).amin(0).squeeze(-1)
         entropy = -log_prob.mean()
         return TensorDict(
             {

@@ -184,6 +184,13 @@ def test_vecnorm_matches_float64_running_statistics() -> None:
     before = vecnorm.moments["observation"].mean.clone()
     _random_rollout(eval_env, 20)
     assert torch.equal(vecnorm.moments["observation"].mean, before), "frozen copy never updates"
+    raw_rewards = TransformedEnv(make("Pendulum-v1", num_envs=2, seed=9),
+                                 vecnorm.frozen_copy(reward=False))
+    twin = make("Pendulum-v1", num_envs=2, seed=9)
+    action = torch.zeros(2, 1)
+    unscaled = raw_rewards.step(raw_rewards.reset().set("action", action))["next", "reward"]
+    expected = twin.step(twin.reset().set("action", action))["next", "reward"]
+    assert torch.equal(unscaled, expected), "reward=False: evaluation sees true rewards"
 
     restored = VecNorm(reward=True, gamma=0.9)
     TransformedEnv(make("Pendulum-v1", seed=0), restored)

@@ -12,6 +12,7 @@ from torch import nn
 from rlbench.modules import (
     AdditiveGaussian,
     EGreedy,
+    GSDEActor,
     OrnsteinUhlenbeck,
     QValueActor,
     ValueOperator,
@@ -83,3 +84,36 @@ def test_ornstein_uhlenbeck_matches_float64_recurrence_and_resets() -> None:
     # consecutive OU noise is strongly correlated, unlike white noise
     pairs = torch.stack([actions[1][:2].flatten(), actions[2][:2].flatten()])
     assert torch.corrcoef(pairs)[0, 1] > 0.5
+
+
+def test_gsde_noise_is_linear_in_features_and_resampled_every_n_steps() -> None:
+    torch.manual_seed(3)
+    actor = GSDEActor(nn.Identity(), latent_dim=3, action_dim=2, log_std_init=-0.5,
+                      sample_freq=2)
+    obs = torch.randn(4, 3)
+    td = lambda o: TensorDict({"observation": o}, [4])  # noqa: E731
+    mean = actor.mean_head(obs).detach()
+    first = actor(td(obs))["action"] - mean
+    second = actor(td(2 * obs))["action"] - actor.mean_head(2 * obs).detach()
+    torch.testing.assert_close(second, 2 * first)  # same theta: noise linear in features
+    third = actor(td(obs))["action"] - mean
+    assert not torch.allclose(third, first)  # redrawn after sample_freq calls
+    with set_exploration_type("deterministic"):
+        torch.testing.assert_close(actor(td(obs))["action"], mean)
+
+
+def test_gsde_log_prob_is_the_state_dependent_gaussian() -> None:
+    torch.manual_seed(4)
+    actor = GSDEActor(nn.Identity(), latent_dim=3, action_dim=2, log_std_init=0.3).double()
+    obs = torch.randn(5, 3, dtype=torch.float64)
+    out = actor(TensorDict({"observation": obs}, [5]))
+    std = torch.sqrt(obs.pow(2) @ actor.log_std.exp().pow(2) + 1e-6)
+    reference = torch.distributions.Normal(actor.mean_head(obs), std).log_prob(out["action"])
+    torch.testing.assert_close(out["action_log_prob"], reference.sum(-1))
+    # the noise std matches the log-prob's std: many draws of theta at one state
+    many = GSDEActor(nn.Identity(), latent_dim=3, action_dim=2, log_std_init=0.3,
+                     sample_freq=1).double()
+    many.load_state_dict(actor.state_dict())
+    state = obs[:1].expand(20_000, 3)
+    noise = many(TensorDict({"observation": state}, [20_000]))["action"] - many.mean_head(state)
+    torch.testing.assert_close(noise.std(0), std[0], rtol=0.03, atol=0)

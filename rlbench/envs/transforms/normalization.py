@@ -132,12 +132,18 @@ class VecNorm(Transform):
             spec[key] = _unbounded_like(leaf)
         return spec
 
-    def frozen_copy(self) -> VecNorm:
-        """A VecNorm sharing these statistics that never updates them."""
+    def frozen_copy(self, *, reward: bool | None = None) -> VecNorm:
+        """A VecNorm sharing these statistics that never updates them.
+
+        ``reward=False`` leaves rewards unscaled (evaluation envs report true returns);
+        the default keeps this VecNorm's choice.
+        """
         twin = copy.copy(self)
         twin.__dict__ = dict(self.__dict__)
         twin.frozen = True
         twin._returns = None
+        if reward is not None:
+            twin.normalize_reward = reward and self.normalize_reward
         return twin
 
     def _normalize(self, td: TensorDict, mask: torch.Tensor | None, update: bool) -> TensorDict:

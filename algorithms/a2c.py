@@ -1,0 +1,116 @@
+"""A2C: synchronous advantage actor-critic (Mnih et al., 2016).
+
+Reads top to bottom: hyperparameters, their per-family defaults, the loop. Follows
+Stable-Baselines3's A2C (the rl-baselines3-zoo tunes are the published reference): short
+rollouts from several envs, one RMSprop step per rollout on the policy-gradient, value and
+entropy terms, GAE with lambda 1 (n-step returns) by default. Networks and environment
+normalisation are PPO's (``ppo.make_actor_critic`` / ``ppo.make_envs``): the two recipes
+differ only in the update. Truncation bootstraps; only termination stops the return.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import closing
+from dataclasses import dataclass
+
+import torch
+
+from rlbench.algorithms import ppo
+from rlbench.collectors import Collector, evaluate
+from rlbench.envs import TransformedEnv
+from rlbench.objectives import A2CLoss, backward_and_step
+from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
+from rlbench.returns import GAE
+
+KIND = "online"
+OPTIMIZERS = ("rmsprop", "adam")
+
+
+@dataclass
+class Config:
+    num_envs: int = 8
+    rollout_steps: int = 5
+    learning_rate: float = 7e-4
+    anneal_lr: bool = False
+    optimizer: str = "rmsprop"
+    rms_alpha: float = 0.99
+    optimizer_eps: float = 1e-5
+    gamma: float = 0.99
+    gae_lambda: float = 1.0
+    entropy_coef: float = 0.0
+    critic_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = False
+    normalize_observation: bool = False
+    normalize_reward: bool = False
+    init_log_std: float = 0.0
+    use_sde: bool = False
+    sde_sample_freq: int = 4
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    log_every: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "rollout_steps", "sde_sample_freq", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.activation not in ppo.ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ppo.ACTIVATIONS)}, "
+                             f"got {self.activation!r}")
+
+
+FAMILY_DEFAULTS: dict[str, dict] = {
+    # rl-baselines3-zoo hyperparams/a2c.yml, CartPole-v1: SB3's defaults with 8 envs.
+    "classic": {"num_envs": 8},
+    # SB3's defaults with observation and reward normalisation (the zoo's `normalize: true`).
+    "mujoco": {"num_envs": 4, "normalize_observation": True, "normalize_reward": True},
+}
+
+
+def train(spec: RunSpec, logger: RunLogger) -> None:
+    cfg: Config = spec.algo
+    env, eval_env = ppo.make_envs(spec, cfg)
+    with closing(env), closing(eval_env):
+        actor, critic = ppo.make_actor_critic(env, cfg)
+        actor.to(spec.device)
+        critic.to(spec.device)
+        loss_fn = A2CLoss(actor, critic, entropy_coef=cfg.entropy_coef,
+                          critic_coef=cfg.critic_coef,
+                          normalize_advantage=cfg.normalize_advantage)
+        advantage_module = GAE(critic, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
+        if cfg.optimizer == "rmsprop":
+            optimizer = torch.optim.RMSprop(loss_fn.parameters(), lr=cfg.learning_rate,
+                                            alpha=cfg.rms_alpha, eps=cfg.optimizer_eps)
+        else:
+            optimizer = torch.optim.Adam(loss_fn.parameters(), lr=cfg.learning_rate,
+                                         eps=cfg.optimizer_eps)
+        collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
+                              total_frames=spec.frames)
+        eval_schedule, log_schedule = FrameSchedule(spec.eval_every), FrameSchedule(cfg.log_every)
+        metrics = MetricMean()
+        train_time = 0.0
+
+        for iteration, batch in enumerate(collector):
+            start = time.perf_counter()
+            if cfg.anneal_lr:
+                remaining = 1.0 - iteration / len(collector)
+                optimizer.param_groups[0]["lr"] = cfg.learning_rate * remaining
+            advantage_module(batch)  # writes state_value, advantage and value_target
+            losses = loss_fn(batch.reshape(-1))
+            backward_and_step(losses, optimizer, frames=collector.frames,
+                              max_grad_norm=cfg.max_grad_norm)
+            metrics.add(losses)
+            train_time += time.perf_counter() - start + collector.last_batch_seconds
+
+            if log_schedule.due(collector.frames) or collector.frames >= spec.frames:
+                logger.log_metrics(collector.frames,
+                                   {**metrics.pop(), "train/fps": collector.frames / train_time})
+            if eval_schedule.due(collector.frames) or collector.frames >= spec.frames:
+                logger.log_eval(collector.frames, evaluate(eval_env, actor))
+
+        logger.save_model("policy", actor)
+        if isinstance(env, TransformedEnv):
+            logger.save_model("normalization", env.transform)

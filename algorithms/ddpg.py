@@ -1,0 +1,33 @@
+"""DDPG (Lillicrap et al., 2016) as Stable-Baselines3 defines it: the TD3 loop of ``td3.py``
+with one critic, no target policy smoothing and no actor delay.
+
+Defaults are the rl-baselines3-zoo DDPG tunes (Gaussian exploration noise 0.1, net [400, 300],
+learning rate 1e-3), which the published SB3 DDPG scores come from; the DDPG paper's
+Ornstein-Uhlenbeck noise is ``exploration_noise=ou``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlbench.algorithms import td3
+
+KIND = "online"
+
+
+@dataclass
+class Config(td3.Config):
+    num_critics: int = 1
+    policy_delay: int = 1
+    policy_noise: float = 0.0
+
+
+FAMILY_DEFAULTS: dict[str, dict] = {
+    # rl-baselines3-zoo hyperparams/ddpg.yml, Pendulum-v1: the same settings as its TD3.
+    "classic": {"gamma": 0.98, "buffer_size": 200_000, "learning_starts": 10_000},
+    # rl-baselines3-zoo hyperparams/ddpg.yml, MuJoCo tasks.
+    "mujoco": {"learning_starts": 10_000},
+    "dmc": {"learning_starts": 10_000},
+}
+
+train = td3.train

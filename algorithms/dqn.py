@@ -1,0 +1,157 @@
+"""DQN (Mnih et al., 2015), with double Q-learning, a dueling head and n-step returns as options.
+
+Reads top to bottom: hyperparameters, their per-family defaults, networks, the loop.
+Follows Stable-Baselines3's DQN (whose rl-baselines3-zoo tunes are the published reference):
+collect ``train_every`` frames with epsilon-greedy actions, then take ``gradient_steps``
+Adam steps on the Huber TD error of uniformly sampled transitions; the target network is a
+copy of the online one refreshed every ``target_update_interval`` frames; epsilon decays
+linearly over the first ``exploration_fraction`` of the run. Truncation bootstraps; only
+termination stops the return.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import closing
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rlbench.collectors import Collector, evaluate
+from rlbench.data import ReplayBuffer, TensorStorage
+from rlbench.envs import Categorical, make
+from rlbench.modules import MLP, DuelingQNetwork, EGreedy, QValueActor
+from rlbench.objectives import DQNLoss, backward_and_step, make_target
+from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
+from rlbench.returns import multi_step
+
+KIND = "online"
+STORED_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"),
+               ("next", "terminated"), ("next", "discount"))
+
+
+@dataclass
+class Config:
+    num_envs: int = 1
+    buffer_size: int = 1_000_000
+    batch_size: int = 32
+    learning_starts: int = 100
+    train_every: int = 4
+    gradient_steps: int = 1
+    learning_rate: float = 1e-4
+    gamma: float = 0.99
+    target_update_interval: int = 10_000
+    exploration_fraction: float = 0.1
+    eps_init: float = 1.0
+    eps_end: float = 0.05
+    max_grad_norm: float = 10.0
+    double: bool = False
+    dueling: bool = False
+    n_step: int = 1
+    loss: str = "huber"
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    log_every: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "buffer_size", "batch_size", "train_every", "gradient_steps",
+                     "target_update_interval", "n_step", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+        if not 0 <= self.exploration_fraction <= 1:
+            raise ValueError(f"exploration_fraction must lie in [0, 1], "
+                             f"got {self.exploration_fraction}")
+        if self.loss not in ("huber", "mse"):
+            raise ValueError(f"loss must be 'huber' or 'mse', got {self.loss!r}")
+
+
+FAMILY_DEFAULTS: dict[str, dict] = {
+    # rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1 (500 at 50k frames).
+    "classic": {
+        "learning_rate": 2.3e-3,
+        "batch_size": 64,
+        "buffer_size": 100_000,
+        "learning_starts": 1000,
+        "gamma": 0.99,
+        "target_update_interval": 10,
+        "train_every": 256,
+        "gradient_steps": 128,
+        "exploration_fraction": 0.16,
+        "eps_end": 0.04,
+        "hidden_sizes": (256, 256),
+    },
+}
+
+ENV_DEFAULTS: dict[str, dict] = {
+    # rl-baselines3-zoo hyperparams/dqn.yml, MountainCar-v0 and Acrobot-v1 (the zoo's
+    # gradient_steps=-1, "one per collected frame", is written out).
+    "MountainCar-v0": {"learning_rate": 4e-3, "batch_size": 128, "buffer_size": 10_000,
+                       "learning_starts": 1000, "gamma": 0.98, "target_update_interval": 600,
+                       "train_every": 16, "gradient_steps": 8, "exploration_fraction": 0.2,
+                       "eps_end": 0.07, "hidden_sizes": (256, 256)},
+    "Acrobot-v1": {"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000,
+                   "learning_starts": 0, "gamma": 0.99, "target_update_interval": 250,
+                   "train_every": 4, "gradient_steps": 4, "exploration_fraction": 0.12,
+                   "eps_end": 0.1, "hidden_sizes": (256, 256)},
+}
+
+
+def make_q_network(env, cfg: Config) -> nn.Module:
+    """An MLP (or dueling MLP) from the observation to one value per action."""
+    action_spec = env.action_spec
+    if not isinstance(action_spec, Categorical):
+        raise TypeError(f"DQN needs a discrete action space, not {action_spec}")
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    if cfg.dueling:
+        return DuelingQNetwork(obs_dim, action_spec.n, cfg.hidden_sizes)
+    return MLP(obs_dim, action_spec.n, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+
+
+def train(spec: RunSpec, logger: RunLogger) -> None:
+    cfg: Config = spec.algo
+    with (
+        closing(make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env,
+                     device=spec.device)) as env,
+        closing(make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
+                     device=spec.device)) as eval_env,
+    ):
+        q_network = make_q_network(env, cfg).to(spec.device)
+        target_network = make_target(q_network)
+        loss_fn = DQNLoss(q_network, target_network, gamma=cfg.gamma, double=cfg.double,
+                          loss=cfg.loss)
+        optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate)
+        greedy = QValueActor(q_network)
+        policy = EGreedy(greedy, env.action_spec.n, eps_init=cfg.eps_init, eps_end=cfg.eps_end,
+                         annealing_frames=int(cfg.exploration_fraction * spec.frames))
+        buffer = ReplayBuffer(TensorStorage(cfg.buffer_size, device=spec.device),
+                              batch_size=cfg.batch_size)
+        collector = Collector(env, policy, frames_per_batch=cfg.num_envs * cfg.train_every,
+                              total_frames=spec.frames)
+        target_schedule = FrameSchedule(cfg.target_update_interval)
+        eval_schedule, log_schedule = FrameSchedule(spec.eval_every), FrameSchedule(cfg.log_every)
+        metrics = MetricMean()
+        train_time = 0.0
+
+        for batch in collector:
+            start = time.perf_counter()
+            policy.step(collector.frames)
+            buffer.extend(multi_step(batch, cfg.n_step, cfg.gamma).select(*STORED_KEYS))
+            if target_schedule.due(collector.frames):
+                target_network.load_state_dict(q_network.state_dict())
+            if collector.frames >= cfg.learning_starts:
+                for _ in range(cfg.gradient_steps):
+                    losses = loss_fn(buffer.sample())
+                    backward_and_step(losses, optimizer, frames=collector.frames,
+                                      max_grad_norm=cfg.max_grad_norm)
+                    metrics.add(losses)
+            train_time += time.perf_counter() - start + collector.last_batch_seconds
+
+            if log_schedule.due(collector.frames) or collector.frames >= spec.frames:
+                logger.log_metrics(collector.frames, {**metrics.pop(), "train/epsilon": policy.eps,
+                                                      "train/fps": collector.frames / train_time})
+            if eval_schedule.due(collector.frames) or collector.frames >= spec.frames:
+                logger.log_eval(collector.frames, evaluate(eval_env, greedy))
+
+        logger.save_model("policy", q_network)

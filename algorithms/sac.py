@@ -1,0 +1,143 @@
+"""Soft actor-critic with automatic temperature (Haarnoja et al., 2018).
+
+Reads top to bottom: hyperparameters, their per-family defaults, networks, the loop.
+Settings and update order follow Stable-Baselines3's SAC (the rl-baselines3-zoo tunes are the
+published reference): twin critics (one batched ensemble here), target critics updated by
+Polyak averaging every gradient step, a tanh-squashed Gaussian policy, temperature learned
+towards an entropy of ``-action_dim``, ``learning_starts`` frames of uniform random actions.
+Truncation bootstraps; only termination stops the return.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from contextlib import closing
+from dataclasses import dataclass
+
+import torch
+
+from rlbench.collectors import Collector, evaluate
+from rlbench.data import ReplayBuffer, TensorStorage
+from rlbench.envs import Bounded, make
+from rlbench.modules import (
+    MLP,
+    EnsembleMLP,
+    ProbabilisticActor,
+    StateDependentNormalParams,
+    TanhNormal,
+)
+from rlbench.objectives import SACLoss, SoftUpdate, backward_and_step, make_target
+from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
+
+KIND = "online"
+STORED_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"),
+               ("next", "terminated"))
+
+
+@dataclass
+class Config:
+    num_envs: int = 1
+    buffer_size: int = 1_000_000
+    batch_size: int = 256
+    learning_starts: int = 10_000
+    train_every: int = 1
+    gradient_steps: int = 1
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 0.005
+    alpha_init: float = 1.0
+    learn_alpha: bool = True
+    target_entropy: float | None = None
+    num_critics: int = 2
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    log_every: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "buffer_size", "batch_size", "train_every", "gradient_steps",
+                     "num_critics", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+        if not 0 < self.tau <= 1:
+            raise ValueError(f"tau must lie in (0, 1], got {self.tau}")
+
+
+FAMILY_DEFAULTS: dict[str, dict] = {
+    # rl-baselines3-zoo hyperparams/sac.yml, Pendulum-v1 (-150 at 20k frames): lr 1e-3,
+    # SB3's defaults otherwise (learning_starts 100).
+    "classic": {"learning_starts": 100, "actor_lr": 1e-3, "critic_lr": 1e-3, "alpha_lr": 1e-3},
+    # rl-baselines3-zoo hyperparams/sac.yml, MuJoCo tasks: learning_starts 10000.
+    "mujoco": {"learning_starts": 10_000},
+    # The dm_control state tasks as in most SAC baselines (e.g. DrQ's state SAC): SB3 values.
+    "dmc": {"learning_starts": 10_000},
+}
+
+
+def make_actor_critic(env, cfg: Config) -> tuple[ProbabilisticActor, EnsembleMLP]:
+    """A tanh-Gaussian actor with state-dependent std and ``num_critics`` Q-networks."""
+    action_spec = env.action_spec
+    if not isinstance(action_spec, Bounded):
+        raise TypeError(f"SAC needs a bounded continuous action space, not {action_spec}")
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    action_dim = action_spec.shape[-1]
+    net = MLP(obs_dim, 2 * action_dim, cfg.hidden_sizes, torch.nn.ReLU, orthogonal_init=False)
+    low, high = action_spec.low[0], action_spec.high[0]  # the bounds of one sub-env
+    actor = ProbabilisticActor(StateDependentNormalParams(net),
+                               functools.partial(TanhNormal, low=low, high=high))
+    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes)
+    return actor, critic
+
+
+def train(spec: RunSpec, logger: RunLogger) -> None:
+    cfg: Config = spec.algo
+    with (
+        closing(make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env,
+                     device=spec.device)) as env,
+        closing(make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
+                     device=spec.device)) as eval_env,
+    ):
+        actor, critic = make_actor_critic(env, cfg)
+        actor.to(spec.device)
+        critic.to(spec.device)
+        loss_fn = SACLoss(actor, critic, make_target(critic),
+                          action_dim=env.action_spec.shape[-1], gamma=cfg.gamma,
+                          alpha_init=cfg.alpha_init, learn_alpha=cfg.learn_alpha,
+                          target_entropy=cfg.target_entropy).to(spec.device)
+        target_update = SoftUpdate(critic, loss_fn.target_critic, cfg.tau)
+        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr)
+        actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr)]
+        if cfg.learn_alpha:
+            actor_optimizers.append(torch.optim.Adam([loss_fn.log_alpha], lr=cfg.alpha_lr))
+        buffer = ReplayBuffer(TensorStorage(cfg.buffer_size, device=spec.device),
+                              batch_size=cfg.batch_size)
+        collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.train_every,
+                              total_frames=spec.frames, init_random_frames=cfg.learning_starts)
+        eval_schedule, log_schedule = FrameSchedule(spec.eval_every), FrameSchedule(cfg.log_every)
+        metrics = MetricMean()
+        train_time = 0.0
+
+        for batch in collector:
+            start = time.perf_counter()
+            buffer.extend(batch.select(*STORED_KEYS))
+            if collector.frames >= cfg.learning_starts:
+                for _ in range(cfg.gradient_steps):
+                    sample = buffer.sample()
+                    value_losses = loss_fn.value_loss(sample)
+                    backward_and_step(value_losses, critic_optimizer, frames=collector.frames)
+                    actor_losses = loss_fn.actor_loss(sample)
+                    backward_and_step(actor_losses, actor_optimizers, frames=collector.frames)
+                    target_update.step()
+                    metrics.add(value_losses.update(actor_losses))
+            train_time += time.perf_counter() - start + collector.last_batch_seconds
+
+            if log_schedule.due(collector.frames) or collector.frames >= spec.frames:
+                logger.log_metrics(collector.frames,
+                                   {**metrics.pop(), "train/fps": collector.frames / train_time})
+            if eval_schedule.due(collector.frames) or collector.frames >= spec.frames:
+                logger.log_eval(collector.frames, evaluate(eval_env, actor))
+
+        logger.save_model("policy", actor)
