@@ -6,13 +6,20 @@ import time
 from collections.abc import Callable, Iterator
 
 import torch
-from tensordict import TensorDict
+from tensordict import NestedKey, TensorDict
 
+from rlbench.collectors.stacking import cat_parts, stack_steps
+from rlbench.collectors.trajectories import TRAJ_IDS, TrajectoryIds, split_trajectories
 from rlbench.envs.common import EnvBase
 
 __all__ = ["Collector"]
 
 Policy = Callable[[TensorDict], TensorDict]
+
+# Steps are stacked in chunks as they come: a whole batch of live step TensorDicts would
+# make Python's cyclic GC run full collections over the process (a fifth of a CartPole
+# step per frame); a chunk dies young, before a collection sees it.
+CHUNK_STEPS = 32
 
 
 class Collector:
@@ -28,6 +35,20 @@ class Collector:
     under ``torch.no_grad()``; update its weights in place between batches.
     ``frames`` counts the frames yielded so far and ``last_batch_seconds`` the wall time
     the last batch took to collect.
+
+    ``init_random_frames``: the first frames (rounded up to whole env steps) act with
+    ``env.action_spec.rand`` instead of the policy, drawn from a generator seeded with
+    ``seed`` (from the global torch RNG when None), and write ``action`` only; every batch
+    of such a run then holds only the entries a random step has (the policy's extra
+    outputs, such as ``action_log_prob``, are left out), so all batches share their keys.
+
+    ``policy_device``: where the policy runs. When it differs from ``env.device`` the root
+    goes there for the policy call and the policy's outputs (its ``out_keys``, or the
+    entries its first call added) come back to the env. Batches are returned on
+    ``storing_device`` (default: the env's device).
+
+    ``split_trajs``: yield ``split_trajectories(batch)`` instead: ``[num_trajectories,
+    max_len]``, zero-padded, with a ``("collector", "mask")`` of the real steps.
     """
 
     def __init__(
@@ -37,6 +58,11 @@ class Collector:
         *,
         frames_per_batch: int,
         total_frames: int,
+        init_random_frames: int = 0,
+        seed: int | None = None,
+        policy_device: torch.device | str | None = None,
+        storing_device: torch.device | str | None = None,
+        split_trajs: bool = False,
     ):
         if frames_per_batch % env.numel:
             raise ValueError(
@@ -45,43 +71,81 @@ class Collector:
             )
         if total_frames < 1:
             raise ValueError(f"total_frames must be >= 1, got {total_frames}")
+        if init_random_frames < 0:
+            raise ValueError(f"init_random_frames must be >= 0, got {init_random_frames}")
         self.env, self.policy = env, policy
         self.frames_per_batch, self.total_frames = frames_per_batch, total_frames
         self.steps_per_batch = frames_per_batch // env.numel
+        self.split_trajs = split_trajs
+        self.policy_device = None if policy_device is None else torch.device(policy_device)
+        self.storing_device = torch.device(storing_device or env.device)
         self.frames = 0
         self.last_batch_seconds = 0.0
         self._root: TensorDict | None = None
-        self._traj_ids = torch.arange(env.numel, device=env.device).reshape(env.batch_size)
-        self._next_traj_id = env.numel
+        self._template: TensorDict | None = None
+        self._traj_ids = TrajectoryIds(env.batch_size, env.device)
+        self._random_steps = -(-init_random_frames // env.numel)
+        self._generator: torch.Generator | None = None
+        if self._random_steps:  # only then: a run without random frames leaves the RNG alone
+            if seed is None:
+                seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+            self._generator = torch.Generator(device=env.action_spec.device)
+            self._generator.manual_seed(seed)
+        self._policy_out_keys: list[NestedKey] | None = None
 
     def __len__(self) -> int:
         """Number of batches the collector yields."""
         return -(-self.total_frames // self.frames_per_batch)
+
+    def _act_on_policy_device(self, root: TensorDict) -> TensorDict:
+        """``root`` with the policy's outputs, the policy running on ``policy_device``."""
+        device = self.policy_device
+        before = set(root.keys(include_nested=True, leaves_only=True))
+        out = self.policy(root.to(device))
+        if self._policy_out_keys is None:
+            declared = getattr(self.policy, "out_keys", None)
+            self._policy_out_keys = list(declared) if declared is not None else [
+                key for key in out.keys(include_nested=True, leaves_only=True)
+                if key not in before]
+        for key in self._policy_out_keys:
+            root.set(key, out.get(key).to(self.env.device))
+        return root
 
     @torch.no_grad()
     def _collect(self) -> TensorDict:
         if self._root is None:
             self._root = self.env.reset()
         root = self._root
-        steps = []
+        dim = len(self.env.batch_size)
+        elsewhere = self.policy_device not in (None, self.env.device)
+        act = self._act_on_policy_device if elsewhere else self.policy
+        chunks, steps = [], []
         for _ in range(self.steps_per_batch):
-            root = self.policy(root)
-            root.set(("collector", "traj_ids"), self._traj_ids)
+            if self._random_steps:
+                self._random_steps -= 1
+                root.set("action", self.env.action_spec.rand(self._generator))
+            else:
+                root = act(root)
             transition, root = self.env.step_and_maybe_reset(root)
+            if self._template is None:  # the first step of the run fixes every batch's keys
+                self._template = transition
             steps.append(transition)
-            done = transition.get(("next", "done")).squeeze(-1)
-            if done.any():
-                n_done = int(done.sum())
-                new_ids = torch.arange(n_done, device=done.device) + self._next_traj_id
-                self._traj_ids = self._traj_ids.masked_scatter(done, new_ids)
-                self._next_traj_id += n_done
+            if len(steps) == CHUNK_STEPS:
+                chunks.append(stack_steps(steps, self._template, dim))
+                steps = []
         self._root = root
-        return torch.stack(steps, dim=len(self.env.batch_size))
+        if steps:
+            chunks.append(stack_steps(steps, self._template, dim))
+        batch = cat_parts(chunks, dim)
+        batch.set(TRAJ_IDS, self._traj_ids(batch.get(("next", "done")).squeeze(-1)))
+        return batch if self.storing_device == batch.device else batch.to(self.storing_device)
 
     def __iter__(self) -> Iterator[TensorDict]:
         while self.frames < self.total_frames:
             start = time.perf_counter()
             batch = self._collect()
+            if self.split_trajs:
+                batch = split_trajectories(batch)
             self.last_batch_seconds = time.perf_counter() - start
             self.frames += self.frames_per_batch
             yield batch
