@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Literal
 
 import numpy as np
+import torch
 
-__all__ = ["ActionCheck", "BoxActionCheck"]
+__all__ = ["ActionCheck", "BoxActionCheck", "to_numpy"]
 
 ActionCheck = Literal["clip", "raise"]
+
+# Up to this many numbers, plain python floats beat numpy's and torch's per-call overhead.
+_SMALL = 64
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """``tensor.numpy(force=True)``; a plain CPU tensor skips the checks ``force`` costs."""
+    if tensor.is_cpu and not (tensor.requires_grad or tensor.is_conj() or tensor.is_neg()):
+        return tensor.numpy()
+    return tensor.numpy(force=True)
 
 
 def _between(low: float, value: float, high: float) -> bool:
@@ -19,20 +31,40 @@ class BoxActionCheck:
     """Rejects NaN and wrongly shaped actions; clips or rejects those outside ``[low, high]``.
 
     ``low``/``high`` have the full (batched) action shape. ``mode="clip"`` clips an action
-    outside the bounds, ``"raise"`` rejects it; a NaN action always raises.
+    outside the bounds, ``"raise"`` rejects it; a NaN action always raises. ``dtype`` is the
+    action spec's dtype: ``from_tensor`` has a short path for actions of that dtype.
     """
 
-    def __init__(self, low: np.ndarray, high: np.ndarray, mode: ActionCheck, name: str):
+    def __init__(self, low: np.ndarray, high: np.ndarray, mode: ActionCheck, name: str,
+                 dtype: torch.dtype | None = None):
         if mode not in ("clip", "raise"):
             raise ValueError(f"action_check must be 'clip' or 'raise', got {mode!r}")
         self.low, self.high, self.mode, self.name = low, high, mode, name
         self._lows, self._highs = low.ravel().tolist(), high.ravel().tolist()
+        self.dtype = dtype
+        # the short path reads a [batch, n] float action as nested lists of python floats
+        self._short = (dtype in (torch.float32, torch.float64) and low.ndim == 2
+                       and low.size <= _SMALL)
+        self._np_dtype = torch.empty((), dtype=dtype).numpy().dtype if self._short else None
+
+    def from_tensor(self, action: torch.Tensor) -> np.ndarray:
+        """``self(action.numpy(force=True))``: the checked action, as numpy.
+
+        A small in-bounds action of the spec's dtype and shape goes through python floats
+        (one torch call instead of several; the same values, since every float32 or float64
+        is exactly a python float); any other action takes the numpy path.
+        """
+        if self._short and action.dtype is self.dtype and action.shape == self.low.shape:
+            values = action.tolist()
+            if all(map(_between, self._lows, chain.from_iterable(values), self._highs)):
+                return np.array(values, dtype=self._np_dtype)
+        return self(to_numpy(action))
 
     def __call__(self, array: np.ndarray) -> np.ndarray:
         if array.shape != self.low.shape:
             raise ValueError(f"{self.name}: action of shape {array.shape}, expected "
                              f"{self.low.shape}")
-        if array.size <= 64:  # plain floats beat numpy's per-call overhead on small actions
+        if array.size <= _SMALL:
             inside = all(map(_between, self._lows, array.ravel().tolist(), self._highs))
         else:
             inside = bool(((array >= self.low) & (array <= self.high)).all())

@@ -10,9 +10,12 @@ reset observation goes into the next root, so no fake transition is ever produce
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 
@@ -59,12 +62,14 @@ class EnvBase(ABC):
         """Reset every sub-env; return the observation entries."""
 
     @abstractmethod
-    def _step(
-        self, action: torch.Tensor
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Step every sub-env; return (observation entries, reward, terminated, truncated).
+    def _step(self, action: torch.Tensor) -> dict[str, Any]:
+        """Step every sub-env; return the ``"next"`` entries.
 
-        The observation of a sub-env whose episode just ended is its final observation.
+        Those are the observation entries, ``reward`` and the three ``DONE_KEYS`` flags, with
+        ``done == terminated | truncated``. The observation of a sub-env whose episode just
+        ended is its final observation. When no sub-env finished, ``done`` may be the shared
+        all-false ``self._false``: ``step_and_maybe_reset`` then knows without a check that
+        nothing needs a reset (``_done_entries`` builds the flags that way).
         """
 
     @abstractmethod
@@ -78,6 +83,19 @@ class EnvBase(ABC):
 
     def close(self) -> None:  # noqa: B027 - envs without resources need not override it
         """Release simulator resources."""
+
+    def _done_entries(self, terminated: np.ndarray, truncated: np.ndarray
+                      ) -> dict[str, torch.Tensor]:
+        """The three done flags from bool arrays of shape ``[*batch, 1]`` (copied).
+
+        In the common step where no sub-env finished, all three are the shared all-false
+        tensor: no tensors to build, and no reset check in ``step_and_maybe_reset``.
+        """
+        done = terminated | truncated
+        if not done.any():
+            return dict.fromkeys(DONE_KEYS, self._false)
+        flags = {"done": done, "terminated": terminated, "truncated": truncated}
+        return {key: torch.tensor(value, device=self.device) for key, value in flags.items()}
 
     def _root(self, observation: dict[str, torch.Tensor]) -> TensorDict:
         source = dict(observation)
@@ -95,13 +113,13 @@ class EnvBase(ABC):
 
     def _next(self, tensordict: TensorDict) -> TensorDict:
         """The ``"next"`` TensorDict of applying ``tensordict["action"]``."""
-        observation, reward, terminated, truncated = self._step(tensordict.get("action"))
-        source = dict(observation)
-        source["reward"] = reward
-        source["terminated"] = terminated
-        source["truncated"] = truncated
-        source["done"] = terminated | truncated
-        return _tensordict(source, self.batch_size, self.device)
+        return _tensordict(self._step(tensordict.get("action")), self.batch_size, self.device,
+                           nested=self._nested_entries)
+
+    @functools.cached_property
+    def _nested_entries(self) -> bool:
+        """Whether ``_step`` entries hold dicts (nested observations) to turn into TensorDicts."""
+        return any(isinstance(spec, Composite) for spec in self.observation_spec.values())
 
     def step(self, tensordict: TensorDict) -> TensorDict:
         """Apply ``tensordict["action"]`` and write the result under ``"next"``."""
@@ -115,17 +133,23 @@ class EnvBase(ABC):
         running values transforms keep, such as ``step_count``), with the done flags cleared;
         the rows of finished sub-envs come from a reset instead.
         """
-        nxt = self._next(tensordict)
+        entries = self._step(tensordict.get("action"))
+        nested = self._nested_entries
+        nxt = _tensordict(entries, self.batch_size, self.device, nested=nested)
         _set_next(tensordict, nxt)
-        source = {key: value for key, value in nxt.items() if key not in _NOT_CARRIED}
-        for key in DONE_KEYS:
-            source[key] = self._false
-        root = _tensordict(source, self.batch_size, self.device)
-        done = nxt.get("done")
-        if (done.numpy().any() if done.device.type == "cpu" else done.any()):
+        # flat entries are the tensors ``nxt`` holds; nested ones became TensorDicts there
+        carried = nxt.items() if nested else entries.items()
+        source = {key: value for key, value in carried if key not in _NOT_CARRIED}
+        return tensordict, self._root_after_step(source, entries["done"])
+
+    def _root_after_step(self, carried: dict[str, Any], done: torch.Tensor) -> TensorDict:
+        """The next root: ``carried`` entries, done flags cleared, finished sub-envs reset."""
+        carried.update(dict.fromkeys(DONE_KEYS, self._false))
+        root = _tensordict(carried, self.batch_size, self.device, nested=False)
+        if done is not self._false and _any(done):
             done = done.squeeze(-1)
             root = _merge_rows(done, self._reset_rows(done), root)
-        return tensordict, root
+        return root
 
     @torch.no_grad()
     def rollout(
@@ -162,15 +186,22 @@ class EnvBase(ABC):
                 f"observation_spec={self.observation_spec}, action_spec={self.action_spec})")
 
 
-def _tensordict(source: dict, batch_size: torch.Size, device: torch.device) -> TensorDict:
+def _tensordict(source: dict, batch_size: torch.Size, device: torch.device, *,
+                nested: bool = True) -> TensorDict:
     """A TensorDict built without per-entry validation, for the env's own hot path.
 
     Envs build ``source`` from their specs, so shapes and devices are right by construction;
     skipping the checks saves most of the construction cost. Entries are shared, never
     modified in place by rlbench (the done flags of a root are one shared tensor): code that
-    changes an entry sets a new tensor.
+    changes an entry sets a new tensor. ``nested=False`` (no value is a dict to convert)
+    skips a per-entry check.
     """
-    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
+    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device, nested=nested)
+
+
+def _any(flags: torch.Tensor) -> bool:
+    """Whether any flag is set; through numpy on CPU, where that is faster than torch."""
+    return bool(flags.numpy().any() if flags.device.type == "cpu" else flags.any())
 
 
 def _set_next(tensordict: TensorDict, next_td: TensorDict) -> None:

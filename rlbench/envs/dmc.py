@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from rlbench.envs.box_actions import ActionCheck, BoxActionCheck
-from rlbench.envs.common import EnvBase
+from rlbench.envs.common import DONE_KEYS, EnvBase
 from rlbench.envs.specs import Bounded, Composite, TensorSpec, Unbounded
 from rlbench.errors import ConfigError, UnknownNameError
 
@@ -164,7 +164,7 @@ class DMControlEnv(EnvBase):
         self._environment_kwargs = dict(environment_kwargs) if environment_kwargs else None
         self._envs = [self._load(None if seed is None else seed + i) for i in range(num_envs)]
         self._on_cpu = self.device.type == "cpu"
-        self._reset_in_step: set[int] = set()
+        self._reset_in_step: list[tuple[int, float]] = []  # (sub-env, discount) pairs
         self._build_specs(cast_float64)
 
     def _load(self, seed: int | None) -> Any:
@@ -223,7 +223,7 @@ class DMControlEnv(EnvBase):
             self.action_spec = Unbounded((n, *act.shape), act_dtype)
         self._check_action = BoxActionCheck(np.broadcast_to(low.numpy(), (n, *act.shape)),
                                             np.broadcast_to(high.numpy(), (n, *act.shape)),
-                                            self.action_check, self.name)
+                                            self.action_check, self.name, act_dtype)
 
         self._reward = np.zeros((n, 1), dtype=np.float32)
         self._terminated = np.zeros((n, 1), dtype=bool)
@@ -277,7 +277,7 @@ class DMControlEnv(EnvBase):
     def _action_to_numpy(self, action: torch.Tensor) -> np.ndarray:
         # No cast to dm_control's float64: the task copies the action into MuJoCo's float64
         # ctrl array (np.copyto), which casts exactly.
-        return self._check_action(action.numpy(force=True))
+        return self._check_action.from_tensor(action)
 
     def _reseed(self, i: int, seed: int) -> None:
         if self.domain in _MODEL_FROM_SEED:
@@ -299,44 +299,53 @@ class DMControlEnv(EnvBase):
             self._write(i, env.reset().observation)
         return self._observation()
 
-    def _step(
-        self, action: torch.Tensor
-    ) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _step(self, action: torch.Tensor) -> dict[str, Any]:
         self._check_open()
         actions = self._action_to_numpy(action)
-        reward, terminated, truncated = self._reward, self._terminated, self._truncated
-        terminated.fill(False)
-        truncated.fill(False)
+        reward = self._reward
         finished = []
         for i, env in enumerate(self._envs):
             timestep = env.step(actions[i])
             reward[i] = timestep.reward
             self._write(i, timestep.observation)
             if timestep.last():
-                finished.append(i)
-                if timestep.discount == 0.0:
-                    terminated[i] = True
-                else:
-                    truncated[i] = True
-                    terminated[i] = env.task.get_termination(env.physics) == 0.0
-        observation = self._observation()
-        for i in finished:
+                finished.append((i, timestep.discount))
+        entries = self._observation()
+        entries["reward"] = self._tensor(reward)
+        entries.update(self._flags(finished))
+        for i, _ in finished:
             self._write(i, self._envs[i].reset().observation)
-        self._reset_in_step = set(finished)
-        return (
-            observation,
-            self._tensor(reward),
-            self._tensor(terminated),
-            self._tensor(truncated),
-        )
+        self._reset_in_step = finished
+        return entries
+
+    def _flags(self, finished: list[tuple[int, float]]) -> dict[str, torch.Tensor]:
+        """The done flags, given the (sub-env, discount) of each ``LAST`` timestep.
+
+        Call before resetting those sub-envs: at the time limit the task says whether the
+        episode also terminated there.
+        """
+        if not finished:
+            return dict.fromkeys(DONE_KEYS, self._false)
+        terminated, truncated = self._terminated, self._truncated
+        terminated.fill(False)
+        truncated.fill(False)
+        for i, discount in finished:
+            if discount == 0.0:
+                terminated[i] = True
+            else:
+                env = self._envs[i]
+                truncated[i] = True
+                terminated[i] = env.task.get_termination(env.physics) == 0.0
+        return self._done_entries(terminated, truncated)
 
     def _reset_done(self, done: torch.Tensor) -> dict[str, Any]:
         # Sub-envs dm_control finished were reset inside ``_step`` (their reset observation
         # is in the buffers already); the ones a transform ended are reset here.
+        reset_in_step = {i for i, _ in self._reset_in_step}
         for i in np.flatnonzero(done.cpu().numpy()):
-            if i not in self._reset_in_step:
+            if i not in reset_in_step:
                 self._write(i, self._envs[i].reset().observation)
-        self._reset_in_step = set()
+        self._reset_in_step = []
         return self._observation()
 
     @staticmethod

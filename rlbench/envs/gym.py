@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from rlbench.envs.common import EnvBase
+from rlbench.envs.common import DONE_KEYS, EnvBase
 from rlbench.envs.gym_spaces import ActionCheck, ActionConverter, ObservationConverter
 from rlbench.envs.specs import Composite
 
@@ -86,6 +86,8 @@ class GymEnv(EnvBase):
         self._autoreset_obs: Any = None
         self._gym_done = np.zeros(num_envs, dtype=bool)
         self._last_observation: dict[str, Any] = {}
+        # one sub-env in this process on CPU: the step skips the batching (see _step_one)
+        self._one = self._vec is None and num_envs == 1 and self.device.type == "cpu"
 
     @property
     def max_episode_steps(self) -> int | None:
@@ -104,35 +106,63 @@ class GymEnv(EnvBase):
         return self._obs.from_list([env.reset(seed=s)[0] for env, s in zip(self._envs, seeds,
                                                                             strict=True)])
 
-    def _step(self, action: torch.Tensor):
+    def _step(self, action: torch.Tensor) -> dict[str, Any]:
         actions = self._act(action)
+        if self._one:
+            return self._step_one(actions[0])
+        if self._vec is not None:
+            return self._step_vec(actions)
         n = self.batch_size[0]
         reward = np.empty((n, 1), dtype=np.float32)
         terminated = np.empty((n, 1), dtype=bool)
         truncated = np.empty((n, 1), dtype=bool)
-        if self._vec is None:
-            observations = []
-            for i, env in enumerate(self._envs):
-                obs, reward[i, 0], terminated[i, 0], truncated[i, 0], _ = env.step(actions[i])
-                observations.append(obs)
-            observation = self._obs.from_list(observations)
-            self._last_observation = observation
+        observations = []
+        for i, env in enumerate(self._envs):
+            obs, reward[i, 0], terminated[i, 0], truncated[i, 0], _ = env.step(actions[i])
+            observations.append(obs)
+        observation = self._obs.from_list(observations)
+        self._last_observation = observation
+        return {**observation, "reward": self._tensor(reward),
+                **self._done_entries(terminated, truncated)}
+
+    def _step_one(self, action: np.ndarray) -> dict[str, Any]:
+        """``_step`` of a single sub-env: python flags, no per-step arrays to fill.
+
+        The common step where the episode goes on reuses the shared all-false flags; the
+        values are those of the batched path, bit for bit.
+        """
+        obs, reward, terminated, truncated, _ = self._envs[0].step(action)
+        observation = self._obs.from_list((obs,))
+        self._last_observation = observation
+        rewards = np.empty((1, 1), dtype=np.float32)
+        rewards[0, 0] = reward
+        entries = {**observation, "reward": torch.from_numpy(rewards)}
+        if terminated or truncated:
+            flags = np.empty((2, 1, 1), dtype=bool)
+            flags[0, 0, 0], flags[1, 0, 0] = terminated, truncated
+            entries.update(self._done_entries(flags[0], flags[1]))
         else:
-            obs, rew, term, trunc, info = self._vec.step(actions)
-            reward[:, 0], terminated[:, 0], truncated[:, 0] = rew, term, trunc
-            self._autoreset_obs = obs
-            self._gym_done = term | trunc
-            observation = self._obs.from_batched(obs)
-            if "_final_obs" in info:
-                rows = np.flatnonzero(info["_final_obs"])
-                final = self._obs.from_list([info["final_obs"][i] for i in rows])
-                _assign_rows(observation, final, torch.as_tensor(rows))
-        reward, terminated, truncated = (torch.from_numpy(a) for a in
-                                         (reward, terminated, truncated))
-        if self.device.type != "cpu":
-            reward, terminated, truncated = (t.to(self.device) for t in
-                                             (reward, terminated, truncated))
-        return observation, reward, terminated, truncated
+            entries.update(dict.fromkeys(DONE_KEYS, self._false))
+        return entries
+
+    def _step_vec(self, actions: np.ndarray) -> dict[str, Any]:
+        obs, rew, term, trunc, info = self._vec.step(actions)
+        self._autoreset_obs = obs
+        self._gym_done = term | trunc
+        observation = self._obs.from_batched(obs)
+        if "_final_obs" in info:
+            rows = np.flatnonzero(info["_final_obs"])
+            final = self._obs.from_list([info["final_obs"][i] for i in rows])
+            _assign_rows(observation, final, torch.as_tensor(rows))
+        reward = np.asarray(rew, dtype=np.float32).reshape(-1, 1)
+        return {**observation, "reward": self._tensor(reward.copy()),
+                **self._done_entries(np.asarray(term, dtype=bool).reshape(-1, 1),
+                                     np.asarray(trunc, dtype=bool).reshape(-1, 1))}
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A tensor on the env's device sharing a fresh ``array`` (on CPU)."""
+        tensor = torch.from_numpy(array)
+        return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
     def _reset_done(self, done: torch.Tensor) -> dict[str, Any]:
         rows = done.cpu().numpy()

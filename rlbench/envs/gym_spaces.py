@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlbench.envs.box_actions import ActionCheck, BoxActionCheck
+from rlbench.envs.box_actions import ActionCheck, BoxActionCheck, to_numpy
 from rlbench.envs.specs import (
     Binary,
     Bounded,
@@ -110,8 +110,11 @@ class ObservationConverter:
     def from_list(self, values: Sequence[Any]) -> dict[str, Any]:
         """Observation entries from a list of per-env observations (first dim: the list)."""
         if self._plain:
-            if len(values) == 1:
-                array = np.array(values[0], dtype=self._plain_dtype)[None]
+            value = values[0]
+            if len(values) == 1 and type(value) is np.ndarray:  # astype: a copy, and fast
+                array = value.astype(self._plain_dtype).reshape(1, *value.shape)
+            elif len(values) == 1:
+                array = np.array(value, dtype=self._plain_dtype)[None]
             else:
                 array = np.stack(values).astype(self._plain_dtype, copy=False)
             return {"observation": torch.from_numpy(array)}
@@ -155,16 +158,17 @@ class ActionConverter:
             self.spec = space_to_spec(space, batch, cast_float64=True)
             shape = tuple(self.spec.shape)
             self._box = BoxActionCheck(np.broadcast_to(space.low, shape),
-                                       np.broadcast_to(space.high, shape), action_check, env_id)
+                                       np.broadcast_to(space.high, shape), action_check, env_id,
+                                       self.spec.dtype)
         elif action_check not in ("clip", "raise"):
             raise ValueError(f"action_check must be 'clip' or 'raise', got {action_check!r}")
         self._start = _start(space)
         self._is_box = isinstance(space, gym.spaces.Box)
 
     def __call__(self, action: torch.Tensor) -> np.ndarray:
-        array = action.numpy(force=True)  # detach and move to CPU in one call
         if self._is_box:
-            return self._box(array).astype(self.space.dtype, copy=False)
+            return self._box.from_tensor(action).astype(self.space.dtype, copy=False)
+        array = to_numpy(action)
         if not self.spec.is_in(torch.from_numpy(array).to(self.spec.dtype)):
             raise ValueError(f"{self.env_id}: action outside {self.spec}: {array.tolist()}")
         if self._start is not None:

@@ -106,7 +106,9 @@ def make(
     this process; ``"async"`` spreads them over ``num_workers`` workers (default: one per
     CPU core, at most ``num_envs``), each stepping its share in turn, worker 0 in this
     process and the others in their own: on a machine with few cores this beats one
-    process per sub-env. ``kwargs`` go to the family's adapter
+    process per sub-env. While such an env is open, this process's torch threads are
+    capped at the cores the workers leave free (see ``ParallelEnv``). ``kwargs`` go to the
+    family's adapter
     (``GymEnv``, or ``DMControlEnv`` for ``dmc:`` ids).
     """
     validate_env_id(env_id)

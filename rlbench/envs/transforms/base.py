@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlbench.envs.common import EnvBase
+from rlbench.envs.common import _NOT_CARRIED, EnvBase, _set_next
 from rlbench.envs.specs import Composite, TensorSpec
 
 __all__ = ["Compose", "Transform", "TransformedEnv"]
@@ -119,6 +119,7 @@ class TransformedEnv(EnvBase):
     def __init__(self, env: EnvBase, transform: Transform | None = None):
         super().__init__(env.batch_size, env.device)
         self.base_env = env
+        self._false = env._false  # "nothing done" stays recognizable through transforms
         if transform is None:
             transform = Compose()
         elif not isinstance(transform, Compose):
@@ -155,6 +156,13 @@ class TransformedEnv(EnvBase):
         if self.transform.repeats > 1:
             base_next = self._repeat(base_input, base_next, self.transform.repeats)
         return self.transform.step(tensordict, base_next)
+
+    def step_and_maybe_reset(self, tensordict: TensorDict) -> tuple[TensorDict, TensorDict]:
+        """``EnvBase.step_and_maybe_reset`` through the transforms' ``_next``."""
+        nxt = self._next(tensordict)
+        _set_next(tensordict, nxt)
+        carried = {key: value for key, value in nxt.items() if key not in _NOT_CARRIED}
+        return tensordict, self._root_after_step(carried, nxt.get("done"))
 
     def _repeat(self, base_input: TensorDict, first: TensorDict, repeats: int) -> TensorDict:
         """Repeat the action, summing rewards; stop as soon as any sub-env's episode ends."""

@@ -1,0 +1,101 @@
+"""The short paths of the env hot loop give what the general paths give, bit for bit."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlbench.envs import make
+from rlbench.envs.batched import ParallelEnv
+from rlbench.envs.box_actions import BoxActionCheck
+from rlbench.envs.registry import SubEnvFactory
+
+
+def test_single_env_matches_raw_gymnasium_across_clipping_and_time_limits() -> None:
+    """One Pendulum sub-env (the single-env step) against a hand-written gymnasium loop.
+
+    A third of the actions lie outside [-2, 2] (clipped, as the raw loop clips them), and
+    the 200-step time limit truncates two episodes. Transitions are stacked at the end, so
+    a step that reused or overwrote an earlier step's tensors would show.
+    """
+    steps, seed = 450, 5
+    rng = np.random.default_rng(1)
+    actions = rng.uniform(-3.0, 3.0, size=(steps, 1, 1)).astype(np.float32)
+    raw = gym.make("Pendulum-v1")
+    obs, _ = raw.reset(seed=seed)
+    expected = []
+    for action in actions:
+        next_obs, reward, terminated, truncated, _ = raw.step(np.clip(action[0], -2.0, 2.0))
+        expected.append((obs, next_obs, reward, terminated, truncated))
+        obs = raw.reset()[0] if terminated or truncated else next_obs
+
+    env = make("Pendulum-v1", seed=seed)
+    root = env.reset()
+    transitions = []
+    for action in actions:
+        root.set("action", torch.from_numpy(action))
+        transition, root = env.step_and_maybe_reset(root)
+        transitions.append(transition)
+        assert not root["done"].any() and not root["truncated"].any()
+    batch = torch.stack(transitions, dim=1)[0]
+    for t, (obs, next_obs, reward, terminated, truncated) in enumerate(expected):
+        np.testing.assert_array_equal(batch["observation"][t].numpy(), obs.astype(np.float32))
+        np.testing.assert_array_equal(batch["next", "observation"][t].numpy(),
+                                      next_obs.astype(np.float32))
+        assert batch["next", "reward"][t].item() == np.float32(reward)
+        assert batch["next", "terminated"][t].item() == terminated
+        assert batch["next", "truncated"][t].item() == truncated
+        assert batch["next", "done"][t].item() == (terminated or truncated)
+    assert batch["next", "truncated"].sum() == 2
+    assert batch["action"].abs().max() > 2.0  # the stored action is the policy's, unclipped
+
+
+def _check(mode: str = "clip") -> BoxActionCheck:
+    low = np.broadcast_to(np.float32([-1.0, -2.0, -0.5]), (1, 3))
+    high = np.broadcast_to(np.float32([1.0, 2.0, 0.5]), (1, 3))
+    return BoxActionCheck(low, high, mode, "test", torch.float32)
+
+
+@pytest.mark.parametrize("action", [
+    torch.tensor([[0.25, -1.5, 0.125]]),  # in bounds: the short path
+    torch.tensor([[3.0, -1.5, 0.75]]),  # out of bounds: clipped on the numpy path
+    torch.tensor([[0.1, -0.2, 0.3]], dtype=torch.float64),  # another dtype
+    torch.tensor([[0.1, -0.2, 0.3]], requires_grad=True),
+    torch.tensor([[0.1], [-0.2], [0.3]]).T,  # not contiguous
+])
+def test_action_from_tensor_equals_the_numpy_path(action: torch.Tensor) -> None:
+    check = _check()
+    fast = check.from_tensor(action)
+    slow = check(action.detach().numpy().copy())
+    assert fast.dtype == slow.dtype and fast.shape == slow.shape
+    np.testing.assert_array_equal(fast, slow)
+
+
+def test_action_from_tensor_rejects_nan_bounds_and_shape() -> None:
+    with pytest.raises(ValueError, match="NaN"):
+        _check().from_tensor(torch.tensor([[0.0, float("nan"), 0.0]]))
+    with pytest.raises(ValueError, match="NaN"):
+        _check("raise").from_tensor(torch.tensor([[0.0, float("nan"), 0.0]]))
+    with pytest.raises(ValueError, match="outside bounds"):
+        _check("raise").from_tensor(torch.tensor([[0.0, 2.5, 0.0]]))
+    with pytest.raises(ValueError, match="shape"):
+        _check().from_tensor(torch.zeros(2, 3))
+    np.testing.assert_array_equal(_check().from_tensor(torch.tensor([[-9.0, 9.0, 0.0]])),
+                                  np.float32([[-1.0, 2.0, 0.0]]))
+
+
+def test_parallel_env_caps_torch_threads_while_open() -> None:
+    before = torch.get_num_threads()
+    factory = SubEnvFactory("CartPole-v1", 1, 0, "cpu")
+    first = ParallelEnv(factory, 2, in_process_worker=True, num_threads=1)
+    second = ParallelEnv(factory, 2, in_process_worker=True, num_threads=1)
+    try:
+        assert torch.get_num_threads() == 1
+        first.close()
+        assert torch.get_num_threads() == 1  # the second env still holds the cap
+    finally:
+        first.close()
+        second.close()
+    assert torch.get_num_threads() == before
