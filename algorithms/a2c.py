@@ -67,6 +67,7 @@ FAMILY_DEFAULTS: dict[str, dict] = {
     "classic": {"num_envs": 8},
     # SB3's defaults with observation and reward normalisation (the zoo's `normalize: true`).
     "mujoco": {"num_envs": 4, "normalize_observation": True, "normalize_reward": True},
+    "dmc": {"num_envs": 4, "normalize_observation": True, "normalize_reward": True},  # as MuJoCo
 }
 
 

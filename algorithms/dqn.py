@@ -2,7 +2,8 @@
 
 Reads top to bottom: hyperparameters, their per-family defaults, networks, the loop.
 Follows Stable-Baselines3's DQN (whose rl-baselines3-zoo tunes are the published reference):
-collect ``train_every`` frames with epsilon-greedy actions, then take ``gradient_steps``
+act uniformly at random for ``learning_starts`` frames, then collect ``train_every`` frames
+at a time with epsilon-greedy actions, each followed by ``gradient_steps``
 Adam steps on the Huber TD error of uniformly sampled transitions; the target network is a
 copy of the online one refreshed every ``target_update_interval`` frames; epsilon decays
 linearly over the first ``exploration_fraction`` of the run. Truncation bootstraps; only
@@ -24,7 +25,7 @@ from rlbench.envs import Categorical, make
 from rlbench.modules import MLP, DuelingQNetwork, EGreedy, QValueActor
 from rlbench.objectives import DQNLoss, backward_and_step, make_target
 from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
-from rlbench.returns import multi_step
+from rlbench.returns import MultiStep
 
 KIND = "online"
 STORED_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"),
@@ -85,8 +86,8 @@ FAMILY_DEFAULTS: dict[str, dict] = {
 }
 
 ENV_DEFAULTS: dict[str, dict] = {
-    # rl-baselines3-zoo hyperparams/dqn.yml, MountainCar-v0 and Acrobot-v1 (the zoo's
-    # gradient_steps=-1, "one per collected frame", is written out).
+    # rl-baselines3-zoo hyperparams/dqn.yml, MountainCar-v0 and Acrobot-v1 (for Acrobot the
+    # zoo's gradient_steps=-1, one gradient step per env step, is written out).
     "MountainCar-v0": {"learning_rate": 4e-3, "batch_size": 128, "buffer_size": 10_000,
                        "learning_starts": 1000, "gamma": 0.98, "target_update_interval": 600,
                        "train_every": 16, "gradient_steps": 8, "exploration_fraction": 0.2,
@@ -128,7 +129,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         buffer = ReplayBuffer(TensorStorage(cfg.buffer_size, device=spec.device),
                               batch_size=cfg.batch_size)
         collector = Collector(env, policy, frames_per_batch=cfg.num_envs * cfg.train_every,
-                              total_frames=spec.frames)
+                              total_frames=spec.frames, init_random_frames=cfg.learning_starts)
+        n_step = MultiStep(cfg.n_step, cfg.gamma)
         target_schedule = FrameSchedule(cfg.target_update_interval)
         eval_schedule, log_schedule = FrameSchedule(spec.eval_every), FrameSchedule(cfg.log_every)
         metrics = MetricMean()
@@ -137,7 +139,7 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         for batch in collector:
             start = time.perf_counter()
             policy.step(collector.frames)
-            buffer.extend(multi_step(batch, cfg.n_step, cfg.gamma).select(*STORED_KEYS))
+            buffer.extend(n_step(batch).select(*STORED_KEYS))
             if target_schedule.due(collector.frames):
                 target_network.load_state_dict(q_network.state_dict())
             if collector.frames >= cfg.learning_starts:

@@ -101,6 +101,17 @@ FAMILY_DEFAULTS: dict[str, dict] = {
         "normalize_observation": True,
         "normalize_reward": True,
     },
+    # dm_control state tasks: no PPO tune is as widely used as the MuJoCo one, so these are
+    # its settings with the same 2048-frame batch split over 8 envs (not a published tune).
+    "dmc": {
+        "num_envs": 8,
+        "rollout_steps": 256,
+        "minibatch_size": 256,
+        "epochs": 10,
+        "learning_rate": 3e-4,
+        "normalize_observation": True,
+        "normalize_reward": True,
+    },
 }
 
 ENV_DEFAULTS: dict[str, dict] = {

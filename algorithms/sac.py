@@ -72,7 +72,7 @@ FAMILY_DEFAULTS: dict[str, dict] = {
     "classic": {"learning_starts": 100, "actor_lr": 1e-3, "critic_lr": 1e-3, "alpha_lr": 1e-3},
     # rl-baselines3-zoo hyperparams/sac.yml, MuJoCo tasks: learning_starts 10000.
     "mujoco": {"learning_starts": 10_000},
-    # The dm_control state tasks as in most SAC baselines (e.g. DrQ's state SAC): SB3 values.
+    # dm_control state tasks: the MuJoCo settings (not a separately published tune).
     "dmc": {"learning_starts": 10_000},
 }
 

@@ -77,7 +77,7 @@ FAMILY_DEFAULTS: dict[str, dict] = {
     "classic": {"gamma": 0.98, "buffer_size": 200_000, "learning_starts": 10_000},
     # rl-baselines3-zoo hyperparams/td3.yml, MuJoCo tasks (net [400, 300], lr 1e-3).
     "mujoco": {"learning_starts": 10_000},
-    "dmc": {"learning_starts": 10_000},
+    "dmc": {"learning_starts": 10_000},  # the MuJoCo settings, not a published dmc tune
 }
 
 

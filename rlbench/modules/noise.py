@@ -3,7 +3,8 @@
 Each wraps a TensorDict actor, adds exploration only while the global exploration type is
 ``random`` (``set_exploration_type("deterministic")`` turns them off for evaluation), and
 draws from the global torch RNG, which the harness seeds. ``step(frames)`` anneals the noise
-scale linearly from its initial to its final value over ``annealing_frames`` frames.
+scale linearly from its initial to its final value over ``annealing_frames`` frames; the
+scale is a buffer, so a ``MultiCollector`` ships it to its workers with the weights.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ class _NoiseWrapper(nn.Module):
         self.start = start
         self.end = start if end is None else end
         self.annealing_frames = annealing_frames
-        self.scale = start
+        self.register_buffer("scale", torch.tensor(float(start)))
 
     def step(self, frames: int) -> None:
         """Anneal the noise scale to its value after ``frames`` collected frames."""
-        self.scale = linear_schedule(self.start, self.end, self.annealing_frames, frames)
+        self.scale.fill_(linear_schedule(self.start, self.end, self.annealing_frames, frames))
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
         tensordict = self.actor(tensordict)
@@ -58,7 +59,7 @@ class EGreedy(_NoiseWrapper):
     """With probability epsilon, a uniformly random action instead of the actor's.
 
     Defaults follow DQN practice: epsilon from 1.0 down to 0.05. Actions are integer indices
-    in ``[0, num_actions)``.
+    in ``[0, num_actions)``, or one-hot vectors with ``one_hot=True``.
     """
 
     def __init__(
@@ -69,22 +70,27 @@ class EGreedy(_NoiseWrapper):
         eps_init: float = 1.0,
         eps_end: float = 0.05,
         annealing_frames: int = 10_000,
+        one_hot: bool = False,
         action_key: NestedKey = "action",
     ):
         if not 0 <= eps_end <= 1 or not 0 <= eps_init <= 1:
             raise ValueError(f"epsilon must lie in [0, 1], got {eps_init} and {eps_end}")
         super().__init__(actor, action_key, eps_init, eps_end, annealing_frames)
-        self.num_actions = num_actions
+        self.num_actions, self.one_hot = num_actions, one_hot
 
     @property
     def eps(self) -> float:
-        return self.scale
+        return self.scale.item()
 
     def _explore(self, tensordict: TensorDict, action: torch.Tensor) -> torch.Tensor:
-        explore = torch.rand(action.shape, device=action.device) < self.scale
-        random = torch.randint(0, self.num_actions, action.shape, device=action.device,
-                               dtype=action.dtype)
-        return torch.where(explore, random, action)
+        index = action.argmax(-1) if self.one_hot else action
+        explore = torch.rand(index.shape, device=index.device) < self.scale
+        random = torch.randint(0, self.num_actions, index.shape, device=index.device,
+                               dtype=index.dtype)
+        index = torch.where(explore, random, index)
+        if self.one_hot:
+            return torch.nn.functional.one_hot(index, self.num_actions).to(action.dtype)
+        return index
 
 
 class _BoxNoise(_NoiseWrapper):
@@ -121,7 +127,7 @@ class AdditiveGaussian(_BoxNoise):
 
     @property
     def sigma(self) -> float:
-        return self.scale
+        return self.scale.item()
 
     def _explore(self, tensordict: TensorDict, action: torch.Tensor) -> torch.Tensor:
         noise = torch.randn_like(action) * (self.scale * self.half_range)
@@ -131,7 +137,9 @@ class AdditiveGaussian(_BoxNoise):
 class OrnsteinUhlenbeck(_BoxNoise):
     """Temporally correlated noise ``x += theta (mu - x) dt + sigma sqrt(dt) N(0, 1)``.
 
-    The DDPG paper's exploration (theta 0.15, sigma 0.2). One process per sub-env, reset to
+    Defaults theta 0.15, sigma 0.2 as in the DDPG paper, which integrates with dt = 1; the
+    default ``dt=1e-2`` is Stable-Baselines3's, a process correlated over hundreds of steps
+    rather than a few (set ``dt=1`` for the paper's). One process per sub-env, reset to
     ``mu`` on the rows whose ``is_init_key`` is set (add an ``InitTracker`` to the env to
     restart the process at each episode; without it the process runs on across episodes).
     Noise is scaled by the action half-range and the result clipped to the bounds.

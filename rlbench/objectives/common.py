@@ -10,8 +10,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-__all__ = ["NonFiniteLossError", "backward_and_step", "bootstrap_discount", "frozen",
-           "total_loss"]
+__all__ = ["NonFiniteLossError", "action_index", "backward_and_step", "bootstrap_discount",
+           "frozen", "total_loss"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -91,3 +91,18 @@ def frozen(module: nn.Module) -> Iterator[nn.Module]:
     finally:
         for p, flag in zip(module.parameters(), flags, strict=True):
             p.requires_grad_(flag)
+
+
+def action_index(action: torch.Tensor, batch_dims: int, num_actions: int) -> torch.Tensor:
+    """Discrete actions as ``[..., 1]`` integer indices, for ``gather`` on Q-values.
+
+    Accepts indices of shape ``[...]`` or ``[..., 1]`` and one-hot vectors ``[..., n]``.
+    """
+    if action.dim() == batch_dims:
+        return action.long().unsqueeze(-1)
+    if action.shape[-1] == 1:
+        return action.long()
+    if action.shape[-1] == num_actions:
+        return action.argmax(-1, keepdim=True)
+    raise ValueError(f"discrete actions must be indices or one-hot over {num_actions} actions, "
+                     f"got shape {tuple(action.shape)}")

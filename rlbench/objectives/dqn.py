@@ -7,7 +7,7 @@ from tensordict import NestedKey, TensorDict
 from torch import nn
 from torch.nn import functional as F
 
-from rlbench.objectives.common import bootstrap_discount
+from rlbench.objectives.common import action_index, bootstrap_discount
 
 __all__ = ["DQNLoss"]
 
@@ -19,8 +19,8 @@ class DQNLoss(nn.Module):
 
     ``a* = argmax_a Q(s', a)`` with ``double=True`` (the online network picks, the target
     network evaluates), else ``argmax_a Q_target(s', a)``. Reads ``observation``, ``action``
-    (integer indices) and ``("next", ...)``: ``observation``, ``reward``, ``terminated`` and
-    the n-step ``discount`` when present (see ``bootstrap_discount``).
+    (integer indices or one-hot) and ``("next", ...)``: ``observation``, ``reward``,
+    ``terminated`` and the n-step ``discount`` when present (see ``bootstrap_discount``).
 
     Returns ``loss_qvalue`` (Huber by default, as in the DQN paper and Stable-Baselines3;
     ``loss="mse"`` as in CleanRL) and the detached ``q_mean``; writes the per-sample
@@ -47,10 +47,9 @@ class DQNLoss(nn.Module):
 
     def forward(self, batch: TensorDict) -> TensorDict:
         nxt = batch.get("next")
-        action = batch.get(self.action_key).long()
-        if action.dim() == batch.batch_dims:
-            action = action.unsqueeze(-1)
-        q = self.network(batch.get(self.in_key)).gather(-1, action)
+        q_all = self.network(batch.get(self.in_key))
+        action = action_index(batch.get(self.action_key), batch.batch_dims, q_all.shape[-1])
+        q = q_all.gather(-1, action)
         with torch.no_grad():
             next_obs = nxt.get(self.in_key)
             next_target = self.target_network(next_obs)

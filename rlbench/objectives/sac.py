@@ -16,7 +16,7 @@ from tensordict import NestedKey, TensorDict
 from torch import nn
 
 from rlbench.modules.actors import ProbabilisticActor
-from rlbench.objectives.common import bootstrap_discount, frozen
+from rlbench.objectives.common import action_index, bootstrap_discount, frozen
 
 __all__ = ["DiscreteSACLoss", "SACLoss"]
 
@@ -162,10 +162,8 @@ class DiscreteSACLoss(_SACBase):
             next_q = self.target_critic(next_obs).amin(0)
             soft_value = (log_pi.exp() * (next_q - self.alpha * log_pi)).sum(-1, keepdim=True)
             target = nxt.get("reward") + bootstrap_discount(nxt, self.gamma) * soft_value
-        action = batch.get(self.action_key).long()
-        if action.dim() == batch.batch_dims:
-            action = action.unsqueeze(-1)
         q_all = self.critic(batch.get(self.in_key))
+        action = action_index(batch.get(self.action_key), batch.batch_dims, q_all.shape[-1])
         q = q_all.gather(-1, action.expand(q_all.shape[0], *action.shape))
         loss = 0.5 * (q - target).pow(2).mean(tuple(range(1, q.dim()))).sum()
         return TensorDict({"loss_qvalue": loss, "q_mean": q.detach().mean()}, batch_size=[])
@@ -174,7 +172,8 @@ class DiscreteSACLoss(_SACBase):
         obs = batch.get(self.in_key)
         log_pi = self._log_probs(obs)
         pi = log_pi.exp()
-        q = self.critic(obs).amin(0).detach()
+        with torch.no_grad():
+            q = self.critic(obs).amin(0)
         entropy = -(pi * log_pi).sum(-1).mean()
         return TensorDict(
             {

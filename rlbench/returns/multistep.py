@@ -7,7 +7,7 @@ from tensordict import TensorDict
 
 from rlbench.returns.functional import _shift_back
 
-__all__ = ["multi_step"]
+__all__ = ["MultiStep", "multi_step"]
 
 
 def multi_step(batch: TensorDict, n: int, gamma: float) -> TensorDict:
@@ -56,3 +56,31 @@ def multi_step(batch: TensorDict, n: int, gamma: float) -> TensorDict:
     out = batch.exclude("next")
     out.set("next", shifted)
     return out
+
+
+class MultiStep:
+    """Turns a stream of collector batches into n-step transitions, none cut short by a
+    batch end.
+
+    The last ``n - 1`` steps of each batch are held back and folded with the next batch,
+    once the rewards that follow them are known; each call returns the steps whose n-step
+    window is complete (``[*B, T]`` from the second batch on, ``T - n + 1`` steps for the
+    first). Episodes still stop the window early, as in ``multi_step``. The steps held at
+    the end of training are never returned.
+    """
+
+    def __init__(self, n: int, gamma: float):
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        self.n, self.gamma = n, gamma
+        self._tail: TensorDict | None = None
+
+    def __call__(self, batch: TensorDict) -> TensorDict:
+        if self.n == 1:
+            return multi_step(batch, 1, self.gamma)
+        time_dim = batch.batch_dims - 1
+        joined = batch if self._tail is None else torch.cat([self._tail, batch], time_dim)
+        length = joined.shape[-1]
+        hold = min(self.n - 1, length)
+        self._tail = joined[..., length - hold:]
+        return multi_step(joined, self.n, self.gamma)[..., :length - hold]

@@ -158,3 +158,22 @@ def test_bad_sizes_raise() -> None:
     with pytest.raises(ValueError, match="multiple of each worker's number of sub-envs"):
         MultiCollector(cartpoles(0, 1, num_envs=3), LinearPolicy(), frames_per_batch=40,
                        total_frames=40)
+
+
+def test_annealed_exploration_reaches_the_workers() -> None:
+    from rlbench.modules import EGreedy, QValueActor
+
+    greedy = QValueActor(nn.Linear(4, 2))
+    with torch.no_grad():  # always prefers action 1
+        greedy.network.weight.zero_()
+        greedy.network.bias.copy_(torch.tensor([0.0, 1.0]))
+    policy = EGreedy(greedy, 2, eps_init=1.0, eps_end=0.0, annealing_frames=100)
+    collector = MultiCollector(cartpoles(0, 1), policy, frames_per_batch=2 * 2 * 50,
+                               total_frames=400, seed=3)
+    with collector:
+        batches = iter(collector)
+        first = next(batches)
+        policy.step(1000)  # epsilon 0 from here on: the workers must act greedily
+        second = next(batches)
+    assert first["action"].float().mean() < 0.8  # epsilon 1: about half are random zeros
+    assert second["action"].eq(1).all()

@@ -117,3 +117,13 @@ def test_gsde_log_prob_is_the_state_dependent_gaussian() -> None:
     state = obs[:1].expand(20_000, 3)
     noise = many(TensorDict({"observation": state}, [20_000]))["action"] - many.mean_head(state)
     torch.testing.assert_close(noise.std(0), std[0], rtol=0.03, atol=0)
+
+
+def test_egreedy_one_hot_actions() -> None:
+    torch.manual_seed(5)
+    policy = EGreedy(QValueActor(nn.Identity(), one_hot=True), 4, eps_init=1.0, eps_end=1.0,
+                     one_hot=True)
+    actions = policy(_greedy_td(20_000))["action"]
+    assert actions.shape == (20_000, 4) and actions.sum(-1).eq(1).all()
+    torch.testing.assert_close(actions.float().mean(0), torch.full((4,), 0.25), atol=0.01,
+                               rtol=0)

@@ -27,7 +27,7 @@ from rlbench.objectives import (
     TD3Loss,
     make_target,
 )
-from rlbench.returns import multi_step
+from rlbench.returns import MultiStep, multi_step
 
 F64 = torch.float64
 class LinearEnsemble(nn.Module):
@@ -330,6 +330,33 @@ def _multi_step_reference(reward, done, terminated, n, gamma):
     return out_r, out_end, out_disc
 
 
+def _random_batch(envs: int, length: int) -> TensorDict:
+    reward = torch.randn(envs, length, dtype=F64)
+    terminated = torch.rand(envs, length) < 0.1
+    truncated = (torch.rand(envs, length) < 0.1) & ~terminated
+    return TensorDict({
+        "observation": torch.arange(envs * length, dtype=F64).reshape(envs, length, 1),
+        "next": {"observation": 1000 + torch.arange(envs * length, dtype=F64)
+                 .reshape(envs, length, 1),
+                 "reward": reward[..., None], "done": (terminated | truncated)[..., None],
+                 "terminated": terminated[..., None], "truncated": truncated[..., None]},
+    }, batch_size=[envs, length])
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_streamed_multi_step_equals_folding_the_whole_stream(n: int) -> None:
+    torch.manual_seed(7)
+    whole = _random_batch(2, 23)
+    expected = multi_step(whole, n, gamma=0.9)[:, :23 - (n - 1)]
+    stream = MultiStep(n, gamma=0.9)
+    chunks = [stream(whole[:, start:start + 5]) for start in range(0, 23, 5)]
+    assert [c.shape[-1] for c in chunks] == [5 - (n - 1), 5, 5, 5, 3]
+    got = torch.cat(chunks, 1)
+    for key in [("next", "reward"), ("next", "discount"), ("next", "observation"),
+                "observation"]:
+        torch.testing.assert_close(got[key], expected[key])
+
+
 @pytest.mark.parametrize("n", [1, 3, 5])
 def test_multi_step_matches_loop_reference(n: int) -> None:
     torch.manual_seed(6)
@@ -357,3 +384,33 @@ def test_multi_step_matches_loop_reference(n: int) -> None:
     assert "discount" not in batch["next"].keys(include_nested=True)  # input left alone
     if n > 1:
         assert (ref_end > torch.arange(length)).any()  # the test exercises real n-step folds
+
+
+# ----------------------------------------------------------------------------- guards
+
+def test_non_finite_gradient_stops_before_any_weight_changes() -> None:
+    from rlbench.objectives import NonFiniteLossError, backward_and_step
+
+    weight = nn.Parameter(torch.tensor([0.0, 1.0]))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    losses = TensorDict({"loss_root": weight.sqrt().sum(), "q_mean": torch.tensor(1.0)}, [])
+    # sqrt is finite at 0 but its gradient is not
+    with pytest.raises(NonFiniteLossError, match=r"non-finite gradient of loss_root at frame 7"):
+        backward_and_step(losses, optimizer, frames=7)
+    assert weight.tolist() == [0.0, 1.0]
+    good = TensorDict({"loss_square": weight.pow(2).sum()}, [])
+    norm = backward_and_step(good, optimizer, frames=8, max_grad_norm=1.0)
+    assert norm == pytest.approx(2.0)  # |grad| = |(0, 2)| before clipping to 1
+    torch.testing.assert_close(weight.detach(), torch.tensor([0.0, 0.9]))
+
+
+def test_one_hot_actions_give_the_same_losses_as_indices() -> None:
+    batch = _dqn_batch()
+    one_hot = batch.clone()
+    one_hot["action"] = torch.nn.functional.one_hot(batch["action"], 2)
+    loss = DQNLoss(nn.Identity(), FlipTimesTwo(), gamma=0.9, loss="mse")
+    assert loss(one_hot)["loss_qvalue"].item() == loss(batch)["loss_qvalue"].item()
+    with pytest.raises(ValueError, match="one-hot over 2 actions"):
+        bad = batch.clone()
+        bad["action"] = torch.zeros(2, 3, dtype=torch.long)
+        loss(bad)
