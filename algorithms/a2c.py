@@ -19,6 +19,7 @@ import torch
 from rlbench.algorithms import ppo
 from rlbench.collectors import Collector, evaluate
 from rlbench.envs import TransformedEnv
+from rlbench.modules import GSDEActor
 from rlbench.objectives import A2CLoss, backward_and_step
 from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
 from rlbench.returns import GAE
@@ -29,6 +30,8 @@ OPTIMIZERS = ("rmsprop", "adam")
 
 @dataclass
 class Config:
+    """A2C hyperparameters; names follow Stable-Baselines3 where they match."""
+
     num_envs: int = 8
     rollout_steps: int = 5
     learning_rate: float = 7e-4
@@ -49,6 +52,7 @@ class Config:
     sde_sample_freq: int = 4
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
+    orthogonal_init: bool = True
     log_every: int = 1000
 
     def __post_init__(self) -> None:
@@ -65,13 +69,23 @@ class Config:
 FAMILY_DEFAULTS: dict[str, dict] = {
     # rl-baselines3-zoo hyperparams/a2c.yml, CartPole-v1: SB3's defaults with 8 envs.
     "classic": {"num_envs": 8},
-    # SB3's defaults with observation and reward normalisation (the zoo's `normalize: true`).
-    "mujoco": {"num_envs": 4, "normalize_observation": True, "normalize_reward": True},
-    "dmc": {"num_envs": 4, "normalize_observation": True, "normalize_reward": True},  # as MuJoCo
+    # rl-baselines3-zoo hyperparams/a2c.yml, MuJoCo defaults: SB3's defaults, 1 env, with
+    # observation and reward normalisation (the zoo's `normalize: true`).
+    "mujoco": {"num_envs": 1, "normalize_observation": True, "normalize_reward": True},
+    "dmc": {"num_envs": 1, "normalize_observation": True, "normalize_reward": True},  # as MuJoCo
+}
+
+ENV_DEFAULTS: dict[str, dict] = {
+    # rl-baselines3-zoo hyperparams/a2c.yml, Pendulum-v1 (lin_7e-4 is anneal_lr).
+    "Pendulum-v1": {"num_envs": 8, "rollout_steps": 8, "gamma": 0.9, "gae_lambda": 0.9,
+                    "critic_coef": 0.4, "learning_rate": 7e-4, "anneal_lr": True,
+                    "use_sde": True, "init_log_std": -2.0, "orthogonal_init": False,
+                    "normalize_observation": True, "normalize_reward": True},
 }
 
 
 def train(spec: RunSpec, logger: RunLogger) -> None:
+    """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
     env, eval_env = ppo.make_envs(spec, cfg)
     with closing(env), closing(eval_env):
@@ -104,6 +118,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
             backward_and_step(losses, optimizer, frames=collector.frames,
                               max_grad_norm=cfg.max_grad_norm)
             metrics.add(losses)
+            if isinstance(actor, GSDEActor):
+                actor.reset_noise()  # a fresh exploration matrix per rollout, as SB3 does
             train_time += time.perf_counter() - start + collector.last_batch_seconds
 
             if log_schedule.due(collector.frames) or collector.frames >= spec.frames:

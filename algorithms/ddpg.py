@@ -17,6 +17,8 @@ KIND = "online"
 
 @dataclass
 class Config(td3.Config):
+    """TD3's hyperparameters with one critic, no target smoothing and no actor delay."""
+
     num_critics: int = 1
     policy_delay: int = 1
     policy_noise: float = 0.0

@@ -21,7 +21,7 @@ from torch import nn
 
 from rlbench.collectors import Collector, evaluate
 from rlbench.data import ReplayBuffer, TensorStorage
-from rlbench.envs import Categorical, make
+from rlbench.envs import Categorical, EnvBase, make
 from rlbench.modules import MLP, DuelingQNetwork, EGreedy, QValueActor
 from rlbench.objectives import DQNLoss, backward_and_step, make_target
 from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
@@ -34,6 +34,8 @@ STORED_KEYS = ("observation", "action", ("next", "observation"), ("next", "rewar
 
 @dataclass
 class Config:
+    """DQN hyperparameters; names follow Stable-Baselines3 where they match."""
+
     num_envs: int = 1
     buffer_size: int = 1_000_000
     batch_size: int = 32
@@ -99,7 +101,7 @@ ENV_DEFAULTS: dict[str, dict] = {
 }
 
 
-def make_q_network(env, cfg: Config) -> nn.Module:
+def make_q_network(env: EnvBase, cfg: Config) -> nn.Module:
     """An MLP (or dueling MLP) from the observation to one value per action."""
     action_spec = env.action_spec
     if not isinstance(action_spec, Categorical):
@@ -111,6 +113,7 @@ def make_q_network(env, cfg: Config) -> nn.Module:
 
 
 def train(spec: RunSpec, logger: RunLogger) -> None:
+    """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
     with (
         closing(make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env,

@@ -9,6 +9,7 @@ value of the final observation and only termination stops the return.
 
 from __future__ import annotations
 
+import functools
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "el
 
 @dataclass
 class Config:
+    """PPO hyperparameters; defaults are the PPO paper's MuJoCo settings."""
+
     num_envs: int = 1
     rollout_steps: int = 2048
     epochs: int = 10
@@ -63,6 +66,7 @@ class Config:
     sde_sample_freq: int = 4
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
+    orthogonal_init: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_envs", "rollout_steps", "epochs", "minibatch_size"):
@@ -89,6 +93,7 @@ FAMILY_DEFAULTS: dict[str, dict] = {
         "gae_lambda": 0.8,
         "learning_rate": 1e-3,
         "anneal_clip": True,
+        "critic_coef": 1.0,  # SB3's vf_coef 0.5 on the plain MSE = 1.0 on our 0.5 * MSE
     },
     # The PPO paper's MuJoCo settings, as in CleanRL's ppo_continuous_action.py, which also
     # normalises observations and rewards (gymnasium's NormalizeObservation/NormalizeReward).
@@ -98,6 +103,7 @@ FAMILY_DEFAULTS: dict[str, dict] = {
         "minibatch_size": 64,
         "epochs": 10,
         "learning_rate": 3e-4,
+        "clip_value": 0.2,  # CleanRL's clip_vloss with its clip_coef
         "normalize_observation": True,
         "normalize_reward": True,
     },
@@ -109,6 +115,7 @@ FAMILY_DEFAULTS: dict[str, dict] = {
         "minibatch_size": 256,
         "epochs": 10,
         "learning_rate": 3e-4,
+        "clip_value": 0.2,
         "normalize_observation": True,
         "normalize_reward": True,
     },
@@ -129,6 +136,7 @@ ENV_DEFAULTS: dict[str, dict] = {
         "anneal_clip": False,
         "use_sde": True,
         "sde_sample_freq": 4,
+        "critic_coef": 1.0,  # SB3's vf_coef 0.5 on the plain MSE
     },
 }
 
@@ -146,32 +154,38 @@ def make_envs(spec: RunSpec, cfg: Config) -> tuple[EnvBase, EnvBase]:
         eval_env = TransformedEnv(eval_env, norm.frozen_copy(reward=False))
     return env, eval_env
 
-def make_actor_critic(env, cfg: Config) -> tuple[ProbabilisticActor | GSDEActor, ValueOperator]:
+
+def make_actor_critic(
+    env: EnvBase, cfg: Config
+) -> tuple[ProbabilisticActor | GSDEActor, ValueOperator]:
     """Separate actor and critic MLPs; categorical, diagonal-Gaussian or gSDE policy."""
     obs_dim = env.observation_spec["observation"].shape[-1]
     activation = ACTIVATIONS[cfg.activation]
     action_spec = env.action_spec
+    mlp = functools.partial(MLP, num_cells=cfg.hidden_sizes, activation=activation,
+                            orthogonal_init=cfg.orthogonal_init)
     if isinstance(action_spec, Categorical):
-        net = MLP(obs_dim, action_spec.n, cfg.hidden_sizes, activation, out_gain=0.01)
-        actor = ProbabilisticActor(net, CategoricalDist)
+        actor = ProbabilisticActor(mlp(obs_dim, action_spec.n, out_gain=0.01), CategoricalDist)
     elif isinstance(action_spec, Bounded) and cfg.use_sde:
         *trunk, latent_dim = cfg.hidden_sizes
-        latent = nn.Sequential(MLP(obs_dim, latent_dim, trunk, activation, out_gain=2**0.5),
+        latent = nn.Sequential(mlp(obs_dim, latent_dim, num_cells=trunk, out_gain=2**0.5),
                                activation())
         actor = GSDEActor(latent, latent_dim, action_spec.shape[-1],
-                          log_std_init=cfg.init_log_std, sample_freq=cfg.sde_sample_freq)
+                          log_std_init=cfg.init_log_std, sample_freq=cfg.sde_sample_freq,
+                          orthogonal_init=cfg.orthogonal_init)
     elif isinstance(action_spec, Bounded):
         action_dim = action_spec.shape[-1]
-        loc = MLP(obs_dim, action_dim, cfg.hidden_sizes, activation, out_gain=0.01)
+        loc = mlp(obs_dim, action_dim, out_gain=0.01)
         actor = ProbabilisticActor(NormalParams(loc, action_dim, cfg.init_log_std),
                                    IndependentNormal)
     else:
         raise TypeError(f"PPO supports discrete and box actions, not {action_spec}")
-    critic = ValueOperator(MLP(obs_dim, 1, cfg.hidden_sizes, activation, out_gain=1.0))
+    critic = ValueOperator(mlp(obs_dim, 1, out_gain=1.0))
     return actor, critic
 
 
 def train(spec: RunSpec, logger: RunLogger) -> None:
+    """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
     env, eval_env = make_envs(spec, cfg)
     with closing(env), closing(eval_env):
@@ -210,8 +224,11 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                                       max_grad_norm=cfg.max_grad_norm)
                     metrics.add(losses)
             means = metrics.pop()
-            if cfg.objective == "kl":
-                loss_fn.adapt_beta(means["train/kl_approx"])
+            if cfg.objective == "kl":  # the paper's d: KL of the whole update, measured after it
+                with torch.no_grad():
+                    loss_fn.adapt_beta(loss_fn(flat)["kl_approx"].item())
+            if isinstance(actor, GSDEActor):
+                actor.reset_noise()  # a fresh exploration matrix per rollout, as SB3 does
             train_time += time.perf_counter() - start + collector.last_batch_seconds
 
             means["train/fps"] = collector.frames / train_time

@@ -5,7 +5,9 @@ Settings and update order follow Stable-Baselines3's SAC (the rl-baselines3-zoo 
 published reference): twin critics (one batched ensemble here), target critics updated by
 Polyak averaging every gradient step, a tanh-squashed Gaussian policy, temperature learned
 towards an entropy of ``-action_dim``, ``learning_starts`` frames of uniform random actions.
-Truncation bootstraps; only termination stops the return.
+The policy's log-std is squashed into [-5, 2] by tanh (CleanRL's form) where SB3 clamps it
+to [-20, 2]: the same range in practice, without the clamp's dead gradients. Truncation
+bootstraps; only termination stops the return.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 
 from rlbench.collectors import Collector, evaluate
 from rlbench.data import ReplayBuffer, TensorStorage
-from rlbench.envs import Bounded, make
+from rlbench.envs import Bounded, EnvBase, make
 from rlbench.modules import (
     MLP,
     EnsembleMLP,
@@ -37,6 +39,8 @@ STORED_KEYS = ("observation", "action", ("next", "observation"), ("next", "rewar
 
 @dataclass
 class Config:
+    """SAC hyperparameters; defaults are Stable-Baselines3's."""
+
     num_envs: int = 1
     buffer_size: int = 1_000_000
     batch_size: int = 256
@@ -77,7 +81,7 @@ FAMILY_DEFAULTS: dict[str, dict] = {
 }
 
 
-def make_actor_critic(env, cfg: Config) -> tuple[ProbabilisticActor, EnsembleMLP]:
+def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, EnsembleMLP]:
     """A tanh-Gaussian actor with state-dependent std and ``num_critics`` Q-networks."""
     action_spec = env.action_spec
     if not isinstance(action_spec, Bounded):
@@ -93,6 +97,7 @@ def make_actor_critic(env, cfg: Config) -> tuple[ProbabilisticActor, EnsembleMLP
 
 
 def train(spec: RunSpec, logger: RunLogger) -> None:
+    """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
     with (
         closing(make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env,

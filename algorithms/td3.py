@@ -20,7 +20,7 @@ from torch import nn
 
 from rlbench.collectors import Collector, evaluate
 from rlbench.data import ReplayBuffer, TensorStorage
-from rlbench.envs import Bounded, make
+from rlbench.envs import Bounded, EnvBase, make
 from rlbench.modules import (
     MLP,
     AdditiveGaussian,
@@ -28,7 +28,7 @@ from rlbench.modules import (
     EnsembleMLP,
     OrnsteinUhlenbeck,
 )
-from rlbench.objectives import SoftUpdate, TD3Loss, backward_and_step, make_target
+from rlbench.objectives import DDPGLoss, SoftUpdate, TD3Loss, backward_and_step, make_target
 from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
 
 KIND = "online"
@@ -39,6 +39,8 @@ NOISES = ("gaussian", "ou")
 
 @dataclass
 class Config:
+    """TD3 hyperparameters; defaults are the rl-baselines3-zoo MuJoCo tune."""
+
     num_envs: int = 1
     buffer_size: int = 1_000_000
     batch_size: int = 256
@@ -81,7 +83,7 @@ FAMILY_DEFAULTS: dict[str, dict] = {
 }
 
 
-def make_actor_critic(env, cfg: Config) -> tuple[DeterministicActor, EnsembleMLP]:
+def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[DeterministicActor, EnsembleMLP]:
     """A tanh-bounded deterministic actor and ``num_critics`` Q-networks."""
     action_spec = env.action_spec
     if not isinstance(action_spec, Bounded):
@@ -104,6 +106,7 @@ def exploration_policy(actor: DeterministicActor, cfg: Config) -> nn.Module:
 
 
 def train(spec: RunSpec, logger: RunLogger) -> None:
+    """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
     with (
         closing(make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env,
@@ -115,8 +118,11 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         actor.to(spec.device)
         critic.to(spec.device)
         target_actor, target_critic = make_target(actor), make_target(critic)
-        loss_fn = TD3Loss(actor, critic, target_actor, target_critic, gamma=cfg.gamma,
-                          policy_noise=cfg.policy_noise, noise_clip=cfg.noise_clip)
+        if cfg.policy_noise > 0:
+            loss_fn = TD3Loss(actor, critic, target_actor, target_critic, gamma=cfg.gamma,
+                              policy_noise=cfg.policy_noise, noise_clip=cfg.noise_clip)
+        else:  # no target smoothing: DDPG's target
+            loss_fn = DDPGLoss(actor, critic, target_actor, target_critic, gamma=cfg.gamma)
         target_updates = [SoftUpdate(actor, target_actor, cfg.tau),
                           SoftUpdate(critic, target_critic, cfg.tau)]
         critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr)

@@ -41,6 +41,7 @@ class GSDEActor(nn.Module):
         log_std_init: float = 0.0,
         sample_freq: int = 4,
         eps: float = 1e-6,
+        orthogonal_init: bool = True,
         in_key: NestedKey = "observation",
         action_key: NestedKey = "action",
         log_prob_key: NestedKey = "action_log_prob",
@@ -50,8 +51,9 @@ class GSDEActor(nn.Module):
             raise ValueError(f"sample_freq must be >= 1, got {sample_freq}")
         self.latent_net = latent_net
         self.mean_head = nn.Linear(latent_dim, action_dim)
-        nn.init.orthogonal_(self.mean_head.weight, 0.01)
-        nn.init.zeros_(self.mean_head.bias)
+        if orthogonal_init:  # SB3's ortho_init: gain 0.01 on the action head
+            nn.init.orthogonal_(self.mean_head.weight, 0.01)
+            nn.init.zeros_(self.mean_head.bias)
         self.log_std = nn.Parameter(torch.full((latent_dim, action_dim), float(log_std_init)))
         self.sample_freq, self.eps = sample_freq, eps
         self.in_key, self.action_key, self.log_prob_key = in_key, action_key, log_prob_key

@@ -6,7 +6,6 @@ import itertools
 import math
 from collections.abc import Sequence
 
-import torch
 from torch import nn
 
 __all__ = ["MLP"]
@@ -50,6 +49,3 @@ class MLP(nn.Sequential):
     @staticmethod
     def _default_linear(fan_in: int, fan_out: int, gain: float) -> nn.Linear:
         return nn.Linear(fan_in, fan_out)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x)

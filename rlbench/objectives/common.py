@@ -67,11 +67,13 @@ def backward_and_step(
     loss.backward()
     params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]
               if p.grad is not None]
-    limit = math.inf if max_grad_norm is None else max_grad_norm
-    norm = float(nn.utils.clip_grad_norm_(params, limit))
+    total = nn.utils.get_total_norm([p.grad for p in params])
+    norm = float(total)
     if not math.isfinite(norm):
         terms = ", ".join(k for k in losses.keys(include_nested=False) if k.startswith("loss_"))
         raise NonFiniteLossError(f"non-finite gradient of {terms} at frame {frames}")
+    if max_grad_norm is not None:
+        nn.utils.clip_grads_with_norm_(params, max_grad_norm, total)
     for optimizer in optimizers:
         optimizer.step()
     return norm

@@ -29,7 +29,8 @@ def _paired_tensors(source: nn.Module, target: nn.Module
 class SoftUpdate:
     """``target <- (1 - tau) target + tau source`` in one fused ``_foreach_lerp_`` call.
 
-    ``tau`` is the weight of the source, as in the SAC and TD3 papers (0.005 there).
+    ``tau`` is the weight of the source, as in the SAC and TD3 papers (0.005 there). The
+    updater holds the two modules' tensors: build it after moving them to their device.
     """
 
     def __init__(self, source: nn.Module, target: nn.Module, tau: float):
@@ -44,7 +45,10 @@ class SoftUpdate:
 
 
 class HardUpdate:
-    """Copies the source into the target every ``period`` calls of ``step`` (DQN's target)."""
+    """Copies the source into the target every ``period`` calls of ``step`` (DQN's target).
+
+    Like ``SoftUpdate``, build it after moving the modules to their device.
+    """
 
     def __init__(self, source: nn.Module, target: nn.Module, period: int):
         if period < 1:
