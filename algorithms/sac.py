@@ -5,6 +5,9 @@ Settings and update order follow Stable-Baselines3's SAC (the rl-baselines3-zoo 
 published reference): twin critics (one batched ensemble here), target critics updated by
 Polyak averaging every gradient step, a tanh-squashed Gaussian policy, temperature learned
 towards an entropy of ``-action_dim``, ``learning_starts`` frames of uniform random actions.
+Discrete action spaces get the discrete variant (Christodoulou, 2019): a categorical policy,
+critics with one value per action, exact expectations over actions, and a target entropy of
+``target_entropy_ratio * log(num_actions)``.
 The policy's log-std is squashed into [-5, 2] by tanh (CleanRL's form) where SB3 clamps it
 to [-20, 2]: the same range in practice, without the clamp's dead gradients. Truncation
 bootstraps; only termination stops the return.
@@ -21,7 +24,7 @@ import torch
 
 from rlbench.collectors import Collector, evaluate
 from rlbench.data import ReplayBuffer, TensorStorage
-from rlbench.envs import Bounded, EnvBase, make
+from rlbench.envs import Bounded, Categorical, EnvBase, make
 from rlbench.modules import (
     MLP,
     EnsembleMLP,
@@ -29,7 +32,8 @@ from rlbench.modules import (
     StateDependentNormalParams,
     TanhNormal,
 )
-from rlbench.objectives import SACLoss, SoftUpdate, backward_and_step, make_target
+from rlbench.modules import Categorical as CategoricalDist
+from rlbench.objectives import DiscreteSACLoss, SACLoss, SoftUpdate, backward_and_step, make_target
 from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
 
 KIND = "online"
@@ -55,6 +59,7 @@ class Config:
     alpha_init: float = 1.0
     learn_alpha: bool = True
     target_entropy: float | None = None
+    target_entropy_ratio: float = 0.98
     num_critics: int = 2
     hidden_sizes: tuple[int, ...] = (256, 256)
     log_every: int = 1000
@@ -82,11 +87,18 @@ FAMILY_DEFAULTS: dict[str, dict] = {
 
 
 def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, EnsembleMLP]:
-    """A tanh-Gaussian actor with state-dependent std and ``num_critics`` Q-networks."""
+    """``num_critics`` Q-networks and a tanh-Gaussian actor with state-dependent std, or for
+    discrete actions a categorical actor and critics with one output per action."""
     action_spec = env.action_spec
-    if not isinstance(action_spec, Bounded):
-        raise TypeError(f"SAC needs a bounded continuous action space, not {action_spec}")
     obs_dim = env.observation_spec["observation"].shape[-1]
+    if isinstance(action_spec, Categorical):
+        net = MLP(obs_dim, action_spec.n, cfg.hidden_sizes, torch.nn.ReLU,
+                  orthogonal_init=False)
+        critic = EnsembleMLP(obs_dim, action_spec.n, cfg.num_critics, cfg.hidden_sizes)
+        return ProbabilisticActor(net, CategoricalDist), critic
+    if not isinstance(action_spec, Bounded):
+        raise TypeError(f"SAC needs a bounded continuous or a discrete action space, "
+                        f"not {action_spec}")
     action_dim = action_spec.shape[-1]
     net = MLP(obs_dim, 2 * action_dim, cfg.hidden_sizes, torch.nn.ReLU, orthogonal_init=False)
     low, high = action_spec.low[0], action_spec.high[0]  # the bounds of one sub-env
@@ -108,10 +120,18 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         actor, critic = make_actor_critic(env, cfg)
         actor.to(spec.device)
         critic.to(spec.device)
-        loss_fn = SACLoss(actor, critic, make_target(critic),
-                          action_dim=env.action_spec.shape[-1], gamma=cfg.gamma,
-                          alpha_init=cfg.alpha_init, learn_alpha=cfg.learn_alpha,
-                          target_entropy=cfg.target_entropy).to(spec.device)
+        temperature = {"gamma": cfg.gamma, "alpha_init": cfg.alpha_init,
+                       "learn_alpha": cfg.learn_alpha}
+        if isinstance(env.action_spec, Categorical):
+            loss_fn = DiscreteSACLoss(actor, critic, make_target(critic),
+                                      num_actions=env.action_spec.n,
+                                      target_entropy_ratio=cfg.target_entropy_ratio,
+                                      **temperature)
+        else:
+            loss_fn = SACLoss(actor, critic, make_target(critic),
+                              action_dim=env.action_spec.shape[-1],
+                              target_entropy=cfg.target_entropy, **temperature)
+        loss_fn.to(spec.device)
         target_update = SoftUpdate(critic, loss_fn.target_critic, cfg.tau)
         critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr)
         actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr)]

@@ -24,6 +24,9 @@ TINY = {
             "loss/qvalue"),
     "sac": ("Pendulum-v1", ["sac.learning_starts=100", "sac.batch_size=32",
                             "sac.hidden_sizes=[16,16]", "sac.log_every=100"], "loss/alpha"),
+    "sac-discrete": ("CartPole-v1", ["sac.learning_starts=100", "sac.batch_size=32",
+                                     "sac.hidden_sizes=[16,16]", "sac.log_every=100"],
+                     "loss/alpha"),
     "td3": ("Pendulum-v1", ["td3.learning_starts=100", "td3.batch_size=32",
                             "td3.hidden_sizes=[16,16]", "td3.log_every=100",
                             "td3.exploration_noise=ou"], "loss/actor"),
@@ -37,8 +40,8 @@ TINY = {
 def test_recipe_runs_and_logs(tmp_path: Path, algo: str) -> None:
     env, params, loss_metric = TINY[algo]
     out = tmp_path / "out"
-    argv = ["run", f"algo={algo}", f"env={env}", "frames=400", "seeds=1", "eval_every=200",
-            "eval_episodes=2", f"out_dir={out}", *params]
+    argv = ["run", f"algo={algo.removesuffix('-discrete')}", f"env={env}", "frames=400",
+            "seeds=1", "eval_every=200", "eval_episodes=2", f"out_dir={out}", *params]
     assert main(argv) == 0
     client = MlflowClient(tracking_uri(out))
     (experiment,) = [e for e in client.search_experiments() if e.name == "smoke"]
