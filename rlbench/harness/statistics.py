@@ -1,0 +1,118 @@
+"""Aggregate statistics over seeds and tasks, with bootstrap confidence intervals.
+
+The measures of Agarwal et al. (2021), "Deep RL at the Edge of the Statistical Precipice"
+(what the ``rliable`` library computes; ``rliable`` 1.2 does not import beside pandas 3):
+interquartile mean, median, mean and optimality gap of normalized scores, percentile
+bootstrap CIs that resample runs within each task (stratified), performance profiles and
+the probability of improvement. Scores are arrays ``[runs, tasks]``; every random draw
+comes from a ``numpy.random.Generator`` seeded by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "AGGREGATES",
+    "Interval",
+    "iqm",
+    "normalize",
+    "optimality_gap",
+    "performance_profile",
+    "probability_of_improvement",
+    "stratified_bootstrap_ci",
+]
+
+Statistic = Callable[[np.ndarray], float]
+
+
+def iqm(scores: np.ndarray) -> float:
+    """Interquartile mean of all entries: the mean of the middle 50% after sorting.
+
+    ``floor(n / 4)`` values are cut from each end (``scipy.stats.trim_mean(x, 0.25)``).
+    """
+    flat = np.sort(np.asarray(scores, dtype=np.float64), axis=None)
+    cut = int(0.25 * flat.size)
+    return float(flat[cut:flat.size - cut].mean())
+
+
+def optimality_gap(scores: np.ndarray, threshold: float = 1.0) -> float:
+    """How far scores fall short of ``threshold`` on average: ``mean(max(threshold - x, 0))``."""
+    return float(np.mean(np.maximum(threshold - np.asarray(scores, dtype=np.float64), 0.0)))
+
+
+AGGREGATES: dict[str, Statistic] = {
+    "iqm": iqm,
+    "median": lambda x: float(np.median(x)),
+    "mean": lambda x: float(np.mean(x)),
+    "optimality_gap": optimality_gap,
+}
+
+
+def normalize(score: np.ndarray | float, random_score: float, reference_score: float
+              ) -> np.ndarray:
+    """``(score - random) / (reference - random)``: 0 is random play, 1 the reference."""
+    if reference_score == random_score:
+        raise ValueError("the reference and random scores must differ")
+    return (np.asarray(score, dtype=np.float64) - random_score) / (reference_score - random_score)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its bootstrap confidence interval."""
+
+    value: float
+    low: float
+    high: float
+
+
+def _as_matrix(scores: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(scores, dtype=np.float64)
+    if matrix.ndim == 1:
+        matrix = matrix[:, None]
+    if matrix.ndim != 2 or matrix.shape[0] < 1:
+        raise ValueError(f"scores must be [runs, tasks], got shape {matrix.shape}")
+    return matrix
+
+
+def stratified_bootstrap_ci(
+    scores: np.ndarray,
+    statistic: Statistic,
+    *,
+    rng: np.random.Generator,
+    reps: int = 2000,
+    confidence: float = 0.95,
+) -> Interval:
+    """Percentile bootstrap CI of ``statistic(scores)``; runs are resampled within each task.
+
+    ``scores`` is ``[runs, tasks]`` (a 1-D array is one task). Each replicate draws, for
+    every task independently, as many runs as it has with replacement.
+    """
+    matrix = _as_matrix(scores)
+    runs, tasks = matrix.shape
+    index = rng.integers(0, runs, size=(reps, runs, tasks))
+    resampled = np.take_along_axis(matrix[None], index, axis=1)
+    values = np.array([statistic(sample) for sample in resampled])
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return Interval(statistic(matrix), float(low), float(high))
+
+
+def performance_profile(scores: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """Fraction of all runs scoring above each threshold (the run-score distribution)."""
+    flat = np.asarray(scores, dtype=np.float64).reshape(-1)
+    return (flat[None, :] > np.asarray(thresholds, dtype=np.float64)[:, None]).mean(axis=1)
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """``P(X > Y)``: for each task the chance a run of X beats a run of Y (ties count half),
+    averaged over tasks. ``x`` and ``y`` are ``[runs, tasks]`` with the same tasks."""
+    x, y = _as_matrix(x), _as_matrix(y)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"x and y cover different numbers of tasks: {x.shape[1]} vs {y.shape[1]}")
+    wins = (x[:, None, :] > y[None, :, :]).mean(axis=(0, 1))
+    ties = (x[:, None, :] == y[None, :, :]).mean(axis=(0, 1))
+    return float(np.mean(wins + 0.5 * ties))

@@ -1,0 +1,79 @@
+"""Aggregate statistics against values worked out by hand on small score matrices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlbench.harness.statistics import (
+    AGGREGATES,
+    iqm,
+    normalize,
+    optimality_gap,
+    performance_profile,
+    probability_of_improvement,
+    stratified_bootstrap_ci,
+)
+
+
+def test_iqm_cuts_a_quarter_from_each_end() -> None:
+    assert iqm(np.arange(1, 9)) == 4.5  # mean of 3, 4, 5, 6
+    # 6 values 0, 1, 2, 3, 10, 100: one cut from each end -> mean(1, 2, 3, 10)
+    assert iqm(np.array([[0, 10], [1, 2], [3, 100]])) == 4.0
+    assert iqm(np.array([7.0])) == 7.0
+
+
+def test_optimality_gap_and_normalize() -> None:
+    assert optimality_gap(np.array([0.5, 1.2, 0.9])) == pytest.approx((0.5 + 0.0 + 0.1) / 3)
+    assert optimality_gap(np.array([50.0, 150.0]), threshold=100.0) == 25.0
+    np.testing.assert_allclose(normalize(np.array([50.0, -100.0]), -100.0, 100.0), [0.75, 0.0])
+    with pytest.raises(ValueError, match="must differ"):
+        normalize(1.0, 2.0, 2.0)
+    assert AGGREGATES["median"](np.array([[1, 5], [2, 9]])) == 3.5
+
+
+def test_performance_profile_counts_strictly_above() -> None:
+    profile = performance_profile(np.array([[0.1, 0.5], [0.9, 1.5]]), np.array([0, 0.5, 1.0]))
+    np.testing.assert_allclose(profile, [1.0, 0.5, 0.25])
+
+
+def test_probability_of_improvement_by_hand() -> None:
+    # task 0: x in {1, 3} vs y in {2, 2}: x wins 2 of 4 pairs; task 1: all ties -> 1/2
+    x = np.array([[1.0, 5.0], [3.0, 5.0]])
+    y = np.array([[2.0, 5.0], [2.0, 5.0]])
+    assert probability_of_improvement(x, y) == pytest.approx(0.5)
+    # task 0 only x > y everywhere -> 1; task 1 x < y everywhere -> 0
+    assert probability_of_improvement(np.array([[3.0, 0.0]]), np.array([[1.0, 1.0]])) == 0.5
+    assert probability_of_improvement(np.array([[3.0]]), np.array([[1.0], [2.0]])) == 1.0
+    with pytest.raises(ValueError, match="different numbers of tasks"):
+        probability_of_improvement(np.zeros((2, 2)), np.zeros((2, 3)))
+
+
+def test_bootstrap_ci_on_an_exact_small_case() -> None:
+    # one task, runs {0, 1}: bootstrap means are 0, 1/2, 1 w.p. 1/4, 1/2, 1/4
+    ci = stratified_bootstrap_ci(np.array([0.0, 1.0]), AGGREGATES["mean"],
+                                 rng=np.random.default_rng(0), reps=4000)
+    assert (ci.value, ci.low, ci.high) == (0.5, 0.0, 1.0)
+    # one run per task: nothing to resample, a zero-width interval
+    ci = stratified_bootstrap_ci(np.array([[0.2, 0.4, 0.9]]), iqm,
+                                 rng=np.random.default_rng(1), reps=200)
+    assert ci.low == ci.high == ci.value == pytest.approx(0.5)
+
+
+def test_bootstrap_ci_matches_the_normal_approximation_and_is_seeded() -> None:
+    sample = np.random.default_rng(2).normal(10.0, 2.0, size=400)
+    ci = stratified_bootstrap_ci(sample, AGGREGATES["mean"], rng=np.random.default_rng(3))
+    half_width = 1.96 * sample.std(ddof=1) / np.sqrt(400)
+    assert ci.low == pytest.approx(sample.mean() - half_width, abs=0.1 * half_width)
+    assert ci.high == pytest.approx(sample.mean() + half_width, abs=0.1 * half_width)
+    again = stratified_bootstrap_ci(sample, AGGREGATES["mean"], rng=np.random.default_rng(3))
+    assert again == ci
+
+
+def test_bootstrap_resamples_within_tasks() -> None:
+    # every run averages 5 over the two tasks, so resampling whole runs would always give 5;
+    # resampling each task's runs on its own does not
+    scores = np.array([[0.0, 10.0], [10.0, 0.0]])
+    ci = stratified_bootstrap_ci(scores, AGGREGATES["mean"], rng=np.random.default_rng(4),
+                                 reps=1000)
+    assert ci.value == 5.0 and ci.low == 0.0 and ci.high == 10.0
