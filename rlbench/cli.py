@@ -16,8 +16,10 @@ usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
        rlbench list suites|algorithms|envs
 
 keys: suite, algo (algos), env (envs), seeds, base_seed, frames, eval_every,
-      eval_episodes, threads, device, out_dir, dry_run, <algo>.<hyperparameter>
+      eval_episodes, threads, device, out_dir, dry_run, jobs, <algo>.<hyperparameter>
 example: rlbench run suite=smoke seeds=3 env=CartPole-v1 ppo.learning_rate=5e-4
+         rlbench run suite=mujoco algo=ppo jobs=2   (2 runs at a time, own processes)
+Runs finished earlier in the same out_dir with the same config are skipped.
 """
 COMMANDS = ("run", "show", "list")
 LISTABLE = ("suites", "algorithms", "envs")

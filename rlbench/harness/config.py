@@ -25,7 +25,7 @@ from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
 __all__ = ["Overrides", "RunConfig", "SweepConfig", "parse_overrides", "resolve_sweep"]
 
 ALIASES = {"algo": "algos", "env": "envs"}
-SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False}
+SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1}
 LIST_KEYS = {"algos", "envs"}
 
 
@@ -126,6 +126,7 @@ class SweepConfig:
     out_dir: Path
     dry_run: bool
     runs: list[RunConfig]
+    jobs: int = 1
 
 
 def _positive_int(settings: dict[str, Any], key: str, minimum: int = 1) -> int:
@@ -214,4 +215,4 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     if not isinstance(dry_run, bool):
         raise ConfigError(f"dry_run must be true or false, got {dry_run!r}")
     return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
-                       runs=runs)
+                       runs=runs, jobs=_positive_int(sweep, "jobs"))

@@ -9,8 +9,10 @@ from pathlib import Path
 from rich.console import Console
 
 from rlbench.harness.config import SweepConfig
+from rlbench.harness.launchers import run_local_pool, run_sequential
 from rlbench.harness.progress import SweepProgress
-from rlbench.harness.runner import RunResult, execute_run
+from rlbench.harness.resume import plan_resume
+from rlbench.harness.runner import RunResult
 from rlbench.harness.table import summarize, to_markdown, to_rich, write_csv
 from rlbench.harness.tracking import Tracker, environment_tags
 
@@ -30,28 +32,30 @@ class SweepResult:
 
 
 def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult:
-    """Run every run of ``sweep`` in turn; failed runs are recorded and the rest go on."""
+    """Run every run of ``sweep`` not finished earlier; failed runs are recorded, the rest
+    go on. ``sweep.jobs > 1`` runs that many at a time, each in its own process."""
     console = console or Console()
     suite = sweep.suite.name
     tracker = Tracker(sweep.out_dir)
-    experiment_id = tracker.experiment(suite)
+    experiment_id = tracker.experiment(suite)  # the store and experiment exist before workers
+    plan = plan_resume(tracker, experiment_id, sweep.runs)
     devices = sorted({run.device for run in sweep.runs})
     parent_id = tracker.start_sweep(experiment_id, suite, environment_tags(",".join(devices)))
-    tracker.log_params(parent_id, {"runs": len(sweep.runs), "suite_file": str(sweep.suite.path)})
-    console.print(f"rlbench: suite [bold]{suite}[/], {len(sweep.runs)} runs, "
-                  f"tracking at {tracker.uri}")
-    results: list[RunResult] = []
+    tracker.log_params(parent_id, {"runs": len(sweep.runs), "suite_file": str(sweep.suite.path),
+                                   "jobs": sweep.jobs})
+    console.print(f"rlbench: suite [bold]{suite}[/], {len(sweep.runs)} runs "
+                  f"({len(plan.finished)} finished earlier, {len(plan.to_run)} to run, "
+                  f"{sweep.jobs} at a time), tracking at {tracker.uri}")
+    results: list[RunResult] = list(plan.finished)
     status = "KILLED"
     try:
-        with SweepProgress(sweep.runs, console) as progress:
-            for run in sweep.runs:
-                progress.started(run)
-                result = execute_run(
-                    run, tracker, experiment_id, parent_id,
-                    on_update=lambda values, run=run: progress.update(run, values),
-                )
-                results.append(result)
-                progress.finished(result)
+        with SweepProgress(plan.to_run, console) as progress:
+            if sweep.jobs == 1:
+                results += run_sequential(plan.to_run, tracker, experiment_id, parent_id,
+                                          progress)
+            else:
+                results += run_local_pool(plan.to_run, tracker, experiment_id, parent_id,
+                                          progress, sweep.jobs)
         status = "FINISHED" if all(r.status == "FINISHED" for r in results) else "FAILED"
     finally:
         rows = summarize(results)

@@ -20,16 +20,36 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 from torch import nn
 
 import rlbench
 from rlbench.harness.config import RunConfig
 
-__all__ = ["RunRecorder", "Tracker", "environment_tags", "flatten", "tracking_uri"]
+__all__ = ["RunRecorder", "Tracker", "environment_tags", "flatten", "tracking_uri",
+           "with_retry"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
+_LOCK_WAIT_SECONDS = 300.0
+
+
+def with_retry(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, retried while SQLite answers "database is locked".
+
+    Concurrent runs share one SQLite store; a writer that finds it busy backs off (50 ms,
+    doubling to 1 s) for up to five minutes instead of failing the run. A failed write is
+    rolled back by the store, so a retry never duplicates a metric.
+    """
+    delay, deadline = 0.05, time.monotonic() + _LOCK_WAIT_SECONDS
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            if "database is locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 def tracking_uri(out_dir: Path) -> str:
@@ -95,22 +115,39 @@ class Tracker:
 
     def experiment(self, suite: str) -> str:
         """The id of the suite's experiment, created on first use."""
-        existing = self.client.get_experiment_by_name(suite)
+        existing = with_retry(self.client.get_experiment_by_name, suite)
         if existing is not None:
             return existing.experiment_id
         artifacts = None
         if self.uri.startswith("sqlite:"):
             artifacts = (self.out_dir / "mlartifacts").resolve().as_uri()
-        return self.client.create_experiment(suite, artifact_location=artifacts)
+        return with_retry(self.client.create_experiment, suite, artifact_location=artifacts)
 
     def start_sweep(self, experiment_id: str, suite: str, tags: Mapping[str, str]) -> str:
-        run = self.client.create_run(experiment_id, run_name=f"{suite} sweep",
-                                     tags={"suite": suite, "kind": "sweep", **tags})
+        run = with_retry(self.client.create_run, experiment_id, run_name=f"{suite} sweep",
+                         tags={"suite": suite, "kind": "sweep", **tags})
         return run.info.run_id
+
+    def runs(self, experiment_id: str, filter_string: str) -> list[Run]:
+        """Every active run of the experiment matching ``filter_string``, all pages."""
+        found: list[Run] = []
+        token = None
+        while True:
+            page = with_retry(self.client.search_runs, [experiment_id], filter_string,
+                              max_results=1000, page_token=token)
+            found.extend(page)
+            token = page.token
+            if not token:
+                return found
+
+    def delete(self, run_id: str) -> None:
+        """Soft-delete a run (kept in the store, hidden from searches)."""
+        with_retry(self.client.delete_run, run_id)
 
     def start_run(self, experiment_id: str, parent_id: str, config: RunConfig,
                   tags: Mapping[str, str]) -> str:
-        run = self.client.create_run(
+        run = with_retry(
+            self.client.create_run,
             experiment_id,
             run_name=config.name,
             tags={
@@ -130,18 +167,18 @@ class Tracker:
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
         items = [Param(k, v) for k, v in flatten(params).items()]
         for start in range(0, len(items), 100):
-            self.client.log_batch(run_id, params=items[start:start + 100])
+            with_retry(self.client.log_batch, run_id, params=items[start:start + 100])
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
-        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        with_retry(self.client.log_batch, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def log_artifacts(self, run_id: str, paths: Iterable[Path]) -> None:
         for path in paths:
             if path.exists():
-                self.client.log_artifact(run_id, str(path))
+                with_retry(self.client.log_artifact, run_id, str(path))
 
     def finish(self, run_id: str, status: str) -> None:
-        self.client.set_terminated(run_id, status)
+        with_retry(self.client.set_terminated, run_id, status)
 
 
 class RunRecorder:
@@ -175,7 +212,8 @@ class RunRecorder:
     def flush(self) -> None:
         pending, self._pending = self._pending, []
         for start in range(0, len(pending), _BATCH):
-            self.tracker.client.log_batch(self.run_id, metrics=pending[start:start + _BATCH])
+            with_retry(self.tracker.client.log_batch, self.run_id,
+                       metrics=pending[start:start + _BATCH])
 
     def log_metrics(self, frames: int, metrics: Mapping[str, float]) -> None:
         self._buffer(frames, metrics)

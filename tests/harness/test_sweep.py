@@ -153,16 +153,65 @@ def test_a_rerun_attaches_only_its_own_files(tiny_suite: Path, tmp_path: Path) -
     out = tmp_path / "out"
     args = ["run", f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1", "seeds=1"]
     assert main(args) == 0
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("tiny")
+    (first,) = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
+    client.set_terminated(first.info.run_id, "KILLED")  # as if the attempt was interrupted
     (run_dir,) = (out / "runs" / "tiny").iterdir()
     # what an earlier, interrupted attempt of the same config could have left behind
     (run_dir / "traceback.txt").write_text("stale")
     (run_dir / "critic.pt").write_bytes(b"stale")
     assert main(args) == 0
-    client = MlflowClient(tracking_uri(out))
-    experiment = client.get_experiment_by_name("tiny")
-    runs = client.search_runs([experiment.experiment_id], "tags.kind = 'run'",
-                              order_by=["attributes.start_time ASC"])
-    assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]
-    artifacts = {a.path for a in client.list_artifacts(runs[1].info.run_id)}
+    (rerun,) = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
+    assert rerun.info.status == "FINISHED" and rerun.info.run_id != first.info.run_id
+    assert client.get_run(first.info.run_id).info.lifecycle_stage == "deleted"
+    artifacts = {a.path for a in client.list_artifacts(rerun.info.run_id)}
     assert artifacts == {"config.yaml", "curve.csv", "policy.pt"}
     assert not (run_dir / "traceback.txt").exists()
+
+
+def test_rerun_skips_finished_runs_and_reruns_failed_ones(tiny_suite: Path,
+                                                          tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["run", f"suite={tiny_suite}", f"out_dir={out}"]
+    assert main(args) == 1
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("tiny")
+    before = _children(client, experiment.experiment_id)
+    assert main(args) == 1  # the diverging run fails again
+    after = _children(client, experiment.experiment_id)
+    assert set(after) == set(before)  # one active run per config, no duplicates
+    for name in ("ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1"):
+        assert after[name].info.run_id == before[name].info.run_id  # skipped, not rerun
+    failed = "ppo/Acrobot-v1/seed0"
+    assert after[failed].info.run_id != before[failed].info.run_id
+    assert after[failed].info.status == "FAILED"
+    (summary,) = sorted((out / "sweeps").glob("tiny-*"))[-1:]
+    assert "CartPole-v1" in (summary / "summary.md").read_text()  # finished runs still count
+
+
+def test_local_pool_gives_the_sequential_numbers_and_loses_no_metric(tmp_path: Path) -> None:
+    suite = tmp_path / "four.yaml"
+    suite.write_text(TINY.split("per_env:")[0].replace("seeds: 2", "seeds: 4"))
+    series = []
+    for jobs in (1, 4):
+        out = tmp_path / f"jobs{jobs}"
+        assert main(["run", f"suite={suite}", f"out_dir={out}", "env=CartPole-v1",
+                     f"jobs={jobs}"]) == 0
+        client = MlflowClient(tracking_uri(out))
+        experiment = client.get_experiment_by_name("four")
+        children = _children(client, experiment.experiment_id)
+        assert len(children) == 4 and all(r.info.status == "FINISHED"
+                                          for r in children.values())
+        series.append({
+            name: {key: sorted((m.step, m.value) for m in client.get_metric_history(
+                run.info.run_id, key)) for key in ("eval/return_mean", "loss/objective",
+                                                   "train/fps")}
+            for name, run in children.items()
+        })
+    for name in series[0]:
+        for key in ("eval/return_mean", "loss/objective"):
+            assert series[1][name][key] == series[0][name][key], (name, key)
+        # fps differs between runs, but every point of it arrived
+        assert [s for s, _ in series[1][name]["train/fps"]] == \
+            [s for s, _ in series[0][name]["train/fps"]]

@@ -1,0 +1,76 @@
+"""A sweep killed with SIGKILL mid-way, then run again: every run finished exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from rlbench.cli import main
+from rlbench.harness.tracking import tracking_uri
+
+SUITE = """
+algos: [ppo]
+envs: [CartPole-v1]
+seeds: 3
+frames: 4096
+eval_every: 2048
+eval_episodes: 2
+per_algo:
+  ppo: {num_envs: 4, rollout_steps: 64, epochs: 2, minibatch_size: 128}
+"""
+
+
+def _active_runs(out: Path) -> list:
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("three")
+    return client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
+
+
+def _first_run_finished(out: Path) -> bool:
+    """Read the store with plain sqlite3: an MLflow client here could race the sweep's own
+    schema creation."""
+    db = out / "mlflow.db"
+    if not db.exists():
+        return False
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
+            (count,) = connection.execute(
+                "SELECT count(*) FROM runs WHERE status = 'FINISHED'").fetchone()
+    except sqlite3.OperationalError:  # tables not created yet, or locked for a moment
+        return False
+    return count > 0
+
+
+def test_sigkill_then_rerun_finishes_every_run_once(tmp_path: Path) -> None:
+    suite, out = tmp_path / "three.yaml", tmp_path / "out"
+    suite.write_text(SUITE)
+    command = [str(Path(sys.executable).parent / "rlbench"), "run", f"suite={suite}",
+               f"out_dir={out}"]
+    sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not _first_run_finished(out):
+        assert sweep.poll() is None, "the sweep ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    os.killpg(sweep.pid, signal.SIGKILL)
+    sweep.wait()
+
+    killed = _active_runs(out)
+    finished_before = {r.info.run_id for r in killed if r.info.status == "FINISHED"}
+    assert 1 <= len(finished_before) < 3, "the kill must land mid-sweep"
+    assert any(r.info.status == "RUNNING" for r in killed) or len(killed) < 3
+
+    assert main(["run", f"suite={suite}", f"out_dir={out}"]) == 0
+    runs = _active_runs(out)
+    assert sorted(r.info.run_name for r in runs) == [f"ppo/CartPole-v1/seed{i}"
+                                                     for i in range(3)]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert finished_before <= {r.info.run_id for r in runs}, "finished runs are not rerun"
