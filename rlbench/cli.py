@@ -78,12 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "show" or sweep.dry_run:
             console.print(_grid_table(sweep))
             return 0
-    except ConfigError as err:
+        from rlbench.harness.sweep import run_sweep
+
+        result = run_sweep(sweep, console)  # an unreachable tracking server or Ray cluster
+    except ConfigError as err:               # raises before any run starts
         print(f"rlbench: error: {err}", file=sys.stderr)
         return 2
-    from rlbench.harness.sweep import run_sweep
-
-    result = run_sweep(sweep, console)
     return 1 if result.failed else 0
 
 

@@ -25,7 +25,9 @@ from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
 __all__ = ["Overrides", "RunConfig", "SweepConfig", "parse_overrides", "resolve_sweep"]
 
 ALIASES = {"algo": "algos", "env": "envs"}
-SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1}
+SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
+              "launcher": "local", "ray.address": None}
+LAUNCHERS = ("local", "ray")
 LIST_KEYS = {"algos", "envs"}
 
 
@@ -127,6 +129,8 @@ class SweepConfig:
     dry_run: bool
     runs: list[RunConfig]
     jobs: int = 1
+    launcher: str = "local"
+    ray_address: str | None = None
 
 
 def _positive_int(settings: dict[str, Any], key: str, minimum: int = 1) -> int:
@@ -214,5 +218,12 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     dry_run = sweep["dry_run"]
     if not isinstance(dry_run, bool):
         raise ConfigError(f"dry_run must be true or false, got {dry_run!r}")
+    launcher = sweep["launcher"]
+    if launcher not in LAUNCHERS:
+        raise UnknownNameError("launcher", str(launcher), LAUNCHERS)
+    address = sweep["ray.address"]
+    if address is not None and launcher != "ray":
+        raise ConfigError("ray.address is only used with launcher=ray")
     return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
-                       runs=runs, jobs=_positive_int(sweep, "jobs"))
+                       runs=runs, jobs=_positive_int(sweep, "jobs"), launcher=launcher,
+                       ray_address=None if address is None else str(address))

@@ -19,7 +19,7 @@ from rlbench.harness.config import RunConfig
 from rlbench.harness.runner import RunResult, execute_run
 from rlbench.harness.tracking import Tracker
 
-__all__ = ["Listener", "run_local_pool", "run_sequential"]
+__all__ = ["Listener", "mark_dead", "run_local_pool", "run_sequential"]
 
 _JOIN_SECONDS = 30.0
 
@@ -59,10 +59,9 @@ def _worker(run: RunConfig, out_dir: Path, experiment_id: str, parent_id: str,
     messages.put(("result", run.identity, result))
 
 
-def _mark_dead(tracker: Tracker, experiment_id: str, parent_id: str, run: RunConfig,
-               exitcode: int | None) -> RunResult:
+def mark_dead(tracker: Tracker, experiment_id: str, parent_id: str, run: RunConfig,
+              error: str) -> RunResult:
     """The MLflow run of a worker that died without reporting is marked FAILED."""
-    error = f"worker process died (exit code {exitcode}) before the run ended"
     matches = tracker.runs(experiment_id, f"tags.config_hash = '{run.identity}' "
                                           f"and tags.`mlflow.parentRunId` = '{parent_id}'")
     run_id = ""
@@ -102,8 +101,9 @@ def run_local_pool(runs: list[RunConfig], tracker: Tracker, experiment_id: str,
                     _drain(messages, active, results, listener, timeout=1.0)
                 del active[identity]
                 if identity not in results:  # it died without reporting
-                    results[identity] = _mark_dead(tracker, experiment_id, parent_id, run,
-                                                   process.exitcode)
+                    error = f"worker process died (exit code {process.exitcode})"
+                    results[identity] = mark_dead(tracker, experiment_id, parent_id, run,
+                                                  error)
                     listener.finished(results[identity])
     except KeyboardInterrupt:
         _stop(active)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rlbench.harness.config import SweepConfig
 from rlbench.harness.launchers import run_local_pool, run_sequential
 from rlbench.harness.progress import SweepProgress
+from rlbench.harness.ray_launcher import connect, run_on_ray
 from rlbench.harness.resume import plan_resume
 from rlbench.harness.runner import RunResult
 from rlbench.harness.table import summarize, to_markdown, to_rich, write_csv
@@ -31,12 +32,22 @@ class SweepResult:
         return [r for r in self.results if r.status != "FINISHED"]
 
 
+def _launcher_name(sweep: SweepConfig) -> str:
+    if sweep.launcher == "ray":
+        return f"ray at {sweep.ray_address or 'a local instance'}"
+    return "sequential" if sweep.jobs == 1 else f"local pool of {sweep.jobs}"
+
+
 def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult:
     """Run every run of ``sweep`` not finished earlier; failed runs are recorded, the rest
-    go on. ``sweep.jobs > 1`` runs that many at a time, each in its own process."""
+    go on. ``sweep.jobs > 1`` runs that many at a time, each in its own process;
+    ``launcher=ray`` makes each run a Ray task."""
     console = console or Console()
     suite = sweep.suite.name
+    if sweep.launcher == "ray":
+        connect(sweep.ray_address)
     tracker = Tracker(sweep.out_dir)
+    tracker.check_reachable()
     experiment_id = tracker.experiment(suite)  # the store and experiment exist before workers
     plan = plan_resume(tracker, experiment_id, sweep.runs)
     devices = sorted({run.device for run in sweep.runs})
@@ -45,12 +56,15 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
                                    "jobs": sweep.jobs})
     console.print(f"rlbench: suite [bold]{suite}[/], {len(sweep.runs)} runs "
                   f"({len(plan.finished)} finished earlier, {len(plan.to_run)} to run, "
-                  f"{sweep.jobs} at a time), tracking at {tracker.uri}")
+                  f"launcher {_launcher_name(sweep)}), tracking at {tracker.uri}")
     results: list[RunResult] = list(plan.finished)
     status = "KILLED"
     try:
         with SweepProgress(plan.to_run, console) as progress:
-            if sweep.jobs == 1:
+            if sweep.launcher == "ray":
+                results += run_on_ray(plan.to_run, tracker, experiment_id, parent_id,
+                                      progress, sweep.ray_address)
+            elif sweep.jobs == 1:
                 results += run_sequential(plan.to_run, tracker, experiment_id, parent_id,
                                           progress)
             else:

@@ -14,6 +14,8 @@ import platform
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -25,6 +27,7 @@ from mlflow.tracking import MlflowClient
 from torch import nn
 
 import rlbench
+from rlbench.errors import ConfigError
 from rlbench.harness.config import RunConfig
 
 __all__ = ["RunRecorder", "Tracker", "environment_tags", "flatten", "tracking_uri",
@@ -112,6 +115,19 @@ class Tracker:
         self.uri = tracking_uri(out_dir)
         self.out_dir = out_dir
         self.client = MlflowClient(self.uri)
+
+    def check_reachable(self, timeout: float = 10.0) -> None:
+        """For a tracking server (http/https), fail fast with a clear error when it does not
+        answer, instead of MLflow's minutes of retries in the middle of a sweep."""
+        if not self.uri.startswith(("http://", "https://")):
+            return
+        url = self.uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                response.read()
+        except (OSError, urllib.error.URLError) as err:
+            raise ConfigError(f"the MLflow tracking server at {self.uri} does not answer "
+                              f"({err}); start it or unset MLFLOW_TRACKING_URI") from err
 
     def experiment(self, suite: str) -> str:
         """The id of the suite's experiment, created on first use."""
