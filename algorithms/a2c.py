@@ -98,11 +98,10 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         advantage_module = GAE(critic, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
         if cfg.optimizer == "rmsprop":
             optimizer = torch.optim.RMSprop(loss_fn.parameters(), lr=cfg.learning_rate,
-                                            alpha=cfg.rms_alpha, eps=cfg.optimizer_eps,
-                                            foreach=True)
+                                            alpha=cfg.rms_alpha, eps=cfg.optimizer_eps)
         else:
             optimizer = torch.optim.Adam(loss_fn.parameters(), lr=cfg.learning_rate,
-                                         eps=cfg.optimizer_eps, fused=True)
+                                         eps=cfg.optimizer_eps)
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
                               total_frames=spec.frames)
         eval_schedule, log_schedule = FrameSchedule(spec.eval_every), FrameSchedule(cfg.log_every)

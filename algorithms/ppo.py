@@ -199,8 +199,7 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                             normalize_advantage=cfg.normalize_advantage,
                             clip_value=cfg.clip_value, **extra)
         advantage_module = GAE(critic, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
-        optimizer = torch.optim.Adam(loss_fn.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
-                                     fused=True)
+        optimizer = torch.optim.Adam(loss_fn.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
                               total_frames=spec.frames)
         schedule = FrameSchedule(spec.eval_every)

@@ -106,10 +106,10 @@ class _RunningMoments(torch.nn.Module):
         mean, var, count = self.mean.numpy(), self.var.numpy(), self.count.numpy()
         batch_mean = batch[0] if n == 1 else batch.mean(0)
         batch_var = 0.0 if n == 1 else batch.var(0)
-        total = count + n
+        total = count + n  # the same operations, in the same order, as the torch path
         delta = batch_mean - mean
-        m2 = var * count + batch_var * n + delta * delta * (count * n / total)
-        mean += delta * (n / total)
+        m2 = var * count + batch_var * n + delta**2 * count * n / total
+        mean[...] = mean + delta * n / total
         var[...] = m2 / total
         count[...] = total
 
