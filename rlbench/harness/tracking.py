@@ -8,6 +8,7 @@ refuses the plain ``./mlruns`` file store). ``MLFLOW_TRACKING_URI`` overrides it
 from __future__ import annotations
 
 import csv
+import fcntl
 import math
 import os
 import platform
@@ -16,13 +17,15 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import torch
 from mlflow.entities import Metric, Param, Run, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from torch import nn
 
@@ -31,7 +34,7 @@ from rlbench.errors import ConfigError
 from rlbench.harness.config import RunConfig
 
 __all__ = ["RunRecorder", "Tracker", "check_reachable", "environment_tags", "flatten",
-           "search_all", "tracking_uri", "with_retry"]
+           "search_all", "store_lock", "tracking_uri", "with_retry"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 _LOCK_WAIT_SECONDS = 300.0
@@ -61,6 +64,25 @@ def tracking_uri(out_dir: Path) -> str:
     if uri:
         return uri
     return f"sqlite:///{(out_dir / 'mlflow.db').resolve()}"
+
+
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Holds an exclusive lock beside an embedded SQLite store (a no-op for a server).
+
+    Two processes opening a fresh store at once would both run MLflow's schema migration
+    and one would fail with "table already exists"; two sweeps starting together would
+    both create the suite's experiment. Both happen under this lock.
+    """
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    with open(uri.removeprefix("sqlite:///") + ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _git_commit() -> str:
@@ -141,20 +163,30 @@ class Tracker:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.uri = tracking_uri(out_dir)
         self.out_dir = out_dir
-        self.client = MlflowClient(self.uri)
+        with store_lock(self.uri):
+            self.client = MlflowClient(self.uri)
+            with_retry(self.client.search_experiments, max_results=1)  # creates the tables
 
     def check_reachable(self, timeout: float = 10.0) -> None:
         check_reachable(self.uri, timeout)
 
     def experiment(self, suite: str) -> str:
-        """The id of the suite's experiment, created on first use."""
-        existing = with_retry(self.client.get_experiment_by_name, suite)
-        if existing is not None:
-            return existing.experiment_id
-        artifacts = None
-        if self.uri.startswith("sqlite:"):
-            artifacts = (self.out_dir / "mlartifacts").resolve().as_uri()
-        return with_retry(self.client.create_experiment, suite, artifact_location=artifacts)
+        """The id of the suite's experiment, created on first use (once, however many
+        sweeps start together)."""
+        with store_lock(self.uri):
+            existing = with_retry(self.client.get_experiment_by_name, suite)
+            if existing is not None:
+                return existing.experiment_id
+            artifacts = None
+            if self.uri.startswith("sqlite:"):
+                artifacts = (self.out_dir / "mlartifacts").resolve().as_uri()
+            try:
+                return with_retry(self.client.create_experiment, suite,
+                                  artifact_location=artifacts)
+            except MlflowException as err:  # another client of the same server won
+                if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                return with_retry(self.client.get_experiment_by_name, suite).experiment_id
 
     def start_sweep(self, experiment_id: str, suite: str, tags: Mapping[str, str]) -> str:
         run = with_retry(self.client.create_run, experiment_id, run_name=f"{suite} sweep",
