@@ -37,6 +37,8 @@ GOALS = [
      "test_multi_collector_2_workers", "test_collector[Hopper-v5]", None),
     ("PPO training on Hopper-v5 vs Stable-Baselines3 2.9, frames/s (goal >= 2)",
      "test_ppo_rlbench", "test_ppo_sb3", 2.0),
+    ("PPO with compile=true fused_adam=true vs Stable-Baselines3 2.9, frames/s (goal >= 2)",
+     "test_ppo_rlbench_compiled", "test_ppo_sb3", 2.0),
     ("SAC training on Hopper-v5 vs Stable-Baselines3 2.9, frames/s (goal >= 3)",
      "test_sac_rlbench", "test_sac_sb3", 3.0),
 ]

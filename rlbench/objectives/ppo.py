@@ -25,6 +25,9 @@ class PPOLoss(nn.Module):
 
     and detached diagnostics ``entropy``, ``kl_approx`` (the low-variance estimator
     ``E[(r - 1) - log r]``) and ``clip_fraction`` (share of ratios outside 1 +- clip_epsilon).
+
+    ``clip_epsilon`` (annealed by some tunes) lives in a 0-dim buffer, so a
+    ``torch.compile``'d loss reads its current value instead of recompiling for each one.
     """
 
     def __init__(
@@ -44,10 +47,19 @@ class PPOLoss(nn.Module):
         if clip_value is not None and clip_value <= 0:
             raise ValueError(f"clip_value must be > 0 or None, got {clip_value}")
         self.actor, self.critic = actor, critic
-        self.clip_epsilon = clip_epsilon
+        self.register_buffer("_clip_epsilon", torch.tensor(clip_epsilon, dtype=torch.float64),
+                             persistent=False)
         self.entropy_coef, self.critic_coef = entropy_coef, critic_coef
         self.normalize_advantage = normalize_advantage
         self.clip_value = clip_value
+
+    @property
+    def clip_epsilon(self) -> float:
+        return float(self._clip_epsilon)
+
+    @clip_epsilon.setter
+    def clip_epsilon(self, value: float) -> None:
+        self._clip_epsilon.fill_(value)
 
     def _policy_terms(self, ratio: torch.Tensor, log_ratio: torch.Tensor,
                       advantage: torch.Tensor, dist: Distribution) -> dict[str, torch.Tensor]:
@@ -74,7 +86,7 @@ class PPOLoss(nn.Module):
         entropy = dist.entropy().mean()
         with torch.no_grad():
             kl_approx = ((ratio - 1) - log_ratio).mean()
-            clip_fraction = ((ratio - 1).abs() > self.clip_epsilon).float().mean()
+            clip_fraction = ((ratio - 1).abs() > self._clip_epsilon.to(ratio)).float().mean()
         return TensorDict(
             {
                 **self._policy_terms(ratio, log_ratio, advantage, dist),
@@ -92,8 +104,9 @@ class ClipPPOLoss(PPOLoss):
     """``loss_objective = -E[min(r A, clip(r, 1-eps, 1+eps) A)]``, r the probability ratio."""
 
     def _policy_terms(self, ratio, log_ratio, advantage, dist):
-        eps = self.clip_epsilon
-        surrogate = torch.min(ratio * advantage, ratio.clamp(1 - eps, 1 + eps) * advantage)
+        eps = self._clip_epsilon  # float64, as the bounds 1 +- eps were in Python floats
+        clipped = ratio.clamp((1 - eps).to(ratio), (1 + eps).to(ratio))
+        surrogate = torch.min(ratio * advantage, clipped * advantage)
         return {"loss_objective": -surrogate.mean()}
 
 
@@ -105,6 +118,7 @@ class KLPENPPOLoss(PPOLoss):
     and non-negative). Call ``adapt_beta(kl)`` once per iteration with the mean KL of the
     update: beta is halved below ``kl_target / 1.5`` and doubled above ``kl_target * 1.5``.
     ``clip_epsilon`` only sets the threshold of the ``clip_fraction`` diagnostic here.
+    Like it, ``beta`` lives in a 0-dim buffer.
     """
 
     def __init__(self, actor: ProbabilisticActor, critic: ValueOperator, *,
@@ -112,17 +126,22 @@ class KLPENPPOLoss(PPOLoss):
         super().__init__(actor, critic, **kwargs)
         if kl_target <= 0 or beta <= 0:
             raise ValueError(f"kl_target and beta must be > 0, got {kl_target} and {beta}")
-        self.kl_target, self.beta = kl_target, beta
+        self.kl_target = kl_target
+        self.register_buffer("_beta", torch.tensor(beta, dtype=torch.float64), persistent=False)
+
+    @property
+    def beta(self) -> float:
+        return float(self._beta)
 
     def _policy_terms(self, ratio, log_ratio, advantage, dist):
         kl = ((ratio - 1) - log_ratio).mean()
-        return {"loss_objective": -(ratio * advantage).mean(), "loss_kl": self.beta * kl,
-                "beta": torch.tensor(self.beta)}
+        return {"loss_objective": -(ratio * advantage).mean(), "loss_kl": self._beta.to(kl) * kl,
+                "beta": self._beta.to(kl, copy=True)}
 
     def adapt_beta(self, kl: float) -> float:
         """Adjust the penalty after an update whose mean KL was ``kl``; returns the new beta."""
         if kl < self.kl_target / 1.5:
-            self.beta /= 2
+            self._beta.div_(2)
         elif kl > self.kl_target * 1.5:
-            self.beta *= 2
+            self._beta.mul_(2)
         return self.beta

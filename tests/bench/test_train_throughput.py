@@ -71,6 +71,15 @@ def test_ppo_rlbench(benchmark, tmp_path: Path) -> None:
     benchmark.pedantic(ppo.train, args=(spec, NullLogger()), rounds=3, warmup_rounds=1)
 
 
+def test_ppo_rlbench_compiled(benchmark, tmp_path: Path) -> None:
+    """The same PPO with its speed options: compiled loss and fused Adam. The warm-up round
+    pays the compilation; the timed rounds reuse it, as every update of a long run does."""
+    config = replace(_ppo_config(), compile=True, fused_adam=True)
+    spec = _spec(config, PPO_FRAMES, tmp_path)
+    benchmark.extra_info["frames_per_round"] = PPO_FRAMES
+    benchmark.pedantic(ppo.train, args=(spec, NullLogger()), rounds=3, warmup_rounds=1)
+
+
 def test_ppo_sb3(benchmark) -> None:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize

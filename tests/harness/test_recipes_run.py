@@ -36,11 +36,12 @@ TINY = {
 }
 
 
-def _run_tiny(algo: str, out: Path) -> tuple[MlflowClient, object]:
+def _run_tiny(algo: str, out: Path, *overrides: str) -> tuple[MlflowClient, object]:
     """Run ``algo`` on its tiny budget into ``out``; the MLflow client and the run."""
     env, params, _ = TINY[algo]
     argv = ["run", f"algo={algo.removesuffix('-discrete')}", f"env={env}", "frames=400",
-            "seeds=1", "eval_every=200", "eval_episodes=2", f"out_dir={out}", *params]
+            "seeds=1", "eval_every=200", "eval_episodes=2", f"out_dir={out}", *params,
+            *overrides]
     assert main(argv) == 0
     client = MlflowClient(tracking_uri(out))
     (experiment,) = [e for e in client.search_experiments() if e.name == "smoke"]
@@ -73,3 +74,16 @@ def test_off_policy_runs_repeat_bit_for_bit(tmp_path: Path, algo: str) -> None:
                           for key in (loss_metric, "eval/return_mean")})
     assert histories[0] == histories[1]
     assert histories[0][loss_metric], "the runs trained"
+
+
+@pytest.mark.slow  # torch.compile takes tens of seconds on a small CPU
+def test_ppo_speed_options_train_like_the_plain_recipe(tmp_path: Path) -> None:
+    """compile=true fused_adam=true changes float rounding only: the first update's mean
+    losses agree with the plain recipe's to float32 noise, and the run finishes."""
+    first_losses = []
+    for name, options in (("plain", []), ("fast", ["ppo.compile=true", "ppo.fused_adam=true"])):
+        client, run = _run_tiny("ppo", tmp_path / name, *options)
+        assert run.info.status == "FINISHED"
+        history = client.get_metric_history(run.info.run_id, "loss/critic")
+        first_losses.append(min(history, key=lambda m: m.step).value)
+    assert first_losses[1] == pytest.approx(first_losses[0], rel=1e-4)

@@ -11,6 +11,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlbench.modules import (
+    MLP,
     Categorical,
     IndependentNormal,
     NormalParams,
@@ -156,3 +157,43 @@ def test_a2c_loss_by_hand() -> None:
     assert out["loss_critic"].item() == pytest.approx(expected_critic, abs=1e-12)
     h = (-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)) + math.log(2)) / 2
     assert out["loss_entropy"].item() == pytest.approx(-0.01 * h, abs=1e-12)
+
+
+def _random_batch(actor: ProbabilisticActor, n: int = 48) -> TensorDict:
+    batch = TensorDict({"observation": torch.randn(n, 5)}, [n])
+    with torch.no_grad():
+        actor(batch)
+    # behaviour log-probs away from the current ones: ratios of 0.5 to 2, clipping matters
+    batch["action_log_prob"] = batch["action_log_prob"] + 0.3 * torch.randn(n)
+    batch["advantage"] = torch.randn(n, 1)
+    batch["value_target"] = torch.randn(n, 1)
+    batch["state_value"] = torch.randn(n, 1)
+    return batch
+
+
+@pytest.mark.slow  # torch.compile takes tens of seconds on a small CPU
+@pytest.mark.parametrize("loss_type", [ClipPPOLoss, KLPENPPOLoss])
+def test_compiled_loss_matches_eager_and_follows_schedules_without_recompiling(
+        loss_type: type) -> None:
+    torch.manual_seed(0)
+    actor = ProbabilisticActor(NormalParams(MLP(5, 2, num_cells=(16,)), 2), IndependentNormal)
+    critic = ValueOperator(MLP(5, 1, num_cells=(16,)))
+    loss = loss_type(actor, critic, clip_epsilon=0.2, entropy_coef=0.01, clip_value=0.2)
+    compiled = torch.compile(loss)
+    torch._dynamo.reset()
+    for step in range(4):
+        batch = _random_batch(actor)
+        eager_out = loss(batch)
+        eager_grads = torch.autograd.grad(total_loss(eager_out, frames=0), list(loss.parameters()))
+        with torch._dynamo.config.patch(error_on_recompile=step > 0):
+            compiled_out = compiled(batch)
+        grads = torch.autograd.grad(total_loss(compiled_out, frames=0), list(loss.parameters()))
+        for key, value in eager_out.items():
+            torch.testing.assert_close(compiled_out[key], value, rtol=1e-5, atol=1e-6)
+        for grad, eager_grad in zip(grads, eager_grads, strict=True):
+            torch.testing.assert_close(grad, eager_grad, rtol=1e-4, atol=1e-6)
+        # the schedules: an annealed clip range, an adapted KL penalty
+        loss.clip_epsilon = 0.2 * (1 - (step + 1) / 5)
+        if isinstance(loss, KLPENPPOLoss):
+            loss.adapt_beta(1.0)
+    assert loss.clip_epsilon == pytest.approx(0.2 * 1 / 5)
