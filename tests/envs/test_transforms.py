@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -230,3 +232,27 @@ def test_cat_frames_stacks_the_last_n_observations() -> None:
         torch.testing.assert_close(root["observation"][done], reset_stack[done])
         history = [torch.where(done[:, None], raw_root["observation"], h) for h in history]
     check_env_specs(env, steps=20)
+
+
+def test_vecnorm_statistics_follow_their_buffers_when_moved_or_copied() -> None:
+    """The CPU path updates numpy views of the buffers: after share_memory_(), a deep copy
+    or a replaced buffer, the views must be those of the buffers the module holds now."""
+    vecnorm = VecNorm()
+    env = TransformedEnv(make("Pendulum-v1", num_envs=2, seed=1), vecnorm)
+    _random_rollout(env, 5)
+    moments = vecnorm.moments["observation"]
+    moments.share_memory()
+    count = moments.count.item()
+    _random_rollout(env, 5)
+    assert moments.count.item() == count + 2 * 6, "a reset and 5 steps reach the shared buffers"
+
+    twin = copy.deepcopy(moments)
+    before = moments.mean.clone()
+    twin.update(torch.full((4, 3), 100.0))
+    assert torch.equal(moments.mean, before), "a copy's update leaves the original alone"
+    assert twin.count.item() == moments.count.item() + 4
+
+    moments.mean = torch.zeros(3, dtype=torch.float64)
+    moments.update(torch.ones(1, 3))
+    expected = torch.ones(3, dtype=torch.float64) / (moments.count.item())
+    torch.testing.assert_close(moments.mean, expected, rtol=0, atol=1e-12)
