@@ -8,7 +8,6 @@ refuses the plain ``./mlruns`` file store). ``MLFLOW_TRACKING_URI`` overrides it
 from __future__ import annotations
 
 import csv
-import fcntl
 import math
 import os
 import platform
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from filelock import FileLock
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -77,12 +77,8 @@ def store_lock(uri: str) -> Iterator[None]:
     if not uri.startswith("sqlite:///"):
         yield
         return
-    with open(uri.removeprefix("sqlite:///") + ".lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with FileLock(uri.removeprefix("sqlite:///") + ".lock"):
+        yield
 
 
 def _git_commit() -> str:
@@ -163,9 +159,8 @@ class Tracker:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.uri = tracking_uri(out_dir)
         self.out_dir = out_dir
-        with store_lock(self.uri):
+        with store_lock(self.uri):  # MLflow creates (or migrates) the tables right here
             self.client = MlflowClient(self.uri)
-            with_retry(self.client.search_experiments, max_results=1)  # creates the tables
 
     def check_reachable(self, timeout: float = 10.0) -> None:
         check_reachable(self.uri, timeout)

@@ -55,10 +55,13 @@ class PPOLoss(nn.Module):
 
     @property
     def clip_epsilon(self) -> float:
+        """The clip range of the ratio (read and set as a float)."""
         return float(self._clip_epsilon)
 
     @clip_epsilon.setter
     def clip_epsilon(self, value: float) -> None:
+        if value <= 0:
+            raise ValueError(f"clip_epsilon must be > 0, got {value}")
         self._clip_epsilon.fill_(value)
 
     def _policy_terms(self, ratio: torch.Tensor, log_ratio: torch.Tensor,
@@ -131,7 +134,14 @@ class KLPENPPOLoss(PPOLoss):
 
     @property
     def beta(self) -> float:
+        """The KL penalty coefficient (read and set as a float)."""
         return float(self._beta)
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        if value <= 0:
+            raise ValueError(f"beta must be > 0, got {value}")
+        self._beta.fill_(value)
 
     def _policy_terms(self, ratio, log_ratio, advantage, dist):
         kl = ((ratio - 1) - log_ratio).mean()

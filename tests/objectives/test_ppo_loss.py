@@ -197,3 +197,14 @@ def test_compiled_loss_matches_eager_and_follows_schedules_without_recompiling(
         if isinstance(loss, KLPENPPOLoss):
             loss.adapt_beta(1.0)
     assert loss.clip_epsilon == pytest.approx(0.2 * 1 / 5)
+
+
+def test_schedule_setters_round_trip_and_refuse_non_positive_values() -> None:
+    actor = ProbabilisticActor(nn.Identity(), Categorical)
+    loss = KLPENPPOLoss(actor, ValueOperator(SumValue()), beta=1.0)
+    loss.clip_epsilon, loss.beta = 0.1, 4.0
+    assert (loss.clip_epsilon, loss.beta) == (0.1, 4.0)
+    assert loss.adapt_beta(1.0) == 8.0  # KL far above target: doubled
+    for name in ("clip_epsilon", "beta"):
+        with pytest.raises(ValueError, match=name):
+            setattr(loss, name, 0.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,36 +91,35 @@ class _RunningMoments(torch.nn.Module):
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self._views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._views_of: tuple[int, int, int] | None = None
-        self._storages: tuple[torch.UntypedStorage, ...] = ()
+        self._views_of: tuple[Any, ...] | None = None  # (mean, var, count, their addresses)
 
-    def __getstate__(self) -> dict:  # views are per process
-        return {**self.__dict__, "_views": None, "_views_of": None, "_storages": ()}
+    def __getstate__(self) -> dict:  # numpy views belong to one process
+        return {**super().__getstate__(), "_views": None, "_views_of": None}
 
     def numpy_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(mean, var, count)`` as numpy arrays sharing the (CPU) buffers' memory.
 
-        Made again whenever a buffer's address changed (``to()``, ``share_memory_()``, a
-        replaced buffer). The storages the views were made from are held, so their memory
-        is never freed and reused while the views exist: the same address means the same
-        storage.
+        Made again when a buffer was replaced or moved (``to()``, ``share_memory_()``).
+        Buffers are compared by identity and by address: holding the tensors keeps a
+        replaced one from being confused with a new one at a reused address.
         """
         buffers = self._buffers
         mean, var, count = buffers["mean"], buffers["var"], buffers["count"]
-        key = (mean.data_ptr(), var.data_ptr(), count.data_ptr())
-        if self._views_of != key:
-            self._views, self._views_of = (mean.numpy(), var.numpy(), count.numpy()), key
-            self._storages = (mean.untyped_storage(), var.untyped_storage(),
-                              count.untyped_storage())
+        addresses = (mean.data_ptr(), var.data_ptr(), count.data_ptr())
+        held = self._views_of
+        if (held is None or held[0] is not mean or held[1] is not var or held[2] is not count
+                or held[3] != addresses):
+            self._views = (mean.numpy(), var.numpy(), count.numpy())
+            self._views_of = (mean, var, count, addresses)
         return self._views
 
     def update(self, batch: torch.Tensor) -> None:
-        n = batch.shape[0]
-        if n == 0:
+        if batch.shape[0] == 0:
             return
         if batch.device.type == "cpu":
-            self.update_numpy(batch.numpy(), n)
+            self.update_numpy(batch.detach().numpy())
             return
+        n = batch.shape[0]
         with torch.no_grad():
             batch = batch.double()
             mean, var = batch.mean(0), batch.var(0, unbiased=False)
@@ -130,8 +130,11 @@ class _RunningMoments(torch.nn.Module):
             self.var.copy_(m2 / total)
             self.count.fill_(total)
 
-    def update_numpy(self, batch: np.ndarray, n: int) -> None:
-        """``update`` for ``n`` CPU rows: the same float64 operations in the same order."""
+    def update_numpy(self, batch: np.ndarray) -> None:
+        """``update`` for CPU rows: the same float64 operations in the same order."""
+        n = batch.shape[0]
+        if n == 0:
+            return
         mean, var, count = self.numpy_views()
         if n == 1:
             batch_mean, batch_var = batch[0].astype(np.float64), 0.0
@@ -150,7 +153,7 @@ class _RunningMoments(torch.nn.Module):
         """``clip((value - mean) / sqrt(var + eps), -clip, clip)`` in ``value``'s dtype."""
         if value.device.type == "cpu":
             mean, var, _ = self.numpy_views()
-            raw = value.numpy()
+            raw = value.detach().numpy()
             scaled = (raw - mean) / np.sqrt(var + eps)
             return torch.from_numpy(_clip_(scaled, clip).astype(raw.dtype, copy=False))
         normed = (value - self.mean) / torch.sqrt(self.var + eps)
@@ -252,7 +255,7 @@ class VecNorm(Transform):
         returns *= self.gamma
         returns += raw
         if not self.frozen:
-            self.return_moments.update_numpy(returns.reshape(-1, 1), returns.size)
+            self.return_moments.update_numpy(returns.reshape(-1, 1))
         std = np.sqrt(self.return_moments.numpy_views()[1] + self.eps)
         scaled = _clip_(raw / std.astype(raw.dtype), self.clip_reward)
         returns[done.numpy()] = 0.0
