@@ -124,7 +124,9 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         target_network = make_target(q_network)
         loss_fn = DQNLoss(q_network, target_network, gamma=cfg.gamma, double=cfg.double,
                           loss=cfg.loss)
-        optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate)
+        # foreach: PyTorch's multi-tensor step, the same numbers as its CPU default, faster
+        optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate,
+                                     foreach=True)
         greedy = QValueActor(q_network)
         policy = EGreedy(greedy, env.action_spec.n, eps_init=cfg.eps_init, eps_end=cfg.eps_end,
                          annealing_frames=int(cfg.exploration_fraction * spec.frames))

@@ -206,8 +206,9 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                             clip_value=cfg.clip_value, **extra).to(spec.device)
         update_loss = torch.compile(loss_fn) if cfg.compile else loss_fn
         advantage_module = GAE(critic, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
+        # foreach: PyTorch's multi-tensor step, the same numbers as its CPU default, faster
         optimizer = torch.optim.Adam(loss_fn.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
-                                     fused=cfg.fused_adam or None)
+                                     foreach=not cfg.fused_adam, fused=cfg.fused_adam or None)
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
                               total_frames=spec.frames)
         schedule = FrameSchedule(spec.eval_every)

@@ -129,10 +129,13 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                               target_entropy=cfg.target_entropy, **temperature)
         loss_fn.to(spec.device)
         target_update = SoftUpdate(critic, loss_fn.target_critic, cfg.tau)
-        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr)
-        actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr)]
+        # foreach: PyTorch's multi-tensor step, the same numbers as its CPU default, faster
+        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, foreach=True)
+        actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr,
+                                                 foreach=True)]
         if cfg.learn_alpha:
-            actor_optimizers.append(torch.optim.Adam([loss_fn.log_alpha], lr=cfg.alpha_lr))
+            actor_optimizers.append(torch.optim.Adam([loss_fn.log_alpha], lr=cfg.alpha_lr,
+                                                    foreach=True))
         buffer = ReplayBuffer(TensorStorage(cfg.buffer_size, device=spec.device),
                               batch_size=cfg.batch_size)
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.train_every,

@@ -123,8 +123,9 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
             loss_fn = DDPGLoss(actor, critic, target_actor, target_critic, gamma=cfg.gamma)
         target_updates = [SoftUpdate(actor, target_actor, cfg.tau),
                           SoftUpdate(critic, target_critic, cfg.tau)]
-        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr)
+        # foreach: PyTorch's multi-tensor step, the same numbers as its CPU default, faster
+        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, foreach=True)
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True)
         buffer = ReplayBuffer(TensorStorage(cfg.buffer_size, device=spec.device),
                               batch_size=cfg.batch_size)
         collector = Collector(env, exploration_policy(actor, cfg),
