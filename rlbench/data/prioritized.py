@@ -70,7 +70,7 @@ class PrioritizedSampler(Sampler):
         device = storage.device
         mass = torch.rand(batch_size, dtype=torch.float64, generator=self.rng.get(device),
                           device=device)
-        index = tree.find(mass.mul_(tree.total)).clamp_(max=len(storage) - 1)
+        index = tree.find(mass.mul_(tree.total))
         weight = (tree.leaves(index) / tree.minimum).pow_(-self.beta).float()
         return index, {"priority_weight": weight}
 
@@ -135,3 +135,6 @@ class PrioritizedSampler(Sampler):
                                    "priorities (ReplayBuffer.load_state_dict does)")
             self._tree.load_state_dict(state["tree"])
             self._max_priority.copy_(state["max_priority"])
+        elif self._tree is not None:  # saved before any write: no priorities to keep
+            self._tree = PriorityTree(self._tree.size, self._tree.device, self.branching)
+            self._max_priority.fill_(1.0)

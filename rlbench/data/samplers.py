@@ -63,9 +63,10 @@ class SamplerWithoutReplacement(Sampler):
 
     An epoch is a permutation of ``[0, len)``; batches are consecutive chunks of it. The
     last batch of an epoch holds the remaining items (fewer than ``batch_size``) unless
-    ``drop_last``, which skips them and starts the next epoch. If the number of stored items
-    changes mid-epoch, the next batch starts a new epoch over the new length. Iterating the
-    buffer yields the rest of the current epoch, or a whole epoch when it is at an end.
+    ``drop_last``, which skips them and starts the next epoch. A write to the storage (new or
+    overwritten items) ends the epoch: the next batch starts a new one over what is stored
+    then. Iterating the buffer yields the rest of the current epoch, or a whole epoch when
+    it is at an end.
     """
 
     def __init__(self, drop_last: bool = False, seed: int | None = None):
@@ -74,6 +75,9 @@ class SamplerWithoutReplacement(Sampler):
         self.epoch = 0  # epochs started
         self._perm: torch.Tensor | None = None
         self._pos = 0
+        # the storage version the permutation was drawn for; None after a load, where the
+        # restored permutation belongs to the restored storage
+        self._perm_version: int | None = None
 
     def _check(self, storage: Storage, batch_size: int) -> None:
         if self.drop_last and batch_size > len(storage):
@@ -82,8 +86,13 @@ class SamplerWithoutReplacement(Sampler):
                 "items): with drop_last=True no batch can be drawn"
             )
 
-    def _epoch_over(self, n: int, batch_size: int) -> bool:
+    def _epoch_over(self, storage: Storage, batch_size: int) -> bool:
+        n = len(storage)
         if self._perm is None or self._perm.numel() != n:
+            return True
+        if self._perm_version is None:
+            self._perm_version = storage.version
+        elif self._perm_version != storage.version:
             return True
         left = n - self._pos
         return left == 0 or (self.drop_last and left < batch_size)
@@ -91,9 +100,10 @@ class SamplerWithoutReplacement(Sampler):
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, None]:
         self._check(storage, batch_size)
         n = len(storage)
-        if self._epoch_over(n, batch_size):
+        if self._epoch_over(storage, batch_size):
             device = storage.device
             self._perm = torch.randperm(n, generator=self.rng.get(device), device=device)
+            self._perm_version = storage.version
             self._pos = 0
             self.epoch += 1
         index = self._perm[self._pos:self._pos + batch_size]
@@ -103,7 +113,7 @@ class SamplerWithoutReplacement(Sampler):
     def batches_per_epoch(self, storage: Storage, batch_size: int) -> int:
         self._check(storage, batch_size)
         n = len(storage)
-        left = n if self._epoch_over(n, batch_size) else n - self._pos
+        left = n if self._epoch_over(storage, batch_size) else n - self._pos
         return left // batch_size if self.drop_last else -(-left // batch_size)
 
     def state_dict(self) -> dict:
@@ -114,3 +124,4 @@ class SamplerWithoutReplacement(Sampler):
         super().load_state_dict(state)
         self.epoch, self._pos = state["epoch"], state["pos"]
         self._perm = None if state["perm"] is None else state["perm"].clone()
+        self._perm_version = None

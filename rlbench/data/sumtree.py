@@ -90,21 +90,24 @@ class PriorityTree:
     def find(self, mass: torch.Tensor) -> torch.Tensor:
         """The leaf each ``mass`` in [0, total) falls in: leaf i covers a share ``v_i / total``.
 
-        Rounding can push a mass past the last child of a node; the descent then takes that
-        last child, which may be an empty (never written) leaf. Callers whose written leaves
-        are ``[0, n)`` clamp the result to ``n - 1``; the bias is of the order of 1e-16.
+        Only leaves with a positive value are returned. A node's stored sum and the running
+        sum over its children can differ in the last bit, so a mass may land past the last
+        child's running sum; it is then taken just below it, in the last non-empty child
+        (otherwise the descent would enter an empty or padding node). ``total`` must be
+        positive.
         """
         k = self.branching
         top = self._sum_rows[-1][0]
         cum = top.cumsum(0)
         mass = mass.unsqueeze(1)
-        choice = torch.searchsorted(cum, mass, right=True).clamp_(max=k - 1)
+        choice = torch.searchsorted(cum, _below(mass, cum[-1:]), right=True).clamp_(max=k - 1)
         mass = mass - (cum - top)[choice]
         node = choice
         for rows in reversed(self._sum_rows[:-1]):
             children = rows.index_select(0, node.view(-1))
             cum = children.cumsum(1)
-            choice = torch.searchsorted(cum, mass, right=True).clamp_(max=k - 1)
+            choice = torch.searchsorted(cum, _below(mass, cum[:, -1:]), right=True).clamp_(
+                max=k - 1)
             mass = mass - (cum - children).gather(1, choice)
             node = torch.add(choice, node, alpha=k)
         return node.view(-1)
@@ -122,3 +125,8 @@ class PriorityTree:
             )
         self.sums.copy_(state["sums"])
         self.mins.copy_(state["mins"])
+
+
+def _below(mass: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """``mass``, lowered where needed to the largest float below ``total`` (> 0)."""
+    return torch.minimum(mass, torch.nextafter(total, torch.zeros_like(total)))

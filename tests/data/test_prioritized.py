@@ -144,3 +144,34 @@ def test_tree_matches_brute_force(device, size, branching) -> None:
     found = tree.find(torch.as_tensor(mass, device=device)).cpu().numpy()
     expected = np.searchsorted(np.cumsum(values), mass, side="right")
     np.testing.assert_array_equal(found, expected)
+
+
+def test_find_at_the_top_of_the_mass_returns_a_written_leaf() -> None:
+    """A node's stored sum can exceed the running sum over its children by a rounding unit;
+    a mass in that gap must still land in a written leaf, not in an upper level's padding
+    (31 * 1024 leaves pad the level below the root to 32 nodes, one of them empty)."""
+    size = 31 * 1024
+    tree = PriorityTree(size)
+    values = torch.rand(size, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    values[-100:] = 0.0  # written but empty leaves at the end: never returned either
+    tree.update(torch.arange(size), values)
+    top = tree._sum_rows[-1][0]
+    assert tree.total.item() > top.cumsum(0)[-1].item()  # the rounding gap this test needs
+    mass = torch.stack([torch.nextafter(tree.total[0], torch.zeros((), dtype=torch.float64)),
+                        top.cumsum(0)[-1], torch.zeros((), dtype=torch.float64)])
+    found = tree.find(mass)
+    assert found.tolist()[:2] == [size - 101, size - 101]  # the last leaf with mass
+    assert found[2].item() == 0
+
+
+def test_loading_a_checkpoint_taken_before_any_write_clears_priorities(batch_factory) -> None:
+    buffer = prioritized_buffer(batch_factory, 10, "cpu")
+    buffer.sampler.update_priority(torch.arange(10), torch.arange(10.0) * 100)
+    fresh = ReplayBuffer(TensorStorage(16, device="cpu"),
+                         PrioritizedSampler(alpha=ALPHA, beta=BETA, eps=EPS, seed=0))
+    buffer.load_state_dict(fresh.state_dict())
+    assert len(buffer) == 0
+    buffer.extend(batch_factory((2,)))
+    sample = buffer.sample(4000)
+    assert torch.equal(sample["priority_weight"], torch.ones(4000))  # both at priority 1
+    assert abs(torch.bincount(sample["index"], minlength=2)[0].item() - 2000) < 200

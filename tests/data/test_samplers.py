@@ -95,3 +95,30 @@ def test_batch_larger_than_epoch(batch_factory) -> None:
     strict = filled_buffer(batch_factory, 6, SamplerWithoutReplacement(drop_last=True, seed=0))
     with pytest.raises(ValueError, match=r"batch_size=10 is larger than an epoch \(6 stored"):
         strict.sample(10)
+
+
+def test_overwriting_a_full_ring_starts_a_new_epoch(batch_factory) -> None:
+    sampler = SamplerWithoutReplacement(seed=0)
+    buffer = filled_buffer(batch_factory, 6, sampler, capacity=6)
+    buffer.sample(4)  # mid-epoch over the first 6 items
+    buffer.extend(batch_factory((6,), start=10))  # the same length, all new content
+    batches = [b["count"].tolist() for b in epoch_batches_of(buffer, 4)]
+    assert sampler.epoch == 2
+    assert sorted(c for b in batches for c in b) == list(range(10, 16))
+
+
+def test_a_restored_sampler_finishes_its_epoch(batch_factory) -> None:
+    sampler = SamplerWithoutReplacement(seed=0)
+    buffer = filled_buffer(batch_factory, 10, sampler)
+    buffer.sample(4)
+    state = buffer.state_dict()
+    expected = epoch_batches(buffer, 4)
+    restored = filled_buffer(batch_factory, 3, SamplerWithoutReplacement(seed=5))
+    restored.load_state_dict(state)
+    assert epoch_batches(restored, 4) == expected
+    assert restored.sampler.epoch == 1
+
+
+def epoch_batches_of(buffer: ReplayBuffer, batch_size: int) -> list:
+    return [buffer.sample(batch_size)
+            for _ in range(buffer.sampler.batches_per_epoch(buffer.storage, batch_size))]
