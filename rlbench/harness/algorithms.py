@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import pkgutil
 import types
 import typing
@@ -69,6 +70,8 @@ def coerce(value: Any, hint: Any, what: str) -> Any:
         raise ConfigError(f"{what} must be an integer, got {value!r}")
     if hint is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"{what} must be a finite number, got {value!r}")
             return float(value)
         raise ConfigError(f"{what} must be a number, got {value!r}")
     if hint is str:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 import rlbench
@@ -31,6 +33,9 @@ SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jo
               "launcher": "local", "ray.address": None}
 LAUNCHERS = ("local", "ray")
 LIST_KEYS = {"algos", "envs"}
+# Settings whose value is a name or a path: taken as typed, never as a YAML number or null.
+TEXT_KEYS = {"suite", "out_dir", "launcher", "ray.address", "device"}
+DEVICE_PATTERN = re.compile(r"cpu|mps|cuda(:\d+)?")
 
 
 @dataclass
@@ -43,17 +48,27 @@ class Overrides:
 
 
 def _parse_value(key: str, text: str) -> Any:
+    """A command-line value: a list, a number, true/false/null, a YAML list, else text.
+
+    Numbers are Python's (``1e5``, ``3e-4``); YAML 1.1's other number forms (``1:30`` is
+    90 there, base 60) stay text, so they fail the type check instead of changing a value.
+    """
     if key in LIST_KEYS:
         return [item.strip() for item in text.split(",") if item.strip()]
+    if key in TEXT_KEYS:
+        return text
     for convert in (int, float):
         try:
             return convert(text)
         except ValueError:
             pass
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"cannot parse the value of {key}: {text!r}") from err
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return text
+    return value
 
 
 def valid_keys() -> list[str]:
@@ -147,18 +162,33 @@ def _positive_int(settings: dict[str, Any], key: str, minimum: int = 1) -> int:
 
 
 def _check_device(device: Any) -> str:
-    if not isinstance(device, str) or device.split(":")[0] not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+    if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
+        raise ConfigError(f"device must be cpu, cuda, cuda:N or mps, got {device!r}")
     return device
 
 
+def _check_device_here(device: str) -> None:
+    """Raise unless ``device`` exists on this machine (runs of the local launcher)."""
+    kind, _, number = device.partition(":")
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device={device}, but this machine has no CUDA device")
+        if number and int(number) >= count:
+            raise ConfigError(f"device={device}, but this machine has {count} CUDA "
+                              f"device(s): cuda:0 to cuda:{count - 1}")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device=mps, but MPS is not available on this machine")
+
+
 def _names(settings: dict[str, Any], key: str) -> list[str]:
+    """The names of ``key``, in order, each once (a repeated name would run twice)."""
     value = settings.get(key)
     if isinstance(value, str):
         value = [value]
     if not value:
         raise ConfigError(f"{key} is empty: give it in the suite or as {key}=a,b")
-    return list(value)
+    return list(dict.fromkeys(value))
 
 
 def resolve_sweep(args: Sequence[str]) -> SweepConfig:
@@ -240,6 +270,9 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     address = sweep["ray.address"]
     if address is not None and launcher != "ray":
         raise ConfigError("ray.address is only used with launcher=ray")
+    if launcher == "local":  # Ray workers may have devices this machine lacks
+        for device in sorted({run.device for run in runs}):
+            _check_device_here(device)
     return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
                        runs=runs, jobs=_positive_int(sweep, "jobs"), launcher=launcher,
                        ray_address=None if address is None else str(address))

@@ -154,8 +154,9 @@ def plot_aggregate_intervals(
     """Aggregate metrics with their CIs, rliable style: a panel per metric, a bar per algorithm.
 
     ``intervals[algo][metric]`` is an ``Interval``; each bar spans ``low`` to ``high`` with a
-    tick at ``value``. Every algorithm must give every metric. Known metrics (``AGGREGATES``)
-    come first in that order, others after them sorted. Writes ``stem.png`` and ``stem.svg``.
+    tick at ``value`` (only the tick when it has no bounds). Every algorithm must give every
+    metric. Known metrics (``AGGREGATES``) come first in that order, others after them
+    sorted. Writes ``stem.png`` and ``stem.svg``.
     """
     if not intervals:
         raise ValueError("no aggregate intervals to plot: no algorithms given")
@@ -179,8 +180,9 @@ def plot_aggregate_intervals(
     for ax, metric in zip(axes, metrics, strict=True):
         for row, algo in zip(rows, algos, strict=True):
             interval = intervals[algo][metric]
-            ax.barh(row, interval.high - interval.low, left=interval.low, height=0.6,
-                    color=colours[algo], alpha=0.75)
+            if interval.has_bounds:
+                ax.barh(row, interval.high - interval.low, left=interval.low, height=0.6,
+                        color=colours[algo], alpha=0.75)
             ax.vlines(interval.value, row - 0.3, row + 0.3, color="black", lw=2)
         ax.set_title(metric)
         lower = " (lower is better)" if metric == "optimality_gap" else ""

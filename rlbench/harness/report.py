@@ -111,6 +111,8 @@ def open_store(out_dir: Path) -> MlflowClient:
 def _ci(interval: Interval | None, digits: int) -> str:
     if interval is None:
         return "—"
+    if not interval.has_bounds:
+        return f"{interval.value:,.{digits}f}"
     return (f"{interval.value:,.{digits}f} [{interval.low:,.{digits}f}, "
             f"{interval.high:,.{digits}f}]")
 
@@ -136,7 +138,7 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
     suite = comparison.suite
     rows = [[s.group.env, s.group.label, f"{s.group.frames:,}", _seeds_cell(s.group),
              f"{s.mean:,.1f}" + ("" if s.std is None else f" ± {s.std:,.1f}"),
-             _ci(s.mean_ci, 1), _ci(s.iqm, 1) if s.mean_ci else f"{s.iqm.value:,.1f}",
+             _ci(s.mean_ci, 1), _ci(s.iqm, 1),
              "—" if s.group.fps is None else f"{s.group.fps:,.0f}"]
             for s in comparison.summaries]
     rows += [[g.env, g.label, f"{g.frames:,}", _seeds_cell(g), "—", "—", "—", "—"]
@@ -199,7 +201,7 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
 def write_data(comparison: Comparison, path: Path) -> Path:
     """One row per group with unformatted numbers, for scripts (``runs.csv``)."""
     def number(value: float | None) -> str:
-        return "" if value is None else repr(float(value))
+        return "" if value is None or np.isnan(value) else repr(float(value))
 
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")

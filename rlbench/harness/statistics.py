@@ -38,8 +38,11 @@ def iqm(scores: np.ndarray) -> float:
     """Interquartile mean of all entries: the mean of the middle 50% after sorting.
 
     ``floor(n / 4)`` values are cut from each end (``scipy.stats.trim_mean(x, 0.25)``).
+    NaN if any score is NaN (sorting would move it to an end and cut it unseen).
     """
     flat = np.sort(np.asarray(scores, dtype=np.float64), axis=None)
+    if np.isnan(flat).any():
+        return float("nan")
     cut = int(0.25 * flat.size)
     return float(flat[cut:flat.size - cut].mean())
 
@@ -72,11 +75,19 @@ def normalize(score: np.ndarray | float, random_score: float, reference_score: f
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with its bootstrap confidence interval."""
+    """A point estimate with its bootstrap confidence interval.
+
+    ``low`` and ``high`` are NaN when there is no interval: a task with a single run gives
+    the bootstrap nothing to resample, and a zero-width interval would claim certainty.
+    """
 
     value: float
     low: float
     high: float
+
+    @property
+    def has_bounds(self) -> bool:
+        return not (np.isnan(self.low) or np.isnan(self.high))
 
 
 def score_matrix(scores: np.ndarray, owner: str = "") -> np.ndarray:
@@ -111,10 +122,13 @@ def stratified_bootstrap_ci(
     """Percentile bootstrap CI of ``statistic(scores)``; runs are resampled within each task.
 
     ``scores`` is ``[runs, tasks]`` (a 1-D array is one task). Each replicate draws, for
-    every task independently, as many runs as it has with replacement.
+    every task independently, as many runs as it has with replacement. A single run has no
+    interval (NaN bounds).
     """
     matrix = score_matrix(scores)
     runs, tasks = matrix.shape
+    if runs < 2:
+        return Interval(statistic(matrix), float("nan"), float("nan"))
     index = rng.integers(0, runs, size=(reps, runs, tasks))
     resampled = np.take_along_axis(matrix[None], index, axis=1)
     values = np.array([statistic(sample) for sample in resampled])
@@ -148,10 +162,13 @@ def probability_of_improvement_ci(
     confidence: float = 0.95,
 ) -> Interval:
     """``P(X > Y)`` with a percentile bootstrap CI: each replicate resamples the runs of X
-    and of Y within each task, independently (X's draws first, then Y's)."""
+    and of Y within each task, independently (X's draws first, then Y's). No interval (NaN
+    bounds) when either has a single run."""
     x, y = score_matrix(x), score_matrix(y)
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"x and y cover different numbers of tasks: {x.shape[1]} vs {y.shape[1]}")
+    if min(x.shape[0], y.shape[0]) < 2:
+        return Interval(probability_of_improvement(x, y), float("nan"), float("nan"))
     x_index = rng.integers(0, x.shape[0], size=(reps, *x.shape))
     y_index = rng.integers(0, y.shape[0], size=(reps, *y.shape))
     values = [probability_of_improvement(np.take_along_axis(x, xi, axis=0),

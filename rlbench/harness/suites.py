@@ -9,6 +9,7 @@ A suite file holds the harness settings (``algos``, ``envs``, ``seeds``, ``base_
 from __future__ import annotations
 
 import importlib.resources
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,21 @@ class Suite:
     per_env: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+class _SuiteLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading ``1e5`` and ``3e-4`` as numbers.
+
+    PyYAML follows YAML 1.1, whose floats need a dot (``1.0e5``); a suite saying
+    ``learning_rate: 3e-4`` means a number, as it does on the command line.
+    """
+
+
+_SuiteLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def _suite_dir() -> Path:
     return Path(str(importlib.resources.files("rlbench.suites")))
 
@@ -63,7 +79,7 @@ def load_suite(name_or_path: str) -> Suite:
     elif not path.is_file():
         raise ConfigError(f"suite file {str(path)!r} does not exist")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(), Loader=_SuiteLoader) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"suite {path}: not valid YAML ({err})".replace("\n", " ")) from err
     if not isinstance(raw, dict):

@@ -46,7 +46,7 @@ def summarize(results: Sequence[RunResult]) -> list[SummaryRow]:
             seeds=len(finals),
             failed=sum(r.status != "FINISHED" for r in group),
             return_mean=statistics.fmean(finals) if finals else None,
-            return_std=statistics.stdev(finals) if len(finals) > 1 else (0.0 if finals else None),
+            return_std=statistics.stdev(finals) if len(finals) > 1 else None,
             fps=statistics.fmean(fps) if fps else None,
             frames=max((r.frames for r in group), default=0),
         ))
@@ -57,7 +57,8 @@ def summary_table(rows: Sequence[SummaryRow], title: str) -> TextTable:
     """The sweep's table, for any of ``render``'s formats."""
     cells = []
     for row in rows:
-        ret = "—" if row.return_mean is None else f"{row.return_mean:.1f} ± {row.return_std:.1f}"
+        ret = "—" if row.return_mean is None else f"{row.return_mean:.1f}" + (
+            "" if row.return_std is None else f" ± {row.return_std:.1f}")
         seeds = f"{row.seeds}" + (f" ({row.failed} failed)" if row.failed else "")
         fps = "—" if row.fps is None else f"{row.fps:,.0f}"
         cells.append([row.env, row.algo, ret, seeds, fps, f"{row.frames:,}"])

@@ -355,6 +355,12 @@ def test_reruns_budgets_configs_and_seed_counts(tmp_path: Path, baselines: Path)
     assert any("ran different envs" in n for n in comparison.aggregate_notes)
     assert any("dqn: the first 1 seeds of each of Acrobot-v1, CartPole-v1" in n
                for n in comparison.aggregate_notes)
+    # one run per env: point values, no intervals (a zero-width one would claim certainty)
+    assert not any(i.has_bounds for i in comparison.aggregates["dqn"].values())
+    assert all(i.has_bounds for i in comparison.aggregates["ppo"].values())
+    aggregates = next(t for t in build_tables(comparison) if "normalized" in t.title)
+    dqn_row = next(r for r in aggregates.rows if r[0] == "dqn")
+    assert not any("[" in cell for cell in dqn_row)
     (improvement,) = comparison.improvement
     assert improvement.envs == ["CartPole-v1"]
     assert improvement.notes == ["CartPole-v1: dqn at 2,000 frames, ppo at 1,000"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.config import parse_overrides, resolve_sweep
@@ -101,6 +102,12 @@ def test_unknown_names_suggest(args: list[str], kind: str, suggestion: str) -> N
     (["seeds=0"], "seeds must be an integer >= 1"),
     (["eval_episodes=1.5"], "eval_episodes must be an integer"),
     (["device=tpu"], "device must be"),
+    (["device=cpu:xyz"], "device must be"),
+    (["device=cuda:-1"], "device must be"),
+    (["ppo.learning_rate=nan"], "ppo.learning_rate must be a finite number"),
+    (["ppo.learning_rate=inf"], "ppo.learning_rate must be a finite number"),
+    (["ppo.num_envs=1:30"], "ppo.num_envs must be an integer, got '1:30'"),  # YAML 1.1: 90
+    (["frames=inf"], "frames must be an integer"),
     (["ppo.num_envs=abc"], "ppo.num_envs must be an integer"),
     (["ppo.activation=sigmoid"], "activation must be one of"),
     (["ppo.anneal_lr=maybe"], "ppo.anneal_lr must be true or false"),
@@ -182,3 +189,33 @@ def test_shipped_suites_resolve(name: str, runs: int) -> None:
         assert {a for a, e in pairs if e == "Pendulum-v1"} == {"ppo", "a2c", "sac", "td3",
                                                                "ddpg"}
         assert {r.frames for r in sweep.runs if r.env == "MountainCar-v0"} == {120_000}
+
+
+def test_a_repeated_name_runs_once(tmp_path: Path) -> None:
+    sweep = resolve_sweep([_suite(tmp_path, SUITE), "env=CartPole-v1,Acrobot-v1,CartPole-v1",
+                           "algo=ppo,ppo", "seeds=1"])
+    assert [r.name for r in sweep.runs] == ["ppo/CartPole-v1/seed0", "ppo/Acrobot-v1/seed0"]
+
+
+def test_names_and_paths_are_taken_as_typed() -> None:
+    sweep = resolve_sweep(["out_dir=1e3", "env=CartPole-v1", "seeds=1"])
+    assert sweep.out_dir == Path("1e3")
+
+
+def test_suite_files_read_exponent_numbers(tmp_path: Path) -> None:
+    text = (SUITE.replace("frames: 10000", "frames: 1e4")
+            + "  CartPole-v1:\n    ppo: {learning_rate: 3e-4}\n")
+    runs = {r.env: r for r in resolve_sweep([_suite(tmp_path, text)]).runs}
+    assert runs["CartPole-v1"].frames == 10000
+    assert runs["CartPole-v1"].algo_params["learning_rate"] == 3e-4
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine "
+                    "without CUDA")
+def test_a_device_this_machine_lacks_is_refused_before_anything_starts() -> None:
+    with pytest.raises(ConfigError, match="device=cuda, but this machine has no CUDA device"):
+        resolve_sweep(["device=cuda", "env=CartPole-v1", "seeds=1"])
+    with pytest.raises(ConfigError, match="device=cuda:1, but this machine has no CUDA"):
+        resolve_sweep(["device=cuda:1", "env=CartPole-v1", "seeds=1"])
+    ray = resolve_sweep(["device=cuda", "env=CartPole-v1", "seeds=1", "launcher=ray"])
+    assert ray.runs[0].device == "cuda"  # Ray workers may have the GPU the driver lacks

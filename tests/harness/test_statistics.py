@@ -57,10 +57,11 @@ def test_bootstrap_ci_on_an_exact_small_case() -> None:
     ci = stratified_bootstrap_ci(np.array([0.0, 1.0]), AGGREGATES["mean"],
                                  rng=np.random.default_rng(0), reps=4000)
     assert (ci.value, ci.low, ci.high) == (0.5, 0.0, 1.0)
-    # one run per task: nothing to resample, a zero-width interval
+    # one run per task: nothing to resample, so no interval rather than a zero-width one
     ci = stratified_bootstrap_ci(np.array([[0.2, 0.4, 0.9]]), iqm,
                                  rng=np.random.default_rng(1), reps=200)
-    assert ci.low == ci.high == ci.value == pytest.approx(0.5)
+    assert ci.value == pytest.approx(0.5)
+    assert np.isnan(ci.low) and np.isnan(ci.high) and not ci.has_bounds
 
 
 def test_bootstrap_ci_matches_the_normal_approximation_and_is_seeded() -> None:
@@ -103,6 +104,14 @@ def test_probability_of_improvement_ci_resamples_each_side_within_tasks() -> Non
     assert (got.low, got.high) == tuple(np.percentile(values, [2.5, 97.5]))
     certain = probability_of_improvement_ci(x + 10, y, rng=np.random.default_rng(0), reps=50)
     assert (certain.value, certain.low, certain.high) == (1.0, 1.0, 1.0)
+    single = probability_of_improvement_ci(np.array([1.0]), np.array([1.0, 2.0]),
+                                           rng=np.random.default_rng(0), reps=50)
+    assert single.value == 0.25 and not single.has_bounds
+
+
+def test_iqm_of_scores_with_nan_is_nan() -> None:
+    assert np.isnan(iqm(np.array([1.0, 2.0, 3.0, np.nan])))
+    assert iqm(np.array([1.0, 2.0, 3.0, np.inf])) == 2.5  # an infinite score is an outlier
 
 
 def test_mean_ci_t_by_hand() -> None:

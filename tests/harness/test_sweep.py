@@ -10,6 +10,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
+from rlbench.harness.config import resolve_sweep
+from rlbench.harness.runner import RunResult
+from rlbench.harness.table import summarize, summary_table
 from rlbench.harness.tracking import tracking_uri
 
 TINY = """
@@ -240,3 +243,10 @@ def test_local_pool_gives_the_sequential_numbers_and_loses_no_metric(tmp_path: P
         # fps differs between runs, but every point of it arrived
         assert [s for s, _ in series[1][name]["train/fps"]] == \
             [s for s, _ in series[0][name]["train/fps"]]
+
+
+def test_the_sweep_summary_shows_no_spread_for_one_seed() -> None:
+    config = resolve_sweep(["env=CartPole-v1", "seeds=1"]).runs[0]
+    rows = summarize([RunResult(config, "r", "FINISHED", 29.0, 100.0, 1000, 1.0)])
+    assert rows[0].return_std is None
+    assert summary_table(rows, "t").rows[0][2] == "29.0"
