@@ -93,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:               # raises before any run starts
         print(f"rlbench: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("rlbench: interrupted; the runs that ended are in the store, the stopped ones "
+              "are marked KILLED: the same command again runs what is left", file=sys.stderr)
+        return 130
     return 1 if result.failed else 0
 
 

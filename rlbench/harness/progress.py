@@ -22,7 +22,11 @@ __all__ = ["SweepProgress"]
 
 
 class SweepProgress:
-    """Context manager that renders the sweep's progress on ``console``."""
+    """Context manager that renders the sweep's progress on ``console``.
+
+    ``results`` keeps every run's result as it arrives, so a sweep stopped by Ctrl-C still
+    knows the runs that ended before.
+    """
 
     def __init__(self, runs: list[RunConfig], console: Console):
         self.console = console
@@ -42,6 +46,7 @@ class SweepProgress:
             for run in runs
         }
         self._done = self._failed = self._running = 0
+        self.results: list[RunResult] = []
 
     def __enter__(self) -> SweepProgress:
         self._progress.__enter__()
@@ -76,6 +81,7 @@ class SweepProgress:
         self._progress.update(task, completed=min(values["frames"], run.frames), status=status)
 
     def finished(self, result: RunResult) -> None:
+        self.results.append(result)
         task = self._tasks[result.config.name]
         if result.status == "FINISHED":
             self._done += 1

@@ -58,21 +58,24 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
     console.print(f"rlbench: suite [bold]{suite}[/], {len(sweep.runs)} runs "
                   f"({len(plan.finished)} finished earlier, {len(plan.to_run)} to run, "
                   f"launcher {_launcher_name(sweep)}), tracking at {tracker.uri}")
-    results: list[RunResult] = list(plan.finished)
+    progress = SweepProgress(plan.to_run, console)
+    order = {run.identity: index for index, run in enumerate(plan.to_run)}
     status = "KILLED"
     try:
-        with SweepProgress(plan.to_run, console) as progress:
+        with progress:
             if sweep.launcher == "ray":
-                results += run_on_ray(plan.to_run, tracker, experiment_id, parent_id,
-                                      progress, sweep.ray_address)
+                run_on_ray(plan.to_run, tracker, experiment_id, parent_id, progress,
+                           sweep.ray_address)
             elif sweep.jobs == 1:
-                results += run_sequential(plan.to_run, tracker, experiment_id, parent_id,
-                                          progress)
+                run_sequential(plan.to_run, tracker, experiment_id, parent_id, progress)
             else:
-                results += run_local_pool(plan.to_run, tracker, experiment_id, parent_id,
-                                          progress, sweep.jobs)
-        status = "FINISHED" if all(r.status == "FINISHED" for r in results) else "FAILED"
-    finally:
+                run_local_pool(plan.to_run, tracker, experiment_id, parent_id, progress,
+                               sweep.jobs)
+        status = ("FINISHED" if all(r.status == "FINISHED" for r in progress.results)
+                  else "FAILED")
+    finally:  # after Ctrl-C too: the summary has every run that ended
+        results = [*plan.finished, *sorted(progress.results,
+                                           key=lambda r: order[r.config.identity])]
         rows = summarize(results)
         table = summary_table(rows, f"{suite}: final deterministic eval return over seeds")
         summary_dir = sweep.out_dir / "sweeps" / f"{suite}-{time.strftime('%Y%m%d-%H%M%S')}"

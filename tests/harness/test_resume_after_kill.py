@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import sqlite3
@@ -74,3 +75,28 @@ def test_sigkill_then_rerun_finishes_every_run_once(tmp_path: Path) -> None:
                                                      for i in range(3)]
     assert all(r.info.status == "FINISHED" for r in runs)
     assert finished_before <= {r.info.run_id for r in runs}, "finished runs are not rerun"
+
+
+def test_ctrl_c_exits_130_with_a_summary_of_the_runs_that_ended(tmp_path: Path) -> None:
+    suite, out = tmp_path / "three.yaml", tmp_path / "out"
+    suite.write_text(SUITE)
+    command = [str(Path(sys.executable).parent / "rlbench"), "run", f"suite={suite}",
+               f"out_dir={out}"]
+    sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not _first_run_finished(out):
+        assert sweep.poll() is None, "the sweep ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's process group
+    _, stderr = sweep.communicate(timeout=120)
+
+    assert sweep.returncode == 130
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    statuses = sorted(r.info.status for r in _active_runs(out))
+    assert "FINISHED" in statuses and set(statuses) <= {"FINISHED", "KILLED"}
+    (summary,) = (out / "sweeps").glob("three-*/summary.csv")
+    with summary.open() as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert int(row["seeds"]) == statuses.count("FINISHED") >= 1
