@@ -12,8 +12,10 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import rlbench
 from rlbench.errors import ConfigError
@@ -22,6 +24,7 @@ from rlbench.harness.statistics import Interval
 __all__ = ["PublishedScore", "Reference", "Verdict", "default_baseline_dir", "env_base",
            "load_published", "load_references", "matching", "verdict"]
 
+T = TypeVar("T")
 OUR_METRIC = "deterministic_eval_mean"
 _VERSION = re.compile(r"^(?P<base>.+)-v(?P<version>\d+)$")
 
@@ -72,25 +75,39 @@ def _optional(text: str, kind: type) -> int | float | None:
 def load_published(directory: Path) -> list[PublishedScore]:
     """The rows of ``directory/online_*.csv``; a result two source files both report (same
     algorithm, env, numbers and metric) is kept once, under its first name."""
+    def parse(row: dict[str, str]) -> PublishedScore:
+        return PublishedScore(
+            source=row["source"], library=row["library"], algorithm=row["algorithm"].lower(),
+            env=row["env"], steps=_optional(row["steps"], int), mean=float(row["return_mean"]),
+            std=_optional(row["return_std"], float), n_seeds=_optional(row["n_seeds"], int),
+            metric=row["metric"], notes=row["notes"],
+        )
+
     scores: list[PublishedScore] = []
     seen: set[tuple] = set()
     for path in sorted(directory.glob("online_*.csv")):
-        with path.open(newline="") as handle:
-            for row in csv.DictReader(handle):
-                score = PublishedScore(
-                    source=row["source"], library=row["library"],
-                    algorithm=row["algorithm"].lower(), env=row["env"],
-                    steps=_optional(row["steps"], int), mean=float(row["return_mean"]),
-                    std=_optional(row["return_std"], float),
-                    n_seeds=_optional(row["n_seeds"], int),
-                    metric=row["metric"], notes=row["notes"],
-                )
-                key = (score.algorithm, score.env, score.steps, score.mean, score.std,
-                       score.metric)
-                if key not in seen:
-                    seen.add(key)
-                    scores.append(score)
+        for score in _parse_rows(path, parse):
+            key = (score.algorithm, score.env, score.steps, score.mean, score.std, score.metric)
+            if key not in seen:
+                seen.add(key)
+                scores.append(score)
     return scores
+
+
+def _parse_rows(path: Path, parse: Callable[[dict[str, str]], T]) -> list[T]:
+    """``parse`` of every row of the CSV file at ``path``; a missing column or a bad value
+    is a ConfigError naming the file and the line."""
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        parsed = []
+        for row in reader:
+            try:
+                parsed.append(parse(row))
+            except KeyError as err:
+                raise ConfigError(f"{path}: no column {err}") from err
+            except (TypeError, ValueError) as err:
+                raise ConfigError(f"{path}, line {reader.line_num}: {err}") from err
+    return parsed
 
 
 def matching(scores: list[PublishedScore], env: str, algo: str) -> list[PublishedScore]:
@@ -145,9 +162,12 @@ def load_references(directory: Path) -> dict[str, Reference]:
     path = directory / "normalization.csv"
     if not path.is_file():
         raise ConfigError(f"no normalization references at {path}")
-    references = {}
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            references[row["env"]] = Reference(row["env"], float(row["random_score"]),
-                                               float(row["reference_score"]), row["source"])
-    return references
+    def parse(row: dict[str, str]) -> Reference:
+        reference = Reference(row["env"], float(row["random_score"]),
+                              float(row["reference_score"]), row["source"])
+        if not reference.reference_score != reference.random_score:  # NaN fails too
+            raise ValueError(f"{reference.env}: the reference score must differ from the "
+                             f"random score ({reference.random_score:g})")
+        return reference
+
+    return {reference.env: reference for reference in _parse_rows(path, parse)}

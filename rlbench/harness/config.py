@@ -84,11 +84,16 @@ def parse_overrides(args: Sequence[str]) -> Overrides:
     sweep: dict[str, Any] = {}
     settings: dict[str, Any] = {}
     algo_params: dict[str, dict[str, Any]] = {}
+    given: dict[str, str] = {}
     for arg in args:
         key, sep, text = arg.partition("=")
         if not sep or not key:
             raise ConfigError(f"expected key=value, got {arg!r}")
-        key = ALIASES.get(key, key)
+        name, key = key, ALIASES.get(key, key)
+        if key in given:
+            raise ConfigError(f"{key} is given twice ({given[key]}=... and {name}=...): "
+                              "give it once, with a comma-separated list for several names")
+        given[key] = name
         value = _parse_value(key, text)
         if key in SWEEP_KEYS:
             sweep[key] = value
@@ -270,9 +275,13 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     address = sweep["ray.address"]
     if address is not None and launcher != "ray":
         raise ConfigError("ray.address is only used with launcher=ray")
+    jobs = _positive_int(sweep, "jobs")
+    if launcher == "ray" and "jobs" in overrides.sweep:
+        raise ConfigError("jobs is for launcher=local; Ray runs as many runs at once as its "
+                          "cluster has CPUs for")
     if launcher == "local":  # Ray workers may have devices this machine lacks
         for device in sorted({run.device for run in runs}):
             _check_device_here(device)
     return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
-                       runs=runs, jobs=_positive_int(sweep, "jobs"), launcher=launcher,
+                       runs=runs, jobs=jobs, launcher=launcher,
                        ray_address=None if address is None else str(address))

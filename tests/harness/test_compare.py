@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 import socket
 from pathlib import Path
 
@@ -378,3 +379,21 @@ def test_one_seed_gets_no_verdict_but_its_differences() -> None:
     assert summary.mean_ci is None and judged.word == "n/a (1 seed)"
     assert judged.caveats == ["env CartPole-v0 vs CartPole-v1", "budget not stated",
                               "metric train_return_last100", "seed count not stated"]
+
+
+@pytest.mark.parametrize(("file", "edit", "message"), [
+    ("normalization.csv", lambda t: t.replace(",test\n", ",test\nCartPole-v0,5,5,same\n", 1),
+     "line 3: CartPole-v0: the reference score must differ from the random score (5)"),
+    ("normalization.csv", lambda t: t.replace("random_score", "random"),
+     "normalization.csv: no column 'random_score'"),
+    ("online_test.csv", lambda t: t.replace("\n", "\nx,y,ppo,CartPole-v1,,many,,,m,\n", 1),
+     "online_test.csv, line 2: could not convert string to float: 'many'"),
+])
+def test_a_malformed_baseline_file_exits_2(file: str, edit, message: str, store: Path,
+                                           baselines: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "baselines"
+    shutil.copytree(baselines, broken)
+    (broken / file).write_text(edit((broken / file).read_text()))
+    assert main(["compare", "suite=unit", f"out_dir={store}", f"baselines={broken}"]) == 2
+    assert message in capsys.readouterr().err

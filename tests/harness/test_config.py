@@ -108,6 +108,9 @@ def test_unknown_names_suggest(args: list[str], kind: str, suggestion: str) -> N
     (["ppo.learning_rate=inf"], "ppo.learning_rate must be a finite number"),
     (["ppo.num_envs=1:30"], "ppo.num_envs must be an integer, got '1:30'"),  # YAML 1.1: 90
     (["frames=inf"], "frames must be an integer"),
+    (["seeds=3", "seeds=5"], "seeds is given twice"),
+    (["algo=ppo", "algos=sac"], r"algos is given twice \(algo=... and algos=...\)"),
+    (["launcher=ray", "jobs=2"], "jobs is for launcher=local"),
     (["ppo.num_envs=abc"], "ppo.num_envs must be an integer"),
     (["ppo.activation=sigmoid"], "activation must be one of"),
     (["ppo.anneal_lr=maybe"], "ppo.anneal_lr must be true or false"),
