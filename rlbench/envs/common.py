@@ -217,7 +217,12 @@ def _set_next(tensordict: TensorDict, next_td: TensorDict) -> None:
 
 
 def _merge_rows(mask: torch.Tensor, fresh: TensorDict, current: TensorDict) -> TensorDict:
-    """``current`` with the rows in ``mask`` taken from ``fresh`` (every leaf of ``fresh``)."""
+    """``current`` with the rows in ``mask`` taken from ``fresh`` (every leaf of ``fresh``).
+
+    Works on a copy of ``current``'s structure: its nested TensorDicts (nested observations)
+    are shared with the transition's ``"next"``, whose final observations must not change.
+    """
+    current = current.clone(recurse=False)
     for key in fresh.keys(include_nested=True, leaves_only=True):
         value = fresh.get(key)
         if key not in current.keys(include_nested=True, leaves_only=True):

@@ -96,7 +96,8 @@ class GymEnv(EnvBase):
 
     def _reset(self, seed: int | None) -> dict[str, Any]:
         if seed is None:
-            seed, self._seed = self._seed, None
+            seed = self._seed
+        self._seed = None  # the constructor's seed serves the first reset only
         self._gym_done[:] = False
         if self._vec is not None:
             obs, _ = self._vec.reset(seed=seed)

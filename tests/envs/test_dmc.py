@@ -490,3 +490,26 @@ def test_sub_envs_ended_by_a_transform_are_reset() -> None:
     assert (rollout["step_count"][:, 6] == 0).all()
     # cartpole-balance resets near the upright pole: cos(angle) close to 1
     assert (after[:, 1] > 0.99).all() and (first[:, 1] > 0.99).all()
+
+
+def test_nested_observations_keep_the_final_observation_at_a_reset() -> None:
+    """The nested next root must not share (and overwrite) the transition's observation."""
+    kwargs = {"num_envs": 2, "seed": 0, "task_kwargs": {"time_limit": 0.05}}
+    flat = DMControlEnv("cartpole", "balance", **kwargs)
+    nested = DMControlEnv("cartpole", "balance", flatten_observation=False, **kwargs)
+    flat_root, nested_root = flat.reset(), nested.reset()
+    keys = list(nested.observation_spec["observation"].keys())
+
+    def joined(td) -> torch.Tensor:
+        return torch.cat([td[key].reshape(2, -1) for key in keys], -1)
+
+    for _ in range(5):
+        flat_root.set("action", torch.zeros(2, 1))
+        nested_root.set("action", torch.zeros(2, 1))
+        flat_step, flat_root = flat.step_and_maybe_reset(flat_root)
+        nested_step, nested_root = nested.step_and_maybe_reset(nested_root)
+    assert nested_step["next", "done"].all()
+    assert torch.equal(joined(nested_step["next", "observation"]),
+                       flat_step["next", "observation"])  # the final observations
+    assert torch.equal(joined(nested_root["observation"]), flat_root["observation"])  # resets
+    assert not torch.equal(flat_root["observation"], flat_step["next", "observation"])

@@ -142,3 +142,16 @@ def test_env_family() -> None:
     assert env_family("CartPole-v1") == "classic"
     assert env_family("Hopper-v5") == "mujoco"
     assert env_family("FrozenLake-v1") == "toy_text"
+
+
+def test_the_constructor_seed_serves_only_the_first_reset() -> None:
+    env = GymEnv("CartPole-v1", num_envs=2, seed=0)
+    env.reset(seed=7)
+    after = env.reset()["observation"]  # continues the seed-7 streams
+    first = GymEnv("CartPole-v1", num_envs=2, seed=0).reset()["observation"]
+    raw = [gym.make("CartPole-v1") for _ in range(2)]
+    for i, e in enumerate(raw):
+        e.reset(seed=7 + i)
+    expected = np.stack([e.reset()[0] for e in raw]).astype(np.float32)
+    assert not torch.equal(after, first)
+    np.testing.assert_array_equal(after.numpy(), expected)

@@ -256,3 +256,23 @@ def test_vecnorm_statistics_follow_their_buffers_when_moved_or_copied() -> None:
     moments.update(torch.ones(1, 3))
     expected = torch.ones(3, dtype=torch.float64) / (moments.count.item())
     torch.testing.assert_close(moments.mean, expected, rtol=0, atol=1e-12)
+
+
+def test_normalized_integer_observations_are_float32() -> None:
+    """Discrete observations (FrozenLake's cell index) normalize to floats, not back to ints."""
+    norm = VecNorm()
+    env = TransformedEnv(make("FrozenLake-v1", num_envs=4, seed=0), norm)
+    raw = make("FrozenLake-v1", num_envs=4, seed=0)
+    assert env.observation_spec["observation"].dtype == torch.float32
+    check_env_specs(env)
+    rollout = _random_rollout(env, 30)
+    assert rollout["observation"].dtype == torch.float32
+    assert rollout["next", "observation"].frac().abs().max() > 0  # not truncated to integers
+    stats = norm.moments["observation"]
+    frozen = TransformedEnv(make("FrozenLake-v1", num_envs=4, seed=1), norm.frozen_copy())
+    start = raw.reset(seed=1)["observation"].double()
+    expected = ((start - stats.mean) / torch.sqrt(stats.var + norm.eps)).clamp(-10, 10)
+    torch.testing.assert_close(frozen.reset()["observation"], expected.float())
+    fixed = TransformedEnv(make("FrozenLake-v1", seed=0), ObservationNorm(1.0, 2.0))
+    assert fixed.reset()["observation"].dtype == torch.float32
+    check_env_specs(fixed)

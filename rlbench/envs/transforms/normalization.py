@@ -17,7 +17,13 @@ __all__ = ["ObservationNorm", "RewardScaling", "VecNorm"]
 
 
 def _unbounded_like(leaf: TensorSpec) -> Unbounded:
-    return Unbounded(leaf.shape, leaf.dtype, leaf.device)
+    """The spec of a normalized ``leaf``: unbounded, float32 unless it was floating."""
+    return Unbounded(leaf.shape, _normalized_dtype(leaf.dtype), leaf.device)
+
+
+def _normalized_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Normalized values keep a floating dtype; integer ones (discrete, pixels) get float32."""
+    return dtype if dtype.is_floating_point else torch.float32
 
 
 class ObservationNorm(Transform):
@@ -150,14 +156,21 @@ class _RunningMoments(torch.nn.Module):
         count[...] = total
 
     def normalize(self, value: torch.Tensor, eps: float, clip: float) -> torch.Tensor:
-        """``clip((value - mean) / sqrt(var + eps), -clip, clip)`` in ``value``'s dtype."""
+        """``clip((value - mean) / sqrt(var + eps), -clip, clip)`` in ``value``'s dtype
+        (float32 for an integer ``value``)."""
+        dtype = _normalized_dtype(value.dtype)
         if value.device.type == "cpu":
             mean, var, _ = self.numpy_views()
             raw = value.detach().numpy()
             scaled = (raw - mean) / np.sqrt(var + eps)
-            return torch.from_numpy(_clip_(scaled, clip).astype(raw.dtype, copy=False))
+            out = _clip_(scaled, clip).astype(_NUMPY_DTYPES[dtype], copy=False)
+            return torch.from_numpy(out)
         normed = (value - self.mean) / torch.sqrt(self.var + eps)
-        return normed.clamp(-clip, clip).to(value.dtype)
+        return normed.clamp(-clip, clip).to(dtype)
+
+
+_NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32,
+                 torch.float64: np.float64}
 
 
 def _clip_(array: np.ndarray, bound: float) -> np.ndarray:
