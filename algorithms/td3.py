@@ -20,7 +20,8 @@ from torch import nn
 
 from rlbench.collectors import Collector, evaluate
 from rlbench.data import TRANSITION_KEYS, ReplayBuffer, TensorStorage
-from rlbench.envs import Bounded, EnvBase, make
+from rlbench.envs import Bounded, EnvBase, TransformedEnv, make
+from rlbench.envs.transforms import InitTracker
 from rlbench.modules import (
     MLP,
     AdditiveGaussian,
@@ -94,9 +95,21 @@ def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[DeterministicActor, En
     return actor, critic
 
 
+def make_envs(spec: RunSpec, cfg: Config) -> tuple[EnvBase, EnvBase]:
+    """Training and evaluation envs. With OU noise the training env writes ``is_init``
+    (``InitTracker``), so each sub-env's noise process restarts with its episode, as in
+    Stable-Baselines3."""
+    env = make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env, device=spec.device)
+    if cfg.exploration_noise == "ou":
+        env = TransformedEnv(env, InitTracker())
+    eval_env = make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
+                    device=spec.device)
+    return env, eval_env
+
+
 def exploration_policy(actor: DeterministicActor, cfg: Config) -> nn.Module:
     """The actor plus Gaussian or Ornstein-Uhlenbeck noise (per-env OU processes restart
-    only where the env writes ``is_init``: without an ``InitTracker`` they run on)."""
+    where the env writes ``is_init``: see ``make_envs``)."""
     low, high = actor.center - actor.half_range, actor.center + actor.half_range
     if cfg.exploration_noise == "ou":
         return OrnsteinUhlenbeck(actor, low, high, sigma=cfg.exploration_sigma)
@@ -106,12 +119,8 @@ def exploration_policy(actor: DeterministicActor, cfg: Config) -> nn.Module:
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
-    with (
-        closing(make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env,
-                     device=spec.device)) as env,
-        closing(make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
-                     device=spec.device)) as eval_env,
-    ):
+    env, eval_env = make_envs(spec, cfg)
+    with closing(env), closing(eval_env):
         actor, critic = make_actor_critic(env, cfg)
         actor.to(spec.device)
         critic.to(spec.device)

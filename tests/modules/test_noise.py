@@ -127,3 +127,31 @@ def test_egreedy_one_hot_actions() -> None:
     assert actions.shape == (20_000, 4) and actions.sum(-1).eq(1).all()
     torch.testing.assert_close(actions.float().mean(0), torch.full((4,), 0.25), atol=0.01,
                                rtol=0)
+
+
+def test_the_td3_recipe_restarts_ou_noise_with_each_episode(tmp_path) -> None:
+    """The recipe's training env writes is_init, so the first action of an episode gets the
+    noise of a process started at mu, as a fresh OU process gives it (Pendulum: 200 steps)."""
+    from dataclasses import replace
+
+    from rlbench.algorithms import td3
+    from rlbench.recipe import RunSpec, Seeds
+
+    cfg = replace(td3.Config(), exploration_noise="ou", exploration_sigma=1.0, num_envs=2)
+    spec = RunSpec(env="Pendulum-v1", env_family="classic", frames=1000, eval_every=1000,
+                   eval_episodes=1, seeds=Seeds(0, 1, 2, 3, 4), device="cpu",
+                   run_dir=tmp_path, algo=cfg)
+    env, _ = td3.make_envs(spec, cfg)
+    actor, _ = td3.make_actor_critic(env, cfg)
+    policy = td3.exploration_policy(actor, cfg)
+    root = env.reset()
+    with torch.no_grad():
+        for _ in range(200):
+            transition, root = env.step_and_maybe_reset(policy(root))
+        assert transition["next", "truncated"].all() and root["is_init"].all()
+        assert policy.state.abs().max() > 0.2  # far from mu after an episode of sigma=1
+        torch.manual_seed(7)
+        first = policy(root.clone())["action"]
+        torch.manual_seed(7)
+        fresh = td3.exploration_policy(actor, cfg)(root.clone())["action"]
+    assert torch.equal(first, fresh)
