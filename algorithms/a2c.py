@@ -80,7 +80,10 @@ ENV_DEFAULTS: dict[str, dict] = {
     "Pendulum-v1": {"num_envs": 8, "rollout_steps": 8, "gamma": 0.9, "gae_lambda": 0.9,
                     "critic_coef": 0.4, "learning_rate": 7e-4, "anneal_lr": True,
                     "use_sde": True, "init_log_std": -2.0, "orthogonal_init": False,
-                    "normalize_observation": True, "normalize_reward": True},
+                    "normalize_observation": True, "normalize_reward": True,
+                    # the zoo leaves SB3's sde_sample_freq=-1: one exploration matrix per
+                    # rollout, which a period of rollout_steps gives here
+                    "sde_sample_freq": 8},
 }
 
 
