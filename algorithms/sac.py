@@ -4,7 +4,10 @@ Reads top to bottom: hyperparameters, their per-family defaults, networks, the l
 Settings and update order follow Stable-Baselines3's SAC (the rl-baselines3-zoo tunes are the
 published reference): twin critics (one batched ensemble here), target critics updated by
 Polyak averaging every gradient step, a tanh-squashed Gaussian policy, temperature learned
-towards an entropy of ``-action_dim``, ``learning_starts`` frames of uniform random actions.
+towards an entropy of ``-action_dim`` measured on actions scaled to [-1, 1] (SB3's
+convention; the policy's log-prob is in the env's units, so bounds other than ±1 shift the
+target by ``sum(log(half_range))``: Humanoid's ±0.4, Pendulum's ±2), ``learning_starts``
+frames of uniform random actions.
 Discrete action spaces get the discrete variant (Christodoulou, 2019): a categorical policy,
 critics with one value per action, exact expectations over actions, and a target entropy of
 ``target_entropy_ratio * log(num_actions)``.
@@ -104,6 +107,15 @@ def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, En
     return actor, critic
 
 
+def target_entropy(action_spec: Bounded, cfg: Config) -> float:
+    """``cfg.target_entropy``, by default ``-action_dim`` on actions scaled to [-1, 1],
+    in the env's action units (the units of the policy's log-prob)."""
+    if cfg.target_entropy is not None:
+        return cfg.target_entropy
+    half_range = (action_spec.high[0] - action_spec.low[0]).double() / 2
+    return -float(action_spec.shape[-1]) + float(half_range.log().sum())
+
+
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
@@ -126,7 +138,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         else:
             loss_fn = SACLoss(actor, critic, make_target(critic),
                               action_dim=env.action_spec.shape[-1],
-                              target_entropy=cfg.target_entropy, **temperature)
+                              target_entropy=target_entropy(env.action_spec, cfg),
+                              **temperature)
         loss_fn.to(spec.device)
         target_update = SoftUpdate(critic, loss_fn.target_critic, cfg.tau)
         # foreach: PyTorch's multi-tensor step, the same numbers as its CPU default, faster

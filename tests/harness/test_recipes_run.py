@@ -6,6 +6,7 @@ learning itself is tested in tests/learning.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,20 @@ def test_ppo_speed_options_train_like_the_plain_recipe(tmp_path: Path) -> None:
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs == [0, 1], "the plain run compiles nothing, the fast one its loss once"
     assert first_losses[1] == pytest.approx(first_losses[0], rel=1e-4)
+
+
+@pytest.mark.parametrize(("env_id", "expected"), [
+    ("Hopper-v5", -3.0),                        # bounds ±1: SB3's -action_dim as it is
+    ("Pendulum-v1", -1.0 + math.log(2.0)),      # ±2
+    ("Humanoid-v5", -17.0 + 17 * math.log(0.4)),  # ±0.4
+])
+def test_sac_target_entropy_is_sb3s_on_the_unit_box(env_id: str, expected: float) -> None:
+    from rlbench.algorithms import sac
+    from rlbench.envs import make
+
+    env = make(env_id)
+    got = sac.target_entropy(env.action_spec, sac.Config())
+    assert got == pytest.approx(expected, rel=1e-7)  # the bounds are float32
+    chosen = sac.Config(target_entropy=-0.5)
+    assert sac.target_entropy(env.action_spec, chosen) == -0.5
+    env.close()
