@@ -2,8 +2,9 @@
 with one critic, no target policy smoothing and no actor delay.
 
 Defaults are the rl-baselines3-zoo DDPG tunes (Gaussian exploration noise 0.1, net [400, 300],
-learning rate 1e-3), which the published SB3 DDPG scores come from; the DDPG paper's
-Ornstein-Uhlenbeck noise is ``exploration_noise=ou``.
+learning rate 1e-3), which the published SB3 DDPG scores come from. ``exploration_noise=ou``
+gives Ornstein-Uhlenbeck noise, the kind the DDPG paper used, with SB3's process parameters
+(theta 0.15, dt 1e-2, sigma = ``exploration_sigma``), not the paper's (sigma 0.2, dt 1).
 """
 
 from __future__ import annotations
