@@ -61,6 +61,7 @@ class GymEnv(EnvBase):
             raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
         super().__init__((num_envs,), device)
         self.env_id, self.vectorization = env_id, vectorization
+        self._kwargs = kwargs
         self._seed = seed
         batch = (num_envs,)
         if vectorization == "sync":
@@ -91,8 +92,9 @@ class GymEnv(EnvBase):
 
     @property
     def max_episode_steps(self) -> int | None:
-        """The registered time limit, if any."""
-        return gym.spec(self.env_id).max_episode_steps
+        """The time limit: ``max_episode_steps=`` given to the constructor, else the
+        registered one, if any."""
+        return self._kwargs.get("max_episode_steps", gym.spec(self.env_id).max_episode_steps)
 
     def _reset(self, seed: int | None) -> dict[str, Any]:
         if seed is None:

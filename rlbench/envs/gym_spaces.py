@@ -169,8 +169,13 @@ class ActionConverter:
         if self._is_box:
             return self._box.from_tensor(action).astype(self.space.dtype, copy=False)
         array = to_numpy(action)
+        if array.dtype.kind == "f":  # a float action must name a whole one (0.0, not 0.7)
+            if not np.array_equal(array, np.round(array)):
+                raise ValueError(f"{self.env_id}: discrete actions must be whole numbers, got "
+                                 f"{array.tolist()}")
+            array = array.astype(self.space.dtype)
         if not self.spec.is_in(torch.from_numpy(array).to(self.spec.dtype)):
             raise ValueError(f"{self.env_id}: action outside {self.spec}: {array.tolist()}")
         if self._start is not None:
-            return array + self._start
+            return (array + self._start).astype(self.space.dtype, copy=False)
         return array.astype(self.space.dtype, copy=False)

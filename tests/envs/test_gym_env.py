@@ -128,6 +128,14 @@ def test_out_of_bounds_actions_clip_or_raise() -> None:
     td.set("action", torch.tensor([2]))
     with pytest.raises(ValueError, match="action outside Categorical"):
         cart.step(td)
+    td.set("action", torch.tensor([0.7]))  # not silently action 0
+    with pytest.raises(ValueError, match="must be whole numbers, got"):
+        cart.step(td)
+    floats, ints = make("CartPole-v1", seed=1), make("CartPole-v1", seed=1)
+    a, b = floats.reset(), ints.reset()
+    a.set("action", torch.tensor([1.0]))
+    b.set("action", torch.tensor([1]))
+    assert torch.equal(floats.step(a)["next", "observation"], ints.step(b)["next", "observation"])
 
 
 def test_unknown_env_suggests_near_matches() -> None:
@@ -155,3 +163,11 @@ def test_the_constructor_seed_serves_only_the_first_reset() -> None:
     expected = np.stack([e.reset()[0] for e in raw]).astype(np.float32)
     assert not torch.equal(after, first)
     np.testing.assert_array_equal(after.numpy(), expected)
+
+
+def test_max_episode_steps_follows_the_constructor() -> None:
+    assert GymEnv("Pendulum-v1").max_episode_steps == 200
+    short = GymEnv("Pendulum-v1", max_episode_steps=20, seed=0)
+    assert short.max_episode_steps == 20
+    truncated = short.rollout(45, break_when_any_done=False)["next", "truncated"][0, :, 0]
+    assert torch.nonzero(truncated).flatten().tolist() == [19, 39]  # gymnasium's TimeLimit
