@@ -75,9 +75,6 @@ class SamplerWithoutReplacement(Sampler):
         self.epoch = 0  # epochs started
         self._perm: torch.Tensor | None = None
         self._pos = 0
-        # the storage version the permutation was drawn for; None after a load, where the
-        # restored permutation belongs to the restored storage
-        self._perm_version: int | None = None
 
     def _check(self, storage: Storage, batch_size: int) -> None:
         if self.drop_last and batch_size > len(storage):
@@ -86,13 +83,13 @@ class SamplerWithoutReplacement(Sampler):
                 "items): with drop_last=True no batch can be drawn"
             )
 
+    def on_extend(self, storage: Storage, index: torch.Tensor, batch_shape: torch.Size
+                  ) -> None:
+        self._perm = None  # a write ends the epoch (a restored one goes on: no write)
+
     def _epoch_over(self, storage: Storage, batch_size: int) -> bool:
         n = len(storage)
         if self._perm is None or self._perm.numel() != n:
-            return True
-        if self._perm_version is None:
-            self._perm_version = storage.version
-        elif self._perm_version != storage.version:
             return True
         left = n - self._pos
         return left == 0 or (self.drop_last and left < batch_size)
@@ -103,7 +100,6 @@ class SamplerWithoutReplacement(Sampler):
         if self._epoch_over(storage, batch_size):
             device = storage.device
             self._perm = torch.randperm(n, generator=self.rng.get(device), device=device)
-            self._perm_version = storage.version
             self._pos = 0
             self.epoch += 1
         index = self._perm[self._pos:self._pos + batch_size]
@@ -124,4 +120,3 @@ class SamplerWithoutReplacement(Sampler):
         super().load_state_dict(state)
         self.epoch, self._pos = state["epoch"], state["pos"]
         self._perm = None if state["perm"] is None else state["perm"].clone()
-        self._perm_version = None

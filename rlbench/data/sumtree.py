@@ -93,7 +93,8 @@ class PriorityTree:
         Only leaves with a positive value are returned. A node's stored sum and the running
         sum over its children can differ in the last bit, so a mass may land past the last
         child's running sum; it is then taken just below it, in the last non-empty child
-        (otherwise the descent would enter an empty or padding node). ``total`` must be
+        (otherwise the descent would enter an empty or padding node); a remainder that
+        rounds below 0 is taken as 0, in the first non-empty child. ``total`` must be
         positive.
         """
         k = self.branching
@@ -101,14 +102,14 @@ class PriorityTree:
         cum = top.cumsum(0)
         mass = mass.unsqueeze(1)
         choice = torch.searchsorted(cum, _below(mass, cum[-1:]), right=True).clamp_(max=k - 1)
-        mass = mass - (cum - top)[choice]
+        mass = (mass - (cum - top)[choice]).clamp_min_(0.0)  # rounding can dip below 0
         node = choice
         for rows in reversed(self._sum_rows[:-1]):
             children = rows.index_select(0, node.view(-1))
             cum = children.cumsum(1)
             choice = torch.searchsorted(cum, _below(mass, cum[:, -1:]), right=True).clamp_(
                 max=k - 1)
-            mass = mass - (cum - children).gather(1, choice)
+            mass = (mass - (cum - children).gather(1, choice)).clamp_min_(0.0)
             node = torch.add(choice, node, alpha=k)
         return node.view(-1)
 

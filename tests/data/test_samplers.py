@@ -117,6 +117,15 @@ def test_a_restored_sampler_finishes_its_epoch(batch_factory) -> None:
     restored.load_state_dict(state)
     assert epoch_batches(restored, 4) == expected
     assert restored.sampler.epoch == 1
+    # a write after the load, before any sample, still ends the restored epoch
+    full = filled_buffer(batch_factory, 10, SamplerWithoutReplacement(seed=0), capacity=10)
+    full.sample(4)
+    again = filled_buffer(batch_factory, 3, SamplerWithoutReplacement(seed=5), capacity=10)
+    again.load_state_dict(full.state_dict())
+    again.extend(batch_factory((10,), start=20))  # overwrites all 10: the same length
+    batches = [b["count"].tolist() for b in epoch_batches_of(again, 4)]
+    assert sorted(c for b in batches for c in b) == list(range(20, 30))
+    assert again.sampler.epoch == 2
 
 
 def epoch_batches_of(buffer: ReplayBuffer, batch_size: int) -> list:
