@@ -81,8 +81,9 @@ ENV_DEFAULTS: dict[str, dict] = {
                     "critic_coef": 0.4, "learning_rate": 7e-4, "anneal_lr": True,
                     "use_sde": True, "init_log_std": -2.0, "orthogonal_init": False,
                     "normalize_observation": True, "normalize_reward": True,
-                    # the zoo leaves SB3's sde_sample_freq=-1: one exploration matrix per
-                    # rollout, which a period of rollout_steps gives here
+                    # the zoo leaves SB3's sde_sample_freq=-1, one exploration matrix per
+                    # rollout: the recipe draws one per rollout, and a period of at least
+                    # rollout_steps (8) adds no draw within it
                     "sde_sample_freq": 8},
 }
 

@@ -57,7 +57,7 @@ class Config:
     tau: float = 0.005
     alpha_init: float = 1.0
     learn_alpha: bool = True
-    target_entropy: float | None = None
+    target_entropy: float | None = None  # in the env's action units (see target_entropy())
     target_entropy_ratio: float = 0.98
     num_critics: int = 2
     hidden_sizes: tuple[int, ...] = (256, 256)

@@ -1,3 +1,3 @@
 """rlbench: an RL benchmarking and reproducibility harness on its own TensorDict RL stack."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

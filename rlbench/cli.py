@@ -94,8 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlbench: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("rlbench: interrupted; the runs that ended are in the store, the stopped ones "
-              "are marked KILLED: the same command again runs what is left", file=sys.stderr)
+        if command == "run":
+            print("rlbench: interrupted; the runs that ended are in the store, the stopped "
+                  "ones are marked KILLED: the same command again runs what is left",
+                  file=sys.stderr)
+        else:
+            print("rlbench: interrupted", file=sys.stderr)
         return 130
     return 1 if result.failed else 0
 

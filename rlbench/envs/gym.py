@@ -94,7 +94,8 @@ class GymEnv(EnvBase):
     def max_episode_steps(self) -> int | None:
         """The time limit: ``max_episode_steps=`` given to the constructor, else the
         registered one, if any."""
-        return self._kwargs.get("max_episode_steps", gym.spec(self.env_id).max_episode_steps)
+        given = self._kwargs.get("max_episode_steps")
+        return given if given is not None else gym.spec(self.env_id).max_episode_steps
 
     def _reset(self, seed: int | None) -> dict[str, Any]:
         if seed is None:

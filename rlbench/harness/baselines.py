@@ -76,6 +76,8 @@ def load_published(directory: Path) -> list[PublishedScore]:
     """The rows of ``directory/online_*.csv``; a result two source files both report (same
     algorithm, env, numbers and metric) is kept once, under its first name."""
     def parse(row: dict[str, str]) -> PublishedScore:
+        if not math.isfinite(float(row["return_mean"])):
+            raise ValueError(f"return_mean must be a finite number, got {row['return_mean']}")
         return PublishedScore(
             source=row["source"], library=row["library"], algorithm=row["algorithm"].lower(),
             env=row["env"], steps=_optional(row["steps"], int), mean=float(row["return_mean"]),
@@ -165,9 +167,12 @@ def load_references(directory: Path) -> dict[str, Reference]:
     def parse(row: dict[str, str]) -> Reference:
         reference = Reference(row["env"], float(row["random_score"]),
                               float(row["reference_score"]), row["source"])
-        if not reference.reference_score != reference.random_score:  # NaN fails too
+        random, best = reference.random_score, reference.reference_score
+        if not (math.isfinite(random) and math.isfinite(best)):
+            raise ValueError(f"{reference.env}: the scores must be finite numbers")
+        if best == random:
             raise ValueError(f"{reference.env}: the reference score must differ from the "
-                             f"random score ({reference.random_score:g})")
+                             f"random score ({random:g})")
         return reference
 
     return {reference.env: reference for reference in _parse_rows(path, parse)}

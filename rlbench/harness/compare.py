@@ -205,7 +205,8 @@ def group_runs(records: Sequence[RunRecord]) -> tuple[list[Group], list[str]]:
 
 @dataclass
 class GroupSummary:
-    """The statistics of one group (CIs are None below 2 seeds)."""
+    """The statistics of one group; below 2 seeds ``std`` and ``mean_ci`` are None and
+    ``iqm`` has no bounds (NaN)."""
 
     group: Group
     mean: float

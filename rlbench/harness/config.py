@@ -26,7 +26,8 @@ from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.algorithms import list_algorithms, load_algorithm, resolve_algo_config
 from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
 
-__all__ = ["Overrides", "RunConfig", "SweepConfig", "parse_overrides", "resolve_sweep"]
+__all__ = ["Overrides", "RunConfig", "SweepConfig", "check_devices_here", "parse_overrides",
+           "resolve_sweep"]
 
 ALIASES = {"algo": "algos", "env": "envs"}
 SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
@@ -35,7 +36,7 @@ LAUNCHERS = ("local", "ray")
 LIST_KEYS = {"algos", "envs"}
 # Settings whose value is a name or a path: taken as typed, never as a YAML number or null.
 TEXT_KEYS = {"suite", "out_dir", "launcher", "ray.address", "device"}
-DEVICE_PATTERN = re.compile(r"cpu|mps|cuda(:\d+)?")
+DEVICE_PATTERN = re.compile(r"(cpu|mps)(:0)?|cuda(:\d+)?")
 
 
 @dataclass
@@ -56,6 +57,8 @@ def _parse_value(key: str, text: str) -> Any:
     if key in LIST_KEYS:
         return [item.strip() for item in text.split(",") if item.strip()]
     if key in TEXT_KEYS:
+        if not text:
+            raise ConfigError(f"{key} needs a value: {key}=...")
         return text
     for convert in (int, float):
         try:
@@ -172,8 +175,16 @@ def _check_device(device: Any) -> str:
     return device
 
 
+def check_devices_here(sweep: SweepConfig) -> None:
+    """Raise unless every run's device exists on this machine: before a local sweep starts
+    (``show`` and dry runs plan without it; Ray workers may have devices this machine
+    lacks)."""
+    for device in sorted({run.device for run in sweep.runs}):
+        _check_device_here(device)
+
+
 def _check_device_here(device: str) -> None:
-    """Raise unless ``device`` exists on this machine (runs of the local launcher)."""
+    """Raise unless ``device`` exists on this machine."""
     kind, _, number = device.partition(":")
     if kind == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -279,9 +290,6 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     if launcher == "ray" and "jobs" in overrides.sweep:
         raise ConfigError("jobs is for launcher=local; Ray runs as many runs at once as its "
                           "cluster has CPUs for")
-    if launcher == "local":  # Ray workers may have devices this machine lacks
-        for device in sorted({run.device for run in runs}):
-            _check_device_here(device)
     return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
                        runs=runs, jobs=jobs, launcher=launcher,
                        ray_address=None if address is None else str(address))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rlbench.harness.config import SweepConfig
+from rlbench.harness.config import SweepConfig, check_devices_here
 from rlbench.harness.launchers import run_local_pool, run_sequential
 from rlbench.harness.progress import SweepProgress
 from rlbench.harness.ray_launcher import connect, run_on_ray
@@ -33,6 +33,14 @@ class SweepResult:
         return [r for r in self.results if r.status != "FINISHED"]
 
 
+def _mark_stopped_runs_killed(tracker: Tracker, experiment_id: str, parent_id: str) -> None:
+    """Runs of this sweep still RUNNING after an interrupt become KILLED: one stopped while
+    it was being set up or logged, outside the part of a run that marks itself."""
+    for run in tracker.runs(experiment_id, f"tags.`mlflow.parentRunId` = '{parent_id}'"):
+        if run.info.status == "RUNNING":
+            tracker.finish(run.info.run_id, "KILLED")
+
+
 def _launcher_name(sweep: SweepConfig) -> str:
     if sweep.launcher == "ray":
         return f"ray at {sweep.ray_address or 'a local instance'}"
@@ -47,6 +55,8 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
     suite = sweep.suite.name
     if sweep.launcher == "ray":
         connect(sweep.ray_address)
+    else:
+        check_devices_here(sweep)
     tracker = Tracker(sweep.out_dir)
     tracker.check_reachable()
     experiment_id = tracker.experiment(suite)  # the store and experiment exist before workers
@@ -74,6 +84,8 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
         status = ("FINISHED" if all(r.status == "FINISHED" for r in progress.results)
                   else "FAILED")
     finally:  # after Ctrl-C too: the summary has every run that ended
+        if status == "KILLED":
+            _mark_stopped_runs_killed(tracker, experiment_id, parent_id)
         results = [*plan.finished, *sorted(progress.results,
                                            key=lambda r: order[r.config.identity])]
         rows = summarize(results)

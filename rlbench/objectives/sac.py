@@ -63,7 +63,9 @@ class SACLoss(_SACBase):
       ``y = r + discount * (min_m Q'_m(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi(s')``;
     - ``loss_actor = E[alpha log pi(a|s) - min_m Q_m(s, a)]``, ``a ~ pi(s)`` reparameterised;
     - ``loss_alpha = log_alpha * (H - target_entropy)`` with ``H = -E[log pi]`` and the
-      target entropy ``-action_dim`` by default (zero when the temperature is fixed).
+      target entropy ``-action_dim`` by default (zero when the temperature is fixed), in
+      the units of the actor's log-prob: for a tanh-Normal rescaled to bounds other than
+      ±1 that is not SB3's target (the SAC recipe passes SB3's, ``sac.target_entropy``).
 
     Diagnostics: ``alpha``, ``entropy``, ``q_mean``. The 0.5 and the ``log_alpha`` form of
     the temperature loss are Stable-Baselines3's.

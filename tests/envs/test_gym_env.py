@@ -167,6 +167,7 @@ def test_the_constructor_seed_serves_only_the_first_reset() -> None:
 
 def test_max_episode_steps_follows_the_constructor() -> None:
     assert GymEnv("Pendulum-v1").max_episode_steps == 200
+    assert GymEnv("Pendulum-v1", max_episode_steps=None).max_episode_steps == 200
     short = GymEnv("Pendulum-v1", max_episode_steps=20, seed=0)
     assert short.max_episode_steps == 20
     truncated = short.rollout(45, break_when_any_done=False)["next", "truncated"][0, :, 0]

@@ -388,6 +388,10 @@ def test_one_seed_gets_no_verdict_but_its_differences() -> None:
      "normalization.csv: no column 'random_score'"),
     ("online_test.csv", lambda t: t.replace("\n", "\nx,y,ppo,CartPole-v1,,many,,,m,\n", 1),
      "online_test.csv, line 2: could not convert string to float: 'many'"),
+    ("online_test.csv", lambda t: t.replace("\n", "\nx,y,ppo,CartPole-v1,,nan,,,m,\n", 1),
+     "online_test.csv, line 2: return_mean must be a finite number, got nan"),
+    ("normalization.csv", lambda t: t.replace(",test\n", ",test\nCartPole-v0,nan,5,x\n", 1),
+     "line 3: CartPole-v0: the scores must be finite numbers"),
 ])
 def test_a_malformed_baseline_file_exits_2(file: str, edit, message: str, store: Path,
                                            baselines: Path, tmp_path: Path,

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlbench.cli import main
 from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.config import parse_overrides, resolve_sweep
 from rlbench.harness.seeding import derive_seeds
@@ -215,10 +216,22 @@ def test_suite_files_read_exponent_numbers(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine "
                     "without CUDA")
-def test_a_device_this_machine_lacks_is_refused_before_anything_starts() -> None:
-    with pytest.raises(ConfigError, match="device=cuda, but this machine has no CUDA device"):
-        resolve_sweep(["device=cuda", "env=CartPole-v1", "seeds=1"])
-    with pytest.raises(ConfigError, match="device=cuda:1, but this machine has no CUDA"):
-        resolve_sweep(["device=cuda:1", "env=CartPole-v1", "seeds=1"])
+def test_a_device_this_machine_lacks_is_refused_before_a_run_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    base = ["run", "env=CartPole-v1", "seeds=1", f"out_dir={out}"]
+    assert main([*base, "device=cuda"]) == 2
+    assert "device=cuda, but this machine has no CUDA device" in capsys.readouterr().err
+    assert main([*base, "device=cuda:1"]) == 2
+    assert not out.exists()  # nothing started
+    assert main(["show", "env=CartPole-v1", "device=cuda:1"]) == 0  # planning is fine
+    assert main([*base, "device=cuda", "dry_run=true"]) == 0
     ray = resolve_sweep(["device=cuda", "env=CartPole-v1", "seeds=1", "launcher=ray"])
     assert ray.runs[0].device == "cuda"  # Ray workers may have the GPU the driver lacks
+    assert resolve_sweep(["device=cpu:0", "env=CartPole-v1", "seeds=1"]).runs[0].device == \
+        "cpu:0"
+
+
+def test_a_name_or_path_needs_a_value() -> None:
+    with pytest.raises(ConfigError, match="out_dir needs a value"):
+        resolve_sweep(["out_dir=", "env=CartPole-v1"])
