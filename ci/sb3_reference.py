@@ -12,6 +12,11 @@ puts them beside ours, with the probability of improvement between the two.
 
 Seeds come from the same (base seed, seed index) derivation as ours: the same numbers do
 not make the same trajectories (the libraries draw differently), only the same protocol.
+
+What cannot be matched exactly: PPO's value clipping. SB3's ``clip_range_vf`` clips the
+prediction and takes its squared error; ours (CleanRL's, the 37-details form) takes the
+larger of the clipped and unclipped errors. The value-loss weight is converted
+(``vf_coef = critic_coef / 2``: SB3 weighs the plain MSE, we weigh half of it).
 """
 
 from __future__ import annotations
@@ -77,7 +82,8 @@ def sb3_model(algo: str, cfg: dict[str, Any], env: Any, seed: int) -> Any:
                    gamma=cfg["gamma"], gae_lambda=cfg["gae_lambda"],
                    clip_range=cfg["clip_epsilon"], clip_range_vf=cfg["clip_value"],
                    normalize_advantage=cfg["normalize_advantage"],
-                   ent_coef=cfg["entropy_coef"], vf_coef=cfg["critic_coef"],
+                   # SB3's value loss is vf_coef * MSE, ours critic_coef * 0.5 * MSE
+                   ent_coef=cfg["entropy_coef"], vf_coef=cfg["critic_coef"] / 2,
                    max_grad_norm=cfg["max_grad_norm"], use_sde=cfg["use_sde"],
                    sde_sample_freq=cfg["sde_sample_freq"] if cfg["use_sde"] else -1,
                    policy_kwargs={"net_arch": list(cfg["hidden_sizes"]),

@@ -92,7 +92,7 @@ def test_ppo_sb3(benchmark) -> None:
                         batch_size=cfg.minibatch_size, n_epochs=cfg.epochs,
                         learning_rate=cfg.learning_rate, gamma=cfg.gamma,
                         gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_epsilon,
-                        ent_coef=cfg.entropy_coef, vf_coef=cfg.critic_coef,
+                        ent_coef=cfg.entropy_coef, vf_coef=cfg.critic_coef / 2,
                         max_grad_norm=cfg.max_grad_norm, seed=0, device="cpu")
         model.learn(PPO_FRAMES)
         env.close()

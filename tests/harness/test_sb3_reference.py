@@ -35,3 +35,27 @@ def test_sb3_runs_are_tracked_resumed_and_compared(tmp_path: Path,
     (row,) = list(csv.DictReader(io.StringIO("\n".join(table))))
     assert (row["env"], row["algorithm"], row["frames"], row["seeds"]) == (
         "Pendulum-v1", "sb3-td3", "400", "2")
+
+
+def test_ppo_hyperparameters_map_onto_sb3s_names() -> None:
+    sb3 = pytest.importorskip("stable_baselines3", reason="the rlbench[bench] extra is needed")
+    import importlib.util
+
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from rlbench.harness.algorithms import resolve_algo_config
+
+    spec = importlib.util.spec_from_file_location("sb3_reference", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cfg = resolve_algo_config("ppo", "mujoco", {}, {}, {}, env="Hopper-v5")
+    env = make_vec_env("Hopper-v5", n_envs=1, seed=0)
+    model = script.sb3_model("ppo", cfg, env, seed=0)
+    assert isinstance(model, sb3.PPO)
+    assert model.vf_coef == cfg["critic_coef"] / 2  # SB3: vf_coef * MSE; ours: c * 0.5 * MSE
+    assert (model.n_steps, model.batch_size, model.n_epochs) == (2048, 64, 10)
+    assert model.clip_range(1.0) == cfg["clip_epsilon"]
+    assert model.clip_range_vf(1.0) == cfg["clip_value"]
+    assert model.max_grad_norm == cfg["max_grad_norm"] and model.gae_lambda == cfg["gae_lambda"]
+    assert model.lr_schedule(0.5) == pytest.approx(cfg["learning_rate"] * 0.5)
+    env.close()
