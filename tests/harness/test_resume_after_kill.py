@@ -73,8 +73,11 @@ def test_ctrl_c_exits_130_with_a_summary_of_the_runs_that_ended(tmp_path: Path) 
     suite.write_text(SUITE)
     command = [str(Path(sys.executable).parent / "rlbench"), "run", f"suite={suite}",
                f"out_dir={out}"]
+    # A shell running this in the background (CI) ignores SIGINT, and the ignore is
+    # inherited: give the sweep the default handling a terminal's Ctrl-C meets.
     sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while not _first_run_finished(out):
         assert sweep.poll() is None, "the sweep ended before it could be interrupted"
