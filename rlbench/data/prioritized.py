@@ -123,11 +123,16 @@ class PrioritizedSampler(Sampler):
             state["max_priority"] = self._max_priority.clone()
         return state
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restore RNG and priorities; ``beta`` is a schedule value and is left as set."""
+    def check_state(self, state: dict) -> None:
+        if "alpha" not in state:
+            raise ValueError("the checkpoint was not saved by a PrioritizedSampler")
         if (state["alpha"], state["eps"]) != (self.alpha, self.eps):
             raise ValueError(f"the checkpoint has alpha={state['alpha']}, eps={state['eps']}; "
                              f"this sampler has alpha={self.alpha}, eps={self.eps}")
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore RNG and priorities; ``beta`` is a schedule value and is left as set."""
+        self.check_state(state)
         super().load_state_dict(state)
         if "tree" in state:
             if self._tree is None:

@@ -133,6 +133,7 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore storage, writer and sampler from ``state_dict()`` (data copied in)."""
+        self.sampler.check_state(state["sampler"])
         self.storage.load_state_dict(state["storage"])
         if self.storage.device is not None:
             self._attach()

@@ -44,6 +44,10 @@ class Sampler(ABC):
     def state_dict(self) -> dict:
         return {"rng": self.rng.state_dict()}
 
+    def check_state(self, state: dict) -> None:  # noqa: B027 - most samplers accept any state
+        """Raise if ``state`` was saved by a sampler this one cannot continue; called before
+        the buffer replaces anything, so a refused checkpoint leaves the buffer as it was."""
+
     def load_state_dict(self, state: dict) -> None:
         self.rng.load_state_dict(state["rng"])
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlbench.data import PrioritizedSampler, ReplayBuffer, TensorStorage
+from rlbench.data import PrioritizedSampler, RandomSampler, ReplayBuffer, TensorStorage
 from rlbench.data.sumtree import PriorityTree
 
 ALPHA, BETA, EPS = 0.7, 0.5, 1e-8
@@ -192,3 +192,18 @@ def test_find_never_returns_an_empty_leaf_between_written_ones() -> None:
                                                rng.random(10_000) * cum[-1]]))
         found = tree.find(mass.clamp(max=float(tree.total) * (1 - 1e-16))).numpy()
         assert (values[found] > 0).all(), (seed, size, branching)
+
+
+def test_a_refused_checkpoint_leaves_the_buffer_as_it_was(batch_factory) -> None:
+    buffer = prioritized_buffer(batch_factory, 10, "cpu")
+    other_alpha = ReplayBuffer(TensorStorage(16, device="cpu"),
+                               PrioritizedSampler(alpha=ALPHA / 2, beta=BETA, eps=EPS, seed=0))
+    other_alpha.extend(batch_factory((3,)))
+    uniform = ReplayBuffer(TensorStorage(16, device="cpu"), RandomSampler(seed=0))
+    uniform.extend(batch_factory((5,)))
+    for state, message in [(other_alpha.state_dict(), "the checkpoint has alpha="),
+                           (uniform.state_dict(), "not saved by a PrioritizedSampler")]:
+        with pytest.raises(ValueError, match=message):
+            buffer.load_state_dict(state)
+        assert len(buffer) == 10
+        assert buffer.storage.cursor == 10 % 16

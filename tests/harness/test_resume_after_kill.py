@@ -40,20 +40,30 @@ def _first_run_finished(out: Path) -> bool:
     return len(list((out / "runs" / "three").glob("*"))) >= 2
 
 
-def test_sigkill_then_rerun_finishes_every_run_once(tmp_path: Path) -> None:
+def _sweep_past_its_first_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
+    """``rlbench run`` of the three-seed suite in its own process group, once its first run
+    has finished; returns the process, the suite file and the out dir."""
     suite, out = tmp_path / "three.yaml", tmp_path / "out"
     suite.write_text(SUITE)
     command = [str(Path(sys.executable).parent / "rlbench"), "run", f"suite={suite}",
                f"out_dir={out}"]
+    # A shell running this in the background (CI) ignores SIGINT, and the ignore is
+    # inherited: give the sweep the default handling a terminal's Ctrl-C meets.
     sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while not _first_run_finished(out):
-        assert sweep.poll() is None, "the sweep ended before it could be killed"
+        assert sweep.poll() is None, "the sweep ended before it could be stopped"
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    return sweep, suite, out
+
+
+def test_sigkill_then_rerun_finishes_every_run_once(tmp_path: Path) -> None:
+    sweep, suite, out = _sweep_past_its_first_run(tmp_path)
     os.killpg(sweep.pid, signal.SIGKILL)
-    sweep.wait()
+    sweep.communicate()
 
     killed = _active_runs(out)
     finished_before = {r.info.run_id for r in killed if r.info.status == "FINISHED"}
@@ -69,20 +79,7 @@ def test_sigkill_then_rerun_finishes_every_run_once(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_exits_130_with_a_summary_of_the_runs_that_ended(tmp_path: Path) -> None:
-    suite, out = tmp_path / "three.yaml", tmp_path / "out"
-    suite.write_text(SUITE)
-    command = [str(Path(sys.executable).parent / "rlbench"), "run", f"suite={suite}",
-               f"out_dir={out}"]
-    # A shell running this in the background (CI) ignores SIGINT, and the ignore is
-    # inherited: give the sweep the default handling a terminal's Ctrl-C meets.
-    sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 300
-    while not _first_run_finished(out):
-        assert sweep.poll() is None, "the sweep ended before it could be interrupted"
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    sweep, _, out = _sweep_past_its_first_run(tmp_path)
     os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's process group
     _, stderr = sweep.communicate(timeout=120)
 
