@@ -151,8 +151,12 @@ def make_envs(spec: RunSpec, cfg: Config) -> tuple[EnvBase, EnvBase]:
     """Training and evaluation envs; with normalisation, the evaluation env reads the
     training statistics frozen and sees unscaled rewards (true returns)."""
     env = make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env, device=spec.device)
-    eval_env = make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
-                    device=spec.device)
+    try:
+        eval_env = make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
+                        device=spec.device)
+    except BaseException:
+        env.close()
+        raise
     if cfg.normalize_observation or cfg.normalize_reward:
         keys = ("observation",) if cfg.normalize_observation else ()
         norm = VecNorm(keys, reward=cfg.normalize_reward, gamma=cfg.gamma)

@@ -102,8 +102,12 @@ def make_envs(spec: RunSpec, cfg: Config) -> tuple[EnvBase, EnvBase]:
     env = make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env, device=spec.device)
     if cfg.exploration_noise == "ou":
         env = TransformedEnv(env, InitTracker())
-    eval_env = make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
-                    device=spec.device)
+    try:
+        eval_env = make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
+                        device=spec.device)
+    except BaseException:
+        env.close()
+        raise
     return env, eval_env
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import importlib.resources
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.constructor import ConstructorError
 
 from rlbench.errors import ConfigError, UnknownNameError
 
@@ -46,13 +48,47 @@ class Suite:
 
 
 class _SuiteLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading ``1e5`` and ``3e-4`` as numbers.
+    """PyYAML's safe loader, read the way the command line reads values.
 
-    PyYAML follows YAML 1.1, whose floats need a dot (``1.0e5``); a suite saying
-    ``learning_rate: 3e-4`` means a number, as it does on the command line.
+    - ``1e5`` and ``3e-4`` are numbers. PyYAML follows YAML 1.1, whose floats need a dot
+      (``1.0e5``); a suite saying ``learning_rate: 3e-4`` means a number.
+    - YAML 1.1's other number forms are refused: ``010`` (octal 8), ``0x10``, ``0b10`` and
+      ``1:30`` (base 60, 90) read as a number nobody meant.
+    - A key given twice in one mapping is refused; YAML would keep the last silently.
     """
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base`` may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):  # PyYAML's own error follows
+                continue
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConstructorError(None, None, f"{key!r} is given twice (lines {seen[key]} "
+                                       f"and {line}): give it once", key_node.start_mark)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
+    def construct_decimal_int(self, node: yaml.ScalarNode) -> int:
+        if not _DECIMAL_INT.match(node.value):
+            raise ConstructorError(None, None, f"{node.value!r} is a YAML 1.1 octal, hex, "
+                                   "binary or base-60 number: write it in decimal",
+                                   node.start_mark)
+        return self.construct_yaml_int(node)
+
+    def construct_decimal_float(self, node: yaml.ScalarNode) -> float:
+        if ":" in node.value:
+            raise ConstructorError(None, None, f"{node.value!r} is a YAML 1.1 base-60 number: "
+                                   "write it in decimal", node.start_mark)
+        return self.construct_yaml_float(node)
+
+
+_DECIMAL_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$")
+_SuiteLoader.add_constructor("tag:yaml.org,2002:int", _SuiteLoader.construct_decimal_int)
+_SuiteLoader.add_constructor("tag:yaml.org,2002:float", _SuiteLoader.construct_decimal_float)
 _SuiteLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),

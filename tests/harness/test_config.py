@@ -235,3 +235,27 @@ def test_a_device_this_machine_lacks_is_refused_before_a_run_starts(
 def test_a_name_or_path_needs_a_value() -> None:
     with pytest.raises(ConfigError, match="out_dir needs a value"):
         resolve_sweep(["out_dir=", "env=CartPole-v1"])
+
+
+@pytest.mark.parametrize("line,message", [
+    ("base_seed: 010", "'010' is a YAML 1.1 octal"),
+    ("base_seed: 0x2710", "'0x2710' is a YAML 1.1 octal, hex"),
+    ("base_seed: 2:46:40", "'2:46:40' is a YAML 1.1 octal, hex, binary or base-60"),
+    ("base_seed: 1:30.5", "'1:30.5' is a YAML 1.1 base-60 number"),
+    ("seeds: 3", r"'seeds' is given twice \(lines 4 and 9\)"),
+])
+def test_suite_files_refuse_what_yaml_would_read_silently(tmp_path: Path, line: str,
+                                                           message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve_sweep([_suite(tmp_path, SUITE.replace("per_env:", f"{line}\nper_env:"))])
+
+
+def test_suite_files_keep_decimal_numbers_and_merge_keys(tmp_path: Path) -> None:
+    text = ("algos: [ppo]\nenvs: [CartPole-v1, Acrobot-v1]\nframes: 10_000\n"
+            "eval_every: 5000\nper_env:\n  CartPole-v1: &short\n    frames: 4000\n"
+            "    eval_every: 2000\n  Acrobot-v1:\n    <<: *short\n    frames: 6000\n")
+    runs = {r.env: r for r in resolve_sweep([_suite(tmp_path, text)]).runs}
+    assert (runs["CartPole-v1"].frames, runs["CartPole-v1"].eval_every) == (4000, 2000)
+    assert (runs["Acrobot-v1"].frames, runs["Acrobot-v1"].eval_every) == (6000, 2000)
+    text = text.replace("frames: 4000", "frames: 4_000").replace("<<: *short\n", "")
+    assert resolve_sweep([_suite(tmp_path, text)]).runs[0].frames == 4000
