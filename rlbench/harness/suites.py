@@ -115,9 +115,11 @@ def load_suite(name_or_path: str) -> Suite:
     elif not path.is_file():
         raise ConfigError(f"suite file {str(path)!r} does not exist")
     try:
-        raw = yaml.load(path.read_text(), Loader=_SuiteLoader) or {}
+        with path.open("rb") as stream:
+            raw = yaml.load(stream, Loader=_SuiteLoader) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"suite {path}: not valid YAML ({err})".replace("\n", " ")) from err
+        message = " ".join(str(err).split())
+        raise ConfigError(f"suite {path}: not valid YAML ({message})") from err
     if not isinstance(raw, dict):
         raise ConfigError(f"suite {path}: expected a mapping at the top level")
     for key in raw:
