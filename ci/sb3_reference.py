@@ -32,6 +32,7 @@ import torch
 from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.algorithms import resolve_algo_config
 from rlbench.harness.config import RunConfig
+from rlbench.harness.resume import plan_resume
 from rlbench.harness.runner import run_dir_for
 from rlbench.harness.seeding import derive_seeds, seed_everything
 from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags
@@ -173,21 +174,21 @@ def main(argv: list[str]) -> int:
     parent_id = tracker.start_sweep(experiment_id, settings["suite"],
                                     {**environment_tags("cpu"), "library": "sb3"})
     torch.set_num_threads(1)
-    finished = {run.data.tags.get("config_hash") for run in tracker.runs(
-        experiment_id, "tags.kind = 'run' and attributes.status = 'FINISHED'")}
-    finals = []
-    for index in range(settings["seeds"]):
-        config = RunConfig(
+    configs = [
+        RunConfig(
             suite=settings["suite"], algo=f"sb3-{settings['algo']}", env=settings["env"],
             env_family=family, seed_index=index, base_seed=settings["base_seed"],
             frames=settings["frames"], eval_every=settings["eval_every"],
             eval_episodes=settings["eval_episodes"], threads=1, device="cpu",
             algo_params=params)
-        if config.identity in finished:
-            print(f"{config.name}: finished earlier, skipped", flush=True)
-            continue
-        finals.append(run_one(tracker, experiment_id, parent_id, config))
-        print(f"{config.name}: final return {finals[-1]:.1f}", flush=True)
+        for index in range(settings["seeds"])
+    ]
+    plan = plan_resume(tracker, experiment_id, configs)  # deletes killed attempts
+    for result in plan.finished:
+        print(f"{result.config.name}: finished earlier, skipped", flush=True)
+    for config in plan.to_run:
+        final = run_one(tracker, experiment_id, parent_id, config)
+        print(f"{config.name}: final return {final:.1f}", flush=True)
     tracker.finish(parent_id, "FINISHED")
     return 0
 

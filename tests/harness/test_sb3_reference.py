@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlbench.cli import main
+from rlbench.harness.tracking import Tracker
 
 SCRIPT = Path(__file__).resolve().parents[2] / "ci" / "sb3_reference.py"
 
@@ -26,6 +27,16 @@ def test_sb3_runs_are_tracked_resumed_and_compared(tmp_path: Path,
     assert first.stdout.count("final return") == 2
     again = subprocess.run(args, capture_output=True, text=True, check=True)
     assert again.stdout.count("finished earlier, skipped") == 2
+    tracker = Tracker(tmp_path)
+    experiment = tracker.experiment("classic")
+    killed = tracker.runs(experiment, "tags.kind = 'run'")[0]
+    tracker.client.update_run(killed.info.run_id, status="RUNNING")  # as a SIGKILL leaves it
+    resumed = subprocess.run(args, capture_output=True, text=True, check=True)
+    assert (resumed.stdout.count("finished earlier"), resumed.stdout.count("final return")) == (
+        1, 1)
+    runs = tracker.runs(experiment, "tags.kind = 'run'")
+    assert len(runs) == 2 and killed.info.run_id not in {r.info.run_id for r in runs}
+    assert {r.info.status for r in runs} == {"FINISHED"}
     bad = subprocess.run([*args[:2], "algo=a2c"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown algorithm 'a2c'" in bad.stderr
 
