@@ -33,7 +33,7 @@ from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.algorithms import resolve_algo_config
 from rlbench.harness.config import RunConfig
 from rlbench.harness.resume import plan_resume
-from rlbench.harness.runner import run_dir_for
+from rlbench.harness.runner import run_dir_for, run_lock
 from rlbench.harness.seeding import derive_seeds, seed_everything
 from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags
 
@@ -187,7 +187,8 @@ def main(argv: list[str]) -> int:
     for result in plan.finished:
         print(f"{result.config.name}: finished earlier, skipped", flush=True)
     for config in plan.to_run:
-        final = run_one(tracker, experiment_id, parent_id, config)
+        with run_lock(tracker.out_dir, config):  # resume tells this live run from a killed one
+            final = run_one(tracker, experiment_id, parent_id, config)
         print(f"{config.name}: final return {final:.1f}", flush=True)
     tracker.finish(parent_id, "FINISHED")
     return 0

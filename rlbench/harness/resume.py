@@ -4,7 +4,10 @@ A run's identity is the hash of its resolved config and the rlbench version
 (``RunConfig.identity``), stored as the ``config_hash`` tag of its MLflow run. Before a
 sweep starts, finished runs are taken from the store as they are; failed, killed or
 interrupted attempts (a run still marked RUNNING after its process was killed) are deleted
-from the active view and run again, so each identity ends with exactly one run.
+from the active view and run again, so each identity ends with exactly one run. A run
+that a live process is running into the same out dir (it holds the run's lock,
+``runner.run_lock``) is another sweep's work in progress: the sweep is refused before
+anything starts, and that attempt is left alone.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from dataclasses import dataclass
 
 from mlflow.entities import Run
 
+from rlbench.errors import ConfigError
 from rlbench.harness.config import RunConfig
-from rlbench.harness.runner import RunResult
+from rlbench.harness.runner import RunResult, run_is_live
 from rlbench.harness.tracking import Tracker, with_retry
 
 __all__ = ["ResumePlan", "plan_resume"]
@@ -48,6 +52,10 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> 
     by_identity: dict[str, list[Run]] = {}
     for run in tracker.runs(experiment_id, "tags.kind = 'run'"):
         by_identity.setdefault(run.data.tags.get("config_hash", ""), []).append(run)
+    live = [config.name for config in runs if run_is_live(tracker.out_dir, config)]
+    if live:
+        raise ConfigError(f"another process is running {', '.join(live)} into "
+                          f"{tracker.out_dir} now: let it finish, or give another out_dir")
     plan = ResumePlan([], [], [])
     for config in runs:
         attempts = by_identity.get(config.identity, [])

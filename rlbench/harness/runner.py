@@ -6,11 +6,13 @@ import dataclasses
 import shutil
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from filelock import FileLock, Timeout
 
 from rlbench.harness.algorithms import load_algorithm
 from rlbench.harness.config import RunConfig
@@ -18,7 +20,8 @@ from rlbench.harness.seeding import derive_seeds, seed_everything
 from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags
 from rlbench.recipe import RunSpec
 
-__all__ = ["RunResult", "execute_run", "run_dir_for"]
+__all__ = ["RunInProgressError", "RunResult", "execute_run", "run_dir_for", "run_is_live",
+           "run_lock"]
 
 
 @dataclass
@@ -39,6 +42,41 @@ def run_dir_for(out_dir: Path, config: RunConfig) -> Path:
     return out_dir / "runs" / config.suite / name
 
 
+class RunInProgressError(RuntimeError):
+    """Another live process is running the same run (same identity) into the same out dir."""
+
+
+def _lock_path(out_dir: Path, config: RunConfig) -> Path:
+    return out_dir / "locks" / f"{config.identity}.lock"
+
+
+@contextmanager
+def run_lock(out_dir: Path, config: RunConfig) -> Iterator[None]:
+    """Held while this process runs ``config``. The OS drops the lock when its process
+    dies, SIGKILL included, so resume can tell a live attempt from a killed one."""
+    path = _lock_path(out_dir, config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RunInProgressError(f"{config.name} is being run by another process into "
+                                 f"{out_dir} (lock {path})") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def run_is_live(out_dir: Path, config: RunConfig) -> bool:
+    """Whether a process is running ``config`` into ``out_dir`` now (holds its lock)."""
+    try:
+        with run_lock(out_dir, config):
+            return False
+    except RunInProgressError:
+        return True
+
+
 def execute_run(
     config: RunConfig,
     tracker: Tracker,
@@ -48,8 +86,24 @@ def execute_run(
 ) -> RunResult:
     """Run ``config`` in this process; a crash is recorded as a FAILED run, not raised.
 
-    KeyboardInterrupt marks the run KILLED and propagates.
+    KeyboardInterrupt marks the run KILLED and propagates. A run that another process is
+    running into the same out dir is not touched: it comes back FAILED with no MLflow run.
     """
+    try:
+        with run_lock(tracker.out_dir, config):
+            return _execute_locked(config, tracker, experiment_id, parent_id, on_update)
+    except RunInProgressError as err:
+        return RunResult(config=config, run_id="", status="FAILED", final_return=None,
+                         fps=None, frames=0, seconds=0.0, error=str(err))
+
+
+def _execute_locked(
+    config: RunConfig,
+    tracker: Tracker,
+    experiment_id: str,
+    parent_id: str,
+    on_update: Callable[[dict[str, float]], None] | None,
+) -> RunResult:
     start = time.perf_counter()
     seeds = derive_seeds(config.base_seed, config.seed_index)
     run_dir = run_dir_for(tracker.out_dir, config)

@@ -99,6 +99,6 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
     console.print(to_rich(table))
     for result in results:
         if result.status != "FINISHED":
-            console.print(f"[red]failed[/] {result.config.name}: {result.error} "
-                          f"(traceback in MLflow run {result.run_id})")
+            where = f" (traceback in MLflow run {result.run_id})" if result.run_id else ""
+            console.print(f"[red]failed[/] {result.config.name}: {result.error}{where}")
     return SweepResult(parent_id, results, summary_dir, tracker.uri)

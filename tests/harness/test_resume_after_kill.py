@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
@@ -40,9 +42,11 @@ def _first_run_finished(out: Path) -> bool:
     return len(list((out / "runs" / "three").glob("*"))) >= 2
 
 
-def _sweep_past_its_first_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
+@contextmanager
+def _sweep_past_its_first_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, Path]]:
     """``rlbench run`` of the three-seed suite in its own process group, once its first run
-    has finished; returns the process, the suite file and the out dir."""
+    has finished: yields the process, the suite file and the out dir; kills the process
+    on the way out if the test left it running."""
     suite, out = tmp_path / "three.yaml", tmp_path / "out"
     suite.write_text(SUITE)
     command = [str(Path(sys.executable).parent / "rlbench"), "run", f"suite={suite}",
@@ -52,18 +56,23 @@ def _sweep_past_its_first_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, P
     sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 300
-    while not _first_run_finished(out):
-        assert sweep.poll() is None, "the sweep ended before it could be stopped"
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    return sweep, suite, out
+    try:
+        deadline = time.monotonic() + 300
+        while not _first_run_finished(out):
+            assert sweep.poll() is None, "the sweep ended before it could be stopped"
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        yield sweep, suite, out
+    finally:
+        if sweep.returncode is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            sweep.communicate()
 
 
 def test_sigkill_then_rerun_finishes_every_run_once(tmp_path: Path) -> None:
-    sweep, suite, out = _sweep_past_its_first_run(tmp_path)
-    os.killpg(sweep.pid, signal.SIGKILL)
-    sweep.communicate()
+    with _sweep_past_its_first_run(tmp_path) as (sweep, suite, out):
+        os.killpg(sweep.pid, signal.SIGKILL)
+        sweep.communicate()
 
     killed = _active_runs(out)
     finished_before = {r.info.run_id for r in killed if r.info.status == "FINISHED"}
@@ -79,9 +88,9 @@ def test_sigkill_then_rerun_finishes_every_run_once(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_exits_130_with_a_summary_of_the_runs_that_ended(tmp_path: Path) -> None:
-    sweep, _, out = _sweep_past_its_first_run(tmp_path)
-    os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's process group
-    _, stderr = sweep.communicate(timeout=120)
+    with _sweep_past_its_first_run(tmp_path) as (sweep, _, out):
+        os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's group
+        _, stderr = sweep.communicate(timeout=120)
 
     assert sweep.returncode == 130
     assert "interrupted" in stderr and "Traceback" not in stderr

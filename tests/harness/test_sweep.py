@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +13,9 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
 from rlbench.harness.config import resolve_sweep
-from rlbench.harness.runner import RunResult
+from rlbench.harness.runner import RunResult, execute_run
 from rlbench.harness.table import summarize, summary_table
-from rlbench.harness.tracking import tracking_uri
+from rlbench.harness.tracking import Tracker, tracking_uri
 
 TINY = """
 algos: [ppo]
@@ -196,6 +198,43 @@ def test_a_rerun_attaches_only_its_own_files(tiny_suite: Path, tmp_path: Path) -
     artifacts = {a.path for a in client.list_artifacts(rerun.info.run_id)}
     assert artifacts == {"config.yaml", "curve.csv", "policy.pt"}
     assert not (run_dir / "traceback.txt").exists()
+
+
+LOCK_HOLDER = """
+import sys
+from rlbench.harness.config import resolve_sweep
+from rlbench.harness.runner import run_lock
+sweep = resolve_sweep(sys.argv[1:])
+with run_lock(sweep.out_dir, sweep.runs[0]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_run_another_process_holds_is_left_alone(tiny_suite: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    args = [f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1", "seeds=1"]
+    (config,) = resolve_sweep(args).runs
+    tracker = Tracker(out)
+    experiment_id = tracker.experiment("tiny")
+    parent_id = tracker.start_sweep(experiment_id, "tiny", {})
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, *args], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = execute_run(config, tracker, experiment_id, parent_id)
+        assert main(["run", f"suite={tiny_suite}", f"out_dir={out}"]) == 2
+        assert ("another process is running ppo/CartPole-v1/seed0 into"
+                in capsys.readouterr().err)
+    finally:
+        holder.kill()  # SIGKILL: the OS releases the lock
+        holder.communicate()
+    assert (result.status, result.run_id) == ("FAILED", "")
+    assert "is being run by another process" in result.error
+    assert not (out / "runs").exists()
+    assert tracker.runs(experiment_id, "tags.kind = 'run'") == []
+    assert main(["run", *args]) == 0  # released with its process: the run goes ahead
 
 
 def test_rerun_skips_finished_runs_and_reruns_failed_ones(tiny_suite: Path,
