@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import importlib.resources
 import re
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
 from rlbench.errors import ConfigError, UnknownNameError
@@ -52,40 +52,45 @@ class _SuiteLoader(yaml.SafeLoader):
 
     - ``1e5`` and ``3e-4`` are numbers. PyYAML follows YAML 1.1, whose floats need a dot
       (``1.0e5``); a suite saying ``learning_rate: 3e-4`` means a number.
-    - YAML 1.1's other number forms are refused: ``010`` (octal 8), ``0x10``, ``0b10`` and
-      ``1:30`` (base 60, 90) read as a number nobody meant.
+    - Numbers in YAML 1.1's other forms are refused: ``010`` (octal 8), ``0x10``, ``0b10``
+      and ``1:30`` (base 60, 90) read as a number nobody meant, ``09`` as text.
     - A key given twice in one mapping is refused; YAML would keep the last silently.
+      Keys are compared as written (with their resolved tag) when the mapping is read,
+      before merge keys (``<<: *base``) add theirs, which may be overridden.
     """
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, int] = {}
+    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
+        node = super().compose_mapping_node(anchor)
+        seen: dict[tuple[str, str], int] = {}
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base`` may be overridden
-                continue
-            key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, Hashable):  # PyYAML's own error follows
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE:
                 continue
             line = key_node.start_mark.line + 1
+            key = (key_node.tag, key_node.value)
             if key in seen:
-                raise ConstructorError(None, None, f"{key!r} is given twice (lines {seen[key]} "
-                                       f"and {line}): give it once", key_node.start_mark)
+                raise ComposerError(None, None, f"{key_node.value!r} is given twice (lines "
+                                    f"{seen[key]} and {line}): give it once",
+                                    key_node.start_mark)
             seen[key] = line
-        return super().construct_mapping(node, deep=deep)
+        return node
 
     def construct_decimal_int(self, node: yaml.ScalarNode) -> int:
         if not _DECIMAL_INT.match(node.value):
-            raise ConstructorError(None, None, f"{node.value!r} is a YAML 1.1 octal, hex, "
-                                   "binary or base-60 number: write it in decimal",
-                                   node.start_mark)
+            raise ConstructorError(None, None, _not_decimal(node.value), node.start_mark)
         return self.construct_yaml_int(node)
 
     def construct_decimal_float(self, node: yaml.ScalarNode) -> float:
         if ":" in node.value:
-            raise ConstructorError(None, None, f"{node.value!r} is a YAML 1.1 base-60 number: "
-                                   "write it in decimal", node.start_mark)
+            raise ConstructorError(None, None, _not_decimal(node.value), node.start_mark)
         return self.construct_yaml_float(node)
 
 
+def _not_decimal(text: str) -> str:
+    return (f"{text!r} is a number in a YAML 1.1 form (a leading 0, 0x or 0b, or base 60 "
+            "with ':'): write it in decimal, or quote it if it is text")
+
+
+_MERGE = "tag:yaml.org,2002:merge"
 _DECIMAL_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$")
 _SuiteLoader.add_constructor("tag:yaml.org,2002:int", _SuiteLoader.construct_decimal_int)
 _SuiteLoader.add_constructor("tag:yaml.org,2002:float", _SuiteLoader.construct_decimal_float)
@@ -94,6 +99,8 @@ _SuiteLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
+_SuiteLoader.add_implicit_resolver(  # ``09``: text in YAML 1.1, refused as above
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?0[0-9_]+$"), list("-+0"))
 
 
 def _suite_dir() -> Path:
