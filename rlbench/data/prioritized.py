@@ -123,9 +123,10 @@ class PrioritizedSampler(Sampler):
             state["max_priority"] = self._max_priority.clone()
         return state
 
+    optional_state = ("tree", "max_priority")
+
     def check_state(self, state: dict) -> None:
-        if "alpha" not in state:
-            raise ValueError("the checkpoint was not saved by a PrioritizedSampler")
+        super().check_state(state)
         if (state["alpha"], state["eps"]) != (self.alpha, self.eps):
             raise ValueError(f"the checkpoint has alpha={state['alpha']}, eps={state['eps']}; "
                              f"this sampler has alpha={self.alpha}, eps={self.eps}")

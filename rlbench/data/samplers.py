@@ -44,9 +44,16 @@ class Sampler(ABC):
     def state_dict(self) -> dict:
         return {"rng": self.rng.state_dict()}
 
-    def check_state(self, state: dict) -> None:  # noqa: B027 - most samplers accept any state
+    # state_dict entries that exist only once the sampler holds something (priorities)
+    optional_state: tuple[str, ...] = ()
+
+    def check_state(self, state: dict) -> None:
         """Raise if ``state`` was saved by a sampler this one cannot continue; called before
         the buffer replaces anything, so a refused checkpoint leaves the buffer as it was."""
+        required = set(self.state_dict()) - set(self.optional_state)
+        if not required <= set(state) <= required | set(self.optional_state):
+            raise ValueError(f"the checkpoint's sampler state has {sorted(state)}; "
+                             f"a {type(self).__name__} saves {sorted(required)}")
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.load_state_dict(state["rng"])

@@ -202,7 +202,7 @@ def test_a_refused_checkpoint_leaves_the_buffer_as_it_was(batch_factory) -> None
     uniform = ReplayBuffer(TensorStorage(16, device="cpu"), RandomSampler(seed=0))
     uniform.extend(batch_factory((5,)))
     for state, message in [(other_alpha.state_dict(), "the checkpoint has alpha="),
-                           (uniform.state_dict(), "not saved by a PrioritizedSampler")]:
+                           (uniform.state_dict(), "a PrioritizedSampler saves")]:
         with pytest.raises(ValueError, match=message):
             buffer.load_state_dict(state)
         assert len(buffer) == 10

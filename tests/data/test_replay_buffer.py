@@ -233,3 +233,21 @@ def test_checkpoint_for_another_size_is_refused(batch_factory) -> None:
     buffer.extend(batch_factory((4,)))
     with pytest.raises(ValueError, match="max_size=10; this one has max_size=20"):
         ReplayBuffer(TensorStorage(20)).load_state_dict(buffer.state_dict())
+
+
+@pytest.mark.parametrize(("saved", "loaded"), [
+    ("random", "without_replacement"), ("without_replacement", "prioritized"),
+    ("prioritized", "random"), ("prioritized", "slice"),
+])
+def test_another_samplers_checkpoint_is_refused_and_changes_nothing(
+        batch_factory, saved: str, loaded: str) -> None:
+    source = ReplayBuffer(TensorStorage(16), SAMPLERS[saved](0), batch_size=4)
+    source.extend(batch_factory((3,)))
+    buffer = ReplayBuffer(TensorStorage(16), SAMPLERS[loaded](1), batch_size=4)
+    buffer.extend(batch_factory((10,), start=100))
+    before = buffer.storage.get(torch.arange(10), {})
+    name = type(buffer.sampler).__name__
+    with pytest.raises(ValueError, match=f"sampler state has .*; a {name} saves"):
+        buffer.load_state_dict(source.state_dict())
+    assert (len(buffer), buffer.storage.cursor) == (10, 10)
+    assert_same_leaves(buffer.storage.get(torch.arange(10), {}), before)
