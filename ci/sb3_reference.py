@@ -32,8 +32,9 @@ import torch
 from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.algorithms import resolve_algo_config
 from rlbench.harness.config import RunConfig
+from rlbench.harness.locks import RunInProgressError, run_lock
 from rlbench.harness.resume import plan_resume
-from rlbench.harness.runner import run_dir_for, run_lock
+from rlbench.harness.runner import run_dir_for
 from rlbench.harness.seeding import derive_seeds, seed_everything
 from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags
 
@@ -171,8 +172,6 @@ def main(argv: list[str]) -> int:
     params = resolve_algo_config(settings["algo"], family, {}, {}, {}, env=settings["env"])
     tracker = Tracker(Path(settings["out_dir"]))
     experiment_id = tracker.experiment(settings["suite"])
-    parent_id = tracker.start_sweep(experiment_id, settings["suite"],
-                                    {**environment_tags("cpu"), "library": "sb3"})
     torch.set_num_threads(1)
     configs = [
         RunConfig(
@@ -184,11 +183,17 @@ def main(argv: list[str]) -> int:
         for index in range(settings["seeds"])
     ]
     plan = plan_resume(tracker, experiment_id, configs)  # deletes killed attempts
+    parent_id = tracker.start_sweep(experiment_id, settings["suite"],
+                                    {**environment_tags("cpu"), "library": "sb3"})
     for result in plan.finished:
         print(f"{result.config.name}: finished earlier, skipped", flush=True)
     for config in plan.to_run:
-        with run_lock(tracker.out_dir, config):  # resume tells this live run from a killed one
-            final = run_one(tracker, experiment_id, parent_id, config)
+        try:
+            with run_lock(tracker.out_dir, config):  # resume tells a live run from a killed one
+                final = run_one(tracker, experiment_id, parent_id, config)
+        except RunInProgressError as err:
+            print(f"{config.name}: skipped, {err}", flush=True)
+            continue
         print(f"{config.name}: final return {final:.1f}", flush=True)
     tracker.finish(parent_id, "FINISHED")
     return 0

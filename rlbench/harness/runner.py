@@ -6,22 +6,21 @@ import dataclasses
 import shutil
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from filelock import FileLock, Timeout
+from mlflow.entities import Run
 
 from rlbench.harness.algorithms import load_algorithm
 from rlbench.harness.config import RunConfig
+from rlbench.harness.locks import RunInProgressError, run_lock
 from rlbench.harness.seeding import derive_seeds, seed_everything
-from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags
+from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags, with_retry
 from rlbench.recipe import RunSpec
 
-__all__ = ["RunInProgressError", "RunResult", "execute_run", "run_dir_for", "run_is_live",
-           "run_lock"]
+__all__ = ["LOCK_WAIT_S", "RunResult", "execute_run", "run_dir_for", "stored_result"]
 
 
 @dataclass
@@ -42,39 +41,26 @@ def run_dir_for(out_dir: Path, config: RunConfig) -> Path:
     return out_dir / "runs" / config.suite / name
 
 
-class RunInProgressError(RuntimeError):
-    """Another live process is running the same run (same identity) into the same out dir."""
+# How long a run waits for its lock: long enough for another sweep to finish planning,
+# short of waiting out a run another process is running.
+LOCK_WAIT_S = 30.0
 
 
-def _lock_path(out_dir: Path, config: RunConfig) -> Path:
-    return out_dir / "locks" / f"{config.identity}.lock"
-
-
-@contextmanager
-def run_lock(out_dir: Path, config: RunConfig) -> Iterator[None]:
-    """Held while this process runs ``config``. The OS drops the lock when its process
-    dies, SIGKILL included, so resume can tell a live attempt from a killed one."""
-    path = _lock_path(out_dir, config)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(path)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise RunInProgressError(f"{config.name} is being run by another process into "
-                                 f"{out_dir} (lock {path})") from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def run_is_live(out_dir: Path, config: RunConfig) -> bool:
-    """Whether a process is running ``config`` into ``out_dir`` now (holds its lock)."""
-    try:
-        with run_lock(out_dir, config):
-            return False
-    except RunInProgressError:
-        return True
+def stored_result(tracker: Tracker, config: RunConfig, run: Run) -> RunResult:
+    """The result of ``config``'s finished MLflow ``run``, read back from the store."""
+    history = with_retry(tracker.client.get_metric_history, run.info.run_id,
+                         "eval/return_mean")
+    last = max(history, key=lambda m: m.step) if history else None
+    seconds = ((run.info.end_time or run.info.start_time) - run.info.start_time) / 1000
+    return RunResult(
+        config=config,
+        run_id=run.info.run_id,
+        status="FINISHED",
+        final_return=last.value if last else None,
+        fps=run.data.metrics.get("train/fps"),
+        frames=int(last.step) if last else 0,
+        seconds=seconds,
+    )
 
 
 def execute_run(
@@ -84,13 +70,20 @@ def execute_run(
     parent_id: str,
     on_update: Callable[[dict[str, float]], None] | None = None,
 ) -> RunResult:
-    """Run ``config`` in this process; a crash is recorded as a FAILED run, not raised.
+    """Run ``config`` in this process; a crash of the recipe is recorded as a FAILED run,
+    not raised. KeyboardInterrupt marks the run KILLED and propagates.
 
-    KeyboardInterrupt marks the run KILLED and propagates. A run that another process is
-    running into the same out dir is not touched: it comes back FAILED with no MLflow run.
+    The run holds its lock (``locks.run_lock``) throughout. If another sweep into the same
+    out dir finished the same config meanwhile, its result is returned and nothing runs;
+    if another process still holds the lock after ``LOCK_WAIT_S``, the run is left to it
+    and comes back FAILED, with no MLflow run.
     """
     try:
-        with run_lock(tracker.out_dir, config):
+        with run_lock(tracker.out_dir, config, timeout=LOCK_WAIT_S):
+            finished = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}' "
+                                                   "and attributes.status = 'FINISHED'")
+            if finished:
+                return stored_result(tracker, config, finished[0])
             return _execute_locked(config, tracker, experiment_id, parent_id, on_update)
     except RunInProgressError as err:
         return RunResult(config=config, run_id="", status="FAILED", final_return=None,

@@ -12,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
+from rlbench.harness import runner
 from rlbench.harness.config import resolve_sweep
 from rlbench.harness.runner import RunResult, execute_run
 from rlbench.harness.table import summarize, summary_table
@@ -203,7 +204,7 @@ def test_a_rerun_attaches_only_its_own_files(tiny_suite: Path, tmp_path: Path) -
 LOCK_HOLDER = """
 import sys
 from rlbench.harness.config import resolve_sweep
-from rlbench.harness.runner import run_lock
+from rlbench.harness.locks import run_lock
 sweep = resolve_sweep(sys.argv[1:])
 with run_lock(sweep.out_dir, sweep.runs[0]):
     print("held", flush=True)
@@ -212,7 +213,9 @@ with run_lock(sweep.out_dir, sweep.runs[0]):
 
 
 def test_a_run_another_process_holds_is_left_alone(tiny_suite: Path, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+                                                   capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "LOCK_WAIT_S", 0.5)
     out = tmp_path / "out"
     args = [f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1", "seeds=1"]
     (config,) = resolve_sweep(args).runs
@@ -235,6 +238,11 @@ def test_a_run_another_process_holds_is_left_alone(tiny_suite: Path, tmp_path: P
     assert not (out / "runs").exists()
     assert tracker.runs(experiment_id, "tags.kind = 'run'") == []
     assert main(["run", *args]) == 0  # released with its process: the run goes ahead
+    (finished,) = tracker.runs(experiment_id, "tags.kind = 'run'")
+    # a sweep that planned the run before it finished elsewhere takes that result
+    again = execute_run(config, tracker, experiment_id, parent_id)
+    assert (again.status, again.run_id) == ("FINISHED", finished.info.run_id)
+    assert len(tracker.runs(experiment_id, "tags.kind = 'run'")) == 1
 
 
 def test_rerun_skips_finished_runs_and_reruns_failed_ones(tiny_suite: Path,
