@@ -32,9 +32,9 @@ import torch
 from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.algorithms import resolve_algo_config
 from rlbench.harness.config import RunConfig
-from rlbench.harness.locks import RunInProgressError, run_lock
+from rlbench.harness.locks import RunInProgressError
 from rlbench.harness.resume import plan_resume
-from rlbench.harness.runner import run_dir_for
+from rlbench.harness.runner import LOCK_WAIT_S, claimed, run_dir_for
 from rlbench.harness.seeding import derive_seeds, seed_everything
 from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags
 
@@ -187,17 +187,21 @@ def main(argv: list[str]) -> int:
                                     {**environment_tags("cpu"), "library": "sb3"})
     for result in plan.finished:
         print(f"{result.config.name}: finished earlier, skipped", flush=True)
+    left = []
     for config in plan.to_run:
         try:
-            with run_lock(tracker.out_dir, config):  # resume tells a live run from a killed one
+            with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
+                if finished is not None:
+                    print(f"{config.name}: finished by another process meanwhile", flush=True)
+                    continue
                 final = run_one(tracker, experiment_id, parent_id, config)
         except RunInProgressError as err:
-            print(f"{config.name}: skipped, {err}", flush=True)
+            print(f"{config.name}: not run, {err}", flush=True)
+            left.append(config.name)
             continue
         print(f"{config.name}: final return {final:.1f}", flush=True)
-    tracker.finish(parent_id, "FINISHED")
-    return 0
-
+    tracker.finish(parent_id, "FAILED" if left else "FINISHED")
+    return 1 if left else 0
 
 if __name__ == "__main__":
     try:

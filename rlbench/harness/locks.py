@@ -1,59 +1,92 @@
 """Run locks: a process holds a run's lock file while it runs it.
 
-The lock is an OS file lock (``flock``) on ``<out_dir>/locks/<identity>.lock``: the OS drops
-it when its process dies, SIGKILL included. So resume can tell another sweep's live attempt
-from a killed one, and two sweeps sharing an out dir never run one config at once. The lock
-files stay (empty) after their runs. They are local files: sweeps on two machines sharing
-one tracking server, or Ray tasks on other nodes, do not see each other's.
+Locks are OS file locks (``flock``) under ``<out_dir>/locks/``; the OS drops them when their
+process dies, SIGKILL included. Two kinds:
+
+- ``<identity>.lock``, one per run, held for the whole run: resume tells another sweep's
+  live attempt from a killed one, and two sweeps sharing an out dir never run one config
+  at once.
+- ``planning.lock``, held while a sweep reads and cleans the store before it starts, and
+  for the moment a run takes its own lock: no run starts or ends while a sweep is planned,
+  and planners wait for each other instead of refusing each other.
+
+At most two lock files are open at a time. The files stay (empty) after their runs. They
+are local: sweeps on two machines sharing one tracking server, or Ray tasks on other nodes,
+do not see each other's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from rlbench.errors import ConfigError
 from rlbench.harness.config import RunConfig
 
-__all__ = ["RunInProgressError", "hold_all", "run_lock"]
+__all__ = ["PLAN_WAIT_S", "RunInProgressError", "is_running", "planning", "run_lock"]
+
+# How long to wait for another sweep's planning before giving up.
+PLAN_WAIT_S = 600.0
 
 
 class RunInProgressError(RuntimeError):
-    """Another live process holds the run's lock (runs it, or plans a sweep with it)."""
+    """Another live process holds the lock (runs the run, or plans a sweep for too long)."""
+
+
+def _lock(out_dir: Path, name: str) -> FileLock:
+    path = out_dir / "locks" / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(path)
 
 
 @contextmanager
-def run_lock(out_dir: Path, config: RunConfig, timeout: float = 0.0) -> Iterator[None]:
-    """Hold ``config``'s lock, waiting up to ``timeout`` seconds for another holder."""
-    path = out_dir / "locks" / f"{config.identity}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(path)
+def planning(out_dir: Path, timeout: float = PLAN_WAIT_S) -> Iterator[None]:
+    """Hold ``out_dir``'s planning lock, waiting up to ``timeout`` s for another planner."""
+    lock = _lock(out_dir, "planning")
     try:
         lock.acquire(timeout=timeout)
     except Timeout:
-        raise RunInProgressError(f"{config.name} is being run by another process into "
-                                 f"{out_dir} (lock {path})") from None
+        raise RunInProgressError(f"another sweep has been planning in {out_dir} for "
+                                 f"{timeout:.0f} s (lock {lock.lock_file})") from None
     try:
         yield
     finally:
         lock.release()
 
 
+def is_running(out_dir: Path, config: RunConfig) -> bool:
+    """Whether a live process holds ``config``'s run lock. Ask under ``planning``: no run
+    can start or end between the answer and the end of the planning."""
+    lock = _lock(out_dir, config.identity)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
 @contextmanager
-def hold_all(out_dir: Path, configs: Iterable[RunConfig]) -> Iterator[None]:
-    """Hold every run's lock, so that none starts or ends while a sweep is planned; refuse
-    (ConfigError, nothing started) if a live process holds any of them."""
-    with ExitStack() as stack:
-        live = []
-        for config in configs:
+def run_lock(out_dir: Path, config: RunConfig, timeout: float) -> Iterator[None]:
+    """Hold ``config``'s run lock for the body, waiting up to ``timeout`` s for another
+    holder. It is taken under the planning lock, so never while a sweep is planned."""
+    lock = _lock(out_dir, config.identity)
+    deadline = time.monotonic() + timeout
+    while True:
+        with planning(out_dir):
             try:
-                stack.enter_context(run_lock(out_dir, config))
-            except RunInProgressError:
-                live.append(config.name)
-        if live:
-            raise ConfigError(f"another process is running {', '.join(live)} into {out_dir} "
-                              "now: let it finish, or give another out_dir")
+                lock.acquire(timeout=0)
+                break
+            except Timeout:
+                pass
+        if time.monotonic() >= deadline:
+            raise RunInProgressError(f"{config.name} is being run by another process into "
+                                     f"{out_dir} (lock {lock.lock_file})")
+        time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
+    try:
         yield
+    finally:
+        lock.release()

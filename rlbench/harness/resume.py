@@ -5,9 +5,9 @@ A run's identity is the hash of its resolved config and the rlbench version
 sweep starts, finished runs are taken from the store as they are; failed, killed or
 interrupted attempts (a run still marked RUNNING after its process was killed) are deleted
 from the active view and run again, so each identity ends with exactly one run. A run
-that a live process is running into the same out dir (it holds the run's lock,
-``locks.run_lock``) is another sweep's work in progress: the sweep is refused before
-anything starts, and that attempt is left alone.
+that a live process is running into the same out dir (it holds the run's lock, see
+``locks``) is another sweep's work in progress: the sweep is refused before anything
+starts, and that attempt is left alone.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from mlflow.entities import Run
 
+from rlbench.errors import ConfigError
 from rlbench.harness.config import RunConfig
-from rlbench.harness.locks import hold_all
+from rlbench.harness.locks import RunInProgressError, is_running, planning
 from rlbench.harness.runner import RunResult, stored_result
 from rlbench.harness.tracking import Tracker
 
@@ -34,25 +35,37 @@ class ResumePlan:
 def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> ResumePlan:
     """Split ``runs`` into those to run and those finished earlier; delete stale attempts.
 
-    Every run's lock is held while the store is read and stale attempts are deleted, so no
-    run of another sweep starts or ends in between; a run a live process holds refuses
-    the sweep (ConfigError) and its attempt is left alone.
+    Done under the out dir's planning lock, so no run starts or ends meanwhile. A run a
+    live process holds refuses the sweep (ConfigError) and its attempt is left alone.
     """
+    try:
+        with planning(tracker.out_dir):
+            live = [config.name for config in runs if is_running(tracker.out_dir, config)]
+            if live:
+                shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5
+                                               else "")
+                raise ConfigError(f"another process is running {shown} into "
+                                  f"{tracker.out_dir} now: let it finish, or give another "
+                                  "out_dir")
+            return _plan(tracker, experiment_id, runs)
+    except RunInProgressError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> ResumePlan:
+    by_identity: dict[str, list[Run]] = {}
+    for run in tracker.runs(experiment_id, "tags.kind = 'run'"):
+        by_identity.setdefault(run.data.tags.get("config_hash", ""), []).append(run)
     plan = ResumePlan([], [], [])
-    finished: list[tuple[RunConfig, Run]] = []
-    with hold_all(tracker.out_dir, runs):
-        by_identity: dict[str, list[Run]] = {}
-        for run in tracker.runs(experiment_id, "tags.kind = 'run'"):
-            by_identity.setdefault(run.data.tags.get("config_hash", ""), []).append(run)
-        for config in runs:
-            attempts = by_identity.get(config.identity, [])
-            done = [r for r in attempts if r.info.status == "FINISHED"]
-            if done:
-                finished.append((config, done[0]))
-                continue
-            for stale in attempts:
+    for config in runs:
+        attempts = by_identity.get(config.identity, [])
+        done = [r for r in attempts if r.info.status == "FINISHED"]
+        for stale in attempts:
+            if stale.info.status != "FINISHED":
                 tracker.delete(stale.info.run_id)
                 plan.superseded.append(stale.info.run_id)
+        if done:
+            plan.finished.append(stored_result(tracker, config, done[0]))
+        else:
             plan.to_run.append(config)
-    plan.finished = [stored_result(tracker, config, run) for config, run in finished]
     return plan

@@ -6,7 +6,8 @@ import dataclasses
 import shutil
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from rlbench.harness.seeding import derive_seeds, seed_everything
 from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags, with_retry
 from rlbench.recipe import RunSpec
 
-__all__ = ["LOCK_WAIT_S", "RunResult", "execute_run", "run_dir_for", "stored_result"]
+__all__ = ["LOCK_WAIT_S", "RunResult", "claimed", "execute_run", "run_dir_for",
+           "stored_result"]
 
 
 @dataclass
@@ -63,6 +65,23 @@ def stored_result(tracker: Tracker, config: RunConfig, run: Run) -> RunResult:
     )
 
 
+@contextmanager
+def claimed(tracker: Tracker, experiment_id: str, config: RunConfig,
+            timeout: float) -> Iterator[Run | None]:
+    """Hold ``config``'s run lock for the body (``locks.run_lock``). Yields its FINISHED
+    MLflow run if another sweep made one (nothing to run), else None, once the attempts
+    other sweeps left unfinished are deleted: with the lock held, none of them is live."""
+    with run_lock(tracker.out_dir, config, timeout):
+        attempts = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
+        finished = [run for run in attempts if run.info.status == "FINISHED"]
+        if finished:
+            yield finished[0]
+            return
+        for stale in attempts:
+            tracker.delete(stale.info.run_id)
+        yield None
+
+
 def execute_run(
     config: RunConfig,
     tracker: Tracker,
@@ -79,11 +98,9 @@ def execute_run(
     and comes back FAILED, with no MLflow run.
     """
     try:
-        with run_lock(tracker.out_dir, config, timeout=LOCK_WAIT_S):
-            finished = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}' "
-                                                   "and attributes.status = 'FINISHED'")
-            if finished:
-                return stored_result(tracker, config, finished[0])
+        with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
+            if finished is not None:
+                return stored_result(tracker, config, finished)
             return _execute_locked(config, tracker, experiment_id, parent_id, on_update)
     except RunInProgressError as err:
         return RunResult(config=config, run_id="", status="FAILED", final_return=None,

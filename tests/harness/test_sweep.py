@@ -206,7 +206,7 @@ import sys
 from rlbench.harness.config import resolve_sweep
 from rlbench.harness.locks import run_lock
 sweep = resolve_sweep(sys.argv[1:])
-with run_lock(sweep.out_dir, sweep.runs[0]):
+with run_lock(sweep.out_dir, sweep.runs[0], timeout=0):
     print("held", flush=True)
     sys.stdin.read()
 """
@@ -243,6 +243,39 @@ def test_a_run_another_process_holds_is_left_alone(tiny_suite: Path, tmp_path: P
     again = execute_run(config, tracker, experiment_id, parent_id)
     assert (again.status, again.run_id) == ("FINISHED", finished.info.run_id)
     assert len(tracker.runs(experiment_id, "tags.kind = 'run'")) == 1
+
+
+PLANNER = """
+import sys, time
+from pathlib import Path
+from rlbench.harness.locks import planning
+with planning(Path(sys.argv[1])):
+    print("planning", flush=True)
+    time.sleep(2.0)
+"""
+
+
+def test_a_run_waits_for_a_planner_and_replaces_another_sweeps_dead_attempt(
+        tiny_suite: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "LOCK_WAIT_S", 0.5)  # the planner's 2 s must not count
+    out = tmp_path / "out"
+    (config,) = resolve_sweep([f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1",
+                               "seeds=1"]).runs
+    tracker = Tracker(out)
+    experiment_id = tracker.experiment("tiny")
+    parent_id = tracker.start_sweep(experiment_id, "tiny", {})
+    dead = tracker.start_run(experiment_id, parent_id, config, {})  # another sweep's,
+    tracker.finish(dead, "KILLED")                                   # killed
+    planner = subprocess.Popen([sys.executable, "-c", PLANNER, str(out)], text=True,
+                               stdout=subprocess.PIPE)
+    try:
+        assert planner.stdout.readline() == "planning\n"
+        result = execute_run(config, tracker, experiment_id, parent_id)
+    finally:
+        planner.communicate()
+    assert result.status == "FINISHED"
+    (run,) = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
+    assert run.info.run_id == result.run_id != dead
 
 
 def test_rerun_skips_finished_runs_and_reruns_failed_ones(tiny_suite: Path,
