@@ -21,7 +21,7 @@ from torch import nn
 
 from rlbench.collectors import Collector, evaluate
 from rlbench.data import TRANSITION_KEYS, ReplayBuffer, TensorStorage
-from rlbench.envs import Categorical, EnvBase, make
+from rlbench.envs import Categorical, EnvBase, make_train_and_eval
 from rlbench.modules import MLP, DuelingQNetwork, EGreedy, QValueActor
 from rlbench.objectives import DQNLoss, backward_and_step, make_target
 from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
@@ -114,12 +114,10 @@ def make_q_network(env: EnvBase, cfg: Config) -> nn.Module:
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
-    with (
-        closing(make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env,
-                     device=spec.device)) as env,
-        closing(make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
-                     device=spec.device)) as eval_env,
-    ):
+    env, eval_env = make_train_and_eval(spec.env, num_envs=cfg.num_envs,
+                                        eval_envs=spec.eval_episodes, seed=spec.seeds.env,
+                                        eval_seed=spec.seeds.eval_env, device=spec.device)
+    with closing(env), closing(eval_env):
         q_network = make_q_network(env, cfg).to(spec.device)
         target_network = make_target(q_network)
         loss_fn = DQNLoss(q_network, target_network, gamma=cfg.gamma, double=cfg.double,

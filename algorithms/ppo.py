@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rlbench.collectors import Collector, evaluate
-from rlbench.envs import Bounded, Categorical, EnvBase, TransformedEnv, make
+from rlbench.envs import Bounded, Categorical, EnvBase, TransformedEnv, make_train_and_eval
 from rlbench.envs.transforms import VecNorm
 from rlbench.modules import (
     MLP,
@@ -150,13 +150,9 @@ ENV_DEFAULTS: dict[str, dict] = {
 def make_envs(spec: RunSpec, cfg: Config) -> tuple[EnvBase, EnvBase]:
     """Training and evaluation envs; with normalisation, the evaluation env reads the
     training statistics frozen and sees unscaled rewards (true returns)."""
-    env = make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env, device=spec.device)
-    try:
-        eval_env = make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
-                        device=spec.device)
-    except BaseException:
-        env.close()
-        raise
+    env, eval_env = make_train_and_eval(spec.env, num_envs=cfg.num_envs,
+                                        eval_envs=spec.eval_episodes, seed=spec.seeds.env,
+                                        eval_seed=spec.seeds.eval_env, device=spec.device)
     if cfg.normalize_observation or cfg.normalize_reward:
         keys = ("observation",) if cfg.normalize_observation else ()
         norm = VecNorm(keys, reward=cfg.normalize_reward, gamma=cfg.gamma)

@@ -27,7 +27,7 @@ import torch
 
 from rlbench.collectors import Collector, evaluate
 from rlbench.data import TRANSITION_KEYS, ReplayBuffer, TensorStorage
-from rlbench.envs import Bounded, Categorical, EnvBase, make
+from rlbench.envs import Bounded, Categorical, EnvBase, make_train_and_eval
 from rlbench.modules import (
     MLP,
     EnsembleMLP,
@@ -119,12 +119,10 @@ def target_entropy(action_spec: Bounded, cfg: Config) -> float:
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
-    with (
-        closing(make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env,
-                     device=spec.device)) as env,
-        closing(make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
-                     device=spec.device)) as eval_env,
-    ):
+    env, eval_env = make_train_and_eval(spec.env, num_envs=cfg.num_envs,
+                                        eval_envs=spec.eval_episodes, seed=spec.seeds.env,
+                                        eval_seed=spec.seeds.eval_env, device=spec.device)
+    with closing(env), closing(eval_env):
         actor, critic = make_actor_critic(env, cfg)
         actor.to(spec.device)
         critic.to(spec.device)

@@ -20,7 +20,7 @@ from torch import nn
 
 from rlbench.collectors import Collector, evaluate
 from rlbench.data import TRANSITION_KEYS, ReplayBuffer, TensorStorage
-from rlbench.envs import Bounded, EnvBase, TransformedEnv, make
+from rlbench.envs import Bounded, EnvBase, TransformedEnv, make_train_and_eval
 from rlbench.envs.transforms import InitTracker
 from rlbench.modules import (
     MLP,
@@ -99,15 +99,11 @@ def make_envs(spec: RunSpec, cfg: Config) -> tuple[EnvBase, EnvBase]:
     """Training and evaluation envs. With OU noise the training env writes ``is_init``
     (``InitTracker``), so each sub-env's noise process restarts with its episode, as in
     Stable-Baselines3."""
-    env = make(spec.env, num_envs=cfg.num_envs, seed=spec.seeds.env, device=spec.device)
+    env, eval_env = make_train_and_eval(spec.env, num_envs=cfg.num_envs,
+                                        eval_envs=spec.eval_episodes, seed=spec.seeds.env,
+                                        eval_seed=spec.seeds.eval_env, device=spec.device)
     if cfg.exploration_noise == "ou":
         env = TransformedEnv(env, InitTracker())
-    try:
-        eval_env = make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
-                        device=spec.device)
-    except BaseException:
-        env.close()
-        raise
     return env, eval_env
 
 

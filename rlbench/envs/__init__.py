@@ -4,7 +4,13 @@ from rlbench.envs.batched import ParallelEnv, SerialEnv
 from rlbench.envs.checks import check_env_specs
 from rlbench.envs.common import DONE_KEYS, EnvBase
 from rlbench.envs.gym import GymEnv
-from rlbench.envs.registry import env_family, list_envs, make, validate_env_id
+from rlbench.envs.registry import (
+    env_family,
+    list_envs,
+    make,
+    make_train_and_eval,
+    validate_env_id,
+)
 from rlbench.envs.specs import (
     Binary,
     Bounded,
@@ -36,5 +42,6 @@ __all__ = [
     "env_family",
     "list_envs",
     "make",
+    "make_train_and_eval",
     "validate_env_id",
 ]

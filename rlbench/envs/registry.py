@@ -19,7 +19,7 @@ from rlbench.envs.common import EnvBase
 from rlbench.envs.dmc import DMC_PREFIX, dmc_tasks
 from rlbench.errors import ConfigError, UnknownNameError
 
-__all__ = ["env_family", "list_envs", "make", "validate_env_id"]
+__all__ = ["env_family", "list_envs", "make", "make_train_and_eval", "validate_env_id"]
 
 _GYM_FAMILIES = {
     "gymnasium.envs.classic_control": "classic",
@@ -131,3 +131,22 @@ def make(
     from rlbench.envs.gym import GymEnv
 
     return GymEnv(env_id, num_envs=num_envs, seed=seed, device=device, **kwargs)
+
+
+def make_train_and_eval(
+    env_id: str,
+    *,
+    num_envs: int,
+    eval_envs: int,
+    seed: int,
+    eval_seed: int,
+    device: torch.device | str = "cpu",
+) -> tuple[EnvBase, EnvBase]:
+    """A run's training env and its evaluation env (``make`` each); the training env is
+    closed again if the evaluation env cannot be made."""
+    env = make(env_id, num_envs=num_envs, seed=seed, device=device)
+    try:
+        return env, make(env_id, num_envs=eval_envs, seed=eval_seed, device=device)
+    except BaseException:
+        env.close()
+        raise
