@@ -21,7 +21,7 @@ from rlbench.collectors import Collector, evaluate
 from rlbench.envs import TransformedEnv
 from rlbench.modules import GSDEActor
 from rlbench.objectives import A2CLoss, backward_and_step
-from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
+from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
 from rlbench.returns import GAE
 
 KIND = "online"
@@ -32,33 +32,31 @@ OPTIMIZERS = ("rmsprop", "adam")
 class Config:
     """A2C hyperparameters; names follow Stable-Baselines3 where they match."""
 
-    num_envs: int = 8
-    rollout_steps: int = 5
-    learning_rate: float = 7e-4
+    num_envs: int = hp(8, ge=1)
+    rollout_steps: int = hp(5, ge=1)
+    learning_rate: float = hp(7e-4, gt=0)
     anneal_lr: bool = False
     optimizer: str = "rmsprop"
-    rms_alpha: float = 0.99
-    optimizer_eps: float = 1e-5
-    gamma: float = 0.99
-    gae_lambda: float = 1.0
-    entropy_coef: float = 0.0
-    critic_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    rms_alpha: float = hp(0.99, ge=0, lt=1)
+    optimizer_eps: float = hp(1e-5, gt=0)
+    gamma: float = hp(0.99, ge=0, le=1)
+    gae_lambda: float = hp(1.0, ge=0, le=1)
+    entropy_coef: float = hp(0.0, ge=0)
+    critic_coef: float = hp(0.5, ge=0)
+    max_grad_norm: float = hp(0.5, gt=0)
     normalize_advantage: bool = False
     normalize_observation: bool = False
     normalize_reward: bool = False
     init_log_std: float = 0.0
     use_sde: bool = False
-    sde_sample_freq: int = 4
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    sde_sample_freq: int = hp(4, ge=1)
+    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
     activation: str = "tanh"
     orthogonal_init: bool = True
-    log_every: int = 1000
+    log_every: int = hp(1000, ge=1)
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "rollout_steps", "sde_sample_freq", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_ranges(self)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.activation not in ppo.ACTIVATIONS:

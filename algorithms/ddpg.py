@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlbench.algorithms import td3
+from rlbench.recipe import hp
 
 KIND = "online"
 
@@ -20,9 +21,9 @@ KIND = "online"
 class Config(td3.Config):
     """TD3's hyperparameters with one critic, no target smoothing and no actor delay."""
 
-    num_critics: int = 1
-    policy_delay: int = 1
-    policy_noise: float = 0.0
+    num_critics: int = hp(1, ge=1)
+    policy_delay: int = hp(1, ge=1)
+    policy_noise: float = hp(0.0, ge=0)
 
 
 FAMILY_DEFAULTS: dict[str, dict] = {

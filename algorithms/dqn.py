@@ -24,7 +24,7 @@ from rlbench.data import TRANSITION_KEYS, ReplayBuffer, TensorStorage
 from rlbench.envs import Categorical, EnvBase, make_train_and_eval
 from rlbench.modules import MLP, DuelingQNetwork, EGreedy, QValueActor
 from rlbench.objectives import DQNLoss, backward_and_step, make_target
-from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
+from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
 from rlbench.returns import MultiStep
 
 KIND = "online"
@@ -35,36 +35,28 @@ STORED_KEYS = (*TRANSITION_KEYS, ("next", "discount"))  # n-step: the discount t
 class Config:
     """DQN hyperparameters; names follow Stable-Baselines3 where they match."""
 
-    num_envs: int = 1
-    buffer_size: int = 1_000_000
-    batch_size: int = 32
-    learning_starts: int = 100
-    train_every: int = 4
-    gradient_steps: int = 1
-    learning_rate: float = 1e-4
-    gamma: float = 0.99
-    target_update_interval: int = 10_000
-    exploration_fraction: float = 0.1
-    eps_init: float = 1.0
-    eps_end: float = 0.05
-    max_grad_norm: float = 10.0
+    num_envs: int = hp(1, ge=1)
+    buffer_size: int = hp(1_000_000, ge=1)
+    batch_size: int = hp(32, ge=1)
+    learning_starts: int = hp(100, ge=0)
+    train_every: int = hp(4, ge=1)
+    gradient_steps: int = hp(1, ge=1)
+    learning_rate: float = hp(1e-4, gt=0)
+    gamma: float = hp(0.99, ge=0, le=1)
+    target_update_interval: int = hp(10_000, ge=1)
+    exploration_fraction: float = hp(0.1, ge=0, le=1)
+    eps_init: float = hp(1.0, ge=0, le=1)
+    eps_end: float = hp(0.05, ge=0, le=1)
+    max_grad_norm: float = hp(10.0, gt=0)
     double: bool = False
     dueling: bool = False
-    n_step: int = 1
+    n_step: int = hp(1, ge=1)
     loss: str = "huber"
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    log_every: int = 1000
+    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
+    log_every: int = hp(1000, ge=1)
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "buffer_size", "batch_size", "train_every", "gradient_steps",
-                     "target_update_interval", "n_step", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
-        if not 0 <= self.exploration_fraction <= 1:
-            raise ValueError(f"exploration_fraction must lie in [0, 1], "
-                             f"got {self.exploration_fraction}")
+        check_ranges(self)
         if self.loss not in ("huber", "mse"):
             raise ValueError(f"loss must be 'huber' or 'mse', got {self.loss!r}")
 

@@ -30,7 +30,7 @@ from rlbench.modules import (
 )
 from rlbench.modules import Categorical as CategoricalDist
 from rlbench.objectives import ClipPPOLoss, KLPENPPOLoss, backward_and_step
-from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
+from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
 from rlbench.returns import GAE
 
 KIND = "online"
@@ -41,30 +41,30 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "el
 class Config:
     """PPO hyperparameters; defaults are the PPO paper's MuJoCo settings."""
 
-    num_envs: int = 1
-    rollout_steps: int = 2048
-    epochs: int = 10
-    minibatch_size: int = 64
-    learning_rate: float = 3e-4
+    num_envs: int = hp(1, ge=1)
+    rollout_steps: int = hp(2048, ge=1)
+    epochs: int = hp(10, ge=1)
+    minibatch_size: int = hp(64, ge=1)
+    learning_rate: float = hp(3e-4, gt=0)
     anneal_lr: bool = True
-    adam_eps: float = 1e-5
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
+    adam_eps: float = hp(1e-5, gt=0)
+    gamma: float = hp(0.99, ge=0, le=1)
+    gae_lambda: float = hp(0.95, ge=0, le=1)
     objective: str = "clip"
-    clip_epsilon: float = 0.2
+    clip_epsilon: float = hp(0.2, gt=0)
     anneal_clip: bool = False
-    kl_target: float = 0.01
-    clip_value: float | None = None
-    entropy_coef: float = 0.0
-    critic_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    kl_target: float = hp(0.01, gt=0)
+    clip_value: float | None = hp(None, gt=0)
+    entropy_coef: float = hp(0.0, ge=0)
+    critic_coef: float = hp(0.5, ge=0)
+    max_grad_norm: float = hp(0.5, gt=0)
     normalize_advantage: bool = True
     normalize_observation: bool = False
     normalize_reward: bool = False
     init_log_std: float = 0.0
     use_sde: bool = False
-    sde_sample_freq: int = 4
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    sde_sample_freq: int = hp(4, ge=1)
+    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
     activation: str = "tanh"
     orthogonal_init: bool = True
     # Speed options, off in the published tunes: both change float rounding, so a run's
@@ -75,11 +75,7 @@ class Config:
     fused_adam: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "rollout_steps", "epochs", "minibatch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.sde_sample_freq < 1:
-            raise ValueError(f"sde_sample_freq must be >= 1, got {self.sde_sample_freq}")
+        check_ranges(self)
         if self.objective not in ("clip", "kl"):
             raise ValueError(f"objective must be 'clip' or 'kl', got {self.objective!r}")
         if self.activation not in ACTIVATIONS:

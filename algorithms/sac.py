@@ -37,41 +37,34 @@ from rlbench.modules import (
 )
 from rlbench.modules import Categorical as CategoricalDist
 from rlbench.objectives import DiscreteSACLoss, SACLoss, SoftUpdate, backward_and_step, make_target
-from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
+from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
 
 KIND = "online"
 @dataclass
 class Config:
     """SAC hyperparameters; defaults are Stable-Baselines3's."""
 
-    num_envs: int = 1
-    buffer_size: int = 1_000_000
-    batch_size: int = 256
-    learning_starts: int = 10_000
-    train_every: int = 1
-    gradient_steps: int = 1
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    alpha_lr: float = 3e-4
-    gamma: float = 0.99
-    tau: float = 0.005
-    alpha_init: float = 1.0
+    num_envs: int = hp(1, ge=1)
+    buffer_size: int = hp(1_000_000, ge=1)
+    batch_size: int = hp(256, ge=1)
+    learning_starts: int = hp(10_000, ge=0)
+    train_every: int = hp(1, ge=1)
+    gradient_steps: int = hp(1, ge=1)
+    actor_lr: float = hp(3e-4, gt=0)
+    critic_lr: float = hp(3e-4, gt=0)
+    alpha_lr: float = hp(3e-4, gt=0)
+    gamma: float = hp(0.99, ge=0, le=1)
+    tau: float = hp(0.005, gt=0, le=1)
+    alpha_init: float = hp(1.0, gt=0)
     learn_alpha: bool = True
     target_entropy: float | None = None  # in the env's action units (see target_entropy())
-    target_entropy_ratio: float = 0.98
-    num_critics: int = 2
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    log_every: int = 1000
+    target_entropy_ratio: float = hp(0.98, gt=0, le=1)
+    num_critics: int = hp(2, ge=1)
+    hidden_sizes: tuple[int, ...] = hp((256, 256), ge=1)
+    log_every: int = hp(1000, ge=1)
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "buffer_size", "batch_size", "train_every", "gradient_steps",
-                     "num_critics", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
-        if not 0 < self.tau <= 1:
-            raise ValueError(f"tau must lie in (0, 1], got {self.tau}")
+        check_ranges(self)
 
 
 FAMILY_DEFAULTS: dict[str, dict] = {

@@ -30,7 +30,7 @@ from rlbench.modules import (
     OrnsteinUhlenbeck,
 )
 from rlbench.objectives import DDPGLoss, SoftUpdate, TD3Loss, backward_and_step, make_target
-from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec
+from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
 
 KIND = "online"
 NOISES = ("gaussian", "ou")
@@ -40,34 +40,27 @@ NOISES = ("gaussian", "ou")
 class Config:
     """TD3 hyperparameters; defaults are the rl-baselines3-zoo MuJoCo tune."""
 
-    num_envs: int = 1
-    buffer_size: int = 1_000_000
-    batch_size: int = 256
-    learning_starts: int = 10_000
-    train_every: int = 1
-    gradient_steps: int = 1
-    actor_lr: float = 1e-3
-    critic_lr: float = 1e-3
-    gamma: float = 0.99
-    tau: float = 0.005
-    policy_delay: int = 2
-    policy_noise: float = 0.2
-    noise_clip: float = 0.5
+    num_envs: int = hp(1, ge=1)
+    buffer_size: int = hp(1_000_000, ge=1)
+    batch_size: int = hp(256, ge=1)
+    learning_starts: int = hp(10_000, ge=0)
+    train_every: int = hp(1, ge=1)
+    gradient_steps: int = hp(1, ge=1)
+    actor_lr: float = hp(1e-3, gt=0)
+    critic_lr: float = hp(1e-3, gt=0)
+    gamma: float = hp(0.99, ge=0, le=1)
+    tau: float = hp(0.005, gt=0, le=1)
+    policy_delay: int = hp(2, ge=1)
+    policy_noise: float = hp(0.2, ge=0)
+    noise_clip: float = hp(0.5, ge=0)
     exploration_noise: str = "gaussian"
-    exploration_sigma: float = 0.1
-    num_critics: int = 2
-    hidden_sizes: tuple[int, ...] = (400, 300)
-    log_every: int = 1000
+    exploration_sigma: float = hp(0.1, ge=0)
+    num_critics: int = hp(2, ge=1)
+    hidden_sizes: tuple[int, ...] = hp((400, 300), ge=1)
+    log_every: int = hp(1000, ge=1)
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "buffer_size", "batch_size", "train_every", "gradient_steps",
-                     "policy_delay", "num_critics", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
-        if not 0 < self.tau <= 1:
-            raise ValueError(f"tau must lie in (0, 1], got {self.tau}")
+        check_ranges(self)
         if self.exploration_noise not in NOISES:
             raise ValueError(f"exploration_noise must be one of {NOISES}, "
                              f"got {self.exploration_noise!r}")

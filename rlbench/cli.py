@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from rlbench.errors import ConfigError, UnknownNameError
 
@@ -31,12 +32,14 @@ LISTABLE = ("suites", "algorithms", "envs")
 
 
 def _grid_table(sweep) -> Table:
-    table = Table(title=f"suite {sweep.suite.name}: {len(sweep.runs)} runs")
+    """The resolved grid; cells are text (``[...]`` in a name is not read as markup)."""
+    table = Table(title=Text(f"suite {sweep.suite.name}: {len(sweep.runs)} runs"))
     for header in ("run", "frames", "eval every", "episodes", "device", "identity"):
         table.add_column(header)
     for run in sweep.runs:
-        table.add_row(run.name, f"{run.frames:,}", f"{run.eval_every:,}",
-                      str(run.eval_episodes), run.device, run.identity)
+        table.add_row(*(Text(cell) for cell in (
+            run.name, f"{run.frames:,}", f"{run.eval_every:,}", str(run.eval_episodes),
+            run.device, run.identity)))
     return table
 
 
@@ -49,7 +52,8 @@ def _list(what: Sequence[str], console: Console) -> int:
         from rlbench.harness.suites import list_suites, load_suite
 
         for name in list_suites():
-            console.print(f"{name:12} {load_suite(name).description}", highlight=False)
+            console.print(f"{name:12} {load_suite(name).description}", highlight=False,
+                          markup=False)
     elif what[0] == "algorithms":
         from rlbench.harness.algorithms import list_algorithms, load_algorithm
 
@@ -93,15 +97,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:               # raises before any run starts
         print(f"rlbench: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        from rlbench.harness.sweep import Terminated
+
+        what = "terminated" if isinstance(stop, Terminated) else "interrupted"
         if command == "run":
-            print("rlbench: interrupted; the runs that ended are in the store, the stopped "
+            print(f"rlbench: {what}; the runs that ended are in the store, the stopped "
                   "ones are marked KILLED: the same command again runs what is left",
                   file=sys.stderr)
         else:
-            print("rlbench: interrupted", file=sys.stderr)
-        return 130
-    return 1 if result.failed else 0
+            print(f"rlbench: {what}", file=sys.stderr)
+        return 143 if isinstance(stop, Terminated) else 130
+    return 1 if result.failed or result.not_recorded else 0
 
 
 if __name__ == "__main__":

@@ -3,14 +3,35 @@
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["ConfigError", "UnknownNameError", "near_matches"]
+__all__ = ["ConfigError", "UnknownNameError", "near_matches", "quote"]
+
+_QUOTE = reprlib.Repr()
+_QUOTE.maxlevel = 3
+_QUOTE.maxtuple = _QUOTE.maxlist = _QUOTE.maxdict = _QUOTE.maxset = 6
+_QUOTE.maxlong, _QUOTE.maxstring, _QUOTE.maxother = 40, 60, 60
+QUOTE_LIMIT = 120
 
 
-def near_matches(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
-    """The valid names closest to ``name``, best first (case-insensitive)."""
-    choices = list(choices)
+def quote(value: Any) -> str:
+    """``repr(value)`` cut to a short prefix, for error messages.
+
+    Built with ``reprlib``, so a value that would print as megabytes (a YAML alias bomb,
+    a pasted file) costs no more than its first few elements to quote.
+    """
+    text = _QUOTE.repr(value)
+    return text if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT - 3] + "..."
+
+
+def near_matches(name: Any, choices: Iterable[str], n: int = 3) -> list[str]:
+    """The valid names closest to ``name``, best first (case-insensitive); none for a name
+    that is not text."""
+    if not isinstance(name, str):
+        return []
+    choices = [c for c in choices if isinstance(c, str)]
     by_lower = {c.lower(): c for c in choices}
     hits = difflib.get_close_matches(name.lower(), list(by_lower), n=n, cutoff=0.6)
     return [by_lower[h] for h in hits]
@@ -23,8 +44,8 @@ class ConfigError(ValueError):
 class UnknownNameError(ConfigError):
     """An unknown suite, algorithm, env, dataset or config key."""
 
-    def __init__(self, kind: str, name: str, choices: Iterable[str]):
+    def __init__(self, kind: str, name: Any, choices: Iterable[str]):
         self.kind, self.name = kind, name
         self.suggestions = near_matches(name, choices)
         hint = f"; did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
-        super().__init__(f"unknown {kind} {name!r}{hint}")
+        super().__init__(f"unknown {kind} {quote(name)}{hint}")

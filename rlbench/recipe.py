@@ -17,6 +17,8 @@ itself and passes ``spec.seeds.env`` / ``spec.seeds.eval_env`` to the envs it ma
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,43 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-__all__ = ["FrameSchedule", "MetricMean", "RunLogger", "RunSpec", "Seeds"]
+from rlbench.errors import quote
+
+__all__ = ["FrameSchedule", "MetricMean", "RunLogger", "RunSpec", "Seeds", "check_ranges", "hp"]
+
+
+def hp(default: Any, *, ge: float | None = None, gt: float | None = None,
+       le: float | None = None, lt: float | None = None) -> Any:
+    """A hyperparameter field whose values must lie in a range: ``ge``/``gt`` and
+    ``le``/``lt`` are inclusive/exclusive bounds, applied to each element of a tuple.
+    ``check_ranges`` enforces them, so a bad value fails when the config is made, before
+    a run starts, not minutes into it."""
+    bounds = {name: value for name, value in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt))
+              if value is not None}
+    return dataclasses.field(default=default, metadata={"range": bounds})
+
+
+_RELATIONS = {"ge": (">=", lambda x, b: x >= b), "gt": (">", lambda x, b: x > b),
+              "le": ("<=", lambda x, b: x <= b), "lt": ("<", lambda x, b: x < b)}
+
+
+def check_ranges(config: Any) -> None:
+    """Raise ``ValueError`` naming the first field of the dataclass ``config`` outside the
+    range its ``hp`` declares (``None`` is left to the field's meaning: "not set")."""
+    for field in dataclasses.fields(config):
+        bounds = field.metadata.get("range")
+        value = getattr(config, field.name)
+        if not bounds or value is None:
+            continue
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, float) and math.isnan(item):
+                raise ValueError(f"{field.name} must be a number, got nan")
+            for relation, bound in bounds.items():
+                symbol, holds = _RELATIONS[relation]
+                if not holds(item, bound):
+                    what = "every entry of " if isinstance(value, tuple) else ""
+                    raise ValueError(f"{what}{field.name} must be {symbol} {bound:g}, "
+                                     f"got {quote(value)}")
 
 
 @dataclass(frozen=True)

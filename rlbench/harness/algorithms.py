@@ -11,11 +11,12 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.errors import ConfigError, UnknownNameError, quote
 
 __all__ = ["algorithm_fields", "coerce", "list_algorithms", "load_algorithm", "resolve_algo_config"]
 
 _PACKAGE = "rlbench.algorithms"
+_INT_LIMIT = 10**12  # an integer hyperparameter beyond this is a typo (a size, a count)
 
 
 def list_algorithms() -> list[str]:
@@ -56,28 +57,31 @@ def coerce(value: Any, hint: Any, what: str) -> Any:
         raise ConfigError(errors[0])
     if origin is tuple:
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{what} must be a list, got {value!r}")
+            raise ConfigError(f"{what} must be a list, got {quote(value)}")
         return tuple(coerce(v, args[0], what) for v in value)
     if hint is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{what} must be true or false, got {value!r}")
+        raise ConfigError(f"{what} must be true or false, got {quote(value)}")
     if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"{what} must be an integer, got {value!r}")
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > _INT_LIMIT:
+                raise ConfigError(f"{what}={value:.3g} is beyond what rlbench runs (at most "
+                                  f"{_INT_LIMIT:,} in size)")
+            return value
+        raise ConfigError(f"{what} must be an integer, got {quote(value)}")
     if hint is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             if not math.isfinite(value):
-                raise ConfigError(f"{what} must be a finite number, got {value!r}")
+                raise ConfigError(f"{what} must be a finite number, got {quote(value)}")
             return float(value)
-        raise ConfigError(f"{what} must be a number, got {value!r}")
+        raise ConfigError(f"{what} must be a number, got {quote(value)}")
     if hint is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{what} must be a string, got {value!r}")
+        raise ConfigError(f"{what} must be a string, got {quote(value)}")
     raise TypeError(f"unsupported hyperparameter type {hint!r} for {what}")
 
 
@@ -105,5 +109,8 @@ def resolve_algo_config(
     try:
         recipe.Config(**values)
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"{name}: {err}") from err
+        message = str(err)
+        if len(message) > 300:  # a recipe's message may quote a value of any size
+            message = message[:297] + "..."
+        raise ConfigError(f"{name}: {message}") from err
     return values

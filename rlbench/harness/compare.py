@@ -21,7 +21,7 @@ import numpy as np
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from rlbench.errors import ConfigError, near_matches
+from rlbench.errors import ConfigError, near_matches, quote
 from rlbench.harness.baselines import (
     PublishedScore,
     Reference,
@@ -83,7 +83,7 @@ def _experiment_id(client: MlflowClient, suite: str) -> str:
         names = sorted(e.name for e in with_retry(client.search_experiments)
                        if e.name != "Default")
         hint = near_matches(suite, names)
-        raise ConfigError(f"the store has no runs of suite {suite!r} (it has "
+        raise ConfigError(f"the store has no runs of suite {quote(suite)} (it has "
                           f"{', '.join(names) or 'none'})"
                           + (f"; did you mean {', '.join(hint)}?" if hint else ""))
     return experiment.experiment_id

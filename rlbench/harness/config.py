@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -22,7 +23,7 @@ import yaml
 
 import rlbench
 from rlbench.envs import env_family, list_envs, validate_env_id
-from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.algorithms import list_algorithms, load_algorithm, resolve_algo_config
 from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
 
@@ -31,7 +32,7 @@ __all__ = ["Overrides", "RunConfig", "SweepConfig", "check_devices_here", "parse
 
 ALIASES = {"algo": "algos", "env": "envs"}
 SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
-              "launcher": "local", "ray.address": None}
+              "launcher": "local", "ray.address": None, "force_threads": False}
 LAUNCHERS = ("local", "ray")
 LIST_KEYS = {"algos", "envs"}
 # Settings whose value is a name or a path: taken as typed, never as a YAML number or null.
@@ -68,7 +69,7 @@ def _parse_value(key: str, text: str) -> Any:
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"cannot parse the value of {key}: {text!r}") from err
+        raise ConfigError(f"cannot parse the value of {key}: {quote(text)}") from err
     if isinstance(value, int | float) and not isinstance(value, bool):
         return text
     return value
@@ -91,7 +92,7 @@ def parse_overrides(args: Sequence[str]) -> Overrides:
     for arg in args:
         key, sep, text = arg.partition("=")
         if not sep or not key:
-            raise ConfigError(f"expected key=value, got {arg!r}")
+            raise ConfigError(f"expected key=value, got {quote(arg)}")
         name, key = key, ALIASES.get(key, key)
         if key in given:
             raise ConfigError(f"{key} is given twice ({given[key]}=... and {name}=...): "
@@ -156,31 +157,54 @@ class SweepConfig:
     jobs: int = 1
     launcher: str = "local"
     ray_address: str | None = None
+    force_threads: bool = False
+
+
+# Upper bounds on sizes, far past any real sweep but small enough that no counter, index or
+# progress bar overflows and that a typo (frames=1e30, seeds=1e20) fails at once.
+LIMITS = {"frames": 10**12, "eval_every": 10**12, "eval_episodes": 10**6, "seeds": 10**6,
+          "base_seed": 2**63 - 1, "threads": 1024, "jobs": 1024}
+MAX_RUNS = 10**6  # runs in one grid
+
+
+def _size(value: int) -> str:
+    return f"{value:,}" if value < 10**15 else f"{value:.3g}"
 
 
 def _positive_int(settings: dict[str, Any], key: str, minimum: int = 1) -> int:
+    """``settings[key]`` as an integer in ``[minimum, LIMITS[key]]``."""
     value = settings.get(key)
     if value is None:
         raise ConfigError(f"{key} is not set: give it in the suite or as {key}=...")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}")
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {quote(value)}")
+    if value > LIMITS[key]:
+        raise ConfigError(f"{key}={_size(value)} is beyond what rlbench runs (at most "
+                          f"{LIMITS[key]:,})")
     return value
 
 
 def _check_device(device: Any) -> str:
     if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
-        raise ConfigError(f"device must be cpu, cuda, cuda:N or mps, got {device!r}")
+        raise ConfigError(f"device must be cpu, cuda, cuda:N or mps, got {quote(device)}")
     return device
 
 
 def check_devices_here(sweep: SweepConfig) -> None:
-    """Raise unless every run's device exists on this machine: before a local sweep starts
-    (``show`` and dry runs plan without it; Ray workers may have devices this machine
+    """Raise unless every run's device exists on this machine and its threads fit this
+    machine's cores (unless ``force_threads=true``): before a local sweep starts (``show``
+    and dry runs plan without it; Ray workers may have devices and cores this machine
     lacks)."""
     for device in sorted({run.device for run in sweep.runs}):
         _check_device_here(device)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(run.threads for run in sweep.runs)
+    if cores and threads > cores and not sweep.force_threads:
+        raise ConfigError(f"threads={threads}, but this machine gives rlbench {cores} cores: "
+                          "more threads than cores only slow a run down (add "
+                          "force_threads=true to run it all the same)")
 
 
 def _check_device_here(device: str) -> None:
@@ -207,6 +231,31 @@ def _names(settings: dict[str, Any], key: str) -> list[str]:
     return list(dict.fromkeys(value))
 
 
+def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list[str],
+                                  runs: list[RunConfig]) -> None:
+    """Hyperparameters given for an algorithm on an env where nothing runs (``sac.tau=abc``
+    with ``algo=ppo``, a suite's ``per_env`` entry for an algorithm that env does not take)
+    are checked all the same: a typo must not wait for the day its algorithm runs."""
+    ran = {(run.algo, run.env) for run in runs}
+    given = set(overrides.algo_params) | set(suite.per_algo)
+    for algo in sorted(given):
+        for env in envs:
+            if (algo, env) in ran:
+                continue
+            per_env = suite.per_env.get(env, {}).get(algo, {})
+            resolve_algo_config(algo, env_family(env), suite.per_algo.get(algo, {}),
+                                per_env if isinstance(per_env, dict) else {},
+                                overrides.algo_params.get(algo, {}), env=env)
+    for env, env_settings in suite.per_env.items():
+        for algo, params in env_settings.items():
+            if algo in list_algorithms() and (algo, env) not in ran:
+                if not isinstance(params, dict):
+                    raise ConfigError(f"suite {suite.name}: per_env {env}.{algo} must be a "
+                                      f"mapping of hyperparameters, got {quote(params)}")
+                resolve_algo_config(algo, env_family(env), suite.per_algo.get(algo, {}),
+                                    params, env=env)
+
+
 def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     """Parse the command line and resolve every run of the grid; raises on any bad input."""
     overrides = parse_overrides(args)
@@ -230,7 +279,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
         env_algos = env_settings.get("algos", algos)
         if not isinstance(env_algos, list) or not env_algos:
             raise ConfigError(f"suite {suite.name}: per_env {env}.algos must be a non-empty "
-                              f"list of algorithms, got {env_algos!r}")
+                              f"list of algorithms, got {quote(env_algos)}")
         for algo in env_algos:
             if algo not in known_algos:
                 raise UnknownNameError(f"algorithm in per_env {env}.algos of suite "
@@ -244,7 +293,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
             env_algo_params = per_env.pop(algo, {})
             if not isinstance(env_algo_params, dict):
                 raise ConfigError(f"suite {suite.name}: per_env {env}.{algo} must be a mapping "
-                                  f"of hyperparameters, got {env_algo_params!r}")
+                                  f"of hyperparameters, got {quote(env_algo_params)}")
             for other in list(per_env):
                 if other in known_algos:
                     per_env.pop(other)
@@ -258,7 +307,11 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                 overrides.algo_params.get(algo, {}), env=env,
             )
             frames = _positive_int(settings, "frames")
-            for seed_index in range(_positive_int(settings, "seeds")):
+            seeds = _positive_int(settings, "seeds")
+            if len(runs) + seeds > MAX_RUNS:
+                raise ConfigError(f"the grid has more than {MAX_RUNS:,} runs ({len(algos)} "
+                                  f"algorithms × {len(envs)} envs × {seeds:,} seeds): split it")
+            for seed_index in range(seeds):
                 runs.append(RunConfig(
                     suite=suite.name,
                     algo=algo,
@@ -273,13 +326,15 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                     device=_check_device(settings["device"]),
                     algo_params=params,
                 ))
+    _check_unused_hyperparameters(suite, overrides, envs, runs)
     if not runs:
         raise ConfigError(f"suite {suite.name} runs none of algos {', '.join(algos)} on envs "
                           f"{', '.join(envs)}: its per_env algos lists say which algorithms "
                           f"each env takes")
-    dry_run = sweep["dry_run"]
-    if not isinstance(dry_run, bool):
-        raise ConfigError(f"dry_run must be true or false, got {dry_run!r}")
+    dry_run, force_threads = sweep["dry_run"], sweep["force_threads"]
+    for key, value in (("dry_run", dry_run), ("force_threads", force_threads)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {quote(value)}")
     launcher = sweep["launcher"]
     if launcher not in LAUNCHERS:
         raise UnknownNameError("launcher", str(launcher), LAUNCHERS)
@@ -291,5 +346,5 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
         raise ConfigError("jobs is for launcher=local; Ray runs as many runs at once as its "
                           "cluster has CPUs for")
     return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
-                       runs=runs, jobs=jobs, launcher=launcher,
+                       runs=runs, jobs=jobs, launcher=launcher, force_threads=force_threads,
                        ray_address=None if address is None else str(address))

@@ -9,8 +9,11 @@ process dies, SIGKILL included. Two kinds:
 - ``planning.lock``, held while a sweep reads and cleans the store before it starts, and
   for the moment a run takes its own lock: no run starts or ends while a sweep is planned,
   and planners wait for each other instead of refusing each other.
+- ``sweep-<parent run id>.lock``, held by a sweep's process while it lives (taken under the
+  planning lock when its parent run is made): a later sweep marks the parent run of a
+  sweep whose process died KILLED.
 
-At most two lock files are open at a time. The files stay (empty) after their runs. They
+At most three lock files are open at a time. The files stay (empty) after their runs. They
 are local: sweeps on two machines sharing one tracking server, or Ray tasks on other nodes,
 do not see each other's.
 """
@@ -26,7 +29,9 @@ from filelock import FileLock, Timeout
 
 from rlbench.harness.config import RunConfig
 
-__all__ = ["PLAN_WAIT_S", "RunInProgressError", "is_running", "planning", "run_lock"]
+__all__ = ["PLAN_WAIT_S", "RunInProgressError", "SweepLock", "is_running", "is_running_id",
+           "is_sweep_alive",
+           "planning", "run_lock"]
 
 # How long to wait for another sweep's planning before giving up.
 PLAN_WAIT_S = 600.0
@@ -60,7 +65,14 @@ def planning(out_dir: Path, timeout: float = PLAN_WAIT_S) -> Iterator[None]:
 def is_running(out_dir: Path, config: RunConfig) -> bool:
     """Whether a live process holds ``config``'s run lock. Ask under ``planning``: no run
     can start or end between the answer and the end of the planning."""
-    lock = _lock(out_dir, config.identity)
+    return is_running_id(out_dir, config.identity)
+
+
+def is_running_id(out_dir: Path, identity: str) -> bool:
+    """``is_running`` for the run of config identity ``identity``."""
+    if not identity:
+        return False
+    lock = _lock(out_dir, identity)
     try:
         lock.acquire(timeout=0)
     except Timeout:
@@ -90,3 +102,28 @@ def run_lock(out_dir: Path, config: RunConfig, timeout: float) -> Iterator[None]
         yield
     finally:
         lock.release()
+
+
+class SweepLock:
+    """The lock a sweep's process holds while it lives; ``release`` when it ends."""
+
+    def __init__(self, out_dir: Path, parent_id: str):
+        self._lock = _lock(out_dir, f"sweep-{parent_id}")
+        self._lock.acquire(timeout=0)
+
+    def release(self) -> None:
+        self._lock.release()
+        Path(self._lock.lock_file).unlink(missing_ok=True)
+
+
+def is_sweep_alive(out_dir: Path, parent_id: str) -> bool:
+    """Whether a live process holds the sweep's lock. Ask under ``planning``: sweeps take
+    their lock there, together with making their parent run."""
+    lock = _lock(out_dir, f"sweep-{parent_id}")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    Path(lock.lock_file).unlink(missing_ok=True)
+    return False

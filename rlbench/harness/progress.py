@@ -14,6 +14,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 from rlbench.harness.config import RunConfig
 from rlbench.harness.runner import RunResult
@@ -31,7 +32,7 @@ class SweepProgress:
     def __init__(self, runs: list[RunConfig], console: Console):
         self.console = console
         self._progress = Progress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(bar_width=24),
             MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"),
@@ -86,14 +87,15 @@ class SweepProgress:
         if result.status == "FINISHED":
             self._done += 1
             ret = "—" if result.final_return is None else f"{result.final_return:.1f}"
-            line = (f"[green]done[/] {result.config.name}: return {ret} at "
-                    f"{result.frames:,} frames ({result.fps or 0:,.0f} fps, "
-                    f"{result.seconds:.0f} s)")
+            line = Text.assemble(("done", "green"), f" {result.config.name}: return {ret} at "
+                                 f"{result.frames:,} frames ({result.fps or 0:,.0f} fps, "
+                                 f"{result.seconds:.0f} s)")
             self._progress.update(task, completed=result.config.frames)
-        else:
+        else:  # errors quote user data: printed as text, never read as markup
             self._failed += 1
-            line = f"[red]failed[/] {result.config.name}: {result.error}"
-            self._progress.update(task, status="[red]failed[/]")
+            word = result.status.lower()
+            line = Text.assemble((word, "red"), f" {result.config.name}: {result.error}")
+            self._progress.update(task, status=f"[red]{word}[/]")
         self._progress.stop_task(task)
         self._running -= 1
         self._progress.update(self._total, advance=1)

@@ -61,7 +61,8 @@ def _task(run: RunConfig, out_dir: Path, uri: str, experiment_id: str, parent_id
         updates.put((run.identity, values))
 
     updates.put((run.identity, None))  # started: Ray may have queued the task until now
-    return execute_run(run, Tracker(out_dir), experiment_id, parent_id, on_update=report)
+    return execute_run(run, Tracker(out_dir, prepare=False), experiment_id, parent_id,
+                       on_update=report)
 
 
 def run_on_ray(runs: list[RunConfig], tracker: Tracker, experiment_id: str, parent_id: str,

@@ -58,17 +58,20 @@ def to_rich(table: TextTable) -> Table:
 
 
 def _markdown_cell(text: str) -> str:
-    return text.replace("|", r"\|")
+    """``text`` in a Markdown table: HTML escaped (a store written by another tool may hold
+    ``<script>`` in a tag; Markdown passes HTML through), the cell separator escaped, line
+    breaks (which would end the row) made spaces."""
+    return " ".join(html.escape(text, quote=False).replace("|", r"\|").split())
 
 
 def to_markdown(table: TextTable) -> str:
     align = ["---" if a == "l" else "---:" for a in table.align]
-    lines = [f"**{table.title}**", "",
+    lines = [f"**{_markdown_cell(table.title)}**", "",
              "| " + " | ".join(map(_markdown_cell, table.headers)) + " |",
              "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(map(_markdown_cell, row)) + " |" for row in table.rows]
     if table.notes:
-        lines += [""] + [f"- {note}" for note in table.notes]
+        lines += [""] + [f"- {_markdown_cell(note)}" for note in table.notes]
     return "\n".join(lines) + "\n"
 
 

@@ -21,12 +21,13 @@ from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from rlbench.envs import validate_env_id
-from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.algorithms import list_algorithms
 from rlbench.harness.baselines import default_baseline_dir
 from rlbench.harness.compare import Comparison, Group, compare, load_runs, stored_algorithms
 from rlbench.harness.render import FORMATS, SUFFIXES, TextTable, render, to_rich
 from rlbench.harness.statistics import AGGREGATES, Interval
+from rlbench.harness.store import INCOMPLETE, MISSING, check_out_dir, inspect_store, sqlite_path
 from rlbench.harness.tracking import check_reachable, tracking_uri
 
 __all__ = ["CompareRequest", "build_tables", "parse_compare_args", "run_compare",
@@ -53,13 +54,21 @@ class CompareRequest:
     reps: int = 2000
 
 
+# Bootstrap resamples: rliable uses 2,000 to 50,000; each costs memory for every run.
+MAX_REPS = 100_000
+_LIMITS = {"frames": 10**12, "seed": 2**63 - 1, "reps": MAX_REPS}
+
+
 def _int(key: str, text: str, minimum: int) -> int:
     try:
         value = int(float(text)) if float(text).is_integer() else None
-    except ValueError:
+    except (ValueError, OverflowError):
         value = None
     if value is None or value < minimum:
-        raise ConfigError(f"{key} must be an integer >= {minimum}, got {text!r}")
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {quote(text)}")
+    if value > _LIMITS[key]:
+        raise ConfigError(f"{key}={text[:40]} is beyond what compare takes (at most "
+                          f"{_LIMITS[key]:,})")
     return value
 
 
@@ -69,7 +78,7 @@ def parse_compare_args(args: Sequence[str]) -> CompareRequest:
     for arg in args:
         key, sep, text = arg.partition("=")
         if not sep or not key:
-            raise ConfigError(f"expected key=value, got {arg!r}")
+            raise ConfigError(f"expected key=value, got {quote(arg)}")
         key = ALIASES.get(key, key)
         if key.startswith("tag.") and len(key) > 4:
             request.tags[key[4:]] = text
@@ -91,6 +100,8 @@ def parse_compare_args(args: Sequence[str]) -> CompareRequest:
             raise UnknownNameError("compare key", key, [*KEYS, *ALIASES])
     for env in request.envs:
         validate_env_id(env)
+    if request.output is not None:  # before the work: not after the tables are printed
+        check_out_dir(request.output, key="output")
     if not (request.baselines / "normalization.csv").is_file():
         raise ConfigError(f"baselines={request.baselines}: no normalization.csv there")
     return request
@@ -100,10 +111,15 @@ def open_store(out_dir: Path) -> MlflowClient:
     """The run's tracking store; an embedded store that does not exist is an error, not a
     new empty database, and a tracking server that does not answer is one too."""
     uri = tracking_uri(out_dir)
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        raise ConfigError(f"no tracking store at {uri.removeprefix('sqlite:///')}: run "
-                          f"`rlbench run` with out_dir={out_dir} first, or set "
-                          f"MLFLOW_TRACKING_URI")
+    database = sqlite_path(uri)
+    state = None if database is None else inspect_store(database)  # raises if unreadable
+    if state == MISSING:
+        raise ConfigError(f"no tracking store at {database}: run `rlbench run` with "
+                          f"out_dir={out_dir} first, or set MLFLOW_TRACKING_URI")
+    if state == INCOMPLETE:
+        raise ConfigError(f"the store at {database} was never completely made (a sweep was "
+                          "stopped while making it) and holds no runs: `rlbench run` with "
+                          f"out_dir={out_dir} makes it anew")
     check_reachable(uri)
     return MlflowClient(uri)
 

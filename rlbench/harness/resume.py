@@ -7,22 +7,30 @@ interrupted attempts (a run still marked RUNNING after its process was killed) a
 from the active view and run again, so each identity ends with exactly one run. A run
 that a live process is running into the same out dir (it holds the run's lock, see
 ``locks``) is another sweep's work in progress: the sweep is refused before anything
-starts, and that attempt is left alone.
+starts, and that attempt is left alone. Sweeps into the same out dir whose process died
+are marked KILLED first, with their runs (``reap_dead_sweeps``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from mlflow.entities import Run
 
 from rlbench.errors import ConfigError
 from rlbench.harness.config import RunConfig
-from rlbench.harness.locks import RunInProgressError, is_running, planning
-from rlbench.harness.runner import RunResult, stored_result
+from rlbench.harness.locks import (
+    RunInProgressError,
+    is_running,
+    is_running_id,
+    is_sweep_alive,
+    planning,
+)
+from rlbench.harness.runner import FATAL_ERROR_FILE, RunResult, stored_result
 from rlbench.harness.tracking import Tracker
 
-__all__ = ["ResumePlan", "plan_resume"]
+__all__ = ["ResumePlan", "plan_resume", "reap_dead_sweeps"]
 
 
 @dataclass
@@ -47,9 +55,48 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> 
                 raise ConfigError(f"another process is running {shown} into "
                                   f"{tracker.out_dir} now: let it finish, or give another "
                                   "out_dir")
+            reap_dead_sweeps(tracker, experiment_id)
             return _plan(tracker, experiment_id, runs)
     except RunInProgressError as err:
         raise ConfigError(str(err)) from None
+
+
+def reap_dead_sweeps(tracker: Tracker, experiment_id: str) -> list[str]:
+    """Parent runs of sweeps into this out dir whose process died (SIGKILL, a power cut, a
+    fatal signal) become KILLED, and their child runs no process runs any more become
+    FAILED with the traceback of a fatal error where one was written, else KILLED. Call
+    under ``planning``. Returns the reaped parent run ids."""
+    out_dir = str(tracker.out_dir.resolve())
+    reaped = []
+    for sweep in tracker.runs(experiment_id, "tags.kind = 'sweep' and "
+                                             "attributes.status = 'RUNNING'"):
+        parent_id = sweep.info.run_id
+        if sweep.data.tags.get("out_dir") != out_dir or is_sweep_alive(tracker.out_dir,
+                                                                        parent_id):
+            continue
+        for child in tracker.runs(experiment_id, f"tags.`mlflow.parentRunId` = "
+                                                 f"'{parent_id}' and attributes.status = "
+                                                 "'RUNNING'"):
+            if is_running_id(tracker.out_dir, child.data.tags.get("config_hash", "")):
+                continue
+            _record_death(tracker, child)
+        tracker.finish(parent_id, "KILLED")
+        reaped.append(parent_id)
+    return reaped
+
+
+def _record_death(tracker: Tracker, run: Run) -> None:
+    run_dir = Path(run.data.tags.get("run_dir") or "/nonexistent")
+    fatal = run_dir / FATAL_ERROR_FILE
+    if fatal.is_file() and fatal.stat().st_size:
+        first = fatal.read_text(errors="replace").strip().splitlines()[0]
+        tracker.log_artifacts(run.info.run_id, [run_dir / "config.yaml", fatal])
+        tracker.set_tags(run.info.run_id, {"error": f"its process died: {first[:300]} (see "
+                                                    f"{FATAL_ERROR_FILE})"})
+        tracker.finish(run.info.run_id, "FAILED")
+    else:
+        tracker.set_tags(run.info.run_id, {"error": "its sweep's process was killed"})
+        tracker.finish(run.info.run_id, "KILLED")
 
 
 def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> ResumePlan:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import shutil
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -21,8 +23,8 @@ from rlbench.harness.seeding import derive_seeds, seed_everything
 from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags, with_retry
 from rlbench.recipe import RunSpec
 
-__all__ = ["LOCK_WAIT_S", "RunResult", "claimed", "execute_run", "run_dir_for",
-           "stored_result"]
+__all__ = ["FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "claimed", "execute_run", "one_line",
+           "run_dir_for", "stored_result"]
 
 
 @dataclass
@@ -35,6 +37,9 @@ class RunResult:
     frames: int
     seconds: float
     error: str | None = None
+    # The harness could not record the run (a full disk, a read-only out dir, a store that
+    # stopped answering): launchers start no further runs after it.
+    unrecorded: bool = False
 
 
 def run_dir_for(out_dir: Path, config: RunConfig) -> Path:
@@ -95,8 +100,11 @@ def execute_run(
     The run holds its lock (``locks.run_lock``) throughout. If another sweep into the same
     out dir finished the same config meanwhile, its result is returned and nothing runs;
     if another process still holds the lock after ``LOCK_WAIT_S``, the run is left to it
-    and comes back FAILED, with no MLflow run.
+    and comes back FAILED, with no MLflow run. When the harness itself cannot write (a full
+    disk, a read-only out dir, a store that fails), the run comes back FAILED with
+    ``unrecorded`` set and what could be recorded is.
     """
+    start = time.perf_counter()
     try:
         with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
             if finished is not None:
@@ -105,6 +113,17 @@ def execute_run(
     except RunInProgressError as err:
         return RunResult(config=config, run_id="", status="FAILED", final_return=None,
                          fps=None, frames=0, seconds=0.0, error=str(err))
+    except Exception as err:  # raised by the harness's own writes: the recipe's are caught
+        return RunResult(config=config, run_id="", status="FAILED", final_return=None,
+                         fps=None, frames=0, seconds=time.perf_counter() - start,
+                         error=f"could not be recorded: {one_line(err)}", unrecorded=True)
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: message`` on one line, cut to 500 characters (SQL errors quote whole
+    statements)."""
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= 500 else text[:497] + "..."
 
 
 def _execute_locked(
@@ -120,7 +139,8 @@ def _execute_locked(
     if run_dir.exists():  # a rerun: nothing of an earlier attempt may reach this MLflow run
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    run_id = tracker.start_run(experiment_id, parent_id, config, environment_tags(config.device))
+    run_id = tracker.start_run(experiment_id, parent_id, config,
+                               {**environment_tags(config.device), "run_dir": str(run_dir)})
     tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
     config_path = run_dir / "config.yaml"
     config_path.write_text(yaml.safe_dump(
@@ -142,24 +162,35 @@ def _execute_locked(
     )
     error = None
     seed_everything(seeds, threads=config.threads, device=config.device)
+    with _fatal_errors_into(run_dir / FATAL_ERROR_FILE):
+        try:
+            recipe.train(spec, recorder)
+            status = "FINISHED"
+        except KeyboardInterrupt:
+            recorder.flush()
+            tracker.finish(run_id, "KILLED")
+            raise
+        except Exception as exc:
+            status = "FAILED"
+            error = one_line(exc)
+            (run_dir / "traceback.txt").write_text(traceback.format_exc())
+    unrecorded = False
     try:
-        recipe.train(spec, recorder)
-        status = "FINISHED"
-    except KeyboardInterrupt:
         recorder.flush()
-        tracker.finish(run_id, "KILLED")
-        raise
-    except Exception as exc:
+        curve = recorder.write_curve()
+        artifacts = [config_path, curve, *run_dir.glob("*.pt"), run_dir / "traceback.txt"]
+        tracker.log_artifacts(run_id, artifacts)
+        if error:
+            tracker.set_tags(run_id, {"error": error[:5000]})
+        tracker.finish(run_id, status)
+    except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
+        unrecorded = True
+        error = f"{status.lower()}, but could not be recorded: {one_line(exc)}"
         status = "FAILED"
-        error = f"{type(exc).__name__}: {exc}"
-        (run_dir / "traceback.txt").write_text(traceback.format_exc())
-    recorder.flush()
-    curve = recorder.write_curve()
-    artifacts = [config_path, curve, *run_dir.glob("*.pt"), run_dir / "traceback.txt"]
-    tracker.log_artifacts(run_id, artifacts)
-    if error:
-        tracker.set_tags(run_id, {"error": error[:5000]})
-    tracker.finish(run_id, status)
+        try:
+            tracker.finish(run_id, "FAILED")
+        except Exception as again:
+            error += f"; its MLflow run stays RUNNING ({one_line(again)})"
     last = recorder.curve[-1] if recorder.curve else None
     return RunResult(
         config=config,
@@ -170,4 +201,28 @@ def _execute_locked(
         frames=int(last["frames"]) if last else 0,
         seconds=time.perf_counter() - start,
         error=error,
+        unrecorded=unrecorded,
     )
+
+
+# Where a run's fatal errors (a segfault in a native library, an abort) are written by
+# Python's faulthandler: the process dies, and the launcher or the next sweep reads it.
+FATAL_ERROR_FILE = "fatal_error.txt"
+
+
+@contextmanager
+def _fatal_errors_into(path: Path) -> Iterator[None]:
+    """Python's faulthandler writes the traceback of a fatal signal to ``path`` while the
+    body runs; an empty file is removed afterwards. Whatever handled fatal errors before
+    (pytest's handler on stderr) handles them again afterwards."""
+    was_enabled = faulthandler.is_enabled()
+    with path.open("w") as handle:
+        faulthandler.enable(file=handle)
+        try:
+            yield
+        finally:
+            faulthandler.disable()
+            if was_enabled:
+                faulthandler.enable(file=sys.__stderr__)
+    if path.stat().st_size == 0:
+        path.unlink()

@@ -18,7 +18,7 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
-from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.errors import ConfigError, UnknownNameError, quote
 
 __all__ = ["SUITE_SETTINGS", "Suite", "list_suites", "load_suite"]
 
@@ -57,7 +57,16 @@ class _SuiteLoader(yaml.SafeLoader):
     - A key given twice in one mapping is refused; YAML would keep the last silently.
       Keys are compared as written (with their resolved tag) when the mapping is read,
       before merge keys (``<<: *base``) add theirs, which may be overridden.
+    - Aliases (``*name``) may repeat an anchored value, but a document that expands to more
+      than ``MAX_EXPANDED_NODES`` values is refused before anything is built from it: a
+      few lines of nested aliases (a "billion laughs") would otherwise expand into
+      gigabytes wherever the value is copied, hashed or printed.
     """
+
+    def compose_document(self) -> yaml.Node:
+        node = super().compose_document()
+        _check_expansion(node)
+        return node
 
     def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
         node = super().compose_mapping_node(anchor)
@@ -68,7 +77,7 @@ class _SuiteLoader(yaml.SafeLoader):
             line = key_node.start_mark.line + 1
             key = (key_node.tag, key_node.value)
             if key in seen:
-                raise ComposerError(None, None, f"{key_node.value!r} is given twice (lines "
+                raise ComposerError(None, None, f"{quote(key_node.value)} is given twice (lines "
                                     f"{seen[key]} and {line}): give it once",
                                     key_node.start_mark)
             seen[key] = line
@@ -83,6 +92,40 @@ class _SuiteLoader(yaml.SafeLoader):
         if ":" in node.value:
             raise ConstructorError(None, None, _not_decimal(node.value), node.start_mark)
         return self.construct_yaml_float(node)
+
+
+MAX_EXPANDED_NODES = 100_000
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Raise unless ``root``, with every alias expanded, has at most ``MAX_EXPANDED_NODES``
+    nodes. Each distinct node is sized once, so the check costs the document's size, not
+    its expansion's."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise ComposerError(None, None, "an alias refers to a value that contains it",
+                                node.start_mark)
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        open_nodes.discard(key)
+        sizes[key] = total
+        if total > MAX_EXPANDED_NODES:
+            raise ComposerError(None, None, f"this value expands to more than "
+                                f"{MAX_EXPANDED_NODES:,} values through YAML aliases; a suite "
+                                "needs far fewer", node.start_mark)
+        return total
+
+    size(root)
 
 
 def _not_decimal(text: str) -> str:
@@ -103,6 +146,25 @@ _SuiteLoader.add_implicit_resolver(  # ``09``: text in YAML 1.1, refused as abov
     "tag:yaml.org,2002:int", re.compile(r"^[-+]?0[0-9_]+$"), list("-+0"))
 
 
+def _check_names(mapping: dict, where: str, path: Path) -> None:
+    """Every key of ``mapping`` and of the mappings in it is text, and so is every entry of
+    an ``algos`` list: names of algorithms, envs, settings and hyperparameters. YAML would
+    read ``1:`` or ``true:`` as a number or a bool."""
+    for key, value in mapping.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"suite {path}: {where} has the key {quote(key)}, which is not "
+                              "a name: write names as text (quote them if they look like "
+                              "numbers)")
+        inner = f"{where}.{key}"
+        if isinstance(value, dict):
+            _check_names(value, inner, path)
+        elif key == "algos" and isinstance(value, list):
+            for index, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise ConfigError(f"suite {path}: {inner}[{index}] is {quote(item)}, "
+                                      "not an algorithm name")
+
+
 def _suite_dir() -> Path:
     return Path(str(importlib.resources.files("rlbench.suites")))
 
@@ -120,7 +182,7 @@ def load_suite(name_or_path: str) -> Suite:
             raise UnknownNameError("suite", name_or_path, list_suites())
         path = _suite_dir() / f"{name_or_path}.yaml"
     elif not path.is_file():
-        raise ConfigError(f"suite file {str(path)!r} does not exist")
+        raise ConfigError(f"suite file {quote(str(path))} does not exist")
     try:
         with path.open("rb") as stream:
             raw = yaml.load(stream, Loader=_SuiteLoader) or {}
@@ -136,12 +198,13 @@ def load_suite(name_or_path: str) -> Suite:
         value = raw.get(key)
         if value is not None and not (isinstance(value, str) or (
                 isinstance(value, list) and all(isinstance(v, str) for v in value))):
-            raise ConfigError(f"suite {path}: {key} must be a list of names, got {value!r}")
+            raise ConfigError(f"suite {path}: {key} must be a list of names, got {quote(value)}")
     for key in ("per_algo", "per_env"):
         value = raw.get(key) or {}
         if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
             raise ConfigError(f"suite {path}: {key} must map names to mappings of settings, "
-                              f"got {value!r}")
+                              f"got {quote(value)}")
+        _check_names(value, key, path)
     settings = {k: raw.get(k, default) for k, default in SUITE_SETTINGS.items()}
     return Suite(
         name=path.stem,

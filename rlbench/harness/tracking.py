@@ -32,6 +32,7 @@ from torch import nn
 import rlbench
 from rlbench.errors import ConfigError
 from rlbench.harness.config import RunConfig
+from rlbench.harness.store import check_out_dir, inspect_store, prepare_store, sqlite_path
 
 __all__ = ["RunRecorder", "Tracker", "check_reachable", "environment_tags", "flatten",
            "search_all", "store_lock", "tracking_uri", "with_retry"]
@@ -70,7 +71,7 @@ def tracking_uri(out_dir: Path) -> str:
 def store_lock(uri: str) -> Iterator[None]:
     """Holds an exclusive lock beside an embedded SQLite store (a no-op for a server).
 
-    Two processes opening a fresh store at once would both run MLflow's schema migration
+    Two processes making a fresh store at once would both run MLflow's schema migration
     and one would fail with "table already exists"; two sweeps starting together would
     both create the suite's experiment. Both happen under this lock.
     """
@@ -155,12 +156,24 @@ def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> 
 class Tracker:
     """Creates the experiment, the sweep's parent run and one child run per run."""
 
-    def __init__(self, out_dir: Path):
-        out_dir.mkdir(parents=True, exist_ok=True)
+    def __init__(self, out_dir: Path, *, prepare: bool = True):
+        """Open the store of ``out_dir`` (``tracking_uri``). With ``prepare`` (the sweep's
+        own process), first check that ``out_dir`` can be written and that an embedded
+        store is readable, then make the store if it is missing (``store.prepare_store``):
+        a bad out dir or store raises ``ConfigError`` before anything is written. Workers
+        open the store the sweep prepared with ``prepare=False``."""
         self.uri = tracking_uri(out_dir)
         self.out_dir = out_dir
-        with store_lock(self.uri):  # MLflow creates (or migrates) the tables right here
-            self.client = MlflowClient(self.uri)
+        database = sqlite_path(self.uri)
+        if prepare:
+            check_out_dir(out_dir)
+            if database is not None:
+                inspect_store(database)  # refuses an unreadable store before a file is made
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if database is not None:
+                database.parent.mkdir(parents=True, exist_ok=True)
+                prepare_store(database)
+        self.client = MlflowClient(self.uri)
 
     def check_reachable(self, timeout: float = 10.0) -> None:
         check_reachable(self.uri, timeout)

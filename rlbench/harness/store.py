@@ -1,0 +1,133 @@
+"""The embedded SQLite store and the out dir it lives in, checked before anything is written.
+
+- ``check_out_dir``: the out dir is (or can be made as) a directory this process can write
+  in; refused with one line before a file is made.
+- ``inspect_store``: an existing ``mlflow.db`` is read (read-only) and classified: ready,
+  never completely made, or not a readable MLflow store (random bytes, a truncated file, a
+  schema of another MLflow version), which is refused and left as it is.
+- ``prepare_store``: a missing store is made under another name and renamed into place
+  once MLflow's migrations are done, so a process killed while making it leaves no
+  half-made ``mlflow.db``; one left by an older rlbench is made anew only when it holds no
+  runs. A store that holds runs is never deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import tempfile
+from pathlib import Path
+
+from rlbench.errors import ConfigError
+
+__all__ = ["INCOMPLETE", "MISSING", "READY", "check_out_dir", "inspect_store", "prepare_store",
+           "sqlite_path"]
+
+READY, MISSING, INCOMPLETE = "ready", "missing", "incomplete"
+_BUSY_TIMEOUT_S = 60.0
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI, else None (a server)."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+def check_out_dir(out_dir: Path, key: str = "out_dir") -> None:
+    """Raise ``ConfigError`` unless ``out_dir`` (given as ``key=``) is a directory this
+    process can write in, or can be made as one. Nothing is left behind: the check makes
+    and removes one empty directory in the nearest existing ancestor."""
+    existing = out_dir.absolute()
+    while not existing.exists() and not existing.is_symlink():
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is not a directory" if existing == out_dir.absolute() else (
+            f"cannot be made: {existing} is not a directory")
+        raise ConfigError(f"{key} {out_dir} {what}")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rlbench-write-check-", dir=existing))
+    except OSError as err:
+        raise ConfigError(f"{key} {out_dir} cannot be written ({err.strerror or err} in "
+                          f"{existing}): give another {key}") from None
+
+
+def _head_revision() -> str:
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    return _get_latest_schema_revision()
+
+
+def inspect_store(path: Path) -> str:
+    """``MISSING``, ``READY`` or ``INCOMPLETE`` (made in part, holding no runs). A file that
+    is not a readable MLflow store, or one whose schema another MLflow version made, raises
+    ``ConfigError``; the file is only read."""
+    if not path.exists():
+        return MISSING
+    unreadable = f"the store at {path} is not a readable MLflow store"
+    if not path.is_file():
+        raise ConfigError(f"{unreadable}: it is not a file")
+    try:
+        connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True,
+                                     timeout=_BUSY_TIMEOUT_S)
+    except sqlite3.Error as err:
+        raise ConfigError(f"{unreadable} (SQLite: {err})") from None
+    try:
+        with contextlib.closing(connection):
+            check = connection.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise ConfigError(f"{unreadable} (SQLite finds it damaged: {check})")
+            tables = {row[0] for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            runs = (connection.execute("SELECT count(*) FROM runs").fetchone()[0]
+                    if "runs" in tables else 0)
+            revision = (connection.execute("SELECT version_num FROM alembic_version")
+                        .fetchone() if "alembic_version" in tables else None)
+    except sqlite3.Error as err:
+        raise ConfigError(f"{unreadable} (SQLite: {err})") from None
+    revision = revision[0] if revision else None
+    if revision == _head_revision() and {"runs", "experiments", "metrics"} <= tables:
+        return READY
+    if runs == 0:
+        return INCOMPLETE
+    raise ConfigError(f"the store at {path} holds {runs} runs under schema revision "
+                      f"{revision}, not this MLflow's {_head_revision()}: back it up, then "
+                      f"upgrade it with `mlflow db upgrade sqlite:///{path.absolute()}`")
+
+
+def prepare_store(path: Path) -> None:
+    """Make the store at ``path`` ready: made when missing, made anew when a killed process
+    left it incomplete (it holds no runs then); raises ``ConfigError`` for a file that is
+    not a readable MLflow store. Safe when many processes call it at once."""
+    from rlbench.harness.tracking import store_lock
+
+    if inspect_store(path) == READY:
+        return
+    with store_lock(f"sqlite:///{path}"):
+        state = inspect_store(path)  # another process may have made it meanwhile
+        if state == READY:
+            return
+        if state == INCOMPLETE:
+            _remove_database(path)
+        _make_store(path)
+
+
+def _remove_database(path: Path) -> None:
+    for leftover in (path, path.with_name(path.name + "-journal")):
+        leftover.unlink(missing_ok=True)
+
+
+def _make_store(path: Path) -> None:
+    """MLflow's tables and migrations in a file beside ``path``, renamed to ``path`` when
+    done: the rename is atomic, so ``path`` is either absent or complete."""
+    import sqlalchemy
+    from mlflow.store.db.utils import _initialize_tables
+
+    for leftover in path.parent.glob(f"{path.name}.making-*"):  # of killed processes: the
+        leftover.unlink(missing_ok=True)                         # caller holds the lock
+    draft = path.with_name(f"{path.name}.making-{os.getpid()}")
+    engine = sqlalchemy.create_engine(f"sqlite:///{draft}")
+    try:
+        _initialize_tables(engine)
+    finally:
+        engine.dispose()
+    os.replace(draft, path)

@@ -1,0 +1,162 @@
+"""Bad words, suites and paths: one line on stderr, exit 2, nothing created or started."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlbench.cli import main
+from rlbench.harness.suites import MAX_EXPANDED_NODES
+
+TINY = """
+algos: [ppo]
+envs: [CartPole-v1]
+frames: 1024
+eval_every: 512
+eval_episodes: 2
+"""
+
+
+def _refused(capsys: pytest.CaptureFixture, *args: str) -> str:
+    """Run ``rlbench`` in this process: exit 2 with one line on stderr, which is returned."""
+    assert main(list(args)) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("rlbench: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(("word", "message"), [
+    ("ppo.hidden_sizes=[64,0]", "every entry of hidden_sizes must be >= 1"),
+    ("ppo.hidden_sizes=[-3]", "hidden_sizes must be >= 1"),
+    ("ppo.learning_rate=-1", "learning_rate must be > 0"),
+    ("ppo.gamma=5", "gamma must be <= 1"),
+    ("ppo.gae_lambda=-0.1", "gae_lambda must be >= 0"),
+    ("sac.tau=abc", "sac.tau must be a number"),  # sac is not in the smoke suite's grid
+    ("sac.tau=0", "tau must be > 0"),
+    ("dqn.exploration_fraction=2", "exploration_fraction must be <= 1"),
+    ("td3.policy_delay=0", "policy_delay must be >= 1"),
+    ("ppo.num_envs=1e30", "ppo.num_envs=1e+30 is beyond what rlbench runs"),
+    ("frames=1e30", "frames=1e+30 is beyond what rlbench runs"),
+    ("seeds=1e20", "seeds=1e+20 is beyond what rlbench runs"),
+    ("threads=100000", "threads=100,000 is beyond what rlbench runs"),
+    ("base_seed=1e30", "base_seed=1e+30 is beyond"),
+])
+def test_bad_values_are_refused_before_anything_starts(capsys, word: str,
+                                                       message: str) -> None:
+    line = _refused(capsys, "run", word, "out_dir=out")
+    assert message in line
+    assert not Path("out").exists()
+
+
+def test_a_grid_of_more_than_a_million_runs_is_refused_with_its_size(capsys) -> None:
+    line = _refused(capsys, "show", "seeds=600000", "env=CartPole-v1,Acrobot-v1")
+    assert "more than 1,000,000 runs" in line and "600,000 seeds" in line
+
+
+def test_more_threads_than_cores_needs_force(capsys, tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    line = _refused(capsys, "run", f"threads={cores + 1}", "out_dir=out")
+    assert f"{cores} cores" in line and "force_threads=true" in line
+    assert not Path("out").exists()
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(TINY)
+    assert main(["run", f"suite={suite}", f"threads={cores + 1}", "force_threads=true",
+                 "out_dir=out"]) == 0
+
+
+def test_a_billion_laughs_suite_is_refused_quickly_in_one_short_line(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    levels = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb.write_text("\n".join(levels) + "\nalgos: *l8\nenvs: [CartPole-v1]\n")
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "rlbench.cli", "show", f"suite={bomb}"],
+                            capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - start < 30
+    assert result.returncode == 2
+    assert f"more than {MAX_EXPANDED_NODES:,} values through YAML aliases" in result.stderr
+    assert len(result.stderr) < 1000
+
+
+def test_anchors_that_expand_modestly_still_load(tmp_path: Path, capsys) -> None:
+    suite = tmp_path / "anchored.yaml"
+    suite.write_text(TINY + "per_algo:\n  ppo: &tune {num_envs: 4, rollout_steps: 64}\n"
+                            "per_env:\n  CartPole-v1: {ppo: *tune}\n")
+    assert main(["show", f"suite={suite}"]) == 0
+
+
+@pytest.mark.parametrize("value", ["[" + ", ".join(["1"] * 50_000) + "]", "x" * 2_000_000])
+def test_huge_values_are_quoted_as_a_short_prefix(tmp_path: Path, capsys, value: str) -> None:
+    suite = tmp_path / "huge.yaml"
+    suite.write_text(TINY.replace("frames: 1024", f"frames: {value}"))
+    line = _refused(capsys, "show", f"suite={suite}")
+    assert len(line) < 300 and "frames must be an integer" in line
+
+
+@pytest.mark.parametrize(("snippet", "message"), [
+    ("per_env: {CartPole-v1: {algos: [1]}}", "per_env.CartPole-v1.algos[0] is 1, not an"),
+    ("per_env: {1: {seeds: 2}}", "per_env has the key 1, which is not a name"),
+    ("per_algo: {ppo: {true: 2}}", "per_algo.ppo has the key True, which is not a name"),
+    ("per_algo: {2: {num_envs: 2}}", "per_algo has the key 2"),
+])
+def test_names_that_are_not_text_are_refused_with_their_path(tmp_path: Path, capsys,
+                                                              snippet: str,
+                                                              message: str) -> None:
+    suite = tmp_path / "names.yaml"
+    suite.write_text(TINY + snippet + "\n")
+    assert message in _refused(capsys, "show", f"suite={suite}")
+
+
+def test_hyperparameters_of_an_algorithm_the_env_does_not_take_are_checked(
+        tmp_path: Path, capsys) -> None:
+    suite = tmp_path / "per_env.yaml"
+    suite.write_text(TINY + "per_env:\n  CartPole-v1: {algos: [ppo], dqn: {gamma: 7}}\n")
+    assert "dqn: gamma must be <= 1" in _refused(capsys, "show", f"suite={suite}")
+
+
+def test_out_dir_that_is_a_file_or_cannot_be_written(tmp_path: Path, capsys) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert "is not a directory" in _refused(capsys, "run", f"out_dir={afile}")
+    assert "is not a directory" in _refused(capsys, "run", f"out_dir={afile}/sub")
+    assert "cannot be written" in _refused(capsys, "run", "out_dir=/proc/rlbench")
+    assert not (tmp_path / "afile" / "sub").exists()
+
+
+def test_an_unreachable_tracking_server_leaves_no_out_dir(tmp_path: Path, capsys,
+                                                          monkeypatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # discard: nobody answers
+    out = tmp_path / "never"
+    assert "does not answer" in _refused(capsys, "run", f"out_dir={out}")
+    assert not out.exists()
+
+
+def test_markup_in_an_out_dir_is_printed_as_text(tmp_path: Path, capsys) -> None:
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(TINY)
+    out = tmp_path / "runs" / "x[/]y"
+    assert main(["run", f"suite={suite}", f"out_dir={out}"]) == 0
+    assert "x[/]y" in capsys.readouterr().out
+
+
+def test_compare_checks_output_and_reps_before_any_work(tmp_path: Path, capsys) -> None:
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(TINY)
+    out = tmp_path / "out"
+    assert main(["run", f"suite={suite}", f"out_dir={out}"]) == 0
+    capsys.readouterr()
+    report = tmp_path / "report.md"
+    report.write_text("mine")
+    line = _refused(capsys, "compare", "suite=tiny", f"out_dir={out}", f"output={report}")
+    assert "output" in line and "is not a directory" in line
+    assert capsys.readouterr().out == ""  # no table printed before the refusal
+    assert report.read_text() == "mine"
+    assert "reps=1e12 is beyond" in _refused(capsys, "compare", "suite=tiny",
+                                             f"out_dir={out}", "reps=1e12")
