@@ -20,6 +20,7 @@ do not see each other's.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -113,7 +114,7 @@ class SweepLock:
 
     def release(self) -> None:
         self._lock.release()
-        Path(self._lock.lock_file).unlink(missing_ok=True)
+        _remove(self._lock)
 
 
 def is_sweep_alive(out_dir: Path, parent_id: str) -> bool:
@@ -125,5 +126,12 @@ def is_sweep_alive(out_dir: Path, parent_id: str) -> bool:
     except Timeout:
         return True
     lock.release()
-    Path(lock.lock_file).unlink(missing_ok=True)
+    _remove(lock)
     return False
+
+
+def _remove(lock: FileLock) -> None:
+    """Remove a released sweep lock's file; one that cannot be removed (a read-only out dir)
+    stays, empty and unlocked, which means the same."""
+    with contextlib.suppress(OSError):
+        Path(lock.lock_file).unlink(missing_ok=True)

@@ -224,5 +224,5 @@ def _fatal_errors_into(path: Path) -> Iterator[None]:
             faulthandler.disable()
             if was_enabled:
                 faulthandler.enable(file=sys.__stderr__)
-    if path.stat().st_size == 0:
-        path.unlink()
+            if handle.tell() == 0:
+                path.unlink(missing_ok=True)

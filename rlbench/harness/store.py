@@ -89,7 +89,7 @@ def inspect_store(path: Path) -> str:
         return READY
     if runs == 0:
         return INCOMPLETE
-    raise ConfigError(f"the store at {path} holds {runs} runs under schema revision "
+    raise ConfigError(f"the store at {path} holds {runs} MLflow runs under schema revision "
                       f"{revision}, not this MLflow's {_head_revision()}: back it up, then "
                       f"upgrade it with `mlflow db upgrade sqlite:///{path.absolute()}`")
 

@@ -8,6 +8,7 @@ refuses the plain ``./mlruns`` file store). ``MLFLOW_TRACKING_URI`` overrides it
 from __future__ import annotations
 
 import csv
+import logging
 import math
 import os
 import platform
@@ -38,6 +39,21 @@ __all__ = ["RunRecorder", "Tracker", "check_reachable", "environment_tags", "fla
            "search_all", "store_lock", "tracking_uri", "with_retry"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
+
+
+class _ReRaisedDatabaseErrors(logging.Filter):
+    """Drops MLflow's log record of a database error it re-raises: the SQLite store logs
+    "SQLAlchemy database error. The following exception is caught." with the whole
+    traceback, then raises it as an ``MlflowException``, which reaches rlbench: retried
+    ("database is locked") or reported as one line per run (a full disk). Every other
+    MLflow record is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SQLAlchemy database error. The following "
+                                              "exception is caught.")
+
+
+logging.getLogger("mlflow.store.db.utils").addFilter(_ReRaisedDatabaseErrors())
 _LOCK_WAIT_SECONDS = 300.0
 
 
