@@ -160,3 +160,27 @@ def test_compare_checks_output_and_reps_before_any_work(tmp_path: Path, capsys) 
     assert report.read_text() == "mine"
     assert "reps=1e12 is beyond" in _refused(capsys, "compare", "suite=tiny",
                                              f"out_dir={out}", "reps=1e12")
+
+
+def test_compare_escapes_html_that_another_tool_put_in_the_store(tmp_path: Path,
+                                                                 capsys) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from rlbench.harness.tracking import tracking_uri
+
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(TINY)
+    out = tmp_path / "out"
+    assert main(["run", f"suite={suite}", f"out_dir={out}"]) == 0
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("tiny")
+    script = "<script>alert('x')</script>|ppo"
+    for run in client.search_runs([experiment.experiment_id], "tags.kind = 'run'"):
+        client.set_tag(run.info.run_id, "algorithm", script)
+    capsys.readouterr()
+    report = tmp_path / "report"
+    assert main(["compare", "suite=tiny", f"out_dir={out}", "format=markdown",
+                 f"output={report}"]) == 0
+    for markdown in (capsys.readouterr().out, (report / "compare.md").read_text()):
+        assert "<script>" not in markdown
+        assert r"&lt;script&gt;alert('x')&lt;/script&gt;\|ppo" in markdown

@@ -29,3 +29,13 @@ def test_progress_counts_and_reports_each_run() -> None:
     text = console.export_text()
     assert f"done {runs[0].name}: return 99.5 at 100,000 frames (1,500 fps, 60 s)" in text
     assert f"failed {runs[1].name}: NonFiniteLossError: loss_objective" in text
+
+
+def test_errors_and_names_are_printed_as_text_not_markup() -> None:
+    runs = resolve_sweep([]).runs[:2]
+    console = Console(record=True, width=200, force_terminal=False)
+    error = "FloatingPointError: NaN in action [[nan], [nan]] at [bold]frame[/] 128"
+    with SweepProgress(runs, console) as progress:
+        progress.started(runs[0])
+        progress.finished(RunResult(runs[0], "id0", "FAILED", None, None, 0, 1.0, error=error))
+    assert f"failed {runs[0].name}: {error}" in console.export_text()
