@@ -12,16 +12,15 @@ probability that one beats the other. Every bootstrap draws from a generator see
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from rlbench.errors import ConfigError, near_matches, quote
+from rlbench import results
+from rlbench.errors import UnknownNameError
 from rlbench.harness.baselines import (
     PublishedScore,
     Reference,
@@ -39,14 +38,12 @@ from rlbench.harness.statistics import (
     probability_of_improvement_ci,
     stratified_bootstrap_ci,
 )
-from rlbench.harness.tracking import search_all, with_retry
+from rlbench.results import RUN_COLUMNS, SEED_PARAMS, latest_attempts
 
 __all__ = ["Comparison", "Group", "GroupSummary", "Improvement", "RunRecord", "compare",
            "group_runs", "load_runs", "stored_algorithms", "summarize_group"]
 
-RETURN = "eval/return_mean"
-# Params that vary between the seeds of one config: left out of the config key.
-_SEED_PARAMS = ("seed_index", "base_seed")
+_SEED_PARAMS = SEED_PARAMS
 
 
 @dataclass
@@ -69,72 +66,44 @@ class RunRecord:
         return self.curve[max(self.curve)] if self.curve else None
 
 
-def _config_key(run: Run) -> str:
-    kept = {k: v for k, v in run.data.params.items()
-            if k not in _SEED_PARAMS and not k.startswith("seeds.")}
-    kept["rlbench_version"] = run.data.tags.get("rlbench_version", "")
-    payload = json.dumps(kept, sort_keys=True).encode()
-    return hashlib.sha256(payload).hexdigest()[:8]
-
-
-def _experiment_id(client: MlflowClient, suite: str) -> str:
-    experiment = with_retry(client.get_experiment_by_name, suite)
-    if experiment is None:
-        names = sorted(e.name for e in with_retry(client.search_experiments)
-                       if e.name != "Default")
-        hint = near_matches(suite, names)
-        raise ConfigError(f"the store has no runs of suite {quote(suite)} (it has "
-                          f"{', '.join(names) or 'none'})"
-                          + (f"; did you mean {', '.join(hint)}?" if hint else ""))
-    return experiment.experiment_id
-
-
 def stored_algorithms(client: MlflowClient, suite: str) -> set[str]:
     """The algorithm tags of the suite's runs (one search, no metric histories)."""
-    runs = search_all(client, _experiment_id(client, suite), "tags.kind = 'run'")
-    return {run.data.tags["algorithm"] for run in runs}
+    return {run.data.tags["algorithm"] for run in latest_attempts(client, suite)}
 
 
 def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
               envs: Sequence[str] = (), frames: int | None = None,
               tags: Mapping[str, str] | None = None) -> list[RunRecord]:
-    """The suite's runs matching the filters (empty filters match all).
-
-    An identity run more than once (``config_hash``) keeps its latest finished attempt;
-    one that never finished keeps its latest attempt.
-    """
-    latest: dict[str, Run] = {}
-    runs = search_all(client, _experiment_id(client, suite), "tags.kind = 'run'")
-    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
-        t = run.data.tags
-        if (algos and t.get("algorithm") not in algos) or (envs and t.get("env") not in envs):
-            continue
-        if frames is not None and run.data.params.get("frames") != str(frames):
-            continue
-        if any(t.get(key) != value for key, value in (tags or {}).items()):
-            continue
-        key = t.get("config_hash", run.info.run_id)
-        earlier = latest.get(key)
-        if earlier is None or run.info.status == "FINISHED" or earlier.info.status != "FINISHED":
-            latest[key] = run
-    records = []
-    for run in latest.values():
-        history = []
-        if run.info.status == "FINISHED":
-            history = with_retry(client.get_metric_history, run.info.run_id, RETURN)
-        records.append(RunRecord(
-            run_id=run.info.run_id,
-            algo=run.data.tags["algorithm"],
-            env=run.data.tags["env"],
-            seed=int(run.data.tags.get("seed", 0)),
-            frames=int(run.data.params.get("frames", 0)),
-            status=run.info.status,
-            config=_config_key(run),
-            curve={int(m.step): m.value for m in history},
-            fps=run.data.metrics.get("train/fps"),
-            params=dict(run.data.params),
-        ))
-    return sorted(records, key=lambda r: (r.env, r.algo, r.frames, r.config, r.seed))
+    """The suite's runs matching the filters (empty filters match all), read through
+    ``rlbench.results``: each config identity once, its latest finished attempt (or its
+    latest attempt if none finished), with the eval curve of a finished one."""
+    filters: dict[str, object] = {}
+    if algos:
+        filters["algorithm"] = list(algos)
+    if envs:
+        filters["env"] = list(envs)
+    if frames is not None:
+        filters["frames"] = frames
+    for key, value in (tags or {}).items():
+        filters[key if key in RUN_COLUMNS else f"tag.{key}"] = value
+    try:
+        runs = results.load(client, suite=suite, **filters)
+    except UnknownNameError as err:  # a tag no run carries: no run matches
+        if not err.name.startswith("tag."):
+            raise
+        return []
+    finished = runs[runs.status == "FINISHED"]
+    evals = results.curves_of(client, finished)
+    by_run = {run_id: dict(zip(rows.step, rows.return_mean, strict=True))
+              for run_id, rows in evals.groupby("run_id")}
+    params = [c for c in runs.columns if c.startswith("param.")]
+    return [RunRecord(
+        run_id=row.run_id, algo=row.algorithm, env=row.env, seed=int(row.seed),
+        frames=int(row.frames), status=row.status, config=row.config,
+        curve={int(k): float(v) for k, v in by_run.get(row.run_id, {}).items()},
+        fps=None if np.isnan(row.fps) else float(row.fps),
+        params={c.removeprefix("param."): row[c] for c in params if isinstance(row[c], str)},
+    ) for _, row in runs.iterrows()]
 
 
 @dataclass

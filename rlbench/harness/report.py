@@ -1,23 +1,23 @@
 """The ``rlbench compare`` command: parse its words, read the store, format and write a report.
 
     rlbench compare suite=mujoco [algo=ppo,sac] [env=Hopper-v5] [frames=1000000]
-        [tag.git_commit=abc123] [format=table|markdown|csv|latex|html] [output=DIR]
+        [tag.git_commit=abc123] [format=table|markdown|csv|json|latex|html] [output=DIR]
         [out_dir=rlbench_runs] [baselines=results/baselines] [seed=0] [reps=2000]
 
-``output=DIR`` writes every table format and the plots (learning curves, aggregate
-intervals, performance profiles; PNG and SVG) there.
+``output=DIR`` writes every format and the plots (learning curves, aggregate intervals,
+performance profiles; PNG and SVG) there: ``compare.md``, ``.tex``, ``.html`` (tables),
+``compare.csv`` (one row per group, plain numbers), ``compare.json`` (everything) and
+``runs.csv`` (one row per run, its final score).
 """
 
 from __future__ import annotations
 
-import csv
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from rlbench.envs import validate_env_id
@@ -25,14 +25,17 @@ from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.algorithms import list_algorithms
 from rlbench.harness.baselines import default_baseline_dir
 from rlbench.harness.compare import Comparison, Group, compare, load_runs, stored_algorithms
-from rlbench.harness.render import FORMATS, SUFFIXES, TextTable, render, to_rich
+from rlbench.harness.compare_data import groups_frame, runs_frame, to_json
+from rlbench.harness.render import TextTable, render, to_rich
 from rlbench.harness.statistics import AGGREGATES, Interval
-from rlbench.harness.store import INCOMPLETE, MISSING, check_out_dir, inspect_store, sqlite_path
-from rlbench.harness.tracking import check_reachable, tracking_uri
+from rlbench.harness.store import check_out_dir
+from rlbench.results import open_store
 
 __all__ = ["CompareRequest", "build_tables", "parse_compare_args", "run_compare",
            "write_report"]
 PLOTS = ("curves", "aggregates", "profiles")
+FORMATS = ("table", "markdown", "csv", "json", "latex", "html")
+SUFFIXES = {"markdown": ".md", "csv": ".csv", "json": ".json", "latex": ".tex", "html": ".html"}
 
 KEYS = ("suite", "algos", "envs", "frames", "tag.<name>", "format", "output", "out_dir",
         "baselines", "seed", "reps")
@@ -105,23 +108,6 @@ def parse_compare_args(args: Sequence[str]) -> CompareRequest:
     if not (request.baselines / "normalization.csv").is_file():
         raise ConfigError(f"baselines={request.baselines}: no normalization.csv there")
     return request
-
-
-def open_store(out_dir: Path) -> MlflowClient:
-    """The run's tracking store; an embedded store that does not exist is an error, not a
-    new empty database, and a tracking server that does not answer is one too."""
-    uri = tracking_uri(out_dir)
-    database = sqlite_path(uri)
-    state = None if database is None else inspect_store(database)  # raises if unreadable
-    if state == MISSING:
-        raise ConfigError(f"no tracking store at {database}: run `rlbench run` with "
-                          f"out_dir={out_dir} first, or set MLFLOW_TRACKING_URI")
-    if state == INCOMPLETE:
-        raise ConfigError(f"the store at {database} was never completely made (a sweep was "
-                          "stopped while making it) and holds no runs: `rlbench run` with "
-                          f"out_dir={out_dir} makes it anew")
-    check_reachable(uri)
-    return MlflowClient(uri)
 
 
 def _ci(interval: Interval | None, digits: int) -> str:
@@ -214,32 +200,22 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
     return tables
 
 
-def write_data(comparison: Comparison, path: Path) -> Path:
-    """One row per group with unformatted numbers, for scripts (``runs.csv``)."""
-    def number(value: float | None) -> str:
-        return "" if value is None or np.isnan(value) else repr(float(value))
-
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["env", "algorithm", "config", "frames", "seeds", "failed", "killed",
-                         "running", "mean", "std", "mean_low", "mean_high", "iqm", "iqm_low",
-                         "iqm_high", "fps"])
-        for s in comparison.summaries:
-            g, ci = s.group, s.mean_ci
-            writer.writerow([g.env, g.algo, g.config, g.frames, len(g.runs), g.failed,
-                             g.killed, g.running, number(s.mean), number(s.std),
-                             number(ci and ci.low), number(ci and ci.high),
-                             number(s.iqm.value), number(s.iqm.low), number(s.iqm.high),
-                             number(g.fps)])
-    return path
-
-
 def _describe_filters(request: CompareRequest) -> str:
     parts = [f"algo={','.join(request.algos)}" if request.algos else "",
              f"env={','.join(request.envs)}" if request.envs else "",
              f"frames={request.frames}" if request.frames else "",
              *(f"tag.{k}={v}" for k, v in request.tags.items())]
     return " ".join(p for p in parts if p) or "no filter"
+
+
+def format_comparison(comparison: Comparison, tables: Sequence[TextTable], fmt: str) -> str:
+    """The report in ``fmt``: tables for people (markdown, latex, html) or data for
+    programs (csv: one row per group, plain numbers; json: everything)."""
+    if fmt == "csv":
+        return groups_frame(comparison).to_csv(index=False, lineterminator="\n")
+    if fmt == "json":
+        return to_json(comparison)
+    return render(tables, fmt)
 
 
 def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
@@ -254,11 +230,13 @@ def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
             (output / f"{name}{suffix}").unlink(missing_ok=True)
     tables = build_tables(comparison)
     written = []
-    for fmt, suffix in SUFFIXES.items():
-        path = output / f"compare{suffix}"
-        path.write_text(render(tables, fmt))
+    for fmt in ("markdown", "latex", "html", "csv", "json"):
+        path = output / f"compare{SUFFIXES[fmt]}"
+        path.write_text(format_comparison(comparison, tables, fmt))
         written.append(path)
-    written.append(write_data(comparison, output / "runs.csv"))
+    runs = output / "runs.csv"
+    runs_frame(comparison).to_csv(runs, index=False, lineterminator="\n")
+    written.append(runs)
     curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for summary in comparison.summaries:
         group = summary.group
@@ -282,7 +260,7 @@ def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
 def run_compare(args: Sequence[str], console: Console) -> int:
     """The command; returns the exit code. Bad input raises ``ConfigError`` (exit 2)."""
     request = parse_compare_args(args)
-    client = open_store(request.out_dir)
+    client = open_store(request.out_dir)  # read only: a missing or damaged store is refused
     records = load_runs(client, request.suite, algos=request.algos, envs=request.envs,
                         frames=request.frames, tags=request.tags)
     stored = stored_algorithms(client, request.suite) if request.algos else set()
@@ -300,7 +278,7 @@ def run_compare(args: Sequence[str], console: Console) -> int:
         for table in tables:
             console.print(to_rich(table))
     else:
-        print(render(tables, request.format), end="")
+        print(format_comparison(comparison, tables, request.format), end="")
     if request.output is not None:
         written = write_report(comparison, request.output, seed=request.seed,
                                reps=request.reps)

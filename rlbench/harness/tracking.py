@@ -8,6 +8,7 @@ refuses the plain ``./mlruns`` file store). ``MLFLOW_TRACKING_URI`` overrides it
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 import math
 import os
@@ -98,14 +99,28 @@ def store_lock(uri: str) -> Iterator[None]:
         yield
 
 
-def _git_commit() -> str:
+def _git(*args: str) -> str | None:
+    """``git args`` in rlbench's checkout: its output, or None outside a checkout."""
     here = Path(rlbench.__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=10, check=False)
-    except OSError:
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+        out = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@functools.cache
+def _git_commit() -> str:
+    return _git("rev-parse", "HEAD") or "unknown"
+
+
+@functools.cache
+def _git_dirty() -> str:
+    """"true" when tracked files of the checkout differ from its commit: the commit alone
+    then does not say which code ran."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return "unknown" if status is None else str(bool(status)).lower()
 
 
 def _version(package: str) -> str:
@@ -120,6 +135,7 @@ def environment_tags(device: str) -> dict[str, str]:
     return {
         "rlbench_version": rlbench.__version__,
         "git_commit": _git_commit(),
+        "git_dirty": _git_dirty(),
         "torch_version": torch.__version__,
         "tensordict_version": _version("tensordict"),
         "gymnasium_version": _version("gymnasium"),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import shutil
 import socket
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
@@ -259,14 +261,21 @@ def test_cli_writes_every_format_and_plot(store: Path, baselines: Path, tmp_path
     assert "| CartPole-v1 | ppo | 1,000 | 4 | 410.0 ± 108.9 |" in first
     names = sorted(p.name for p in report.iterdir())
     assert names == ["aggregates.png", "aggregates.svg", "compare.csv", "compare.html",
-                     "compare.md", "compare.tex", "curves.png", "curves.svg", "profiles.png",
-                     "profiles.svg", "runs.csv"]
+                     "compare.json", "compare.md", "compare.tex", "curves.png", "curves.svg",
+                     "profiles.png", "profiles.svg", "runs.csv"]
     assert (report / "compare.md").read_text() == first
     files = {p.name: p.read_bytes() for p in report.iterdir() if p.suffix != ".png"}
-    with (report / "runs.csv").open() as handle:
-        data = {(r["env"], r["algorithm"]): r for r in csv.DictReader(handle)}
-    assert float(data[("CartPole-v1", "ppo")]["mean"]) == 410.0
-    assert data[("Acrobot-v1", "dqn")]["failed"] == "1"
+    groups = pd.read_csv(report / "compare.csv")  # plain columns: pandas reads it as is
+    ppo = groups[(groups.env == "CartPole-v1") & (groups.algorithm == "ppo")].iloc[0]
+    assert ppo["mean"] == 410.0 and ppo["n"] == 4 and ppo["mean_t_low"] < 410.0
+    dqn = groups[(groups.env == "Acrobot-v1") & (groups.algorithm == "dqn")].iloc[0]
+    assert (dqn["failed"], dqn["running"]) == (1, 1)
+    runs = pd.read_csv(report / "runs.csv")
+    cartpole = runs[(runs.env == "CartPole-v1") & (runs.algorithm == "ppo")]
+    assert sorted(cartpole.final_return) == sorted(FINALS[("ppo", "CartPole-v1")])
+    document = json.loads((report / "compare.json").read_text())
+    assert {"groups", "runs", "baselines", "aggregates", "improvement", "notes"} <= set(document)
+    assert len(document["runs"]) == len(runs)
     assert main(args) == 0
     assert capsys.readouterr().out == first, "the same store gives the same report"
     assert files == {p.name: p.read_bytes() for p in report.iterdir() if p.suffix != ".png"}
