@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+import rlbench
 from rlbench.errors import ConfigError, UnknownNameError
 
 USAGE = """\
@@ -16,17 +17,54 @@ usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
        rlbench show [key=value ...]      print the resolved grid without running it
        rlbench compare [key=value ...]   compare finished runs: tables, baselines, plots
        rlbench list suites|algorithms|envs
+       rlbench --version
 
-keys: suite, algo (algos), env (envs), seeds, base_seed, frames, eval_every,
-      eval_episodes, threads, device, out_dir, dry_run, jobs, <algo>.<hyperparameter>
-example: rlbench run suite=smoke seeds=3 env=CartPole-v1 ppo.learning_rate=5e-4
-         rlbench run suite=mujoco algo=ppo jobs=2   (2 runs at a time, own processes)
-Runs finished earlier in the same out_dir with the same config are skipped.
-
-compare keys: suite, algo, env, frames, tag.<name>, format (table|markdown|csv|latex|html),
-      output (a directory for every format and the plots), out_dir, baselines, seed, reps
-example: rlbench compare suite=mujoco env=Hopper-v5,HalfCheetah-v5 output=report
+`rlbench <command> --help` explains a command and its keys.
 """
+_SWEEP_KEYS = """\
+keys: suite (a shipped name or a .yaml path), algo (algos), env (envs): comma lists
+      seeds, base_seed, frames, eval_every, eval_episodes   (the suite's by default)
+      threads (per run, at most the cores here; force_threads=true for more), device
+      out_dir (default rlbench_runs; MLFLOW_TRACKING_URI overrides its store)
+      jobs (runs at a time, each in its own process), launcher (local|ray),
+      ray.address (with launcher=ray: auto, host:port or ray://host:port), dry_run
+      <algo>.<hyperparameter>, e.g. ppo.learning_rate=5e-4 (see algorithms/<algo>.py)
+"""
+HELP = {
+    "run": f"""\
+usage: rlbench run [key=value ...]
+Run every run of a suite's grid that has not finished in out_dir with the same config,
+tracked in MLflow; a summary table at the end. Exit 0 if all finished, 1 if a run failed,
+2 for bad input (nothing started), 130 on Ctrl-C, 143 on SIGTERM.
+
+{_SWEEP_KEYS}
+example: rlbench run suite=smoke seeds=3 env=CartPole-v1 ppo.learning_rate=5e-4
+         rlbench run suite=mujoco algo=ppo jobs=2
+         rlbench run suite=mujoco launcher=ray ray.address=auto
+""",
+    "show": f"""\
+usage: rlbench show [key=value ...]
+Print the resolved grid (runs, budgets, devices, config identities); nothing runs.
+
+{_SWEEP_KEYS}""",
+    "compare": """\
+usage: rlbench compare [key=value ...]
+Tables of the finished runs in a store: per group, beside published baselines,
+normalized aggregates across envs, probabilities of improvement; plots with output=.
+
+keys: suite, algo (algos), env (envs), frames, tag.<name> (e.g. tag.git_commit=abc123)
+      format (table|markdown|csv|json|latex|html), output (a directory: every format,
+      runs.csv and the plots), out_dir (default rlbench_runs), baselines (a directory of
+      published scores), seed (bootstrap seed, default 0), reps (bootstrap resamples,
+      default 2000, at most 100,000)
+example: rlbench compare suite=mujoco env=Hopper-v5,HalfCheetah-v5 output=report
+""",
+    "list": """\
+usage: rlbench list suites|algorithms|envs
+The shipped suites (with their descriptions), the algorithms (online or offline) or the
+env ids rlbench can make.
+""",
+}
 COMMANDS = ("run", "show", "compare", "list")
 LISTABLE = ("suites", "algorithms", "envs")
 
@@ -75,7 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
         return 0 if args else 2
+    if args[0] == "--version":
+        print(f"rlbench {rlbench.__version__}")
+        return 0
     command, rest = args[0], args[1:]
+    if command in HELP and any(word in ("-h", "--help") for word in rest):
+        print(HELP[command], end="")
+        return 0
     try:
         if command not in COMMANDS:
             raise UnknownNameError("command", command, COMMANDS)

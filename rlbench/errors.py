@@ -44,8 +44,9 @@ class ConfigError(ValueError):
 class UnknownNameError(ConfigError):
     """An unknown suite, algorithm, env, dataset or config key."""
 
-    def __init__(self, kind: str, name: Any, choices: Iterable[str]):
+    def __init__(self, kind: str, name: Any, choices: Iterable[str],
+                 suggestions: list[str] | None = None):
         self.kind, self.name = kind, name
-        self.suggestions = near_matches(name, choices)
+        self.suggestions = near_matches(name, choices) if suggestions is None else suggestions
         hint = f"; did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
         super().__init__(f"unknown {kind} {quote(name)}{hint}")

@@ -23,9 +23,10 @@ import yaml
 
 import rlbench
 from rlbench.envs import env_family, list_envs, validate_env_id
-from rlbench.errors import ConfigError, UnknownNameError, quote
+from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
 from rlbench.harness.algorithms import list_algorithms, load_algorithm, resolve_algo_config
 from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
+from rlbench.harness.words import split_words
 
 __all__ = ["Overrides", "RunConfig", "SweepConfig", "check_devices_here", "parse_overrides",
            "resolve_sweep"]
@@ -83,21 +84,29 @@ def valid_keys() -> list[str]:
     return keys
 
 
+# Names of one meaning in different recipes and libraries: a typo of one finds the others.
+_SYNONYMS = ({"learning_rate", "lr"}, {"gamma", "discount"}, {"hidden_sizes", "net_arch"},
+             {"num_envs", "n_envs"}, {"rollout_steps", "n_steps"}, {"epochs", "n_epochs"},
+             {"entropy_coef", "ent_coef"}, {"critic_coef", "vf_coef"},
+             {"gae_lambda", "lmbda"})
+
+
+def field_suggestions(name: str, fields: Sequence[str]) -> list[str]:
+    """The fields of one recipe closest to ``name``: those sharing its meaning through a
+    synonym (``learning_rate`` -> ``actor_lr``, ``critic_lr``; ``lr`` ->
+    ``learning_rate``), then the closest spellings."""
+    words = next((group for group in _SYNONYMS if name in group), set())
+    related = [f for f in fields for w in words
+               if f == w or f.endswith(f"_{w}") or f.startswith(f"{w}_")]
+    return list(dict.fromkeys([*related, *near_matches(name, fields)]))[:4]
+
+
 def parse_overrides(args: Sequence[str]) -> Overrides:
     """Parse ``key=value`` words; unknown keys raise with near matches."""
     sweep: dict[str, Any] = {}
     settings: dict[str, Any] = {}
     algo_params: dict[str, dict[str, Any]] = {}
-    given: dict[str, str] = {}
-    for arg in args:
-        key, sep, text = arg.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"expected key=value, got {quote(arg)}")
-        name, key = key, ALIASES.get(key, key)
-        if key in given:
-            raise ConfigError(f"{key} is given twice ({given[key]}=... and {name}=...): "
-                              "give it once, with a comma-separated list for several names")
-        given[key] = name
+    for key, text in split_words(args, ALIASES):
         value = _parse_value(key, text)
         if key in SWEEP_KEYS:
             sweep[key] = value
@@ -108,8 +117,10 @@ def parse_overrides(args: Sequence[str]) -> Overrides:
             if algo not in list_algorithms():
                 raise UnknownNameError("override key", key, valid_keys())
             fields = load_algorithm(algo).Config.__dataclass_fields__
-            if field not in fields:
-                raise UnknownNameError("override key", key, valid_keys())
+            if field not in fields:  # suggest this algorithm's own fields, not others'
+                raise UnknownNameError(f"{algo} hyperparameter", key, [],
+                                       [f"{algo}.{name}" for name in
+                                        field_suggestions(field, list(fields))])
             algo_params.setdefault(algo, {})[field] = value
         else:
             raise UnknownNameError("override key", key, valid_keys())

@@ -29,6 +29,7 @@ from rlbench.harness.compare_data import groups_frame, runs_frame, to_json
 from rlbench.harness.render import TextTable, render, to_rich
 from rlbench.harness.statistics import AGGREGATES, Interval
 from rlbench.harness.store import check_out_dir
+from rlbench.harness.words import split_words
 from rlbench.results import open_store
 
 __all__ = ["CompareRequest", "build_tables", "parse_compare_args", "run_compare",
@@ -78,11 +79,7 @@ def _int(key: str, text: str, minimum: int) -> int:
 def parse_compare_args(args: Sequence[str]) -> CompareRequest:
     """``key=value`` words to a request; unknown keys and names raise with near matches."""
     request = CompareRequest()
-    for arg in args:
-        key, sep, text = arg.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"expected key=value, got {quote(arg)}")
-        key = ALIASES.get(key, key)
+    for key, text in split_words(args, ALIASES):
         if key.startswith("tag.") and len(key) > 4:
             request.tags[key[4:]] = text
         elif key in ("algos", "envs"):

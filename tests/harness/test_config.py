@@ -87,7 +87,7 @@ def test_value_parsing() -> None:
     (["algo=ppp"], "algorithm", "ppo"),
     (["env=Hoper-v5"], "env", "Hopper-v5"),
     (["seed=3"], "override key", "seeds"),
-    (["ppo.learnin_rate=1"], "override key", "ppo.learning_rate"),
+    (["ppo.learnin_rate=1"], "ppo hyperparameter", "ppo.learning_rate"),
     (["pp.learning_rate=1"], "override key", "ppo.learning_rate"),
 ])
 def test_unknown_names_suggest(args: list[str], kind: str, suggestion: str) -> None:
