@@ -233,7 +233,7 @@ class Comparison:
     empty_groups: list[Group]
     group_notes: list[str]
     aggregates: dict[str, dict[str, Interval]]
-    normalized: dict[str, np.ndarray]  # algo -> [runs, envs] normalized final returns
+    normalized: dict[str, list[np.ndarray]]  # algo -> each env's normalized final returns
     aggregate_envs: dict[str, list[str]]  # algo -> the envs its aggregate covers
     aggregate_frames: dict[str, list[int]]  # algo -> the budgets of those envs
     aggregate_notes: list[str]
@@ -258,19 +258,21 @@ def _representatives(summaries: Sequence[GroupSummary]
     return chosen, notes
 
 
-def _finals_matrix(chosen: Mapping[tuple[str, str], GroupSummary], algo: str,
-                   envs: Sequence[str], notes: list[str]) -> np.ndarray:
-    """``[runs, envs]`` final returns of ``algo``; an env with more seeds than another
-    contributes its first ones only (the statistics need as many runs per env)."""
-    runs = min(chosen[(env, algo)].group.finals.size for env in envs)
-    if any(chosen[(env, algo)].group.finals.size != runs for env in envs):
-        notes.append(f"{algo}: the first {runs} seeds of each of {', '.join(envs)}, the "
-                     f"fewest any of them has")
-    return np.stack([chosen[(env, algo)].group.finals[:runs] for env in envs], axis=1)
+def _finals_by_env(chosen: Mapping[tuple[str, str], GroupSummary], algo: str,
+                   envs: Sequence[str], notes: list[str]) -> list[np.ndarray]:
+    """The final returns of every seed of ``algo`` on each of ``envs``; a note when the
+    envs ran different numbers of seeds (each env still weighs the same)."""
+    finals = [chosen[(env, algo)].group.finals for env in envs]
+    counts = {env: f.size for env, f in zip(envs, finals, strict=True)}
+    if len(set(counts.values())) > 1:
+        shown = ", ".join(f"{env} {n}" for env, n in counts.items())
+        notes.append(f"{algo}: seeds per env differ ({shown}): every seed is used, and each "
+                     "env weighs the same")
+    return finals
 
 
 def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, seed: int = 0,
-            reps: int = 2000) -> Comparison:
+            reps: int = 2000, requested_algos: Sequence[str] = ()) -> Comparison:
     """The statistics of every group, per-algorithm aggregates and pairwise improvement.
 
     An algorithm's aggregates cover the envs it ran that have a normalization reference;
@@ -280,6 +282,13 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
     published = load_published(baseline_dir)
     references: dict[str, Reference] = load_references(baseline_dir)
     groups, group_notes = group_runs(records)
+    group_notes += [f"run {r.run_id} ({r.algo} on {r.env}, seed {r.seed}) has a NaN final "
+                    "score: the statistics that include it are NaN"
+                    for r in records if r.final_return is not None
+                    and np.isnan(r.final_return)]
+    present = {r.algo for r in records}
+    group_notes += [f"{algo}: asked for, but no run matches the filters"
+                    for algo in requested_algos if algo not in present]
     summaries = [summarize_group(g, published, seed=seed, reps=reps) for g in groups if g.runs]
     chosen, notes = _representatives(summaries)
     algos = sorted({algo for _, algo in chosen})
@@ -295,10 +304,10 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
                      "rows with the same envs")
     normalized, aggregates, aggregate_frames = {}, {}, {}
     for algo, envs in aggregate_envs.items():
-        raw = _finals_matrix(chosen, algo, envs, notes)
-        refs = [references[env] for env in envs]
-        normalized[algo] = np.stack([normalize(raw[:, i], r.random_score, r.reference_score)
-                                     for i, r in enumerate(refs)], axis=1)
+        raw = _finals_by_env(chosen, algo, envs, notes)
+        normalized[algo] = [normalize(finals, references[env].random_score,
+                                      references[env].reference_score)
+                            for env, finals in zip(envs, raw, strict=True)]
         aggregates[algo] = {
             name: stratified_bootstrap_ci(normalized[algo], statistic,
                                           rng=_rng(seed, algo, name), reps=reps)
@@ -319,9 +328,12 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
                 if fx != fy:
                     pair_notes.append(f"{env}: {x} at {fx:,} frames, {y} at {fy:,}")
             probability = probability_of_improvement_ci(
-                _finals_matrix(chosen, x, shared, pair_notes),
-                _finals_matrix(chosen, y, shared, pair_notes),
+                _finals_by_env(chosen, x, shared, pair_notes),
+                _finals_by_env(chosen, y, shared, pair_notes),
                 rng=_rng(seed, "poi", x, y), reps=reps)
+            if np.isnan(probability.value):
+                pair_notes.append("no probability: a final score is NaN (see the notes "
+                                  "above)")
             improvement.append(Improvement(x, y, shared, probability, pair_notes))
     return Comparison(suite, summaries, [g for g in groups if not g.runs], group_notes,
                       aggregates, normalized, aggregate_envs, aggregate_frames, notes,

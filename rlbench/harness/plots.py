@@ -24,9 +24,10 @@ from matplotlib.lines import Line2D
 from rlbench.harness.statistics import (
     AGGREGATES,
     Interval,
+    Scores,
+    as_tasks,
     percentile_bounds,
     performance_profile,
-    score_matrix,
 )
 
 __all__ = [
@@ -67,23 +68,31 @@ def curve_band(
 
 
 def performance_profile_band(
-    scores: np.ndarray,
+    scores: Scores,
     thresholds: np.ndarray,
     *,
     rng: np.random.Generator,
     reps: int = 2000,
     confidence: float = 0.95,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Performance profile of ``scores`` ``[runs, tasks]`` at ``thresholds``, with its CI.
+    """Performance profile of ``scores`` (``[runs, tasks]`` or ragged) at ``thresholds``,
+    with its CI.
 
     The band is a stratified percentile bootstrap (runs resampled within each task) with the
     draws of ``stratified_bootstrap_ci``: at each threshold it gives what that function gives
     for the statistic "fraction of runs above the threshold" from the same generator state.
     """
-    matrix = score_matrix(scores)
     taus = np.asarray(thresholds, dtype=np.float64)
-    runs, tasks = matrix.shape
-    index = rng.integers(0, runs, size=(reps, runs, tasks))
+    tasks = as_tasks(scores)
+    if len({t.size for t in tasks}) > 1:  # ragged: each task's runs resampled on their own
+        draws = [t[rng.integers(0, t.size, size=(reps, t.size))] for t in tasks]
+        profiles = np.stack([performance_profile([d[i] for d in draws], taus)
+                             for i in range(reps)])
+        low, high = percentile_bounds(profiles, confidence, axis=0)
+        return performance_profile(tasks, taus), low, high
+    matrix = np.stack(tasks, axis=1)
+    runs, n_tasks = matrix.shape
+    index = rng.integers(0, runs, size=(reps, runs, n_tasks))
     resampled = np.take_along_axis(matrix[None], index, axis=1)
     profiles = np.stack([performance_profile(sample, taus) for sample in resampled])
     low, high = percentile_bounds(profiles, confidence, axis=0)
@@ -196,7 +205,7 @@ def plot_aggregate_intervals(
 
 
 def plot_performance_profiles(
-    scores: Mapping[str, np.ndarray],
+    scores: Mapping[str, Scores],
     stem: Path,
     *,
     thresholds: np.ndarray | None = None,
@@ -206,17 +215,17 @@ def plot_performance_profiles(
 ) -> list[Path]:
     """Fraction of runs scoring above tau, against tau, per algorithm with a 95% CI band.
 
-    ``scores[algo]`` is ``[runs, tasks]`` of normalized scores. The default thresholds are
-    101 points from ``min(0, lowest score)`` to ``max(1, highest score)`` over all
-    algorithms. Bands come from one generator seeded with ``seed``, algorithms in sorted
-    order. Writes ``stem.png`` and ``stem.svg`` and returns their paths.
+    ``scores[algo]`` is ``[runs, tasks]`` of normalized scores, or one array per task. The
+    default thresholds are 101 points from ``min(0, lowest score)`` to ``max(1, highest
+    score)`` over all algorithms. Bands come from one generator seeded with ``seed``,
+    algorithms in sorted order. Writes ``stem.png`` and ``stem.svg`` and returns their paths.
     """
     if not scores:
         raise ValueError("no performance profiles to plot: no algorithms given")
-    matrices = {algo: score_matrix(scores[algo], f"algorithm {algo!r}") for algo in sorted(scores)}
+    matrices = {algo: as_tasks(scores[algo], f"algorithm {algo!r}") for algo in sorted(scores)}
     if thresholds is None:
-        lowest = min(0.0, *(float(m.min()) for m in matrices.values()))
-        highest = max(1.0, *(float(m.max()) for m in matrices.values()))
+        lowest = min(0.0, *(float(np.concatenate(m).min()) for m in matrices.values()))
+        highest = max(1.0, *(float(np.concatenate(m).max()) for m in matrices.values()))
         thresholds = np.linspace(lowest, highest, 101)
     taus = np.asarray(thresholds, dtype=np.float64)
 

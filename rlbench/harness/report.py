@@ -131,6 +131,13 @@ def _budgets(frames: Sequence[int]) -> str:
     return f"{low:,}" if low == high else f"{low:,}–{high:,}"
 
 
+def _runs_by_envs(scores: Sequence[np.ndarray]) -> str:
+    """``3 × 2`` (runs × envs), or ``3+1 × 2`` when the envs ran different seed counts."""
+    counts = [len(s) for s in scores]
+    runs = str(counts[0]) if len(set(counts)) == 1 else "+".join(map(str, counts))
+    return f"{runs} × {len(counts)}"
+
+
 def build_tables(comparison: Comparison) -> list[TextTable]:
     """The per-group table, then (when there is anything to show) the published baselines,
     the per-algorithm aggregates and the probabilities of improvement."""
@@ -176,7 +183,7 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
             headers=["algorithm", "envs", "frames", "runs × envs",
                      *(n.replace("_", " ") for n in AGGREGATES)],
             rows=[[algo, envs[algo], _budgets(comparison.aggregate_frames[algo]),
-                   "{} × {}".format(*comparison.normalized[algo].shape),
+                   _runs_by_envs(comparison.normalized[algo]),
                    *(_ci(values[n], 3) for n in AGGREGATES)]
                   for algo, values in comparison.aggregates.items()],
             notes=["median: of the per-env mean scores; optimality gap: lower is better",
@@ -269,7 +276,7 @@ def run_compare(args: Sequence[str], console: Console) -> int:
         raise ConfigError(f"suite {request.suite} has no runs matching "
                           f"{_describe_filters(request)} in {client.tracking_uri}")
     comparison = compare(records, request.suite, request.baselines, seed=request.seed,
-                         reps=request.reps)
+                         reps=request.reps, requested_algos=request.algos)
     tables = build_tables(comparison)
     if request.format == "table":
         for table in tables:

@@ -4,8 +4,11 @@ The measures of Agarwal et al. (2021), "Deep RL at the Edge of the Statistical P
 (what the ``rliable`` library computes; ``rliable`` 1.2 does not import beside pandas 3):
 interquartile mean, median, mean and optimality gap of normalized scores, percentile
 bootstrap CIs that resample runs within each task (stratified), performance profiles and
-the probability of improvement. Scores are arrays ``[runs, tasks]``; every random draw
-comes from a ``numpy.random.Generator`` seeded by the caller.
+the probability of improvement. Scores are arrays ``[runs, tasks]``, or a list with one
+array of runs per task when tasks ran different numbers of seeds ("ragged": every run is
+used, and each task weighs the same); every random draw comes from a
+``numpy.random.Generator`` seeded by the caller. With as many runs in every task, a list
+gives exactly what the matrix gives.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import numpy as np
 __all__ = [
     "AGGREGATES",
     "Interval",
+    "Scores",
+    "as_tasks",
     "iqm",
     "mean_ci_t",
+    "mean_score",
     "median_of_task_means",
     "normalize",
     "optimality_gap",
@@ -31,36 +37,93 @@ __all__ = [
     "stratified_bootstrap_ci",
 ]
 
-Statistic = Callable[[np.ndarray], float]
+Scores = np.ndarray | list[np.ndarray]  # [runs, tasks], or one array of runs per task
+Statistic = Callable[[Scores], float]
 
 
-def iqm(scores: np.ndarray) -> float:
+def as_tasks(scores: Scores, owner: str = "") -> list[np.ndarray]:
+    """``scores`` as one non-empty float64 array of runs per task."""
+    if isinstance(scores, list | tuple):
+        tasks = [np.asarray(t, dtype=np.float64).reshape(-1) for t in scores]
+        if not tasks or any(t.size == 0 for t in tasks):
+            prefix = f"{owner}: " if owner else ""
+            raise ValueError(f"{prefix}every task needs at least one run, got "
+                             f"{[t.size for t in tasks]}")
+        return tasks
+    matrix = score_matrix(scores, owner)
+    return [matrix[:, i] for i in range(matrix.shape[1])]
+
+
+def _matrix_if_even(scores: Scores) -> np.ndarray | None:
+    """``scores`` as ``[runs, tasks]`` when every task has as many runs, else None."""
+    if not isinstance(scores, list | tuple):
+        return score_matrix(scores)
+    tasks = as_tasks(scores)
+    if len({t.size for t in tasks}) == 1:
+        return np.stack(tasks, axis=1)
+    return None
+
+
+def _weighted_iqm(tasks: list[np.ndarray]) -> float:
+    """The interquartile mean when each task weighs the same and its runs share its weight:
+    the mean of the weighted quantile function over [0.25, 0.75]."""
+    values = np.concatenate(tasks)
+    weights = np.concatenate([np.full(t.size, 1.0 / (t.size * len(tasks))) for t in tasks])
+    order = np.argsort(values, kind="stable")
+    values, weights = values[order], weights[order]
+    ends = np.cumsum(weights)
+    starts = ends - weights
+    inside = np.clip(np.minimum(ends, 0.75) - np.maximum(starts, 0.25), 0.0, None)
+    return float((values * inside).sum() / inside.sum())
+
+
+def iqm(scores: Scores) -> float:
     """Interquartile mean of all entries: the mean of the middle 50% after sorting.
 
     ``floor(n / 4)`` values are cut from each end (``scipy.stats.trim_mean(x, 0.25)``).
+    Ragged scores take the middle 50% of the weight, each task weighing the same.
     NaN if any score is NaN (sorting would move it to an end and cut it unseen).
     """
-    flat = np.sort(np.asarray(scores, dtype=np.float64), axis=None)
+    matrix = _matrix_if_even(scores) if isinstance(scores, list | tuple) else scores
+    if matrix is None:
+        tasks = as_tasks(scores)
+        return float("nan") if any(np.isnan(t).any() for t in tasks) else _weighted_iqm(tasks)
+    flat = np.sort(np.asarray(matrix, dtype=np.float64), axis=None)
     if np.isnan(flat).any():
         return float("nan")
     cut = int(0.25 * flat.size)
     return float(flat[cut:flat.size - cut].mean())
 
 
-def optimality_gap(scores: np.ndarray, threshold: float = 1.0) -> float:
-    """How far scores fall short of ``threshold`` on average: ``mean(max(threshold - x, 0))``."""
-    return float(np.mean(np.maximum(threshold - np.asarray(scores, dtype=np.float64), 0.0)))
+def optimality_gap(scores: Scores, threshold: float = 1.0) -> float:
+    """How far scores fall short of ``threshold`` on average: ``mean(max(threshold - x, 0))``
+    (per task, then over tasks, for ragged scores)."""
+    matrix = _matrix_if_even(scores)
+    if matrix is None:
+        return float(np.mean([np.maximum(threshold - t, 0.0).mean() for t in as_tasks(scores)]))
+    return float(np.mean(np.maximum(threshold - matrix, 0.0)))
 
 
-def median_of_task_means(scores: np.ndarray) -> float:
+def mean_score(scores: Scores) -> float:
+    """Mean of all scores (of the task means, for ragged scores)."""
+    matrix = _matrix_if_even(scores)
+    if matrix is None:
+        return float(np.mean([t.mean() for t in as_tasks(scores)]))
+    return float(np.mean(matrix))
+
+
+def median_of_task_means(scores: Scores) -> float:
     """Median over tasks of each task's mean score (rliable's ``aggregate_median``)."""
-    return float(np.median(score_matrix(scores).mean(axis=0)))
+    matrix = _matrix_if_even(scores)
+    if matrix is None:
+        return float(np.median([t.mean() for t in as_tasks(scores)]))
+    return float(np.median(matrix.mean(axis=0)))
 
 
 AGGREGATES: dict[str, Statistic] = {
     "iqm": iqm,
     "median": median_of_task_means,
-    "mean": lambda x: float(np.mean(x)),
+    "mean": mean_score,
     "optimality_gap": optimality_gap,
 }
 
@@ -112,7 +175,7 @@ def percentile_bounds(values: np.ndarray, confidence: float, axis: int | None = 
 
 
 def stratified_bootstrap_ci(
-    scores: np.ndarray,
+    scores: Scores,
     statistic: Statistic,
     *,
     rng: np.random.Generator,
@@ -121,11 +184,19 @@ def stratified_bootstrap_ci(
 ) -> Interval:
     """Percentile bootstrap CI of ``statistic(scores)``; runs are resampled within each task.
 
-    ``scores`` is ``[runs, tasks]`` (a 1-D array is one task). Each replicate draws, for
-    every task independently, as many runs as it has with replacement. A single run has no
-    interval (NaN bounds).
+    ``scores`` is ``[runs, tasks]`` (a 1-D array is one task) or ragged. Each replicate
+    draws, for every task independently, as many runs as it has with replacement. A task
+    with a single run leaves no interval (NaN bounds).
     """
-    matrix = score_matrix(scores)
+    matrix = _matrix_if_even(scores)
+    if matrix is None:  # ragged: each task's runs resampled on their own
+        tasks = as_tasks(scores)
+        if min(t.size for t in tasks) < 2:
+            return Interval(statistic(tasks), float("nan"), float("nan"))
+        draws = [t[rng.integers(0, t.size, size=(reps, t.size))] for t in tasks]
+        values = np.array([statistic([d[i] for d in draws]) for i in range(reps)])
+        low, high = percentile_bounds(values, confidence)
+        return Interval(statistic(tasks), float(low), float(high))
     runs, tasks = matrix.shape
     if runs < 2:
         return Interval(statistic(matrix), float("nan"), float("nan"))
@@ -136,26 +207,34 @@ def stratified_bootstrap_ci(
     return Interval(statistic(matrix), float(low), float(high))
 
 
-def performance_profile(scores: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
-    """Fraction of all runs scoring above each threshold (the run-score distribution)."""
-    flat = np.asarray(scores, dtype=np.float64).reshape(-1)
-    return (flat[None, :] > np.asarray(thresholds, dtype=np.float64)[:, None]).mean(axis=1)
+def performance_profile(scores: Scores, thresholds: np.ndarray) -> np.ndarray:
+    """Fraction of all runs scoring above each threshold (the run-score distribution); for
+    ragged scores each task's fraction, averaged over tasks."""
+    taus = np.asarray(thresholds, dtype=np.float64)[:, None]
+    matrix = _matrix_if_even(scores)
+    if matrix is None:
+        return np.mean([(t[None, :] > taus).mean(axis=1) for t in as_tasks(scores)], axis=0)
+    flat = matrix.reshape(-1)
+    return (flat[None, :] > taus).mean(axis=1)
 
 
-def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
+def probability_of_improvement(x: Scores, y: Scores) -> float:
     """``P(X > Y)``: for each task the chance a run of X beats a run of Y (ties count half),
-    averaged over tasks. ``x`` and ``y`` are ``[runs, tasks]`` with the same tasks."""
-    x, y = score_matrix(x), score_matrix(y)
-    if x.shape[1] != y.shape[1]:
-        raise ValueError(f"x and y cover different numbers of tasks: {x.shape[1]} vs {y.shape[1]}")
-    wins = (x[:, None, :] > y[None, :, :]).mean(axis=(0, 1))
-    ties = (x[:, None, :] == y[None, :, :]).mean(axis=(0, 1))
-    return float(np.mean(wins + 0.5 * ties))
+    averaged over tasks. ``x`` and ``y`` cover the same tasks, with any numbers of runs.
+    NaN if any score is NaN: a NaN run neither wins nor loses."""
+    xs, ys = as_tasks(x), as_tasks(y)
+    if len(xs) != len(ys):
+        raise ValueError(f"x and y cover different numbers of tasks: {len(xs)} vs {len(ys)}")
+    if any(np.isnan(t).any() for t in (*xs, *ys)):
+        return float("nan")
+    per_task = [(a[:, None] > b[None, :]).mean() + 0.5 * (a[:, None] == b[None, :]).mean()
+                for a, b in zip(xs, ys, strict=True)]
+    return float(np.mean(per_task))
 
 
 def probability_of_improvement_ci(
-    x: np.ndarray,
-    y: np.ndarray,
+    x: Scores,
+    y: Scores,
     *,
     rng: np.random.Generator,
     reps: int = 2000,
@@ -163,19 +242,31 @@ def probability_of_improvement_ci(
 ) -> Interval:
     """``P(X > Y)`` with a percentile bootstrap CI: each replicate resamples the runs of X
     and of Y within each task, independently (X's draws first, then Y's). No interval (NaN
-    bounds) when either has a single run."""
-    x, y = score_matrix(x), score_matrix(y)
+    bounds) when a task of either has a single run, or a score is NaN."""
+    point = probability_of_improvement(x, y)
+    x_even, y_even = _matrix_if_even(x), _matrix_if_even(y)
+    if x_even is None or y_even is None:  # ragged: each task's runs resampled on their own
+        xs, ys = as_tasks(x), as_tasks(y)
+        if min(t.size for t in (*xs, *ys)) < 2 or np.isnan(point):
+            return Interval(point, float("nan"), float("nan"))
+        x_draws = [t[rng.integers(0, t.size, size=(reps, t.size))] for t in xs]
+        y_draws = [t[rng.integers(0, t.size, size=(reps, t.size))] for t in ys]
+        values = [probability_of_improvement([d[i] for d in x_draws], [d[i] for d in y_draws])
+                  for i in range(reps)]
+        low, high = percentile_bounds(np.array(values), confidence)
+        return Interval(point, float(low), float(high))
+    x, y = x_even, y_even
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"x and y cover different numbers of tasks: {x.shape[1]} vs {y.shape[1]}")
-    if min(x.shape[0], y.shape[0]) < 2:
-        return Interval(probability_of_improvement(x, y), float("nan"), float("nan"))
+    if min(x.shape[0], y.shape[0]) < 2 or np.isnan(point):
+        return Interval(point, float("nan"), float("nan"))
     x_index = rng.integers(0, x.shape[0], size=(reps, *x.shape))
     y_index = rng.integers(0, y.shape[0], size=(reps, *y.shape))
     values = [probability_of_improvement(np.take_along_axis(x, xi, axis=0),
                                          np.take_along_axis(y, yi, axis=0))
               for xi, yi in zip(x_index, y_index, strict=True)]
     low, high = percentile_bounds(np.array(values), confidence)
-    return Interval(probability_of_improvement(x, y), float(low), float(high))
+    return Interval(point, float(low), float(high))
 
 
 def mean_ci_t(values: np.ndarray, confidence: float = 0.95) -> Interval | None:

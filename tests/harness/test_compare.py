@@ -141,7 +141,8 @@ def test_aggregates_use_normalized_scores_of_referenced_envs(store: Path,
             (np.array(FINALS[(algo, env)]) - REFERENCES[env][0])
             / (REFERENCES[env][1] - REFERENCES[env][0])
             for env in ("Acrobot-v1", "CartPole-v1")], axis=1)
-        np.testing.assert_allclose(comparison.normalized[algo], expected, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.stack(comparison.normalized[algo], axis=1), expected,
+                                   rtol=0, atol=1e-12)
         aggregates = comparison.aggregates[algo]
         assert aggregates["mean"].value == pytest.approx(expected.mean(), abs=1e-12)
         # rliable's median: of the two per-env means.
@@ -363,8 +364,8 @@ def test_reruns_budgets_configs_and_seed_counts(tmp_path: Path, baselines: Path)
     assert comparison.aggregate_envs == {"dqn": ["Acrobot-v1", "CartPole-v1"],
                                          "ppo": ["CartPole-v1"]}
     assert any("ran different envs" in n for n in comparison.aggregate_notes)
-    assert any("dqn: the first 1 seeds of each of Acrobot-v1, CartPole-v1" in n
-               for n in comparison.aggregate_notes)
+    assert any("dqn: seeds per env differ (Acrobot-v1 1, CartPole-v1 2): every seed is used"
+               in n for n in comparison.aggregate_notes)
     # one run per env: point values, no intervals (a zero-width one would claim certainty)
     assert not any(i.has_bounds for i in comparison.aggregates["dqn"].values())
     assert all(i.has_bounds for i in comparison.aggregates["ppo"].values())

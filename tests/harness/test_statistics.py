@@ -122,3 +122,69 @@ def test_mean_ci_t_by_hand() -> None:
     assert interval.high - 5.0 == pytest.approx(3.182446305284263 * std / 2, rel=1e-12)
     assert interval.low == pytest.approx(10.0 - interval.high, rel=1e-12)
     assert mean_ci_t(np.array([1.0])) is None
+
+
+# Ragged scores: tasks that ran different numbers of seeds. Every run is used and each task
+# weighs the same; with equal counts a list gives what the matrix gives.
+
+def _ragged(rng: np.random.Generator) -> list[np.ndarray]:
+    return [rng.normal(size=n) for n in (3, 1, 5)]
+
+
+def _expanded(tasks: list[np.ndarray]) -> np.ndarray:
+    """Each task's runs repeated to one common count divisible by 4 per task: plain,
+    equally weighted statistics of it are the task-weighted statistics of ``tasks``."""
+    common = 4 * int(np.lcm.reduce([t.size for t in tasks]))
+    return np.stack([np.repeat(t, common // t.size) for t in tasks], axis=1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ragged_aggregates_weigh_each_task_equally(seed: int) -> None:
+    tasks = _ragged(np.random.default_rng(seed))
+    reference = _expanded(tasks)
+    for name in ("iqm", "mean", "optimality_gap", "median"):
+        assert AGGREGATES[name](tasks) == pytest.approx(AGGREGATES[name](reference),
+                                                        abs=1e-12), name
+    taus = np.linspace(-2, 2, 9)
+    np.testing.assert_allclose(performance_profile(tasks, taus),
+                               performance_profile(reference, taus), atol=1e-12)
+
+
+def test_equal_counts_as_a_list_give_the_matrix_bit_for_bit() -> None:
+    matrix = np.random.default_rng(7).normal(size=(5, 3))
+    tasks = [matrix[:, i] for i in range(3)]
+    for statistic in AGGREGATES.values():
+        assert statistic(tasks) == statistic(matrix)
+        from_list = stratified_bootstrap_ci(tasks, statistic, rng=np.random.default_rng(1),
+                                            reps=300)
+        from_matrix = stratified_bootstrap_ci(matrix, statistic,
+                                              rng=np.random.default_rng(1), reps=300)
+        assert from_list == from_matrix
+
+
+def test_ragged_probability_of_improvement_by_hand() -> None:
+    x = [np.array([1.0, 3.0]), np.array([5.0])]
+    y = [np.array([2.0]), np.array([5.0, 4.0, 6.0])]
+    # task 1: 3 > 2 wins, 1 < 2 loses -> 0.5; task 2: 5 vs 5 tie, > 4 win, < 6 loss -> 0.5
+    assert probability_of_improvement(x, y) == 0.5
+    ci = probability_of_improvement_ci([np.array([1.0, 3.0, 2.5]), np.array([5.0, 7.0])],
+                                       [np.array([2.0, 0.0]), np.array([5.0, 4.0, 6.0])],
+                                       rng=np.random.default_rng(0), reps=500)
+    assert ci.has_bounds and 0.0 <= ci.low <= ci.value <= ci.high <= 1.0
+    # a task with one run leaves no interval
+    assert not probability_of_improvement_ci(x, y, rng=np.random.default_rng(0)).has_bounds
+
+
+def test_ragged_bootstrap_resamples_each_task_alone() -> None:
+    tasks = [np.array([0.0, 0.0, 0.0, 0.0]), np.array([1.0, 3.0])]
+    # the first task never varies: every replicate's mean is (0 + mean of 2 draws) / 2
+    ci = stratified_bootstrap_ci(tasks, AGGREGATES["mean"], rng=np.random.default_rng(0),
+                                 reps=2000)
+    assert ci.value == 1.0 and (ci.low, ci.high) == (0.5, 1.5)
+
+
+def test_a_nan_score_gives_a_nan_probability_not_a_loss() -> None:
+    x, y = np.array([[1.0], [np.nan]]), np.array([[0.0], [0.5]])
+    assert np.isnan(probability_of_improvement(x, y))
+    ci = probability_of_improvement_ci(x, y, rng=np.random.default_rng(0), reps=100)
+    assert np.isnan(ci.value) and not ci.has_bounds
