@@ -53,7 +53,9 @@ Tables of the finished runs in a store: per group, beside published baselines,
 normalized aggregates across envs, probabilities of improvement; plots with output=.
 
 keys: suite, algo (algos), env (envs), frames, tag.<name> (e.g. tag.git_commit=abc123)
-      format (table|markdown|csv|json|latex|html), output (a directory: every format,
+      param.<name> (a config's param or hyperparameter, e.g. param.learning_rate=5e-4)
+      config (a prefix of a config key), format (table|markdown|csv|json|latex|html)
+      output (a directory: every format,
       runs.csv and the plots), out_dir (default rlbench_runs), baselines (a directory of
       published scores), seed (bootstrap seed, default 0), reps (bootstrap resamples,
       default 2000, at most 100,000)

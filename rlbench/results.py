@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient
 from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
 
 __all__ = ["CURVE_COLUMNS", "RETURN", "RUN_COLUMNS", "config_key", "curves", "curves_of",
-           "latest_attempts", "load", "open_store"]
+           "latest_attempts", "load", "load_filter", "open_store"]
 
 RETURN = "eval/return_mean"
 RETURN_STD = "eval/return_std"
@@ -136,17 +136,40 @@ def _row(run: Run) -> dict[str, Any]:
     return row
 
 
+def load_filter(frame: pd.DataFrame, **filters: Any) -> pd.DataFrame:
+    """The rows of a ``load`` frame that match ``column=value`` filters, as ``load`` does."""
+    return _select(frame, filters)
+
+
 def _select(frame: pd.DataFrame, filters: dict[str, Any]) -> pd.DataFrame:
     """Rows whose column equals each filter's value (or one of a list's values), compared
-    as text: params and tags are text in MLflow, and ``seed="1"`` means ``seed=1``."""
+    as text or as numbers: params and tags are text in MLflow, ``seed="1"`` means
+    ``seed=1`` and ``5e-4`` means ``0.0005``."""
     for name, wanted in filters.items():
         column = _ALIASES.get(name, name)
         if column not in frame.columns:
             raise UnknownNameError("results column", name, [*frame.columns, *_ALIASES])
         values = list(wanted) if isinstance(wanted, Iterable) and not isinstance(
             wanted, str) else [wanted]
-        frame = frame[frame[column].astype(str).isin([str(v) for v in values])]
+        frame = frame[_matches(frame[column], values)]
     return frame.reset_index(drop=True)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _matches(column: pd.Series, values: list[Any]) -> pd.Series:
+    """Where ``column`` equals one of ``values`` as text, or as a number when both read as
+    numbers (``5e-4`` finds the param stored as ``0.0005``)."""
+    hit = column.astype(str).isin([str(v) for v in values])
+    numbers = [n for n in map(_number, values) if n is not None]
+    if numbers:
+        hit |= pd.to_numeric(column, errors="coerce").isin(numbers)
+    return hit
 
 
 def load(store: str | Path | MlflowClient | None = None, *, suite: str,

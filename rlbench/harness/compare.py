@@ -73,10 +73,15 @@ def stored_algorithms(client: MlflowClient, suite: str) -> set[str]:
 
 def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
               envs: Sequence[str] = (), frames: int | None = None,
-              tags: Mapping[str, str] | None = None) -> list[RunRecord]:
+              tags: Mapping[str, str] | None = None, params: Mapping[str, str] | None = None,
+              config: str | None = None) -> list[RunRecord]:
     """The suite's runs matching the filters (empty filters match all), read through
     ``rlbench.results``: each config identity once, its latest finished attempt (or its
-    latest attempt if none finished), with the eval curve of a finished one."""
+    latest attempt if none finished), with the eval curve of a finished one.
+
+    ``params`` match a param by its full name or a hyperparameter by its own
+    (``learning_rate`` for ``algo_params.learning_rate``), as text or number; ``config``
+    is a prefix of the config key the tables show."""
     filters: dict[str, object] = {}
     if algos:
         filters["algorithm"] = list(algos)
@@ -92,6 +97,15 @@ def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
         if not err.name.startswith("tag."):
             raise
         return []
+    for key, value in (params or {}).items():
+        column = next((c for c in (f"param.{key}", f"param.algo_params.{key}")
+                       if c in runs.columns), None)
+        if column is None:
+            raise UnknownNameError("param", key, sorted(
+                c.removeprefix("param.") for c in runs.columns if c.startswith("param.")))
+        runs = results.load_filter(runs, **{column: value})
+    if config is not None:
+        runs = runs[runs.config.str.startswith(config.removeprefix("#"))]
     finished = runs[runs.status == "FINISHED"]
     evals = results.curves_of(client, finished)
     by_run = {run_id: dict(zip(rows.step, rows.return_mean, strict=True))
@@ -136,15 +150,52 @@ class Group:
                 np.array([[r.curve[f] for f in common] for r in self.runs]))
 
 
+# Params that are not part of what a config is compared as: the budget has its own column.
+_NOT_CONFIG = {"frames"}
+
+
 def _differing_params(records: Sequence[RunRecord]) -> list[str]:
     keys = sorted({k for r in records for k in r.params} - set(_SEED_PARAMS))
     return [k for k in keys if not k.startswith("seeds.")
             and len({r.params.get(k) for r in records}) > 1]
 
 
+def _short(param: str) -> str:
+    return param.removeprefix("algo_params.")
+
+
+def _config_labels(groups: Sequence[Group], records: Sequence[RunRecord]) -> list[str]:
+    """Label each group by the params its algorithm varies: ``ppo`` when it ran one config
+    per env, ``ppo[learning_rate=0.0005]`` when some env ran several. A param counts when
+    it differs among one env's configs of the algorithm (not between envs, whose family
+    defaults differ anyway); the label gives it for every env, so one config is one entry
+    across envs. Configs alike in every such param (another code version) add their key."""
+    varying: dict[str, set[str]] = {}
+    for env, algo in {(g.env, g.algo) for g in groups}:
+        members = [r for r in records if (r.env, r.algo) == (env, algo)]
+        varying.setdefault(algo, set()).update(set(_differing_params(members)) - _NOT_CONFIG)
+    labels = {}
+    for group in groups:
+        member = next(r for r in records if (r.env, r.algo, r.frames, r.config) ==
+                      (group.env, group.algo, group.frames, group.config))
+        keys = sorted(varying[group.algo])
+        shown = ", ".join(f"{_short(k)}={member.params.get(k, '—')}" for k in keys
+                          if not k.startswith("rlbench"))
+        labels[id(group)] = f"{group.algo}[{shown}]" if shown else group.algo
+    by_label: dict[tuple[str, str, int], list[Group]] = {}
+    for group in groups:
+        by_label.setdefault((group.env, labels[id(group)], group.frames), []).append(group)
+    for same in by_label.values():
+        if len(same) > 1:  # alike in every param: another code version
+            for group in same:
+                labels[id(group)] += f" #{group.config}"
+    return [labels[id(group)] for group in groups]
+
+
 def group_runs(records: Sequence[RunRecord]) -> tuple[list[Group], list[str]]:
-    """Groups in (env, algo, budget, config) order, and a note for each budget that holds
-    several configs (naming the params that differ)."""
+    """Groups in (env, algo, budget, config) order, each labelled by its config
+    (``_config_labels``), and a note for each budget that holds several configs (naming
+    the params that differ)."""
     groups: dict[tuple[str, str, int, str], Group] = {}
     for record in records:
         key = (record.env, record.algo, record.frames, record.config)
@@ -157,19 +208,21 @@ def group_runs(records: Sequence[RunRecord]) -> tuple[list[Group], list[str]]:
             group.killed += 1
         else:
             group.failed += 1
+    ordered = [groups[key] for key in sorted(groups)]
+    for group, label in zip(ordered, _config_labels(ordered, records), strict=True):
+        group.label = label
     notes = []
     by_budget: dict[tuple[str, str, int], list[Group]] = {}
-    for group in groups.values():
+    for group in ordered:
         by_budget.setdefault((group.env, group.algo, group.frames), []).append(group)
     for (env, algo, frames), same in by_budget.items():
         if len(same) > 1:
-            for group in same:
-                group.label = f"{algo} #{group.config}"
             members = [r for r in records if (r.env, r.algo, r.frames) == (env, algo, frames)]
+            differ = [_short(k) for k in _differing_params(members)]
             notes.append(f"{algo} on {env} at {frames:,} frames ran {len(same)} configs "
-                         f"({', '.join('#' + g.config for g in same)}), shown apart; they "
-                         f"differ in {', '.join(_differing_params(members)) or 'code version'}")
-    return [groups[key] for key in sorted(groups)], notes
+                         f"({', '.join(g.label for g in same)}), each its own entry; they "
+                         f"differ in {', '.join(differ) or 'code version'}")
+    return ordered, notes
 
 
 @dataclass
@@ -243,18 +296,19 @@ class Comparison:
 
 def _representatives(summaries: Sequence[GroupSummary]
                      ) -> tuple[dict[tuple[str, str], GroupSummary], list[str]]:
-    """One group per (env, algo) for the cross-env statistics: the largest budget, then
-    the most seeds; a note for each (env, algo) that had a choice."""
+    """One group per (env, config label) for the cross-env statistics, where every config
+    is its own entry: the largest budget, then the most seeds; a note for each that had a
+    choice of budgets."""
     choices: dict[tuple[str, str], list[GroupSummary]] = {}
     for summary in summaries:
-        choices.setdefault((summary.group.env, summary.group.algo), []).append(summary)
+        choices.setdefault((summary.group.env, summary.group.label), []).append(summary)
     chosen, notes = {}, []
     for key, options in choices.items():
         best = max(options, key=lambda s: (s.group.frames, len(s.group.runs)))
         chosen[key] = best
         if len(options) > 1:
-            notes.append(f"{key[1]} on {key[0]}: {len(options)} groups; the cross-env "
-                         f"statistics use {best.group.label} at {best.group.frames:,} frames")
+            notes.append(f"{key[1]} on {key[0]}: {len(options)} budgets; the cross-env "
+                         f"statistics use {best.group.frames:,} frames")
     return chosen, notes
 
 

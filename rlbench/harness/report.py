@@ -12,6 +12,7 @@ performance profiles; PNG and SVG) there: ``compare.md``, ``.tex``, ``.html`` (t
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,8 +39,8 @@ PLOTS = ("curves", "aggregates", "profiles")
 FORMATS = ("table", "markdown", "csv", "json", "latex", "html")
 SUFFIXES = {"markdown": ".md", "csv": ".csv", "json": ".json", "latex": ".tex", "html": ".html"}
 
-KEYS = ("suite", "algos", "envs", "frames", "tag.<name>", "format", "output", "out_dir",
-        "baselines", "seed", "reps")
+KEYS = ("suite", "algos", "envs", "frames", "tag.<name>", "param.<name>", "config", "format",
+        "output", "out_dir", "baselines", "seed", "reps")
 ALIASES = {"algo": "algos", "env": "envs"}
 
 
@@ -50,6 +51,8 @@ class CompareRequest:
     envs: list[str] = field(default_factory=list)
     frames: int | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    config: str | None = None
     format: str = "table"
     output: Path | None = None
     out_dir: Path = Path("rlbench_runs")
@@ -82,6 +85,13 @@ def parse_compare_args(args: Sequence[str]) -> CompareRequest:
     for key, text in split_words(args, ALIASES):
         if key.startswith("tag.") and len(key) > 4:
             request.tags[key[4:]] = text
+        elif key.startswith("param.") and len(key) > 6:
+            request.params[key[6:]] = text
+        elif key == "config":
+            if not re.fullmatch(r"#?[0-9a-f]{1,8}", text):
+                raise ConfigError(f"config must be a prefix of a config key (hex, as the "
+                                  f"tables show it), got {quote(text)}")
+            request.config = text
         elif key in ("algos", "envs"):
             setattr(request, key, [n.strip() for n in text.split(",") if n.strip()])
         elif key == "frames":
@@ -208,7 +218,9 @@ def _describe_filters(request: CompareRequest) -> str:
     parts = [f"algo={','.join(request.algos)}" if request.algos else "",
              f"env={','.join(request.envs)}" if request.envs else "",
              f"frames={request.frames}" if request.frames else "",
-             *(f"tag.{k}={v}" for k, v in request.tags.items())]
+             *(f"tag.{k}={v}" for k, v in request.tags.items()),
+             *(f"param.{k}={v}" for k, v in request.params.items()),
+             f"config={request.config}" if request.config else ""]
     return " ".join(p for p in parts if p) or "no filter"
 
 
@@ -266,7 +278,8 @@ def run_compare(args: Sequence[str], console: Console) -> int:
     request = parse_compare_args(args)
     client = open_store(request.out_dir)  # read only: a missing or damaged store is refused
     records = load_runs(client, request.suite, algos=request.algos, envs=request.envs,
-                        frames=request.frames, tags=request.tags)
+                        frames=request.frames, tags=request.tags, params=request.params,
+                        config=request.config)
     stored = stored_algorithms(client, request.suite) if request.algos else set()
     for algo in request.algos:  # recipes and anything else tracked, e.g. sb3-sac
         if algo not in stored:

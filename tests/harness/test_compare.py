@@ -346,12 +346,14 @@ def test_reruns_budgets_configs_and_seed_counts(tmp_path: Path, baselines: Path)
     comparison = compare(records, "unit", baselines, seed=0, reps=200)
     rows = {(s.group.env, s.group.label, s.group.frames): s for s in comparison.summaries}
     (first, second) = [s for (env, label, frames), s in rows.items()
-                       if label.startswith("ppo #") and frames == 1000]
+                       if label.startswith("ppo[") and frames == 1000]
     assert sorted([first.mean, second.mean]) == [200.0, 400.0], "latest finished attempts"
+    assert {first.group.label, second.group.label} == {"ppo[learning_rate=0.001]",
+                                                       "ppo[learning_rate=0.01]"}
     assert first.group.running == second.group.running == 0  # the finished attempt wins
-    assert any("ran 2 configs" in n and "algo_params.learning_rate" in n
+    assert any("ran 2 configs" in n and "differ in learning_rate" in n
                for n in comparison.group_notes)
-    assert rows[("CartPole-v1", "ppo", 500)].mean == 50.0
+    assert rows[("CartPole-v1", "ppo[learning_rate=—]", 500)].mean == 50.0
 
     acrobot = rows[("Acrobot-v1", "dqn", 1000)]
     assert acrobot.std is None and acrobot.mean_ci is None and acrobot.group.killed == 1
@@ -359,24 +361,30 @@ def test_reruns_budgets_configs_and_seed_counts(tmp_path: Path, baselines: Path)
     acrobot_row = next(r for r in table.rows if r[0] == "Acrobot-v1")
     assert acrobot_row[3:7] == ["1 (1 killed)", "-100.0", "—", "-100.0"]
 
-    # Cross-env statistics: per (env, algo) the largest budget, then the most seeds.
-    assert any("ppo on CartPole-v1: 3 groups" in n for n in comparison.aggregate_notes)
+    # Cross-env statistics: every config is its own entry, labelled by what differs.
+    ppo_entries = ["ppo[learning_rate=0.001]", "ppo[learning_rate=0.01]", "ppo[learning_rate=—]"]
     assert comparison.aggregate_envs == {"dqn": ["Acrobot-v1", "CartPole-v1"],
-                                         "ppo": ["CartPole-v1"]}
+                                         **{e: ["CartPole-v1"] for e in ppo_entries}}
     assert any("ran different envs" in n for n in comparison.aggregate_notes)
     assert any("dqn: seeds per env differ (Acrobot-v1 1, CartPole-v1 2): every seed is used"
                in n for n in comparison.aggregate_notes)
     # one run per env: point values, no intervals (a zero-width one would claim certainty)
     assert not any(i.has_bounds for i in comparison.aggregates["dqn"].values())
-    assert all(i.has_bounds for i in comparison.aggregates["ppo"].values())
+    assert all(i.has_bounds for i in comparison.aggregates["ppo[learning_rate=0.001]"].values())
     aggregates = next(t for t in build_tables(comparison) if "normalized" in t.title)
     dqn_row = next(r for r in aggregates.rows if r[0] == "dqn")
     assert not any("[" in cell for cell in dqn_row)
-    (improvement,) = comparison.improvement
-    assert improvement.envs == ["CartPole-v1"]
-    assert improvement.notes == ["CartPole-v1: dqn at 2,000 frames, ppo at 1,000"]
-    # dqn's 450 and 480 beat every ppo run of the chosen group (all 400 or all 200-300).
-    assert improvement.probability.value == 1.0
+    pairs = {(p.x, p.y): p for p in comparison.improvement}
+    assert set(pairs) == {("dqn", e) for e in ppo_entries} | {
+        (ppo_entries[0], ppo_entries[1]), (ppo_entries[0], ppo_entries[2]),
+        (ppo_entries[1], ppo_entries[2])}
+    against_lr = pairs[("dqn", "ppo[learning_rate=0.001]")]
+    assert against_lr.envs == ["CartPole-v1"]
+    assert against_lr.notes == ["CartPole-v1: dqn at 2,000 frames, ppo[learning_rate=0.001] "
+                                "at 1,000"]
+    # dqn's 450 and 480 beat every run of either learning rate (100-300, and all 400).
+    assert against_lr.probability.value == 1.0
+    assert pairs[("dqn", "ppo[learning_rate=0.01]")].probability.value == 1.0
 
 
 def test_one_seed_gets_no_verdict_but_its_differences() -> None:

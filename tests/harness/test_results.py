@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -84,3 +86,25 @@ def test_a_tracking_uri_and_a_missing_store(store: Path, tmp_path: Path) -> None
     with pytest.raises(ConfigError, match="no tracking store"):
         rlbench.results.load(tmp_path / "nothing", suite="pair")
     assert not (tmp_path / "nothing").exists()
+
+
+def test_compare_shows_each_config_as_its_own_entry_and_selects_them(store: Path,
+                                                                     capsys) -> None:
+    assert main(["compare", "suite=pair", f"out_dir={store}", "format=json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    labels = {g["label"] for g in document["groups"]}
+    assert labels == {"ppo[learning_rate=0.001]", "ppo[learning_rate=0.0005]"}
+    assert {a["algorithm"] for a in document["aggregates"]} == labels
+    (pair,) = document["improvement"]
+    assert {pair["x"], pair["y"]} == labels
+    assert main(["compare", "suite=pair", f"out_dir={store}", "format=json",
+                 "param.learning_rate=5e-4"]) == 0
+    (group,) = json.loads(capsys.readouterr().out)["groups"]
+    assert group["label"] == "ppo" and group["n"] == 2
+    config = rlbench.results.load(store, suite="pair").config.iloc[0]
+    assert main(["compare", "suite=pair", f"out_dir={store}", "format=csv",
+                 f"config={config[:4]}"]) == 0
+    chosen = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(chosen.config) == [config]
+    assert main(["compare", "suite=pair", f"out_dir={store}", "param.learning_rat=1"]) == 2
+    assert "did you mean" in capsys.readouterr().err
