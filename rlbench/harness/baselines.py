@@ -56,6 +56,7 @@ class PublishedScore:
     n_seeds: int | None
     metric: str
     notes: str
+    negligible: frozenset[str] = frozenset()  # differences its file declares negligible
 
     def interval(self) -> Interval:
         """95% normal CI of the published mean when the seed count is known (n >= 2);
@@ -65,6 +66,19 @@ class PublishedScore:
             half = 1.96 * self.std / math.sqrt(self.n_seeds)
             return Interval(self.mean, self.mean - half, self.mean + half)
         return Interval(self.mean, self.mean, self.mean)
+
+
+NEGLIGIBLE = ("env", "budget", "metric")
+
+
+def _negligible(text: str) -> frozenset[str]:
+    """The ``negligible`` cell: differences (``env``, ``budget``, ``metric``, separated by
+    ``;``) its source row declares to not matter for a verdict."""
+    names = frozenset(name.strip() for name in text.split(";") if name.strip())
+    unknown = sorted(names - set(NEGLIGIBLE))
+    if unknown:
+        raise ValueError(f"negligible takes {', '.join(NEGLIGIBLE)}, got {', '.join(unknown)}")
+    return names
 
 
 def _optional(text: str, kind: type) -> int | float | None:
@@ -83,6 +97,7 @@ def load_published(directory: Path) -> list[PublishedScore]:
             env=row["env"], steps=_optional(row["steps"], int), mean=float(row["return_mean"]),
             std=_optional(row["return_std"], float), n_seeds=_optional(row["n_seeds"], int),
             metric=row["metric"], notes=row["notes"],
+            negligible=_negligible(row.get("negligible") or ""),
         )
 
     scores: list[PublishedScore] = []
@@ -120,28 +135,42 @@ def matching(scores: list[PublishedScore], env: str, algo: str) -> list[Publishe
 
 @dataclass(frozen=True)
 class Verdict:
-    word: str  # "above", "within" or "below"
+    word: str  # "above", "within", "below", or "none: <why>"
     caveats: list[str] = field(default_factory=list)
 
 
 def verdict(ours: Interval, frames: int, env: str, published: PublishedScore) -> Verdict:
-    """Compare our CI of the mean with the published interval; name every mismatch."""
+    """Compare our CI of the mean with the published interval, and name every mismatch.
+
+    Only like is judged: where the env version, the budget or the metric differ (or the
+    budget is not stated), the verdict is "none" and says why, unless the baseline file
+    declares that difference negligible for its row (its ``negligible`` column: ``env``,
+    ``budget``, ``metric``). A seed count that is unknown or 1 leaves a verdict, with a
+    caveat: the published interval is then the mean alone."""
+    caveats, blocking = [], []
+
+    def differs(kind: str, caveat: str, reason: str) -> None:
+        caveats.append(caveat)
+        if kind not in published.negligible:
+            blocking.append(reason)
+
+    if env_base(published.env)[1] != env_base(env)[1]:
+        differs("env", f"env {published.env} vs {env}", "env version differs")
+    if published.steps is None:
+        differs("budget", "budget not stated", "budget not stated")
+    elif published.steps != frames:
+        differs("budget", f"budget {published.steps:,} vs {frames:,} frames", "budget differs")
+    if published.metric != OUR_METRIC:
+        differs("metric", f"metric {published.metric}", "metric differs")
     theirs = published.interval()
-    if ours.low > theirs.high:
+    if blocking:
+        word = "none: " + "; ".join(blocking)
+    elif ours.low > theirs.high:
         word = "above"
     elif ours.high < theirs.low:
         word = "below"
     else:
         word = "within"
-    caveats = []
-    if env_base(published.env)[1] != env_base(env)[1]:
-        caveats.append(f"env {published.env} vs {env}")
-    if published.steps is None:
-        caveats.append("budget not stated")
-    elif published.steps != frames:
-        caveats.append(f"budget {published.steps:,} vs {frames:,} frames")
-    if published.metric != OUR_METRIC:
-        caveats.append(f"metric {published.metric}")
     if published.n_seeds is None:
         caveats.append("seed count not stated")
     elif published.n_seeds == 1:

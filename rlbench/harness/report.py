@@ -182,7 +182,9 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
                   for s, score, judged in published],
             notes=["verdict: our 95% t-CI of the mean against the published mean (± 1.96 "
                    "std / sqrt(n) when the source states its seed count n): above, within "
-                   "(overlap) or below; read it with the differences beside it",
+                   "(overlap) or below; none where the env version, the budget or the "
+                   "metric differ (unless the baseline file declares that difference "
+                   "negligible for its row); read it with the differences beside it",
                    "a published std is what its source reports: over seeds, or over one "
                    "agent's episodes for single runs; sources: results/baselines/SOURCES.md"],
             align="llrrlrll"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import shutil
@@ -17,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from rlbench.cli import main
+from rlbench.errors import ConfigError
 from rlbench.harness.baselines import PublishedScore, env_base, load_published, verdict
 from rlbench.harness.compare import Group, RunRecord, compare, load_runs, summarize_group
 from rlbench.harness.render import TextTable, render, to_rich
@@ -178,14 +180,40 @@ def test_verdicts_and_their_stated_differences(store: Path, baselines: Path) -> 
     found = {(s.group.algo, score.library): judged
              for s in comparison.summaries for score, judged in s.baselines}
     assert set(found) == {("ppo", "libA"), ("ppo", "libB"), ("dqn", "libC")}  # copy dropped
-    assert found[("ppo", "libA")].word == "above"
+    assert found[("ppo", "libA")].word == "none: env version differs"
     assert found[("ppo", "libA")].caveats == ["env CartPole-v0 vs CartPole-v1"]
-    assert found[("ppo", "libB")].word == "below"
+    assert found[("ppo", "libB")].word == "none: budget not stated; metric differs"
     assert found[("ppo", "libB")].caveats == ["budget not stated",
                                               "metric train_return_last100",
                                               "seed count not stated"]
     assert found[("dqn", "libC")].word == "within"
     assert found[("dqn", "libC")].caveats == ["a single published run"]
+
+
+def test_a_verdict_only_where_env_version_budget_and_metric_match() -> None:
+    published = PublishedScore("s", "lib", "td3", "Hopper-v5", 1_000_000, 3000.0, 100.0, 5,
+                               "deterministic_eval_mean", "")
+    ours = Interval(1300.0, 200.0, 2400.0)  # wide enough to overlap anything
+    assert verdict(ours, 1_000_000, "Hopper-v5", published).word == "below"
+    assert verdict(ours, 100_000, "Hopper-v5", published).word == "none: budget differs"
+    assert verdict(ours, 1_000_000, "Hopper-v4", published).word == (
+        "none: env version differs")
+    declared = dataclasses.replace(published, negligible=frozenset({"env"}))
+    judged = verdict(ours, 1_000_000, "Hopper-v4", declared)
+    assert judged.word == "below" and judged.caveats == ["env Hopper-v5 vs Hopper-v4"]
+
+
+def test_the_negligible_column_is_read_and_checked(tmp_path: Path) -> None:
+    (tmp_path / "online_x.csv").write_text(
+        PUBLISHED.splitlines()[0] + ",negligible\n"
+        "p,lib,ppo,CartPole-v0,1000,200.0,20.0,4,deterministic_eval_mean,,env\n")
+    (score,) = load_published(tmp_path)
+    assert score.negligible == frozenset({"env"})
+    (tmp_path / "online_x.csv").write_text(
+        PUBLISHED.splitlines()[0] + ",negligible\n"
+        "p,lib,ppo,CartPole-v0,1000,200.0,20.0,4,deterministic_eval_mean,,seeds\n")
+    with pytest.raises(ConfigError, match="line 2: negligible takes env, budget, metric"):
+        load_published(tmp_path)
 
 
 def test_verdict_uses_the_published_ci_when_the_seed_count_is_stated() -> None:
