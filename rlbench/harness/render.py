@@ -58,10 +58,12 @@ def to_rich(table: TextTable) -> Table:
 
 
 def _markdown_cell(text: str) -> str:
-    """``text`` in a Markdown table: HTML escaped (a store written by another tool may hold
-    ``<script>`` in a tag; Markdown passes HTML through), the cell separator escaped, line
-    breaks (which would end the row) made spaces."""
-    return " ".join(html.escape(text, quote=False).replace("|", r"\|").split())
+    """``text`` in a Markdown table: ``<`` and ``&`` escaped, so no HTML tag or entity
+    reaches the page (a store written by another tool may hold ``<script>`` in a tag, and
+    Markdown passes HTML through), the cell separator escaped, line breaks (which would end
+    the row) made spaces."""
+    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace("|", r"\|")
+    return " ".join(escaped.split())
 
 
 def to_markdown(table: TextTable) -> str:
