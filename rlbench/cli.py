@@ -131,9 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rlbench.harness.report import run_compare
 
             return run_compare(rest, console)
-        from rlbench.harness.config import resolve_sweep
+        from rlbench.harness.config import check_devices_here, resolve_sweep
 
         sweep = resolve_sweep(rest)
+        if sweep.launcher == "local":  # Ray workers may have devices and cores this lacks
+            check_devices_here(sweep)
         if command == "show" or sweep.dry_run:
             console.print(_grid_table(sweep))
             return 0

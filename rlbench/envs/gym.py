@@ -95,7 +95,8 @@ class GymEnv(EnvBase):
         """The time limit: ``max_episode_steps=`` given to the constructor, else the
         registered one, if any."""
         given = self._kwargs.get("max_episode_steps")
-        return given if given is not None else gym.spec(self.env_id).max_episode_steps
+        spec = gym.spec(self.env_id.partition(":")[2] or self.env_id)  # module:EnvId too
+        return given if given is not None else spec.max_episode_steps
 
     def _reset(self, seed: int | None) -> dict[str, Any]:
         if seed is None:

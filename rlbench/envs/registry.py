@@ -1,12 +1,14 @@
 """Env ids across families, with near-match suggestions for typos.
 
-Gymnasium ids (``CartPole-v1``, ``Hopper-v5``) and dm_control suite ids
+Gymnasium ids (``CartPole-v1``, ``Hopper-v5``), custom gymnasium envs in gymnasium's
+``module:EnvId`` form (the module registers them when imported), and dm_control suite ids
 (``dmc:<domain>-<task>``, e.g. ``dmc:cheetah-run``). dm_control is an optional extra and slow
 to import: it is imported only when a ``dmc:`` id is validated or built, or ids are listed.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +21,8 @@ from rlbench.envs.common import EnvBase
 from rlbench.envs.dmc import DMC_PREFIX, dmc_tasks
 from rlbench.errors import ConfigError, UnknownNameError
 
-__all__ = ["env_family", "list_envs", "make", "make_train_and_eval", "validate_env_id"]
+__all__ = ["env_family", "gym_name", "list_envs", "make", "make_train_and_eval",
+           "validate_env_id"]
 
 _GYM_FAMILIES = {
     "gymnasium.envs.classic_control": "classic",
@@ -51,10 +54,32 @@ def validate_env_id(env_id: str) -> None:
     """
     if env_id.startswith(DMC_PREFIX):
         known = env_id in _dmc_ids(required=True)
+    elif ":" in env_id:
+        known = _registered_by_module(env_id)
     else:
         known = env_id in gym.registry
     if not known:
         raise UnknownNameError("env", env_id, list_envs())
+
+
+def gym_name(env_id: str) -> str:
+    """The registered name of a gymnasium id: ``EnvId`` for ``module:EnvId``."""
+    return env_id.partition(":")[2] if ":" in env_id else env_id
+
+
+def _registered_by_module(env_id: str) -> bool:
+    """For gymnasium's ``module:EnvId`` form (a custom env): import the module, which
+    registers its envs, then whether ``EnvId`` is among them. A module that does not
+    import raises ``ConfigError`` with the import error."""
+    module, _, name = env_id.partition(":")
+    if not module or not name:
+        return False
+    try:
+        importlib.import_module(module)
+    except Exception as err:
+        raise ConfigError(f"env {env_id}: its module {module!r} does not import "
+                          f"({type(err).__name__}: {err})") from err
+    return name in gym.registry
 
 
 def env_family(env_id: str) -> str:
@@ -62,7 +87,7 @@ def env_family(env_id: str) -> str:
     validate_env_id(env_id)
     if env_id.startswith(DMC_PREFIX):
         return "dmc"
-    entry_point = gym.spec(env_id).entry_point
+    entry_point = gym.spec(gym_name(env_id)).entry_point
     if isinstance(entry_point, str):
         for prefix, family in _GYM_FAMILIES.items():
             if entry_point.startswith(prefix):

@@ -224,8 +224,9 @@ def test_a_device_this_machine_lacks_is_refused_before_a_run_starts(
     assert "device=cuda, but this machine has no CUDA device" in capsys.readouterr().err
     assert main([*base, "device=cuda:1"]) == 2
     assert not out.exists()  # nothing started
-    assert main(["show", "env=CartPole-v1", "device=cuda:1"]) == 0  # planning is fine
-    assert main([*base, "device=cuda", "dry_run=true"]) == 0
+    assert main(["show", "env=CartPole-v1", "device=cuda:1"]) == 2  # show as run
+    assert main([*base, "device=cuda", "dry_run=true"]) == 2
+    assert main(["show", "env=CartPole-v1", "device=cuda", "launcher=ray"]) == 0
     ray = resolve_sweep(["device=cuda", "env=CartPole-v1", "seeds=1", "launcher=ray"])
     assert ray.runs[0].device == "cuda"  # Ray workers may have the GPU the driver lacks
     assert resolve_sweep(["device=cpu:0", "env=CartPole-v1", "seeds=1"]).runs[0].device == \
