@@ -12,6 +12,7 @@ to the sorted algorithm names).
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -106,12 +107,15 @@ def plot_learning_curves(
     seed: int = 0,
     reps: int = 2000,
     title: str | None = None,
+    subtitles: Mapping[str, str] | None = None,
+    caption: str | None = None,
 ) -> list[Path]:
     """Eval return against frames: a subplot per env, a mean line and 95% CI band per algorithm.
 
-    ``curves[env][algo] = (frames [T], returns [seeds, T])``. Bands are drawn from one
-    generator seeded with ``seed``, envs and algorithms taken in sorted order. Writes
-    ``stem.png`` and ``stem.svg`` and returns their paths.
+    ``curves[env][algo] = (frames [T], returns [seeds, T])``; ``subtitles[env]`` goes under
+    a subplot's title, ``caption`` under the figure (what the bands are). Bands are drawn
+    from one generator seeded with ``seed``, envs and algorithms taken in sorted order.
+    Writes ``stem.png`` and ``stem.svg`` and returns their paths.
     """
     if not curves:
         raise ValueError("no learning curves to plot: no envs given")
@@ -142,16 +146,24 @@ def plot_learning_curves(
             mean, low, high = curve_band(returns, rng=rng, reps=reps)
             ax.plot(frames, mean, color=colours[algo], label=algo)
             ax.fill_between(frames, low, high, color=colours[algo], alpha=_BAND_ALPHA, lw=0)
-        ax.set_title(env)
+        subtitle = (subtitles or {}).get(env)
+        ax.set_title(f"{env}\n{subtitle}" if subtitle else env, fontsize=9)
         ax.set_xlabel("frames")
         ax.set_ylabel("eval return")
         ax.grid(alpha=0.3)
     for ax in axes[len(checked):]:
         ax.set_visible(False)
-    _shared_legend(fig, colours)
+    _shared_legend(fig, colours, caption)
     if title:
         fig.suptitle(title)
     return _save(fig, stem)
+
+
+def _caption(fig: Figure, caption: str | None) -> None:
+    """``caption`` in small type at the foot of ``fig``, wrapped to its width."""
+    if caption:
+        width = int(fig.get_figwidth() * 16)
+        fig.supxlabel(textwrap.fill(caption, width), fontsize=7, ha="center")
 
 
 def plot_aggregate_intervals(
@@ -159,6 +171,7 @@ def plot_aggregate_intervals(
     stem: Path,
     *,
     title: str | None = None,
+    caption: str | None = None,
 ) -> list[Path]:
     """Aggregate metrics with their CIs, rliable style: a panel per metric, a bar per algorithm.
 
@@ -199,6 +212,7 @@ def plot_aggregate_intervals(
         ax.grid(axis="x", alpha=0.3)
         ax.use_sticky_edges = False  # leave a margin beside the bars' ends
     axes[0].set_yticks(rows, algos)
+    _caption(fig, caption)
     if title:
         fig.suptitle(title)
     return _save(fig, stem)
@@ -212,6 +226,7 @@ def plot_performance_profiles(
     seed: int = 0,
     reps: int = 2000,
     title: str | None = None,
+    caption: str | None = None,
 ) -> list[Path]:
     """Fraction of runs scoring above tau, against tau, per algorithm with a 95% CI band.
 
@@ -242,6 +257,7 @@ def plot_performance_profiles(
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend()
+    _caption(fig, caption)
     if title:
         fig.suptitle(title)
     return _save(fig, stem)
@@ -252,9 +268,13 @@ def _colours(algos: Iterable[str]) -> dict[str, str]:
     return {algo: f"C{i % 10}" for i, algo in enumerate(sorted(set(algos)))}
 
 
-def _shared_legend(fig: Figure, colours: Mapping[str, str]) -> None:
+def _shared_legend(fig: Figure, colours: Mapping[str, str], caption: str | None = None) -> None:
+    """One legend under the subplots, with ``caption`` (what lines and bands are) above its
+    entries."""
     handles = [Line2D([], [], color=c, label=a) for a, c in colours.items()]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5))
+    title = textwrap.fill(caption, int(fig.get_figwidth() * 16)) if caption else None
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
+               title=title, title_fontsize=7)
 
 
 def _save(fig: Figure, stem: Path) -> list[Path]:

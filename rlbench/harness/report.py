@@ -256,22 +256,34 @@ def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
     runs_frame(comparison).to_csv(runs, index=False, lineterminator="\n")
     written.append(runs)
     curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    for summary in comparison.summaries:
+    seeds: dict[str, list[str]] = {}
+    for summary in comparison.summaries:  # a panel per env and budget: no squeezed axis
         group = summary.group
-        budgets = {s.group.frames for s in comparison.summaries
-                   if (s.group.env, s.group.algo) == (group.env, group.algo)}
-        label = group.label if len(budgets) == 1 else f"{group.label} ({group.frames:,})"
-        curves.setdefault(group.env, {})[label] = group.curves()
+        panel = f"{group.env}, {group.frames:,} frames"
+        curves.setdefault(panel, {})[group.label] = group.curves()
+        seeds.setdefault(panel, []).append(f"{group.label} {len(group.runs)}")
     if curves:
-        written += plots.plot_learning_curves(curves, output / "curves", seed=seed, reps=reps,
-                                              title=f"{comparison.suite}: learning curves")
+        written += plots.plot_learning_curves(
+            curves, output / "curves", seed=seed, reps=reps,
+            title=f"{comparison.suite}: learning curves",
+            subtitles={panel: "seeds: " + ", ".join(n) for panel, n in seeds.items()},
+            caption="lines: mean deterministic eval return over seeds; bands: 95% percentile "
+                    f"bootstrap CI of that mean ({reps:,} resamples of the seeds; none for "
+                    "one seed, and few seeds make it narrow)")
     if comparison.aggregates:
+        envs = [f"{algo}: {', '.join(e)}" for algo, e in comparison.aggregate_envs.items()]
+        differ = len({tuple(e) for e in comparison.aggregate_envs.values()}) > 1
+        warning = ("; the algorithms ran different envs, so compare only those with the "
+                   f"same envs ({'; '.join(envs)})") if differ else ""
         written += plots.plot_aggregate_intervals(
             comparison.aggregates, output / "aggregates",
-            title=f"{comparison.suite}: normalized scores")
+            title=f"{comparison.suite}: normalized scores",
+            caption=f"bars: 95% stratified bootstrap CIs ({reps:,} resamples), ticks: point "
+                    f"estimates{warning}")
         written += plots.plot_performance_profiles(
             comparison.normalized, output / "profiles", seed=seed, reps=reps,
-            title=f"{comparison.suite}: performance profiles")
+            title=f"{comparison.suite}: performance profiles",
+            caption=f"bands: 95% stratified bootstrap CIs ({reps:,} resamples){warning}")
     return written
 
 

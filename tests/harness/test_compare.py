@@ -22,7 +22,7 @@ from rlbench.errors import ConfigError
 from rlbench.harness.baselines import PublishedScore, env_base, load_published, verdict
 from rlbench.harness.compare import Group, RunRecord, compare, load_runs, summarize_group
 from rlbench.harness.render import TextTable, render, to_rich
-from rlbench.harness.report import build_tables
+from rlbench.harness.report import build_tables, write_report
 from rlbench.harness.statistics import Interval, iqm
 from rlbench.harness.tracking import tracking_uri
 
@@ -447,3 +447,23 @@ def test_a_malformed_baseline_file_exits_2(file: str, edit, message: str, store:
     (broken / file).write_text(edit((broken / file).read_text()))
     assert main(["compare", "suite=unit", f"out_dir={store}", f"baselines={broken}"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_plots_split_budgets_and_say_what_their_bands_are(tmp_path: Path,
+                                                         baselines: Path) -> None:
+    client = MlflowClient(tracking_uri(tmp_path / "store"))
+    exp = client.create_experiment("unit")
+    for seed in range(3):
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, 400.0 + seed, frames=100_000)
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, 480.0 + seed, frames=1_000_000)
+    _log_run(client, exp, "dqn", "Acrobot-v1", 0, -100.0, frames=1_000_000)
+    _log_run(client, exp, "dqn", "Acrobot-v1", 1, -90.0, frames=1_000_000)
+    comparison = compare(load_runs(client, "unit"), "unit", baselines, seed=0, reps=100)
+    write_report(comparison, tmp_path / "report", reps=100)
+    curves = (tmp_path / "report" / "curves.svg").read_text()
+    assert "CartPole-v1, 100,000 frames" in curves and "CartPole-v1, 1,000,000 frames" in curves
+    assert "seeds: ppo 3" in curves and "seeds: dqn 2" in curves
+    assert "95% percentile bootstrap CI of that mean" in curves
+    aggregates = (tmp_path / "report" / "aggregates.svg").read_text()
+    assert "95% stratified bootstrap CIs" in aggregates
+    assert "the algorithms ran different envs" in aggregates  # as the table warns
