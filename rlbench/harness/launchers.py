@@ -101,8 +101,9 @@ def _worker(run: RunConfig, out_dir: Path, experiment_id: str, parent_id: str,
     try:
         result = execute_run(run, Tracker(out_dir, prepare=False), experiment_id, parent_id,
                              on_update=report)
-    except KeyboardInterrupt:
-        return  # execute_run marked the run KILLED
+    except KeyboardInterrupt:  # execute_run marked the run KILLED
+        result = RunResult(config=run, run_id="", status="KILLED", final_return=None,
+                           fps=None, frames=0, seconds=0.0, error="stopped by a signal")
     messages.put(("result", run.identity, result))
 
 
@@ -130,7 +131,7 @@ def mark_dead(tracker: Tracker, experiment_id: str, parent_id: str, run: RunConf
                 run_id = match.info.run_id
                 run_dir = Path(match.data.tags.get("run_dir", ""))
                 fatal = run_dir / FATAL_ERROR_FILE
-                if match.data.tags.get("run_dir") and fatal.is_file():
+                if match.data.tags.get("run_dir") and fatal.is_file() and fatal.stat().st_size:
                     error += f"; its traceback is in {FATAL_ERROR_FILE}"
                     tracker.log_artifacts(run_id, [run_dir / "config.yaml", fatal])
                 tracker.set_tags(run_id, {"error": error})

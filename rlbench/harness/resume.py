@@ -7,13 +7,14 @@ interrupted attempts (a run still marked RUNNING after its process was killed) a
 from the active view and run again, so each identity ends with exactly one run. A run
 that a live process is running into the same out dir (it holds the run's lock, see
 ``locks``) is another sweep's work in progress: the sweep is refused before anything
-starts, and that attempt is left alone. Sweeps into the same out dir whose process died
-are marked KILLED first, with their runs (``reap_dead_sweeps``).
+starts, and that attempt is left alone. Sweeps of this host into the same out dir whose
+process died are closed first, with their runs (``reap_dead_sweeps``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlflow.entities import Run
@@ -28,7 +29,7 @@ from rlbench.harness.locks import (
     planning,
 )
 from rlbench.harness.runner import FATAL_ERROR_FILE, RunResult, stored_result
-from rlbench.harness.tracking import Tracker
+from rlbench.harness.tracking import Tracker, with_retry
 
 __all__ = ["ResumePlan", "plan_resume", "reap_dead_sweeps"]
 
@@ -38,6 +39,7 @@ class ResumePlan:
     to_run: list[RunConfig]
     finished: list[RunResult]
     superseded: list[str]  # run ids of earlier unfinished attempts, deleted
+    deaths: list[str] = field(default_factory=list)  # runs found dead of a fatal error
 
 
 def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> ResumePlan:
@@ -55,48 +57,54 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> 
                 raise ConfigError(f"another process is running {shown} into "
                                   f"{tracker.out_dir} now: let it finish, or give another "
                                   "out_dir")
-            reap_dead_sweeps(tracker, experiment_id)
-            return _plan(tracker, experiment_id, runs)
+            deaths = reap_dead_sweeps(tracker)
+            plan = _plan(tracker, experiment_id, runs)
+            plan.deaths = deaths
+            return plan
     except RunInProgressError as err:
         raise ConfigError(str(err)) from None
 
 
-def reap_dead_sweeps(tracker: Tracker, experiment_id: str) -> list[str]:
-    """Parent runs of sweeps into this out dir whose process died (SIGKILL, a power cut, a
-    fatal signal) become KILLED, and their child runs no process runs any more become
-    FAILED with the traceback of a fatal error where one was written, else KILLED. Call
-    under ``planning``. Returns the reaped parent run ids."""
-    out_dir = str(tracker.out_dir.resolve())
-    reaped = []
-    for sweep in tracker.runs(experiment_id, "tags.kind = 'sweep' and "
-                                             "attributes.status = 'RUNNING'"):
-        parent_id = sweep.info.run_id
-        if sweep.data.tags.get("out_dir") != out_dir or is_sweep_alive(tracker.out_dir,
-                                                                        parent_id):
-            continue
-        for child in tracker.runs(experiment_id, f"tags.`mlflow.parentRunId` = "
-                                                 f"'{parent_id}' and attributes.status = "
-                                                 "'RUNNING'"):
-            if is_running_id(tracker.out_dir, child.data.tags.get("config_hash", "")):
+def reap_dead_sweeps(tracker: Tracker) -> list[str]:
+    """Close what sweeps into this out dir left open when their process died (SIGKILL, a
+    power cut, a fatal signal): their parent runs become KILLED, in every suite; their
+    child runs no process runs any more become FAILED with the traceback of a fatal error
+    where one was written, else KILLED. Only sweeps of this host are judged: the locks that
+    tell a live sweep from a dead one are local. Call under ``planning``. Returns one line
+    per child run that died of a fatal error."""
+    out_dir, host = str(tracker.out_dir.resolve()), socket.gethostname()
+    deaths = []
+    for experiment in with_retry(tracker.client.search_experiments):
+        for sweep in tracker.runs(experiment.experiment_id, "tags.kind = 'sweep' and "
+                                                            "attributes.status = 'RUNNING'"):
+            parent_id, tags = sweep.info.run_id, sweep.data.tags
+            if (tags.get("out_dir"), tags.get("host")) != (out_dir, host) or is_sweep_alive(
+                    tracker.out_dir, parent_id):
                 continue
-            _record_death(tracker, child)
-        tracker.finish(parent_id, "KILLED")
-        reaped.append(parent_id)
-    return reaped
+            if with_retry(tracker.client.get_run, parent_id).info.status != "RUNNING":
+                continue  # it ended between the search and the lock check
+            for child in tracker.runs(experiment.experiment_id,
+                                      f"tags.`mlflow.parentRunId` = '{parent_id}' and "
+                                      "attributes.status = 'RUNNING'"):
+                if not is_running_id(tracker.out_dir, child.data.tags.get("config_hash", "")):
+                    deaths += _record_death(tracker, child)
+            tracker.finish(parent_id, "KILLED")
+    return deaths
 
 
-def _record_death(tracker: Tracker, run: Run) -> None:
+def _record_death(tracker: Tracker, run: Run) -> list[str]:
     run_dir = Path(run.data.tags.get("run_dir") or "/nonexistent")
     fatal = run_dir / FATAL_ERROR_FILE
     if fatal.is_file() and fatal.stat().st_size:
-        first = fatal.read_text(errors="replace").strip().splitlines()[0]
+        first = fatal.read_text(errors="replace").strip().splitlines()[0][:300]
         tracker.log_artifacts(run.info.run_id, [run_dir / "config.yaml", fatal])
-        tracker.set_tags(run.info.run_id, {"error": f"its process died: {first[:300]} (see "
-                                                    f"{FATAL_ERROR_FILE})"})
+        error = f"its process died: {first} (see {FATAL_ERROR_FILE})"
+        tracker.set_tags(run.info.run_id, {"error": error})
         tracker.finish(run.info.run_id, "FAILED")
-    else:
-        tracker.set_tags(run.info.run_id, {"error": "its sweep's process was killed"})
-        tracker.finish(run.info.run_id, "KILLED")
+        return [f"{run.info.run_name} ({run.info.run_id}) {error}"]
+    tracker.set_tags(run.info.run_id, {"error": "its sweep's process was killed"})
+    tracker.finish(run.info.run_id, "KILLED")
+    return []
 
 
 def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> ResumePlan:

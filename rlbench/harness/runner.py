@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import faulthandler
 import shutil
@@ -21,7 +22,7 @@ from rlbench.harness.config import RunConfig
 from rlbench.harness.locks import RunInProgressError, run_lock
 from rlbench.harness.seeding import derive_seeds, seed_everything
 from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags, with_retry
-from rlbench.recipe import RunSpec
+from rlbench.recipe import RunSpec, Seeds
 
 __all__ = ["FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "claimed", "execute_run", "one_line",
            "run_dir_for", "stored_result"]
@@ -141,40 +142,23 @@ def _execute_locked(
     run_dir.mkdir(parents=True)
     run_id = tracker.start_run(experiment_id, parent_id, config,
                                {**environment_tags(config.device), "run_dir": str(run_dir)})
-    tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
-    config_path = run_dir / "config.yaml"
-    config_path.write_text(yaml.safe_dump(
-        {**config.as_dict(), "seeds": dataclasses.asdict(seeds), "identity": config.identity},
-        sort_keys=False,
-    ))
     recorder = RunRecorder(tracker, run_id, run_dir, on_update)
-    recipe = load_algorithm(config.algo)
-    spec = RunSpec(
-        env=config.env,
-        env_family=config.env_family,
-        frames=config.frames,
-        eval_every=config.eval_every,
-        eval_episodes=config.eval_episodes,
-        seeds=seeds,
-        device=config.device,
-        run_dir=run_dir,
-        algo=recipe.Config(**config.algo_params),
-    )
-    error = None
-    seed_everything(seeds, threads=config.threads, device=config.device)
-    with _fatal_errors_into(run_dir / FATAL_ERROR_FILE):
-        try:
-            recipe.train(spec, recorder)
-            status = "FINISHED"
-        except KeyboardInterrupt:
+    config_path = run_dir / "config.yaml"
+    status, error, unrecorded = "FAILED", None, False
+    try:  # from here on the MLflow run exists: whatever happens, it gets an end
+        tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
+        config_path.write_text(yaml.safe_dump(
+            {**config.as_dict(), "seeds": dataclasses.asdict(seeds),
+             "identity": config.identity}, sort_keys=False))
+        status, error = _train(config, seeds, run_dir, recorder)
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):  # a full disk must not swallow the interrupt
             recorder.flush()
+        with contextlib.suppress(Exception):
             tracker.finish(run_id, "KILLED")
-            raise
-        except Exception as exc:
-            status = "FAILED"
-            error = one_line(exc)
-            (run_dir / "traceback.txt").write_text(traceback.format_exc())
-    unrecorded = False
+        raise
+    except Exception as exc:  # the harness's own writes (a full disk, a read-only out dir)
+        unrecorded, error = True, f"could not be recorded: {one_line(exc)}"
     try:
         recorder.flush()
         curve = recorder.write_curve()
@@ -184,9 +168,9 @@ def _execute_locked(
             tracker.set_tags(run_id, {"error": error[:5000]})
         tracker.finish(run_id, status)
     except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
-        unrecorded = True
-        error = f"{status.lower()}, but could not be recorded: {one_line(exc)}"
-        status = "FAILED"
+        if not unrecorded:
+            error = f"{status.lower()}, but could not be recorded: {one_line(exc)}"
+        unrecorded, status = True, "FAILED"
         try:
             tracker.finish(run_id, "FAILED")
         except Exception as again:
@@ -203,6 +187,36 @@ def _execute_locked(
         error=error,
         unrecorded=unrecorded,
     )
+
+
+def _train(config: RunConfig, seeds: Seeds, run_dir: Path,
+           recorder: RunRecorder) -> tuple[str, str | None]:
+    """Seed, then run the recipe: ``("FINISHED", None)``, or ``("FAILED", error)`` with the
+    traceback in ``traceback.txt`` when the recipe raises."""
+    recipe = load_algorithm(config.algo)
+    spec = RunSpec(
+        env=config.env,
+        env_family=config.env_family,
+        frames=config.frames,
+        eval_every=config.eval_every,
+        eval_episodes=config.eval_episodes,
+        seeds=seeds,
+        device=config.device,
+        run_dir=run_dir,
+        algo=recipe.Config(**config.algo_params),
+    )
+    seed_everything(seeds, threads=config.threads, device=config.device)
+    with _fatal_errors_into(run_dir / FATAL_ERROR_FILE):
+        try:
+            recipe.train(spec, recorder)
+        except Exception as exc:
+            error = one_line(exc)
+            try:
+                (run_dir / "traceback.txt").write_text(traceback.format_exc())
+            except OSError as again:  # the error itself is kept, in the run's tags
+                error += f" (its traceback could not be written: {one_line(again)})"
+            return "FAILED", error
+    return "FINISHED", None
 
 
 # Where a run's fatal errors (a segfault in a native library, an abort) are written by

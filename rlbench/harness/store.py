@@ -7,8 +7,9 @@
   schema of another MLflow version), which is refused and left as it is.
 - ``prepare_store``: a missing store is made under another name and renamed into place
   once MLflow's migrations are done, so a process killed while making it leaves no
-  half-made ``mlflow.db``; one left by an older rlbench is made anew only when it holds no
-  runs. A store that holds runs is never deleted.
+  half-made ``mlflow.db``; one left by an older rlbench is made anew only when it holds
+  nothing (empty MLflow tables, at most the default experiment). A file holding anything
+  else, runs or another program's tables, is never deleted.
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ _BUSY_TIMEOUT_S = 60.0
 
 
 def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` tracking URI, else None (a server)."""
-    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+    """The database file of a ``sqlite:///`` tracking URI (query parameters such as
+    ``?timeout=30`` allowed), else None (a server)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    return Path(make_url(uri).database)
 
 
 def check_out_dir(out_dir: Path, key: str = "out_dir") -> None:
@@ -58,14 +64,19 @@ def _head_revision() -> str:
 
 
 def inspect_store(path: Path) -> str:
-    """``MISSING``, ``READY`` or ``INCOMPLETE`` (made in part, holding no runs). A file that
-    is not a readable MLflow store, or one whose schema another MLflow version made, raises
-    ``ConfigError``; the file is only read."""
+    """``MISSING``, ``READY`` or ``INCOMPLETE`` (made in part by MLflow: it holds nothing but
+    empty tables, MLflow's bookkeeping and at most its default experiment). A file that is
+    not a readable MLflow store, one whose schema another MLflow version made, and one
+    holding anything else (another program's database) raise ``ConfigError``; the file is
+    only read (a hot journal, left by a crash mid-commit, is first rolled back as SQLite
+    does on its next write, under the store's lock)."""
     if not path.exists():
         return MISSING
     unreadable = f"the store at {path} is not a readable MLflow store"
     if not path.is_file():
         raise ConfigError(f"{unreadable}: it is not a file")
+    if path.with_name(path.name + "-journal").exists():
+        _roll_back_hot_journal(path)
     try:
         connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True,
                                      timeout=_BUSY_TIMEOUT_S)
@@ -78,8 +89,8 @@ def inspect_store(path: Path) -> str:
                 raise ConfigError(f"{unreadable} (SQLite finds it damaged: {check})")
             tables = {row[0] for row in connection.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            runs = (connection.execute("SELECT count(*) FROM runs").fetchone()[0]
-                    if "runs" in tables else 0)
+            rows = {table: connection.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+                    for table in tables}
             revision = (connection.execute("SELECT version_num FROM alembic_version")
                         .fetchone() if "alembic_version" in tables else None)
     except sqlite3.Error as err:
@@ -87,11 +98,32 @@ def inspect_store(path: Path) -> str:
     revision = revision[0] if revision else None
     if revision == _head_revision() and {"runs", "experiments", "metrics"} <= tables:
         return READY
-    if runs == 0:
+    holding = {t: n for t, n in rows.items() if n and not t.startswith(("alembic", "_alembic"))
+               and not (t == "experiments" and n <= 1)}
+    if not holding:
         return INCOMPLETE
-    raise ConfigError(f"the store at {path} holds {runs} MLflow runs under schema revision "
-                      f"{revision}, not this MLflow's {_head_revision()}: back it up, then "
-                      f"upgrade it with `mlflow db upgrade sqlite:///{path.absolute()}`")
+    if "runs" not in tables or "experiments" not in tables:
+        raise ConfigError(f"{unreadable}: it holds other data (tables "
+                          f"{', '.join(sorted(holding)[:5])}); give another out_dir or "
+                          "MLFLOW_TRACKING_URI")
+    raise ConfigError(f"the store at {path} holds {rows.get('runs', 0)} MLflow runs under "
+                      f"schema revision {revision}, not this MLflow's {_head_revision()}: "
+                      f"back it up, then upgrade it with `mlflow db upgrade "
+                      f"sqlite:///{path.absolute()}`")
+
+
+def _roll_back_hot_journal(path: Path) -> None:
+    """Let SQLite roll back a hot journal (a commit cut short by a crash) by opening the
+    database for writing once; a read-only connection cannot, and would refuse it."""
+    from rlbench.harness.tracking import store_lock
+
+    with store_lock(f"sqlite:///{path}"):
+        try:
+            with contextlib.closing(sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S)) as db:
+                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as err:
+            raise ConfigError(f"the store at {path} is not a readable MLflow store "
+                              f"(SQLite, rolling back its journal: {err})") from None
 
 
 def prepare_store(path: Path) -> None:
@@ -125,7 +157,7 @@ def _make_store(path: Path) -> None:
     for leftover in path.parent.glob(f"{path.name}.making-*"):  # of killed processes: the
         leftover.unlink(missing_ok=True)                         # caller holds the lock
     draft = path.with_name(f"{path.name}.making-{os.getpid()}")
-    engine = sqlalchemy.create_engine(f"sqlite:///{draft}")
+    engine = sqlalchemy.create_engine(f"sqlite:///{draft.absolute()}")
     try:
         _initialize_tables(engine)
     finally:

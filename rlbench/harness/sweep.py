@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlflow.exceptions import MlflowException
 from rich.console import Console
 from rich.text import Text
 
+from rlbench.errors import ConfigError
 from rlbench.harness.config import SweepConfig, check_devices_here
 from rlbench.harness.launchers import run_local_pool, run_sequential
 from rlbench.harness.locks import SweepLock, planning
@@ -94,14 +96,20 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
     check_reachable(tracking_uri(sweep.out_dir))
     with _sigterm_interrupts():
         tracker = Tracker(sweep.out_dir)
-        experiment_id = tracker.experiment(suite)  # store and experiment exist before workers
-        plan = plan_resume(tracker, experiment_id, sweep.runs)
-        devices = sorted({run.device for run in sweep.runs})
-        with planning(sweep.out_dir):  # parent run and its lock appear together
-            parent_id = tracker.start_sweep(
-                experiment_id, suite, {**environment_tags(",".join(devices)),
-                                       "out_dir": str(sweep.out_dir.resolve())})
-            lock = SweepLock(sweep.out_dir, parent_id)
+        try:
+            experiment_id = tracker.experiment(suite)  # before any worker opens the store
+            plan = plan_resume(tracker, experiment_id, sweep.runs)
+            devices = sorted({run.device for run in sweep.runs})
+            with planning(sweep.out_dir):  # parent run and its lock appear together
+                parent_id = tracker.start_sweep(
+                    experiment_id, suite, {**environment_tags(",".join(devices)),
+                                           "out_dir": str(sweep.out_dir.resolve())})
+                lock = SweepLock(sweep.out_dir, parent_id)
+        except (MlflowException, OSError) as err:  # a full disk, a store that fails
+            raise ConfigError(f"the sweep could not start: the store at {tracker.uri} could "
+                              f"not be written ({one_line(err)})") from err
+        for death in plan.deaths:
+            console.print(Text.assemble(("died earlier", "red"), f": {death}"))
         try:
             return _run_planned(sweep, plan, tracker, experiment_id, parent_id, console)
         finally:

@@ -92,10 +92,11 @@ def store_lock(uri: str) -> Iterator[None]:
     and one would fail with "table already exists"; two sweeps starting together would
     both create the suite's experiment. Both happen under this lock.
     """
-    if not uri.startswith("sqlite:///"):
+    database = sqlite_path(uri)
+    if database is None:
         yield
         return
-    with FileLock(uri.removeprefix("sqlite:///") + ".lock"):
+    with FileLock(f"{database}.lock"):
         yield
 
 

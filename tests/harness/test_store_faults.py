@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,8 +16,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
+from rlbench.harness import resume
 from rlbench.harness.store import INCOMPLETE, MISSING, READY, inspect_store
-from rlbench.harness.tracking import tracking_uri
+from rlbench.harness.tracking import Tracker, tracking_uri
 
 TINY = """
 algos: [ppo]
@@ -148,3 +150,76 @@ def test_two_sweeps_in_one_second_keep_both_summaries(tmp_path: Path, tiny: Path
     parents = {p.parent.name.rsplit("-", 1)[1] for p in summaries}
     client = MlflowClient(tracking_uri(out))
     assert all(client.get_run(run_id).data.tags["kind"] == "sweep" for run_id in parents)
+
+
+def test_another_programs_database_is_refused_not_replaced(tmp_path: Path, tiny: Path,
+                                                          capsys) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with sqlite3.connect(out / "mlflow.db") as connection:
+        connection.execute("CREATE TABLE notes (text)")
+        connection.executemany("INSERT INTO notes VALUES (?)", [("x",)] * 100)
+    before = _digest(out)
+    assert main(["run", f"suite={tiny}", f"out_dir={out}"]) == 2
+    assert "it holds other data (tables notes)" in capsys.readouterr().err
+    assert _digest(out) == before
+
+
+def test_a_hot_journal_is_rolled_back_not_refused(tmp_path: Path, tiny: Path) -> None:
+    """A process killed mid-commit leaves a hot journal: the next command rolls it back,
+    as SQLite does on a write, instead of refusing a store it cannot read read-only."""
+    out = _store_with_a_run(tmp_path, tiny)
+    database = out / "mlflow.db"
+    writer = ("import os, sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
+              "db.execute('PRAGMA cache_size=1'); db.execute('BEGIN'); "
+              "db.executemany('INSERT INTO tags VALUES (?, ?, ?)', "
+              "[(f'k{i}', 'v' * 500, 'none') for i in range(20000)]); "
+              "os.kill(os.getpid(), 9)")
+    subprocess.run([sys.executable, "-c", writer, str(database)], check=False)
+    assert (out / "mlflow.db-journal").exists(), "the kill left no hot journal"
+    assert inspect_store(database) == READY
+    assert main(["run", f"suite={tiny}", f"out_dir={out}", "seeds=2"]) == 0
+    assert len(_finished_runs(out)) == 2
+
+
+def test_a_tracking_uri_with_query_parameters(tmp_path: Path, tiny: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    database = tmp_path / "elsewhere" / "m.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{database}?timeout=30")
+    assert main(["run", f"suite={tiny}", f"out_dir={tmp_path / 'out'}"]) == 0
+    assert database.is_file() and inspect_store(database) == READY
+    assert sorted(p.name for p in database.parent.iterdir()) == ["m.db", "m.db.lock"]
+
+
+def _dead_sweep(client: MlflowClient, out: Path, host: str) -> str:
+    experiment = client.get_experiment_by_name("tiny") or client.get_experiment(
+        client.create_experiment("tiny"))
+    run = client.create_run(experiment.experiment_id, tags={
+        "kind": "sweep", "suite": "tiny", "out_dir": str(out.resolve()), "host": host})
+    return run.info.run_id
+
+
+def test_only_this_hosts_dead_sweeps_are_closed(tmp_path: Path, tiny: Path) -> None:
+    out = _store_with_a_run(tmp_path, tiny)
+    client = MlflowClient(tracking_uri(out))
+    here = _dead_sweep(client, out, socket.gethostname())
+    elsewhere = _dead_sweep(client, out, "another-host")
+    assert main(["run", f"suite={tiny}", f"out_dir={out}"]) == 0
+    assert client.get_run(here).info.status == "KILLED"
+    assert client.get_run(elsewhere).info.status == "RUNNING"
+
+
+def test_a_sweep_that_ends_while_judged_is_not_marked_killed(
+        tmp_path: Path, tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _store_with_a_run(tmp_path, tiny)
+    client = MlflowClient(tracking_uri(out))
+    ending = _dead_sweep(client, out, socket.gethostname())
+
+    def ends_meanwhile(out_dir: Path, parent_id: str) -> bool:
+        client.set_terminated(parent_id, "FINISHED")  # it ends, then releases its lock
+        return False
+
+    monkeypatch.setattr(resume, "is_sweep_alive", ends_meanwhile)
+    tracker = Tracker(out)
+    assert resume.reap_dead_sweeps(tracker) == []
+    assert client.get_run(ending).info.status == "FINISHED"
