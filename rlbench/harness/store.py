@@ -63,20 +63,27 @@ def _head_revision() -> str:
     return _get_latest_schema_revision()
 
 
-def inspect_store(path: Path) -> str:
+def inspect_store(path: Path, *, locked: bool = False) -> str:
     """``MISSING``, ``READY`` or ``INCOMPLETE`` (made in part by MLflow: it holds nothing but
     empty tables, MLflow's bookkeeping and at most its default experiment). A file that is
     not a readable MLflow store, one whose schema another MLflow version made, and one
     holding anything else (another program's database) raise ``ConfigError``; the file is
     only read (a hot journal, left by a crash mid-commit, is first rolled back as SQLite
-    does on its next write, under the store's lock)."""
+    does on its next write, under the store's lock, which ``locked`` says the caller
+    holds)."""
     if not path.exists():
         return MISSING
     unreadable = f"the store at {path} is not a readable MLflow store"
     if not path.is_file():
         raise ConfigError(f"{unreadable}: it is not a file")
     if path.with_name(path.name + "-journal").exists():
-        _roll_back_hot_journal(path)
+        if locked:
+            _roll_back_hot_journal(path)
+        else:
+            from rlbench.harness.tracking import store_lock
+
+            with store_lock(f"sqlite:///{path}"):
+                _roll_back_hot_journal(path)
     try:
         connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True,
                                      timeout=_BUSY_TIMEOUT_S)
@@ -114,16 +121,14 @@ def inspect_store(path: Path) -> str:
 
 def _roll_back_hot_journal(path: Path) -> None:
     """Let SQLite roll back a hot journal (a commit cut short by a crash) by opening the
-    database for writing once; a read-only connection cannot, and would refuse it."""
-    from rlbench.harness.tracking import store_lock
-
-    with store_lock(f"sqlite:///{path}"):
-        try:
-            with contextlib.closing(sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S)) as db:
-                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error as err:
-            raise ConfigError(f"the store at {path} is not a readable MLflow store "
-                              f"(SQLite, rolling back its journal: {err})") from None
+    database for writing once; a read-only connection cannot, and would refuse it. The
+    caller holds the store's lock."""
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S)) as db:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as err:
+        raise ConfigError(f"the store at {path} is not a readable MLflow store "
+                          f"(SQLite, rolling back its journal: {err})") from None
 
 
 def prepare_store(path: Path) -> None:
@@ -135,7 +140,7 @@ def prepare_store(path: Path) -> None:
     if inspect_store(path) == READY:
         return
     with store_lock(f"sqlite:///{path}"):
-        state = inspect_store(path)  # another process may have made it meanwhile
+        state = inspect_store(path, locked=True)  # another process may have made it
         if state == READY:
             return
         if state == INCOMPLETE:
