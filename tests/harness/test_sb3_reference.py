@@ -42,9 +42,8 @@ def test_sb3_runs_are_tracked_resumed_and_compared(tmp_path: Path,
 
     assert main(["compare", "suite=classic", f"out_dir={tmp_path}", "format=csv",
                  "reps=50"]) == 0
-    table = capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]
-    (row,) = list(csv.DictReader(io.StringIO("\n".join(table))))
-    assert (row["env"], row["algorithm"], row["frames"], row["seeds"]) == (
+    (row,) = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert (row["env"], row["algorithm"], row["frames"], row["n"]) == (
         "Pendulum-v1", "sb3-td3", "400", "2")
 
 
