@@ -25,7 +25,14 @@ from rlbench.envs import validate_env_id
 from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.algorithms import list_algorithms
 from rlbench.harness.baselines import default_baseline_dir
-from rlbench.harness.compare import Comparison, Group, compare, load_runs, stored_algorithms
+from rlbench.harness.compare import (
+    MIN_BOOTSTRAP_SEEDS,
+    Comparison,
+    Group,
+    compare,
+    load_runs,
+    stored_algorithms,
+)
 from rlbench.harness.compare_data import groups_frame, runs_frame, to_json
 from rlbench.harness.render import TextTable, render, to_rich
 from rlbench.harness.statistics import AGGREGATES, Interval
@@ -165,8 +172,10 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
         headers=["env", "algorithm", "frames", "seeds", "return (mean ± std)",
                  "mean [95% t-CI]", "IQM [95% bootstrap CI]", "frames/s"],
         rows=rows,
-        notes=["the final deterministic eval return of each seed; std and CIs need 2 "
-               f"seeds; IQM CIs from {comparison.reps} bootstrap resamples",
+        notes=["the final deterministic eval return of each seed; std and the t-CI need 2 "
+               f"seeds; an IQM CI needs {MIN_BOOTSTRAP_SEEDS} ({comparison.reps} percentile "
+               "bootstrap resamples): with fewer, a bootstrap \"95%\" CI covers far less "
+               "(75% at 3 seeds in simulation), so read the t-CI",
                *comparison.group_notes])]
     published = [(s, score, judged) for s in comparison.summaries
                  for score, judged in s.baselines]

@@ -115,7 +115,7 @@ def test_runs_are_grouped_deduplicated_and_counted(store: Path, baselines: Path)
         half = 3.182446305284263 * np.std(finals, ddof=1) / 2  # t(0.975, 3) s / sqrt(4)
         assert summary.mean_ci.low == pytest.approx(np.mean(finals) - half, abs=1e-9)
         assert summary.mean_ci.high == pytest.approx(np.mean(finals) + half, abs=1e-9)
-        assert min(finals) <= summary.iqm.low <= summary.iqm.high <= max(finals)
+        assert not summary.iqm.has_bounds  # 4 seeds: too few for a bootstrap CI to cover
         assert summary.group.fps == pytest.approx(101.5)
         frames, curves = summary.group.curves()
         assert frames.tolist() == [500, 1000]
@@ -467,3 +467,14 @@ def test_plots_split_budgets_and_say_what_their_bands_are(tmp_path: Path,
     aggregates = (tmp_path / "report" / "aggregates.svg").read_text()
     assert "95% stratified bootstrap CIs" in aggregates
     assert "the algorithms ran different envs" in aggregates  # as the table warns
+
+
+def test_an_iqm_ci_from_eight_seeds_on(baselines: Path) -> None:
+    finals = [100.0, 120.0, 90.0, 130.0, 110.0, 105.0, 95.0, 125.0]
+    runs = [RunRecord(f"r{i}", "ppo", "CartPole-v1", i, 1000, "FINISHED", "c", {1000: f}, None)
+            for i, f in enumerate(finals)]
+    eight = summarize_group(Group("CartPole-v1", "ppo", 1000, "c", runs), [], seed=0, reps=300)
+    assert eight.iqm.has_bounds and min(finals) <= eight.iqm.low <= eight.iqm.high
+    seven = summarize_group(Group("CartPole-v1", "ppo", 1000, "c", runs[:7]), [], seed=0,
+                            reps=300)
+    assert not seven.iqm.has_bounds and seven.mean_ci is not None

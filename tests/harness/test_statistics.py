@@ -188,3 +188,31 @@ def test_a_nan_score_gives_a_nan_probability_not_a_loss() -> None:
     assert np.isnan(probability_of_improvement(x, y))
     ci = probability_of_improvement_ci(x, y, rng=np.random.default_rng(0), reps=100)
     assert np.isnan(ci.value) and not ci.has_bounds
+
+
+def _coverage(n: int, interval, trials: int = 600) -> float:
+    """The share of ``trials`` samples of ``n`` standard normal scores whose ``interval``
+    holds the true value 0 (the mean, and the interquartile mean, of a symmetric law)."""
+    rng = np.random.default_rng(n)
+    return float(np.mean([(lambda i: i.low <= 0.0 <= i.high)(interval(rng.normal(size=n), rng))
+                          for _ in range(trials)]))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 10])
+def test_the_t_interval_covers_95_percent_at_every_seed_count_compare_shows(n: int) -> None:
+    assert abs(_coverage(n, lambda x, rng: mean_ci_t(x)) - 0.95) < 0.03
+
+
+@pytest.mark.parametrize("n", [8, 12])
+def test_the_bootstrap_iqm_interval_covers_from_the_seed_count_compare_shows_it(n: int) -> None:
+    from rlbench.harness.compare import MIN_BOOTSTRAP_SEEDS
+
+    assert n >= MIN_BOOTSTRAP_SEEDS
+    coverage = _coverage(n, lambda x, rng: stratified_bootstrap_ci(x, iqm, rng=rng, reps=500))
+    assert abs(coverage - 0.95) < 0.04
+
+
+def test_below_that_seed_count_the_bootstrap_would_not_cover() -> None:
+    """Why compare shows no bootstrap CI under ``MIN_BOOTSTRAP_SEEDS`` seeds."""
+    coverage = _coverage(3, lambda x, rng: stratified_bootstrap_ci(x, iqm, rng=rng, reps=500))
+    assert coverage < 0.85
