@@ -4,7 +4,7 @@ Every round collects ``STEPS`` env steps of one env with a small MLP policy (64x
 as in test_env_throughput.py; frames/s = frames_per_round / round time. The raw loop is
 ``env.step_and_maybe_reset(actor(root))`` keeping nothing; the collector also keeps every
 step and yields them as one batch. The MultiCollector runs 2 workers with one env each.
-Goal (issue 5): the collector's overhead over the raw loop is at most 10% (ratio >= 0.91).
+Goal: the collector's overhead over the raw loop is at most 10% (ratio >= 0.91).
 Run: ``make bench`` (results saved under results/benchmarks/).
 """
 

@@ -2,7 +2,7 @@
 
 Each benchmark runs ``STEPS`` env steps with a small MLP policy (64x64 tanh) choosing the
 actions, as a training loop would; frames/s = STEPS * num_envs / mean round time.
-Goals (issue 3): the single-env wrapper within 10% of the raw gymnasium / dm_control loop;
+Goals: the single-env wrapper within 10% of the raw gymnasium / dm_control loop;
 8 async Hopper-v5 envs at >= 1.6x the single-env frames/s on 2 cores.
 Run: ``make bench`` (results saved under results/benchmarks/).
 """

@@ -10,7 +10,7 @@ Both sides train on Hopper-v5 with the same hyperparameters, one torch thread, o
   256), so both sides pay the same mix of random and training steps.
 
 Our recipes run through their ``train`` entry exactly as the harness calls them (their
-final evaluation is one episode, a few ms on Hopper's early policies). Goals (issue 5):
+final evaluation is one episode, a few ms on Hopper's early policies). Goals:
 PPO >= 2x and SAC >= 3x SB3's frames/s. Run: ``make bench`` (``ci/bench_report.py``
 prints the ratios).
 """
