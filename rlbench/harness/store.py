@@ -96,15 +96,15 @@ def inspect_store(path: Path, *, locked: bool = False) -> str:
                 raise ConfigError(f"{unreadable} (SQLite finds it damaged: {check})")
             tables = {row[0] for row in connection.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            rows = {table: connection.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
-                    for table in tables}
             revision = (connection.execute("SELECT version_num FROM alembic_version")
                         .fetchone() if "alembic_version" in tables else None)
+            revision = revision[0] if revision else None
+            if revision == _head_revision() and {"runs", "experiments", "metrics"} <= tables:
+                return READY
+            rows = {table: connection.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+                    for table in tables}  # only a store that is not ready: what does it hold?
     except sqlite3.Error as err:
         raise ConfigError(f"{unreadable} (SQLite: {err})") from None
-    revision = revision[0] if revision else None
-    if revision == _head_revision() and {"runs", "experiments", "metrics"} <= tables:
-        return READY
     holding = {t: n for t, n in rows.items() if n and not t.startswith(("alembic", "_alembic"))
                and not (t == "experiments" and n <= 1)}
     if not holding:

@@ -34,7 +34,7 @@ from torch import nn
 import rlbench
 from rlbench.errors import ConfigError
 from rlbench.harness.config import RunConfig
-from rlbench.harness.store import check_out_dir, inspect_store, prepare_store, sqlite_path
+from rlbench.harness.store import READY, check_out_dir, inspect_store, prepare_store, sqlite_path
 
 __all__ = ["RunRecorder", "Tracker", "check_reachable", "environment_tags", "flatten",
            "search_all", "store_lock", "tracking_uri", "with_retry"]
@@ -200,10 +200,10 @@ class Tracker:
         database = sqlite_path(self.uri)
         if prepare:
             check_out_dir(out_dir)
-            if database is not None:
-                inspect_store(database)  # refuses an unreadable store before a file is made
+            # an unreadable store is refused before a file is made
+            state = READY if database is None else inspect_store(database)
             out_dir.mkdir(parents=True, exist_ok=True)
-            if database is not None:
+            if state != READY:
                 database.parent.mkdir(parents=True, exist_ok=True)
                 prepare_store(database)
         self.client = MlflowClient(self.uri)
