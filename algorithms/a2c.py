@@ -86,6 +86,10 @@ ENV_DEFAULTS: dict[str, dict] = {
 }
 
 
+make_policy = ppo.make_policy
+make_normalization = ppo.make_normalization
+
+
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo

@@ -34,4 +34,5 @@ FAMILY_DEFAULTS: dict[str, dict] = {
     "dmc": {"learning_starts": 10_000},  # the MuJoCo settings, not a published dmc tune
 }
 
+make_policy = td3.make_policy
 train = td3.train

@@ -103,6 +103,11 @@ def make_q_network(env: EnvBase, cfg: Config) -> nn.Module:
     return MLP(obs_dim, action_spec.n, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
 
 
+def make_policy(env: EnvBase, cfg: Config) -> QValueActor:
+    """The module the run saves as ``policy``: greedy actions of the Q-network."""
+    return QValueActor(make_q_network(env, cfg))
+
+
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
@@ -150,4 +155,4 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
             if eval_schedule.due(collector.frames) or collector.frames >= spec.frames:
                 logger.log_eval(collector.frames, evaluate(eval_env, greedy))
 
-        logger.save_model("policy", q_network)
+        logger.save_model("policy", greedy)

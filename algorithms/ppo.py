@@ -143,15 +143,23 @@ ENV_DEFAULTS: dict[str, dict] = {
 }
 
 
+def make_normalization(cfg: Config) -> VecNorm | None:
+    """The running observation/reward normalisation of the training env, if any; the run
+    saves it as ``normalization`` and ``rlbench.load_policy`` puts it back."""
+    if not (cfg.normalize_observation or cfg.normalize_reward):
+        return None
+    keys = ("observation",) if cfg.normalize_observation else ()
+    return VecNorm(keys, reward=cfg.normalize_reward, gamma=cfg.gamma)
+
+
 def make_envs(spec: RunSpec, cfg: Config) -> tuple[EnvBase, EnvBase]:
     """Training and evaluation envs; with normalisation, the evaluation env reads the
     training statistics frozen and sees unscaled rewards (true returns)."""
     env, eval_env = make_train_and_eval(spec.env, num_envs=cfg.num_envs,
                                         eval_envs=spec.eval_episodes, seed=spec.seeds.env,
                                         eval_seed=spec.seeds.eval_env, device=spec.device)
-    if cfg.normalize_observation or cfg.normalize_reward:
-        keys = ("observation",) if cfg.normalize_observation else ()
-        norm = VecNorm(keys, reward=cfg.normalize_reward, gamma=cfg.gamma)
+    norm = make_normalization(cfg)
+    if norm is not None:
         env = TransformedEnv(env, norm)
         eval_env = TransformedEnv(eval_env, norm.frozen_copy(reward=False))
     return env, eval_env
@@ -184,6 +192,11 @@ def make_actor_critic(
         raise TypeError(f"PPO supports discrete and box actions, not {action_spec}")
     critic = ValueOperator(mlp(obs_dim, 1, out_gain=1.0))
     return actor, critic
+
+
+def make_policy(env: EnvBase, cfg: Config) -> ProbabilisticActor | GSDEActor:
+    """The module the run saves as ``policy``: the actor."""
+    return make_actor_critic(env, cfg)[0]
 
 
 def train(spec: RunSpec, logger: RunLogger) -> None:

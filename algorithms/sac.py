@@ -100,6 +100,11 @@ def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, En
     return actor, critic
 
 
+def make_policy(env: EnvBase, cfg: Config) -> ProbabilisticActor:
+    """The module the run saves as ``policy``: the actor."""
+    return make_actor_critic(env, cfg)[0]
+
+
 def target_entropy(action_spec: Bounded, cfg: Config) -> float:
     """``cfg.target_entropy``, by default ``-action_dim`` on actions scaled to [-1, 1],
     in the env's action units (the units of the policy's log-prob)."""

@@ -88,6 +88,11 @@ def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[DeterministicActor, En
     return actor, critic
 
 
+def make_policy(env: EnvBase, cfg: Config) -> DeterministicActor:
+    """The module the run saves as ``policy``: the actor."""
+    return make_actor_critic(env, cfg)[0]
+
+
 def make_envs(spec: RunSpec, cfg: Config) -> tuple[EnvBase, EnvBase]:
     """Training and evaluation envs. With OU noise the training env writes ``is_init``
     (``InitTracker``), so each sub-env's noise process restarts with its episode, as in

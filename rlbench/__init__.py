@@ -1,3 +1,26 @@
 """rlbench: an RL benchmarking and reproducibility harness on its own TensorDict RL stack."""
 
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlbench.harness.policy import Policy
+
 __version__ = "0.2.0"
+__all__ = ["__version__", "load_policy"]
+
+
+def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
+                tracking_uri: str | None = None, device: str = "cpu") -> Policy:
+    """The deterministic policy of a finished run, normalisation included: a module that
+    maps raw observations to actions (``rlbench.harness.policy.load_policy``).
+
+    ``run`` is a run directory or an MLflow run id in the store of ``out_dir`` (default
+    ``rlbench_runs``) or at ``tracking_uri``. Imported on first call, so that ``import
+    rlbench.envs`` and the rest of the RL stack never load the harness.
+    """
+    from rlbench.harness.policy import load_policy as load
+
+    return load(run, out_dir=out_dir, tracking_uri=tracking_uri, device=device)

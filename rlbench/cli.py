@@ -1,4 +1,5 @@
-"""The ``rlbench`` command: ``run``, ``compare``, ``list`` and ``show``, with key=value words."""
+"""The ``rlbench`` command: ``run``, ``show``, ``compare``, ``eval`` and ``list``, with key=value
+words."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ USAGE = """\
 usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
        rlbench show [key=value ...]      print the resolved grid without running it
        rlbench compare [key=value ...]   compare finished runs: tables, baselines, plots
+       rlbench eval run=<id|dir> [...]   play a finished run's policy again (and film it)
        rlbench list suites|algorithms|envs
        rlbench --version
 
@@ -61,13 +63,28 @@ keys: suite, algo (algos), env (envs), frames, tag.<name> (e.g. tag.git_commit=a
       default 2000, at most 100,000)
 example: rlbench compare suite=mujoco env=Hopper-v5,HalfCheetah-v5 output=report
 """,
+    "eval": """\
+usage: rlbench eval run=<MLflow run id or run directory> [key=value ...]
+Rebuild a finished run's policy from its saved config, weights and observation
+normalisation, play deterministic episodes and print their returns. With the defaults
+they are the episodes of the run's first evaluation (the same seeds and count).
+
+keys: run (required), episodes (default: the run's eval_episodes), seed (the first
+      episode's env seed; default: the run's eval env seed), video (a .mp4 or .gif file:
+      the first episode, rendered; headless MuJoCo uses MUJOCO_GL=egl, picked when unset),
+      device (default cpu), out_dir (the store to find a run id in; default rlbench_runs,
+      MLFLOW_TRACKING_URI overrides it)
+In Python: rlbench.load_policy(run) gives the same policy as a module.
+example: rlbench eval run=rlbench_runs/runs/mujoco/sac-Hopper-v5-seed0-1a2b3c4d5e6f7a8b
+         rlbench eval run=4f1c... episodes=20 video=hopper.mp4
+""",
     "list": """\
 usage: rlbench list suites|algorithms|envs
 The shipped suites (with their descriptions), the algorithms (online or offline) or the
 env ids rlbench can make.
 """,
 }
-COMMANDS = ("run", "show", "compare", "list")
+COMMANDS = ("run", "show", "compare", "eval", "list")
 LISTABLE = ("suites", "algorithms", "envs")
 
 
@@ -131,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rlbench.harness.report import run_compare
 
             return run_compare(rest, console)
+        if command == "eval":
+            from rlbench.harness.playback import run_eval
+
+            return run_eval(rest, console)
         from rlbench.harness.config import check_devices_here, resolve_sweep
 
         sweep = resolve_sweep(rest)

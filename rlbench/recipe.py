@@ -9,7 +9,13 @@ A recipe module in ``algorithms/`` defines:
 - optionally ``ENV_DEFAULTS``: ``{env id: {field: value}}``, applied after the family's
   defaults, for tasks whose tuned settings differ within a family (CartPole vs Pendulum);
 - ``train(spec: RunSpec, logger: RunLogger) -> None``: builds its envs from ``spec``, trains
-  for ``spec.frames`` frames and reports through ``logger`` only.
+  for ``spec.frames`` frames and reports through ``logger`` only; at the end it saves the
+  acting module as ``policy`` (and a training env's normalisation as ``normalization``);
+- ``make_policy(env, cfg) -> nn.Module``: that acting module, untrained, for an env like the
+  run's: it reads ``"observation"`` and writes ``"action"`` (the mode of its distribution
+  under ``set_exploration_type("deterministic")``). ``rlbench.load_policy`` loads the saved
+  weights into it;
+- ``make_normalization(cfg)`` where ``normalization`` is saved: the transform to load it into.
 
 The harness seeds python, numpy and torch before calling ``train``; the recipe seeds nothing
 itself and passes ``spec.seeds.env`` / ``spec.seeds.eval_env`` to the envs it makes.

@@ -24,11 +24,9 @@ dm_control quirks this adapter handles:
 
 from __future__ import annotations
 
-import ctypes.util
 import functools
 import math
 import os
-import sys
 from collections.abc import Mapping
 from types import MappingProxyType, ModuleType
 from typing import Any
@@ -38,6 +36,7 @@ import torch
 
 from rlbench.envs.box_actions import ActionCheck, BoxActionCheck
 from rlbench.envs.common import DONE_KEYS, EnvBase
+from rlbench.envs.rendering import default_render_backends
 from rlbench.envs.specs import Bounded, Composite, TensorSpec, Unbounded
 from rlbench.errors import ConfigError, UnknownNameError
 
@@ -49,21 +48,9 @@ DMC_PREFIX = "dmc:"
 _MODEL_FROM_SEED = frozenset({"lqr"})
 
 
-def _default_gl_backend() -> None:
-    """On a headless Linux machine with no ``MUJOCO_GL`` set, pick EGL (or no rendering).
-
-    Left alone, dm_control would choose GLFW there, warn that no display exists, and fail
-    at the first render. A user's ``MUJOCO_GL`` is never overridden.
-    """
-    if "MUJOCO_GL" in os.environ or os.environ.get("DISPLAY") or not sys.platform.startswith(
-            "linux"):
-        return
-    os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") else "disabled"
-
-
 def import_suite() -> ModuleType:
     """``dm_control.suite``, or a ``ConfigError`` saying how to install or configure it."""
-    _default_gl_backend()
+    default_render_backends()
     try:
         from dm_control import suite
     except ModuleNotFoundError as exc:
@@ -245,6 +232,15 @@ class DMControlEnv(EnvBase):
             view[...] = observation[key]
         if self.from_pixels:
             self._pixels[i] = self._render(self._envs[i])
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """An RGB frame of sub-env ``index``, ``pixel_size`` large, uint8 ``[H, W, 3]``."""
+        return self._render(self._envs[index])
+
+    @property
+    def render_fps(self) -> float:
+        """Frames per second of real time (one frame per control step), for videos."""
+        return 1.0 / self._envs[0].control_timestep()
 
     def _render(self, env: Any) -> np.ndarray:
         height, width = self.pixel_size

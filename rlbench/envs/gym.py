@@ -20,6 +20,7 @@ from gymnasium.vector import AutoresetMode
 
 from rlbench.envs.common import DONE_KEYS, EnvBase
 from rlbench.envs.gym_spaces import ActionCheck, ActionConverter, ObservationConverter
+from rlbench.envs.rendering import default_render_backends
 from rlbench.envs.specs import Composite
 
 __all__ = ["GymEnv"]
@@ -64,6 +65,8 @@ class GymEnv(EnvBase):
         self._kwargs = kwargs
         self._seed = seed
         batch = (num_envs,)
+        if kwargs.get("render_mode") is not None:
+            default_render_backends()
         if vectorization == "sync":
             self._envs = [gym.make(env_id, **kwargs) for _ in range(num_envs)]
             self._vec = None
@@ -97,6 +100,22 @@ class GymEnv(EnvBase):
         given = self._kwargs.get("max_episode_steps")
         spec = gym.spec(self.env_id.partition(":")[2] or self.env_id)  # module:EnvId too
         return given if given is not None else spec.max_episode_steps
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """An RGB frame of sub-env ``index``, uint8 ``[H, W, 3]``: the env must be made with
+        ``render_mode="rgb_array"`` (MuJoCo envs render headless with ``MUJOCO_GL=egl``,
+        which ``rlbench.envs.rendering`` picks when it is unset)."""
+        if self._kwargs.get("render_mode") != "rgb_array" or self._vec is not None:
+            raise RuntimeError(f"{self.env_id}: make the env with render_mode='rgb_array' and "
+                               f"vectorization='sync' to render it")
+        return self._envs[index].render()
+
+    @property
+    def render_fps(self) -> float:
+        """Frames per second of real time, for videos of ``render`` frames."""
+        envs = self._envs or [None]
+        metadata = envs[0].metadata if envs[0] is not None else {}
+        return float(metadata.get("render_fps") or 30)
 
     def _reset(self, seed: int | None) -> dict[str, Any]:
         if seed is None:

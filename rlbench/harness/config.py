@@ -28,8 +28,8 @@ from rlbench.harness.algorithms import list_algorithms, load_algorithm, resolve_
 from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
 from rlbench.harness.words import split_words
 
-__all__ = ["Overrides", "RunConfig", "SweepConfig", "check_devices_here", "parse_overrides",
-           "resolve_sweep"]
+__all__ = ["Overrides", "RunConfig", "SweepConfig", "check_device_here", "check_devices_here",
+           "parse_overrides", "resolve_sweep"]
 
 ALIASES = {"algo": "algos", "env": "envs"}
 SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
@@ -209,7 +209,7 @@ def check_devices_here(sweep: SweepConfig) -> None:
     and dry runs plan without it; Ray workers may have devices and cores this machine
     lacks)."""
     for device in sorted({run.device for run in sweep.runs}):
-        _check_device_here(device)
+        check_device_here(device)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads = max(run.threads for run in sweep.runs)
     if cores and threads > cores and not sweep.force_threads:
@@ -218,8 +218,9 @@ def check_devices_here(sweep: SweepConfig) -> None:
                           "force_threads=true to run it all the same)")
 
 
-def _check_device_here(device: str) -> None:
-    """Raise unless ``device`` exists on this machine."""
+def check_device_here(device: Any) -> None:
+    """Raise unless ``device`` is a device name that exists on this machine."""
+    _check_device(device)
     kind, _, number = device.partition(":")
     if kind == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0

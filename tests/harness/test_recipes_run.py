@@ -39,12 +39,13 @@ TINY = {
 }
 
 
-def _run_tiny(algo: str, out: Path, *overrides: str) -> tuple[MlflowClient, object]:
+def _run_tiny(algo: str, out: Path, *overrides: str,
+              eval_every: int = 200) -> tuple[MlflowClient, object]:
     """Run ``algo`` on its tiny budget into ``out``; the MLflow client and the run."""
     env, params, _ = TINY[algo]
     argv = ["run", f"algo={algo.removesuffix('-discrete')}", f"env={env}", "frames=400",
-            "seeds=1", "eval_every=200", "eval_episodes=2", f"out_dir={out}", *params,
-            *overrides]
+            "seeds=1", f"eval_every={eval_every}", "eval_episodes=2", f"out_dir={out}",
+            *params, *overrides]
     assert main(argv) == 0
     client = MlflowClient(tracking_uri(out))
     (experiment,) = [e for e in client.search_experiments() if e.name == "smoke"]
@@ -64,6 +65,22 @@ def test_recipe_runs_and_logs(tmp_path: Path, algo: str) -> None:
     assert len(steps) >= 2 and steps[0] >= 200 and steps[-1] >= 400  # periodic and final
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert "policy.pt" in artifacts
+
+
+@pytest.mark.parametrize("algo", sorted(TINY))
+def test_saved_policy_replays_the_runs_evaluation(tmp_path: Path, algo: str) -> None:
+    """``load_policy`` rebuilds each recipe's policy from what the run saved: played on the
+    run's eval seeds, it scores the run's logged evaluation exactly (one evaluation, at
+    the end, so the eval env starts from its seeds)."""
+    from rlbench.harness.policy import load_policy, play
+
+    normalized = ["ppo.normalize_observation=true"] if algo == "ppo" else []
+    client, run = _run_tiny(algo, tmp_path / "out", *normalized, eval_every=400)
+    logged = run.data.metrics["eval/return_mean"]
+    policy = load_policy(run.info.run_id, out_dir=tmp_path / "out")
+    assert (policy.normalization is not None) == (algo == "ppo")
+    returns = play(policy, episodes=2, seed=policy.config["seeds"]["eval_env"])
+    assert sum(returns) / 2 == logged
 
 
 @pytest.mark.parametrize("algo", ["sac", "dqn"])

@@ -226,6 +226,11 @@ class VecNorm(Transform):
             twin.normalize_reward = reward and self.normalize_reward
         return twin
 
+    def normalize(self, td: TensorDict) -> TensorDict:
+        """A shallow copy of ``td`` with its observations normalised by the current
+        statistics, which stay as they are: a trained policy's input outside an env."""
+        return self._normalize(td.copy(), None, update=False)
+
     def _normalize(self, td: TensorDict, mask: torch.Tensor | None, update: bool) -> TensorDict:
         for key in self.keys:
             value = td.get(key)

@@ -1,0 +1,95 @@
+"""``rlbench eval``: play a finished run's policy again and print its returns."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from rlbench.errors import ConfigError, UnknownNameError, quote
+from rlbench.harness.config import check_device_here
+from rlbench.harness.policy import load_policy, play
+from rlbench.harness.words import split_words
+
+__all__ = ["EVAL_KEYS", "EvalRequest", "parse_eval", "run_eval"]
+
+EVAL_KEYS = ("run", "episodes", "seed", "video", "device", "out_dir")
+MAX_EPISODES = 10_000
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    run: str
+    episodes: int | None  # None: the run's own eval_episodes
+    seed: int | None  # None: the run's eval env seed
+    video: Path | None
+    device: str
+    out_dir: str | None
+
+
+def _int(key: str, text: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{key} must be an integer, got {quote(text)}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{key} must be between {low:,} and {high:,}, got {value:,}")
+    return value
+
+
+def parse_eval(args: Sequence[str]) -> EvalRequest:
+    """The request of ``rlbench eval`` words; bad words are ``ConfigError``s."""
+    values = dict(split_words(args, {}))
+    for key in values:
+        if key not in EVAL_KEYS:
+            raise UnknownNameError("eval key", key, EVAL_KEYS)
+    if not values.get("run"):
+        raise ConfigError("rlbench eval needs run=<MLflow run id or run directory>")
+    episodes = values.get("episodes")
+    seed = values.get("seed")
+    video = values.get("video")
+    device = values.get("device", "cpu")
+    check_device_here(device)
+    if video:
+        from rlbench.harness.video import check_video_path
+
+        check_video_path(Path(video))
+    return EvalRequest(
+        run=values["run"],
+        episodes=None if episodes is None else _int("episodes", episodes, 1, MAX_EPISODES),
+        seed=None if seed is None else _int("seed", seed, 0, 2**31 - 1),
+        video=Path(video) if video else None,
+        device=device,
+        out_dir=values.get("out_dir"),
+    )
+
+
+def run_eval(args: Sequence[str], console: Console) -> int:
+    """Load the run's policy, play its episodes, print each return and their mean."""
+    request = parse_eval(args)
+    policy = load_policy(request.run, out_dir=request.out_dir, device=request.device)
+    config = policy.config
+    episodes = request.episodes or int(config.get("eval_episodes", 10))
+    seed = request.seed if request.seed is not None else int(config["seeds"]["eval_env"])
+    console.print(f"{policy.algo} on {policy.env}, from {policy.source}", highlight=False,
+                  markup=False)
+    filmed = None
+    if request.video is not None:  # first: an env that cannot render fails before playing
+        from rlbench.harness.video import record_video
+
+        filmed = record_video(policy, request.video, seed=seed)
+    returns = play(policy, episodes=episodes, seed=seed, device=request.device)
+    for index, value in enumerate(returns):
+        console.print(f"episode {index:>4}  seed {seed + index}  return {value:.6g}",
+                      highlight=False)
+    spread = statistics.pstdev(returns) if len(returns) > 1 else math.nan
+    console.print(f"mean return {statistics.fmean(returns):.6g} ± {spread:.4g} (std over "
+                  f"{len(returns)} deterministic episodes)", highlight=False)
+    if filmed is not None:
+        console.print(f"video of the episode with seed {seed} (return {filmed:.6g}): "
+                      f"{request.video}", highlight=False, markup=False)
+    return 0
