@@ -25,6 +25,7 @@ from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_
 from rlbench.returns import GAE
 
 KIND = "online"
+ACTION_SPACES = ("discrete", "box")
 OPTIMIZERS = ("rmsprop", "adam")
 
 

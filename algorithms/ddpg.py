@@ -15,6 +15,7 @@ from rlbench.algorithms import td3
 from rlbench.recipe import hp
 
 KIND = "online"
+ACTION_SPACES = td3.ACTION_SPACES
 
 
 @dataclass

@@ -28,6 +28,7 @@ from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_
 from rlbench.returns import MultiStep
 
 KIND = "online"
+ACTION_SPACES = ("discrete",)
 STORED_KEYS = (*TRANSITION_KEYS, ("next", "discount"))  # n-step: the discount to bootstrap
 
 

@@ -34,6 +34,7 @@ from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_
 from rlbench.returns import GAE
 
 KIND = "online"
+ACTION_SPACES = ("discrete", "box")
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
 

@@ -40,6 +40,7 @@ from rlbench.objectives import DiscreteSACLoss, SACLoss, SoftUpdate, backward_an
 from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
 
 KIND = "online"
+ACTION_SPACES = ("discrete", "box")
 @dataclass
 class Config:
     """SAC hyperparameters; defaults are Stable-Baselines3's."""

@@ -33,6 +33,7 @@ from rlbench.objectives import DDPGLoss, SoftUpdate, TD3Loss, backward_and_step,
 from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
 
 KIND = "online"
+ACTION_SPACES = ("box",)
 NOISES = ("gaussian", "ou")
 
 

@@ -80,8 +80,9 @@ example: rlbench eval run=rlbench_runs/runs/mujoco/sac-Hopper-v5-seed0-1a2b3c4d5
 """,
     "list": """\
 usage: rlbench list suites|algorithms|envs
-The shipped suites (with their descriptions), the algorithms (online or offline) or the
-env ids rlbench can make.
+The shipped suites (with their descriptions), the algorithms (online or offline, and the
+action spaces they take) or the env ids rlbench knows, each made once: an env whose
+dependency is missing here says so beside its id.
 """,
 }
 COMMANDS = ("run", "show", "compare", "eval", "list")
@@ -115,11 +116,16 @@ def _list(what: Sequence[str], console: Console) -> int:
         from rlbench.harness.algorithms import list_algorithms, load_algorithm
 
         for name in list_algorithms():
-            console.print(f"{name:8} {load_algorithm(name).KIND}", highlight=False)
+            recipe = load_algorithm(name)
+            console.print(f"{name:8} {recipe.KIND:8} {', '.join(recipe.ACTION_SPACES)} actions",
+                          highlight=False)
     else:
-        from rlbench.envs import list_envs
+        from rlbench.envs import list_envs, probe_env
 
-        console.print("\n".join(list_envs()), highlight=False)
+        for env_id in list_envs():
+            why = probe_env(env_id).unavailable
+            console.print(env_id if why is None else f"{env_id}  (cannot be made here: {why})",
+                          highlight=False, markup=False, soft_wrap=True)
     return 0
 
 

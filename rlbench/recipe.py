@@ -3,6 +3,8 @@
 A recipe module in ``algorithms/`` defines:
 
 - ``KIND``: ``"online"`` or ``"offline"``;
+- ``ACTION_SPACES``: the kinds of action space it takes, of ``"discrete"`` and ``"box"``
+  (a grid that pairs it with another kind is refused before anything runs);
 - ``Config``: a dataclass of its hyperparameters, with defaults;
 - ``FAMILY_DEFAULTS``: ``{env family: {field: value}}`` overrides per env family
   (``classic``, ``mujoco``, ...), each citing where its values come from;

@@ -5,10 +5,13 @@ from rlbench.envs.checks import check_env_specs
 from rlbench.envs.common import DONE_KEYS, EnvBase
 from rlbench.envs.gym import GymEnv
 from rlbench.envs.registry import (
+    EnvProbe,
+    action_space_kind,
     env_family,
     list_envs,
     make,
     make_train_and_eval,
+    probe_env,
     validate_env_id,
 )
 from rlbench.envs.specs import (
@@ -30,6 +33,7 @@ __all__ = [
     "Categorical",
     "Composite",
     "EnvBase",
+    "EnvProbe",
     "GymEnv",
     "MultiCategorical",
     "OneHot",
@@ -38,10 +42,12 @@ __all__ = [
     "TensorSpec",
     "TransformedEnv",
     "Unbounded",
+    "action_space_kind",
     "check_env_specs",
     "env_family",
     "list_envs",
     "make",
     "make_train_and_eval",
+    "probe_env",
     "validate_env_id",
 ]

@@ -8,8 +8,10 @@ to import: it is imported only when a ``dmc:`` id is validated or built, or ids 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,8 +23,8 @@ from rlbench.envs.common import EnvBase
 from rlbench.envs.dmc import DMC_PREFIX, dmc_tasks
 from rlbench.errors import ConfigError, UnknownNameError
 
-__all__ = ["env_family", "gym_name", "list_envs", "make", "make_train_and_eval",
-           "validate_env_id"]
+__all__ = ["EnvProbe", "action_space_kind", "env_family", "gym_name", "list_envs", "make",
+           "make_train_and_eval", "probe_env", "validate_env_id"]
 
 _GYM_FAMILIES = {
     "gymnasium.envs.classic_control": "classic",
@@ -80,6 +82,48 @@ def _registered_by_module(env_id: str) -> bool:
         raise ConfigError(f"env {env_id}: its module {module!r} does not import "
                           f"({type(err).__name__}: {err})") from err
     return name in gym.registry
+
+
+@dataclass(frozen=True)
+class EnvProbe:
+    """What making an env once tells before a run depends on it."""
+
+    action_space: str | None  # "discrete", "box", or gymnasium's space name in lower case
+    unavailable: str | None  # why it cannot be made here (a missing dependency), or None
+
+
+@functools.cache
+def probe_env(env_id: str) -> EnvProbe:
+    """Make ``env_id`` once (cached): its kind of action space, or why it cannot be made
+    here. Gymnasium registers ids whose dependencies may be missing (Box2D's, the mujoco-py
+    ``-v2``/``-v3`` MuJoCo envs, which gymnasium 1.x cannot make at all): making one is the
+    only test that holds for every env. dm_control tasks all take box actions."""
+    validate_env_id(env_id)
+    if env_id.startswith(DMC_PREFIX):
+        return EnvProbe("box", None)
+    with warnings.catch_warnings():
+        # the run itself warns about an old env version; the probe need not say it twice
+        warnings.filterwarnings("ignore", message=r".*is out of date",
+                                category=DeprecationWarning)
+        try:
+            env = gym.make(gym_name(env_id))
+        except Exception as err:
+            return EnvProbe(None, " ".join(f"{type(err).__name__}: {err}".split())[:300])
+    try:
+        space = env.action_space
+        kinds = {gym.spaces.Discrete: "discrete", gym.spaces.Box: "box"}
+        return EnvProbe(kinds.get(type(space), type(space).__name__.lower()), None)
+    finally:
+        env.close()
+
+
+def action_space_kind(env_id: str) -> str:
+    """``probe_env(env_id).action_space``; an env that cannot be made here is a
+    ``ConfigError`` saying why."""
+    probe = probe_env(env_id)
+    if probe.unavailable is not None:
+        raise ConfigError(f"env {env_id} cannot be made here ({probe.unavailable})")
+    return probe.action_space
 
 
 def env_family(env_id: str) -> str:

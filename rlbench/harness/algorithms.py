@@ -31,7 +31,7 @@ def load_algorithm(name: str) -> types.ModuleType:
     if name not in names:
         raise UnknownNameError("algorithm", name, names)
     module = importlib.import_module(f"{_PACKAGE}.{name}")
-    for attr in ("KIND", "Config", "FAMILY_DEFAULTS", "train", "make_policy"):
+    for attr in ("KIND", "ACTION_SPACES", "Config", "FAMILY_DEFAULTS", "train", "make_policy"):
         if not hasattr(module, attr):
             raise TypeError(f"recipe {name!r} does not define {attr} (see rlbench.recipe)")
     return module

@@ -12,6 +12,7 @@ probability that one beats the other. Every bootstrap draws from a generator see
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,7 @@ class RunRecord:
     curve: dict[int, float]  # eval frames -> mean eval return
     fps: float | None
     params: dict[str, str] = field(default_factory=dict)
+    code: str = "unknown"  # the commit that ran it (7 digits), "+dirty" with local changes
 
     @property
     def final_return(self) -> float | None:
@@ -123,7 +125,15 @@ def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
         curve={int(k): float(v) for k, v in by_run.get(row.run_id, {}).items()},
         fps=None if np.isnan(row.fps) else float(row.fps),
         params={c.removeprefix("param."): row[c] for c in params if isinstance(row[c], str)},
+        code=_code_version(row.git_commit, row.git_dirty),
     ) for _, row in runs.iterrows()]
+
+
+def _code_version(commit: object, dirty: object) -> str:
+    """A run's code as the tables name it: its commit's first 7 digits, ``+dirty`` when the
+    checkout had uncommitted changes (the commit alone does not say what ran)."""
+    name = commit[:7] if isinstance(commit, str) and commit != "unknown" else "unknown"
+    return f"{name}+dirty" if dirty == "true" else name
 
 
 @dataclass
@@ -228,7 +238,25 @@ def group_runs(records: Sequence[RunRecord]) -> tuple[list[Group], list[str]]:
             notes.append(f"{algo} on {env} at {frames:,} frames ran {len(same)} configs "
                          f"({', '.join(g.label for g in same)}), each its own entry; they "
                          f"differ in {', '.join(differ) or 'code version'}")
+    notes += [note for group in ordered if (note := _code_note(group))]
     return ordered, notes
+
+
+def _code_note(group: Group) -> str | None:
+    """Says when a group's scores come from more than one code version, or from code that
+    was never committed. Finished runs are kept across commits (a run's identity is its
+    config and the rlbench version), so a resumed sweep can mix them."""
+    versions = Counter(run.code for run in group.runs)
+    dirty = sum(n for code, n in versions.items() if code.endswith("+dirty"))
+    if len(versions) < 2 and not dirty:
+        return None
+    where = f"{group.label} on {group.env} at {group.frames:,} frames"
+    shown = ", ".join(f"{code} ×{n}" for code, n in sorted(versions.items()))
+    if len(versions) > 1:
+        return (f"{where}: its {len(group.runs)} seeds ran {len(versions)} code versions "
+                f"({shown}); tag.git_commit=<commit> compares one of them")
+    return (f"{where}: its {len(group.runs)} seeds ran with uncommitted changes ({shown}): "
+            f"the commit alone does not say which code made them")
 
 
 @dataclass

@@ -22,7 +22,7 @@ import torch
 import yaml
 
 import rlbench
-from rlbench.envs import env_family, list_envs, validate_env_id
+from rlbench.envs import action_space_kind, env_family, list_envs
 from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
 from rlbench.harness.algorithms import list_algorithms, load_algorithm, resolve_algo_config
 from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
@@ -268,6 +268,16 @@ def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list
                                     params, env=env)
 
 
+def _check_action_space(algo: str, env: str, kind: str, known_algos: Sequence[str]) -> None:
+    """Refuse to plan ``algo`` on ``env`` when it does not take that kind of action space."""
+    if kind in load_algorithm(algo).ACTION_SPACES:
+        return
+    takers = [name for name in known_algos if kind in load_algorithm(name).ACTION_SPACES]
+    raise ConfigError(f"{algo} takes {' or '.join(load_algorithm(algo).ACTION_SPACES)} actions, "
+                      f"and {env}'s are {kind}: leave one of them out (algorithms for {env}: "
+                      f"{', '.join(takers) or 'none'})")
+
+
 def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     """Parse the command line and resolve every run of the grid; raises on any bad input."""
     overrides = parse_overrides(args)
@@ -279,8 +289,9 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     for algo in algos:
         if algo not in known_algos:
             raise UnknownNameError("algorithm", algo, known_algos)
+    action_spaces = {}
     for env in envs:
-        validate_env_id(env)
+        action_spaces[env] = action_space_kind(env)  # an env that cannot be made: refused
     for algo in suite.per_algo:
         if algo not in known_algos:
             raise UnknownNameError(f"algorithm in per_algo of suite {suite.name}", algo,
@@ -302,6 +313,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
             per_env = dict(suite.per_env.get(env, {}))
             if algo not in per_env.pop("algos", algos):
                 continue  # the suite does not run this algorithm on this env
+            _check_action_space(algo, env, action_spaces[env], known_algos)
             env_algo_params = per_env.pop(algo, {})
             if not isinstance(env_algo_params, dict):
                 raise ConfigError(f"suite {suite.name}: per_env {env}.{algo} must be a mapping "

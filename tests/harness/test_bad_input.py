@@ -184,3 +184,56 @@ def test_compare_escapes_html_that_another_tool_put_in_the_store(tmp_path: Path,
     for markdown in (capsys.readouterr().out, (report / "compare.md").read_text()):
         assert "<script>" not in markdown
         assert r"&lt;script>alert('x')&lt;/script>\|ppo" in markdown
+
+
+@pytest.mark.parametrize(("words", "message"), [
+    (["algo=dqn", "env=Pendulum-v1"],
+     "dqn takes discrete actions, and Pendulum-v1's are box: leave one of them out "
+     "(algorithms for Pendulum-v1: a2c, ddpg, ppo, sac, td3)"),
+    (["algo=ppo,td3", "env=CartPole-v1"],
+     "td3 takes box actions, and CartPole-v1's are discrete"),
+    (["env=Hopper-v2"], "env Hopper-v2 cannot be made here (ImportError: The mujoco v2 and v3"),
+])
+def test_runs_that_cannot_run_are_refused_at_planning(capsys, words: list[str],
+                                                      message: str) -> None:
+    for command in ("show", "run"):
+        line = _refused(capsys, command, *words, "out_dir=out")
+        assert message in line
+        assert not Path("out").exists()
+
+
+MISSING_DEPENDENCY = """
+import gymnasium as gym
+from gymnasium.error import DependencyNotInstalled
+
+
+def needs_box3d():
+    raise DependencyNotInstalled('Box3D is not installed: pip install "box3d"')
+
+
+gym.register("Crate-v0", entry_point=needs_box3d)
+"""
+
+
+def test_an_env_whose_dependency_is_missing_is_refused_and_marked(
+        capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gymnasium registers ids whose dependencies may be missing (Box2D's here, unless
+    installed): planning refuses them with the dependency's message; ``list envs`` marks
+    them."""
+    (tmp_path / "rlbench_test_crates.py").write_text(MISSING_DEPENDENCY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    line = _refused(capsys, "show", "env=rlbench_test_crates:Crate-v0")
+    assert ("env rlbench_test_crates:Crate-v0 cannot be made here (DependencyNotInstalled: "
+            'Box3D is not installed: pip install "box3d")') in line
+
+    assert main(["list", "envs"]) == 0
+    listed = dict(line.partition("  ")[::2] for line in capsys.readouterr().out.splitlines())
+    assert listed["Hopper-v5"] == "" and listed["CartPole-v1"] == ""
+    assert listed["Walker2d-v3"].startswith("(cannot be made here: ImportError: The mujoco v2")
+    try:
+        import Box2D  # noqa: F401
+    except ImportError:
+        assert listed["LunarLander-v3"].startswith(
+            "(cannot be made here: DependencyNotInstalled: Box2D is not installed")
+    else:
+        assert listed["LunarLander-v3"] == ""

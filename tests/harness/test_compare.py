@@ -20,7 +20,14 @@ from rich.console import Console
 from rlbench.cli import main
 from rlbench.errors import ConfigError
 from rlbench.harness.baselines import PublishedScore, env_base, load_published, verdict
-from rlbench.harness.compare import Group, RunRecord, compare, load_runs, summarize_group
+from rlbench.harness.compare import (
+    Group,
+    RunRecord,
+    compare,
+    group_runs,
+    load_runs,
+    summarize_group,
+)
 from rlbench.harness.render import TextTable, render, to_rich
 from rlbench.harness.report import build_tables, write_report
 from rlbench.harness.statistics import Interval, iqm
@@ -478,3 +485,25 @@ def test_an_iqm_ci_from_eight_seeds_on(baselines: Path) -> None:
     seven = summarize_group(Group("CartPole-v1", "ppo", 1000, "c", runs[:7]), [], seed=0,
                             reps=300)
     assert not seven.iqm.has_bounds and seven.mean_ci is not None
+
+
+def test_a_group_that_mixes_code_versions_is_named() -> None:
+    """Finished runs are kept across commits, so a resumed sweep can mix code versions in
+    one group; compare says which, and says when the code was never committed."""
+    def runs(*codes: str, env: str = "CartPole-v1") -> list[RunRecord]:
+        return [RunRecord(f"{env}{i}", "ppo", env, i, 1000, "FINISHED", "c", {1000: 400.0 + i},
+                          None, code=code) for i, code in enumerate(codes)]
+
+    _, notes = group_runs(runs("abc1234", "abc1234", "def5678", env="Acrobot-v1")
+                          + runs("abc1234", "abc1234+dirty", env="Pendulum-v1")
+                          + runs("abc1234", "abc1234"))
+    assert notes == [
+        "ppo on Acrobot-v1 at 1,000 frames: its 3 seeds ran 2 code versions (abc1234 ×2, "
+        "def5678 ×1); tag.git_commit=<commit> compares one of them",
+        "ppo on Pendulum-v1 at 1,000 frames: its 2 seeds ran 2 code versions (abc1234 ×1, "
+        "abc1234+dirty ×1); tag.git_commit=<commit> compares one of them",
+    ]
+    _, notes = group_runs(runs("abc1234+dirty", "abc1234+dirty"))
+    assert notes == ["ppo on CartPole-v1 at 1,000 frames: its 2 seeds ran with uncommitted "
+                     "changes (abc1234+dirty ×2): the commit alone does not say which code "
+                     "made them"]

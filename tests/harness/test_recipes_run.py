@@ -75,7 +75,7 @@ def test_saved_policy_replays_the_runs_evaluation(tmp_path: Path, algo: str) -> 
     from rlbench.harness.policy import load_policy, play
 
     normalized = ["ppo.normalize_observation=true"] if algo == "ppo" else []
-    client, run = _run_tiny(algo, tmp_path / "out", *normalized, eval_every=400)
+    _, run = _run_tiny(algo, tmp_path / "out", *normalized, eval_every=400)
     logged = run.data.metrics["eval/return_mean"]
     policy = load_policy(run.info.run_id, out_dir=tmp_path / "out")
     assert (policy.normalization is not None) == (algo == "ppo")
