@@ -37,6 +37,7 @@ from rlbench.harness.statistics import (
     mean_ci_t,
     normalize,
     probability_of_improvement_ci,
+    seeds_to_detect,
     stratified_bootstrap_ci,
 )
 from rlbench.results import RUN_COLUMNS, SEED_PARAMS, latest_attempts
@@ -311,6 +312,9 @@ class Improvement:
     envs: list[str]
     probability: Interval
     notes: list[str]
+    # seeds per algorithm and env a 5% two-sided test needs to find a difference of the
+    # observed size 80% of the time (statistics.seeds_to_detect); None: not computable
+    seeds_needed: float | None = None
 
 
 @dataclass
@@ -417,14 +421,15 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
                 fx, fy = chosen[(env, x)].group.frames, chosen[(env, y)].group.frames
                 if fx != fy:
                     pair_notes.append(f"{env}: {x} at {fx:,} frames, {y} at {fy:,}")
-            probability = probability_of_improvement_ci(
-                _finals_by_env(chosen, x, shared, pair_notes),
-                _finals_by_env(chosen, y, shared, pair_notes),
-                rng=_rng(seed, "poi", x, y), reps=reps)
+            x_finals = _finals_by_env(chosen, x, shared, pair_notes)
+            y_finals = _finals_by_env(chosen, y, shared, pair_notes)
+            probability = probability_of_improvement_ci(x_finals, y_finals,
+                                                        rng=_rng(seed, "poi", x, y), reps=reps)
             if np.isnan(probability.value):
                 pair_notes.append("no probability: a final score is NaN (see the notes "
                                   "above)")
-            improvement.append(Improvement(x, y, shared, probability, pair_notes))
+            improvement.append(Improvement(x, y, shared, probability, pair_notes,
+                                           seeds_to_detect(x_finals, y_finals)))
     return Comparison(suite, summaries, [g for g in groups if not g.runs], group_notes,
                       aggregates, normalized, aggregate_envs, aggregate_frames, notes,
                       improvement, reps)

@@ -92,7 +92,11 @@ def to_json(comparison: Comparison) -> str:
                   for algo, values in comparison.aggregates.items()]
     improvement = [{"x": p.x, "y": p.y, "envs": p.envs,
                     "probability": _number(p.probability.value),
-                    **_interval("probability_bootstrap", p.probability), "notes": p.notes}
+                    **_interval("probability_bootstrap", p.probability),
+                    # null: not computable, or no difference (the table's ∞)
+                    "seeds_to_detect": (None if p.seeds_needed is None
+                                        or math.isinf(p.seeds_needed)
+                                        else int(p.seeds_needed)), "notes": p.notes}
                    for p in comparison.improvement]
     document = {"suite": comparison.suite, "bootstrap_reps": comparison.reps,
                 "groups": _records(groups_frame(comparison)),

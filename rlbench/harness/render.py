@@ -88,7 +88,7 @@ def to_csv(table: TextTable) -> str:
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                   "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
                   "^": r"\textasciicircum{}", "±": r"$\pm$", "≥": r"$\geq$", "≤": r"$\leq$",
-                  "—": "---", "–": "--", "×": r"$\times$", "√": r"$\surd$",
+                  "—": "---", "–": "--", "×": r"$\times$", "√": r"$\surd$", "∞": r"$\infty$",
                   "<": r"\textless{}", ">": r"\textgreater{}",
                   # a row starting with [ would be read as the optional argument of \\
                   "[": "{[}", "]": "{]}"}

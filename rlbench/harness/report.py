@@ -215,14 +215,27 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
     if comparison.improvement:
         tables.append(TextTable(
             title=f"{suite}: probability of improvement",
-            headers=["X", "Y", "envs", "P(X > Y) [95% CI]"],
-            rows=[[p.x, p.y, _plural(len(p.envs), "env"), _ci(p.probability, 2)]
+            headers=["X", "Y", "envs", "P(X > Y) [95% CI]", "seeds to detect"],
+            rows=[[p.x, p.y, _plural(len(p.envs), "env"), _ci(p.probability, 2),
+                   _seeds_needed(p.seeds_needed)]
                   for p in comparison.improvement],
             notes=["per env, the chance a run of X beats a run of Y (ties count half), "
                    "averaged over the envs both ran; the CI resamples each one's runs",
+                   "seeds to detect: the seeds per algorithm and env a two-sided 5% test "
+                   "would need to find a difference of the observed size (the standardized "
+                   "mean difference, averaged over the envs) 80% of the time; with fewer, "
+                   "a real difference of this size is often missed, and a chance one of "
+                   "this size is often seen (normal approximation; ∞: no difference; —: "
+                   "fewer than 2 seeds)",
                    *(f"{p.x} vs {p.y}: {note}" for p in comparison.improvement
                      for note in p.notes)]))
     return tables
+
+
+def _seeds_needed(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return "∞" if np.isinf(value) else f"{value:,.0f}"
 
 
 def _describe_filters(request: CompareRequest) -> str:

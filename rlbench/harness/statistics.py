@@ -34,6 +34,7 @@ __all__ = [
     "probability_of_improvement",
     "probability_of_improvement_ci",
     "score_matrix",
+    "seeds_to_detect",
     "stratified_bootstrap_ci",
 ]
 
@@ -284,3 +285,36 @@ def mean_ci_t(values: np.ndarray, confidence: float = 0.95) -> Interval | None:
     half = float(stats.t.ppf(0.5 + confidence / 2, values.size - 1)
                  * values.std(ddof=1) / np.sqrt(values.size))
     return Interval(mean, mean - half, mean + half)
+
+
+def seeds_to_detect(x: Scores, y: Scores, *, alpha: float = 0.05, power: float = 0.8
+                    ) -> float | None:
+    """Seeds per algorithm and task that a two-sided test at level ``alpha`` needs to find
+    a difference of the observed size with probability ``power``.
+
+    The observed size is the standardized mean difference of each task, ``(mean x - mean
+    y) / s`` with ``s`` the pooled std of its runs, averaged over the tasks; with ``k``
+    tasks the classic two-sample count ``2 (z_{1-alpha/2} + z_power)^2 / d^2`` is divided
+    by ``k`` (a normal approximation, so a few seeds short where the count is small).
+    ``inf`` for no difference; None when a task has fewer than 2 runs of either, a score
+    is NaN, or the runs of a task do not vary at all.
+    """
+    from scipy import stats
+
+    xs, ys = as_tasks(x), as_tasks(y)
+    if len(xs) != len(ys):
+        raise ValueError(f"x and y cover different numbers of tasks: {len(xs)} vs {len(ys)}")
+    effects = []
+    for a, b in zip(xs, ys, strict=True):
+        if min(a.size, b.size) < 2 or np.isnan(a).any() or np.isnan(b).any():
+            return None
+        pooled = ((a.size - 1) * a.var(ddof=1) + (b.size - 1) * b.var(ddof=1)) / (
+            a.size + b.size - 2)
+        if pooled == 0:
+            return None
+        effects.append((a.mean() - b.mean()) / np.sqrt(pooled))
+    effect = float(np.mean(effects))
+    if effect == 0:
+        return float("inf")
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    return float(np.ceil(2 * z**2 / (effect**2 * len(xs))))

@@ -14,6 +14,7 @@ from rlbench.harness.statistics import (
     performance_profile,
     probability_of_improvement,
     probability_of_improvement_ci,
+    seeds_to_detect,
     stratified_bootstrap_ci,
 )
 
@@ -216,3 +217,32 @@ def test_below_that_seed_count_the_bootstrap_would_not_cover() -> None:
     """Why compare shows no bootstrap CI under ``MIN_BOOTSTRAP_SEEDS`` seeds."""
     coverage = _coverage(3, lambda x, rng: stratified_bootstrap_ci(x, iqm, rng=rng, reps=500))
     assert coverage < 0.85
+
+
+def test_seeds_to_detect_by_hand() -> None:
+    """d = (1 - 0) / sqrt(2) on one task: 2 (1.959964 + 0.841621)^2 / 0.5 = 31.4 -> 32;
+    the same difference on two tasks halves it (16); no difference: inf."""
+    a, b = np.array([0.0, 2.0]), np.array([-1.0, 1.0])
+    assert seeds_to_detect(a[:, None], b[:, None]) == 32
+    assert seeds_to_detect([a, a], [b, b]) == 16
+    assert seeds_to_detect([a, a + 5], [b, b + 5]) == 16  # each task standardized alone
+    assert seeds_to_detect(a[:, None], a[:, None]) == float("inf")
+    assert seeds_to_detect([a], [b[:1]]) is None  # a single seed has no spread
+    assert seeds_to_detect([np.ones(3)], [np.ones(3)]) is None
+    assert seeds_to_detect([np.array([1.0, np.nan])], [b]) is None
+
+
+def test_seeds_to_detect_gives_the_stated_power_in_simulation() -> None:
+    """With the count it gives for a true standardized difference of 1, a two-sample
+    t-test at 5% finds the difference close to 80% of the time."""
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    observed_x, observed_y = rng.normal(1.0, 1.0, 2000), rng.normal(0.0, 1.0, 2000)
+    seeds = int(seeds_to_detect(observed_x[:, None], observed_y[:, None]))
+    assert 14 <= seeds <= 18  # 2 (1.96 + 0.84)^2 = 15.7 for a difference of exactly 1
+    trials = 4000
+    x = rng.normal(1.0, 1.0, (trials, seeds))
+    y = rng.normal(0.0, 1.0, (trials, seeds))
+    power = (stats.ttest_ind(x, y, axis=1).pvalue < 0.05).mean()
+    assert 0.74 <= power <= 0.86
