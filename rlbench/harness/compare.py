@@ -404,7 +404,7 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
                             for env, finals in zip(envs, raw, strict=True)]
         aggregates[algo] = {
             name: stratified_bootstrap_ci(normalized[algo], statistic,
-                                          rng=_rng(seed, algo, name), reps=reps)
+                                          rng=_rng(seed, algo, name), reps=reps, expand=True)
             for name, statistic in AGGREGATES.items()}
         aggregate_frames[algo] = [chosen[(env, algo)].group.frames for env in envs]
     used = sorted({env for envs in aggregate_envs.values() for env in envs})
@@ -424,7 +424,8 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
             x_finals = _finals_by_env(chosen, x, shared, pair_notes)
             y_finals = _finals_by_env(chosen, y, shared, pair_notes)
             probability = probability_of_improvement_ci(x_finals, y_finals,
-                                                        rng=_rng(seed, "poi", x, y), reps=reps)
+                                                        rng=_rng(seed, "poi", x, y), reps=reps,
+                                                        expand=True)
             if np.isnan(probability.value):
                 pair_notes.append("no probability: a final score is NaN (see the notes "
                                   "above)")

@@ -250,7 +250,7 @@ def test_tables_render_in_every_format(store: Path, baselines: Path) -> None:
     assert [t.title for t in tables] == ["unit: final return per env and algorithm",
                                          "unit: published baselines beside ours",
                                          "unit: normalized scores per algorithm (95% "
-                                         "stratified bootstrap CIs)",
+                                         "expanded stratified bootstrap CIs)",
                                          "unit: probability of improvement"]
     main_rows = {(r[0], r[1]): r for r in tables[0].rows}
     assert main_rows[("Acrobot-v1", "dqn")][3] == "4 (1 failed, 1 running)"
@@ -472,7 +472,7 @@ def test_plots_split_budgets_and_say_what_their_bands_are(tmp_path: Path,
     assert "seeds: ppo 3" in curves and "seeds: dqn 2" in curves
     assert "95% percentile bootstrap CI of that mean" in curves
     aggregates = (tmp_path / "report" / "aggregates.svg").read_text()
-    assert "95% stratified bootstrap CIs" in aggregates
+    assert "95% expanded stratified bootstrap CIs" in aggregates
     assert "the algorithms ran different envs" in aggregates  # as the table warns
 
 

@@ -7,8 +7,11 @@ import pytest
 
 from rlbench.harness.statistics import (
     AGGREGATES,
+    expanded_confidence,
     iqm,
     mean_ci_t,
+    mean_score,
+    median_of_task_means,
     normalize,
     optimality_gap,
     performance_profile,
@@ -246,3 +249,48 @@ def test_seeds_to_detect_gives_the_stated_power_in_simulation() -> None:
     y = rng.normal(0.0, 1.0, (trials, seeds))
     power = (stats.ttest_ind(x, y, axis=1).pvalue < 0.05).mean()
     assert 0.74 <= power <= 0.86
+
+
+def _aggregate_coverage(n: int, interval, truth: float, trials: int = 400,
+                        tasks: int = 5) -> float:
+    """The share of ``trials`` [n, tasks] samples of standard normal scores whose interval
+    holds ``truth``."""
+    rng = np.random.default_rng(1000 + n)
+    hits = 0
+    for _ in range(trials):
+        found = interval(rng.normal(size=(n, tasks)), rng)
+        hits += found.low <= truth <= found.high
+    return hits / trials
+
+
+@pytest.mark.slow  # tens of thousands of bootstrap replicates
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_the_expanded_aggregate_and_improvement_intervals_cover_95_percent(n: int) -> None:
+    """compare's aggregate CIs (IQM, mean, median over 5 envs) and its probability of
+    improvement CI, at the seed counts runs have, hold about 95% (the median's errs wide)."""
+    for statistic, low, high in ((iqm, 0.905, 0.99), (mean_score, 0.905, 0.99),
+                                 (median_of_task_means, 0.905, 1.0)):
+        coverage = _aggregate_coverage(n, lambda s, rng, f=statistic: stratified_bootstrap_ci(
+            s, f, rng=rng, reps=400, expand=True), truth=0.0)
+        assert low <= coverage <= high, (statistic.__name__, coverage)
+    coverage = _aggregate_coverage(
+        n, lambda s, rng: probability_of_improvement_ci(
+            s, rng.normal(size=s.shape), rng=rng, reps=300, expand=True), truth=0.5,
+        trials=200)
+    assert 0.905 <= coverage <= 0.99, coverage
+
+
+@pytest.mark.slow
+def test_the_plain_percentile_aggregate_interval_covers_less() -> None:
+    """Why compare expands them: rliable's plain percentile interval of the mean over 5
+    envs at 3 seeds covers well under 95%."""
+    coverage = _aggregate_coverage(3, lambda s, rng: stratified_bootstrap_ci(
+        s, mean_score, rng=rng, reps=400), truth=0.0)
+    assert coverage < 0.9
+
+
+def test_expanded_confidence_by_hand() -> None:
+    """3 runs in each of 5 tasks: z = sqrt(3/2) * t_0.975(10) = 2.7289, two-sided level
+    1 - 2 * Phi(-2.7289) = 0.99365; a task with one run leaves the level as it is."""
+    assert expanded_confidence([3] * 5) == pytest.approx(0.993646, abs=1e-6)
+    assert expanded_confidence([3, 1]) == 0.95
