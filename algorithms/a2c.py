@@ -1,67 +1,74 @@
 """A2C: synchronous advantage actor-critic (Mnih et al., 2016).
 
-Reads top to bottom: hyperparameters, their per-family defaults, the loop. Follows
+Reads top to bottom: hyperparameters, their per-family defaults, the update. Follows
 Stable-Baselines3's A2C (the rl-baselines3-zoo tunes are the published reference): short
 rollouts from several envs, one RMSprop step per rollout on the policy-gradient, value and
 entropy terms, GAE with lambda 1 (n-step returns) by default. Networks and environment
-normalisation are PPO's (``ppo.make_actor_critic`` / ``ppo.make_envs``): the two recipes
-differ only in the update. Truncation bootstraps; only termination stops the return.
+normalisation are PPO's (``_actor_critic.py``): the two recipes differ only in the update.
+Truncation bootstraps; only termination stops the return.
 """
 
 from __future__ import annotations
 
-import time
 from contextlib import closing
 from dataclasses import dataclass
 
 import torch
 
-from rlbench.algorithms import ppo
+from rlbench.algorithms._actor_critic import (
+    ACTIVATIONS,
+    make_actor_critic,
+    make_envs,
+    make_normalization,
+    make_policy,
+)
 from rlbench.collectors import Collector, evaluate
 from rlbench.envs import TransformedEnv
 from rlbench.modules import GSDEActor
 from rlbench.objectives import A2CLoss, backward_and_step
-from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
 from rlbench.returns import GAE
 
 KIND = "online"
 ACTION_SPACES = ("discrete", "box")
 OPTIMIZERS = ("rmsprop", "adam")
+__all__ = ["Config", "make_normalization", "make_policy", "train"]
 
 
 @dataclass
 class Config:
     """A2C hyperparameters; names follow Stable-Baselines3 where they match."""
 
-    num_envs: int = hp(8, ge=1)
-    rollout_steps: int = hp(5, ge=1)
-    learning_rate: float = hp(7e-4, gt=0)
-    anneal_lr: bool = False
-    optimizer: str = "rmsprop"
-    rms_alpha: float = hp(0.99, ge=0, lt=1)
-    optimizer_eps: float = hp(1e-5, gt=0)
-    gamma: float = hp(0.99, ge=0, le=1)
-    gae_lambda: float = hp(1.0, ge=0, le=1)
-    entropy_coef: float = hp(0.0, ge=0)
-    critic_coef: float = hp(0.5, ge=0)
-    max_grad_norm: float = hp(0.5, gt=0)
-    normalize_advantage: bool = False
-    normalize_observation: bool = False
-    normalize_reward: bool = False
-    init_log_std: float = 0.0
-    use_sde: bool = False
-    sde_sample_freq: int = hp(4, ge=1)
-    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
-    activation: str = "tanh"
-    orthogonal_init: bool = True
-    log_every: int = hp(1000, ge=1)
+    num_envs: int = hp(8, "envs stepped together", ge=1)
+    rollout_steps: int = hp(5, "steps per env between updates", ge=1)
+    learning_rate: float = hp(7e-4, "optimizer step size", gt=0)
+    anneal_lr: bool = hp(False, "decay the learning rate linearly to 0 over the run")
+    optimizer: str = hp("rmsprop", "rmsprop or adam")
+    rms_alpha: float = hp(0.99, "RMSprop smoothing constant", ge=0, lt=1)
+    optimizer_eps: float = hp(1e-5, "optimizer epsilon", gt=0)
+    gamma: float = hp(0.99, "discount factor", ge=0, le=1)
+    gae_lambda: float = hp(1.0, "GAE lambda (1: n-step returns)", ge=0, le=1)
+    entropy_coef: float = hp(0.0, "weight of the entropy bonus", ge=0)
+    critic_coef: float = hp(0.5, "weight of the value loss (0.5 * squared error)", ge=0)
+    max_grad_norm: float = hp(0.5, "global gradient norm clip", gt=0)
+    normalize_advantage: bool = hp(False, "standardize advantages per update")
+    normalize_observation: bool = hp(False, "running mean/std normalisation of observations")
+    normalize_reward: bool = hp(False, "scale rewards by the std of the discounted return")
+    init_log_std: float = hp(0.0, "initial log std of the Gaussian policy")
+    use_sde: bool = hp(False, "generalized state-dependent exploration (gSDE) for box actions")
+    sde_sample_freq: int = hp(4, "steps between gSDE exploration-matrix draws", ge=1)
+    hidden_sizes: tuple[int, ...] = hp((64, 64), "hidden layer widths of actor and critic",
+                                       ge=1)
+    activation: str = hp("tanh", "hidden activation: tanh, relu or elu")
+    orthogonal_init: bool = hp(True, "orthogonal weight init with PPO's gains")
+    log_every: int = hp(1000, "frames between logged training metrics", ge=1)
 
     def __post_init__(self) -> None:
         check_ranges(self)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.activation not in ppo.ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ppo.ACTIVATIONS)}, "
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
                              f"got {self.activation!r}")
 
 
@@ -87,16 +94,12 @@ ENV_DEFAULTS: dict[str, dict] = {
 }
 
 
-make_policy = ppo.make_policy
-make_normalization = ppo.make_normalization
-
-
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
-    env, eval_env = ppo.make_envs(spec, cfg)
+    env, eval_env = make_envs(spec, cfg)
     with closing(env), closing(eval_env):
-        actor, critic = ppo.make_actor_critic(env, cfg)
+        actor, critic = make_actor_critic(env, cfg)
         actor.to(spec.device)
         critic.to(spec.device)
         loss_fn = A2CLoss(actor, critic, entropy_coef=cfg.entropy_coef,
@@ -113,12 +116,11 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                                          eps=cfg.optimizer_eps, foreach=True)
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
                               total_frames=spec.frames)
-        eval_schedule, log_schedule = FrameSchedule(spec.eval_every), FrameSchedule(cfg.log_every)
-        metrics = MetricMean()
-        train_time = 0.0
+        loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
+                       log_every=cfg.log_every,
+                       normalization=env.transform if isinstance(env, TransformedEnv) else None)
 
-        for iteration, batch in enumerate(collector):
-            start = time.perf_counter()
+        for iteration, batch in enumerate(loop.batches(collector)):
             if cfg.anneal_lr:
                 remaining = 1.0 - iteration / len(collector)
                 optimizer.param_groups[0]["lr"] = cfg.learning_rate * remaining
@@ -126,17 +128,6 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
             losses = loss_fn(batch.reshape(-1))
             backward_and_step(losses, optimizer, frames=collector.frames,
                               max_grad_norm=cfg.max_grad_norm)
-            metrics.add(losses)
+            loop.metrics.add(losses)
             if isinstance(actor, GSDEActor):
                 actor.reset_noise()  # a fresh exploration matrix per rollout, as SB3 does
-            train_time += time.perf_counter() - start + collector.last_batch_seconds
-
-            if log_schedule.due(collector.frames) or collector.frames >= spec.frames:
-                logger.log_metrics(collector.frames,
-                                   {**metrics.pop(), "train/fps": collector.frames / train_time})
-            if eval_schedule.due(collector.frames) or collector.frames >= spec.frames:
-                logger.log_eval(collector.frames, evaluate(eval_env, actor))
-
-        logger.save_model("policy", actor)
-        if isinstance(env, TransformedEnv):
-            logger.save_model("normalization", env.transform)

@@ -12,7 +12,6 @@ termination stops the return.
 
 from __future__ import annotations
 
-import time
 from contextlib import closing
 from dataclasses import dataclass
 
@@ -23,8 +22,8 @@ from rlbench.collectors import Collector, evaluate
 from rlbench.data import TRANSITION_KEYS, ReplayBuffer, TensorStorage
 from rlbench.envs import Categorical, EnvBase, make_train_and_eval
 from rlbench.modules import MLP, DuelingQNetwork, EGreedy, QValueActor
-from rlbench.objectives import DQNLoss, backward_and_step, make_target
-from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
+from rlbench.objectives import DQNLoss, HardUpdate, backward_and_step, make_target
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
 from rlbench.returns import MultiStep
 
 KIND = "online"
@@ -36,25 +35,26 @@ STORED_KEYS = (*TRANSITION_KEYS, ("next", "discount"))  # n-step: the discount t
 class Config:
     """DQN hyperparameters; names follow Stable-Baselines3 where they match."""
 
-    num_envs: int = hp(1, ge=1)
-    buffer_size: int = hp(1_000_000, ge=1)
-    batch_size: int = hp(32, ge=1)
-    learning_starts: int = hp(100, ge=0)
-    train_every: int = hp(4, ge=1)
-    gradient_steps: int = hp(1, ge=1)
-    learning_rate: float = hp(1e-4, gt=0)
-    gamma: float = hp(0.99, ge=0, le=1)
-    target_update_interval: int = hp(10_000, ge=1)
-    exploration_fraction: float = hp(0.1, ge=0, le=1)
-    eps_init: float = hp(1.0, ge=0, le=1)
-    eps_end: float = hp(0.05, ge=0, le=1)
-    max_grad_norm: float = hp(10.0, gt=0)
-    double: bool = False
-    dueling: bool = False
-    n_step: int = hp(1, ge=1)
-    loss: str = "huber"
-    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
-    log_every: int = hp(1000, ge=1)
+    num_envs: int = hp(1, "envs stepped together", ge=1)
+    buffer_size: int = hp(1_000_000, "replay buffer capacity in transitions", ge=1)
+    batch_size: int = hp(32, "transitions per gradient step", ge=1)
+    learning_starts: int = hp(100, "frames of uniform random actions before learning", ge=0)
+    train_every: int = hp(4, "frames per env collected between updates", ge=1)
+    gradient_steps: int = hp(1, "gradient steps per update", ge=1)
+    learning_rate: float = hp(1e-4, "Adam step size", gt=0)
+    gamma: float = hp(0.99, "discount factor", ge=0, le=1)
+    target_update_interval: int = hp(10_000, "frames between target network copies", ge=1)
+    exploration_fraction: float = hp(0.1, "share of the run over which epsilon decays",
+                                     ge=0, le=1)
+    eps_init: float = hp(1.0, "initial epsilon of epsilon-greedy", ge=0, le=1)
+    eps_end: float = hp(0.05, "final epsilon of epsilon-greedy", ge=0, le=1)
+    max_grad_norm: float = hp(10.0, "global gradient norm clip", gt=0)
+    double: bool = hp(False, "double Q-learning targets (van Hasselt et al., 2016)")
+    dueling: bool = hp(False, "dueling value/advantage head (Wang et al., 2016)")
+    n_step: int = hp(1, "steps of the n-step return", ge=1)
+    loss: str = hp("huber", "TD error loss: huber or mse")
+    hidden_sizes: tuple[int, ...] = hp((64, 64), "hidden layer widths of the Q-network", ge=1)
+    log_every: int = hp(1000, "frames between logged training metrics", ge=1)
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -116,14 +116,15 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                                         eval_envs=spec.eval_episodes, seed=spec.seeds.env,
                                         eval_seed=spec.seeds.eval_env, device=spec.device)
     with closing(env), closing(eval_env):
-        q_network = make_q_network(env, cfg).to(spec.device)
+        greedy = make_policy(env, cfg).to(spec.device)
+        q_network = greedy.network
         target_network = make_target(q_network)
+        target_update = HardUpdate(q_network, target_network, every=cfg.target_update_interval)
         loss_fn = DQNLoss(q_network, target_network, gamma=cfg.gamma, double=cfg.double,
                           loss=cfg.loss)
         # foreach: PyTorch's multi-tensor step, the same numbers as its CPU default, faster
         optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate,
                                      foreach=True)
-        greedy = QValueActor(q_network)
         policy = EGreedy(greedy, env.action_spec.n, eps_init=cfg.eps_init, eps_end=cfg.eps_end,
                          annealing_frames=int(cfg.exploration_fraction * spec.frames))
         buffer = ReplayBuffer(TensorStorage(cfg.buffer_size, device=spec.device),
@@ -131,29 +132,17 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         collector = Collector(env, policy, frames_per_batch=cfg.num_envs * cfg.train_every,
                               total_frames=spec.frames, init_random_frames=cfg.learning_starts)
         n_step = MultiStep(cfg.n_step, cfg.gamma)
-        target_schedule = FrameSchedule(cfg.target_update_interval)
-        eval_schedule, log_schedule = FrameSchedule(spec.eval_every), FrameSchedule(cfg.log_every)
-        metrics = MetricMean()
-        train_time = 0.0
+        loop = RunLoop(spec, logger, policy=greedy, evaluate=lambda: evaluate(eval_env, greedy),
+                       log_every=cfg.log_every)
 
-        for batch in collector:
-            start = time.perf_counter()
+        for batch in loop.batches(collector):
             policy.step(collector.frames)
             buffer.extend(n_step(batch).select(*STORED_KEYS))
-            if target_schedule.due(collector.frames):
-                target_network.load_state_dict(q_network.state_dict())
+            target_update.step(collector.frames)
             if collector.frames >= cfg.learning_starts:
                 for _ in range(cfg.gradient_steps):
                     losses = loss_fn(buffer.sample())
                     backward_and_step(losses, optimizer, frames=collector.frames,
                                       max_grad_norm=cfg.max_grad_norm)
-                    metrics.add(losses)
-            train_time += time.perf_counter() - start + collector.last_batch_seconds
-
-            if log_schedule.due(collector.frames) or collector.frames >= spec.frames:
-                logger.log_metrics(collector.frames, {**metrics.pop(), "train/epsilon": policy.eps,
-                                                      "train/fps": collector.frames / train_time})
-            if eval_schedule.due(collector.frames) or collector.frames >= spec.frames:
-                logger.log_eval(collector.frames, evaluate(eval_env, greedy))
-
-        logger.save_model("policy", greedy)
+                    loop.metrics.add(losses)
+            loop.diagnostics["train/epsilon"] = policy.eps

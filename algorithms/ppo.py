@@ -1,79 +1,77 @@
 """PPO with clipped surrogate, GAE and minibatch epochs (Schulman et al., 2017).
 
-Reads top to bottom: hyperparameters, their per-family defaults, networks, the loop.
-The implementation choices follow "The 37 Implementation Details of PPO" (Huang et al.,
-2022): orthogonal init, Adam eps 1e-5, per-minibatch advantage normalisation, global
-gradient clipping, learning-rate annealing. Unlike CleanRL, truncation bootstraps from the
-value of the final observation and only termination stops the return.
+Reads top to bottom: hyperparameters, their per-family defaults, the update. Networks and
+environment normalisation are in ``_actor_critic.py`` (shared with A2C); the run protocol
+(schedules, evaluations, saving) is ``rlbench.recipe.RunLoop``. The implementation choices
+follow "The 37 Implementation Details of PPO" (Huang et al., 2022): orthogonal init, Adam
+eps 1e-5, per-minibatch advantage normalisation, global gradient clipping, learning-rate
+annealing. Unlike CleanRL, truncation bootstraps from the value of the final observation
+and only termination stops the return.
 """
 
 from __future__ import annotations
 
-import functools
-import time
 from contextlib import closing
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from rlbench.collectors import Collector, evaluate
-from rlbench.envs import Bounded, Categorical, EnvBase, TransformedEnv, make_train_and_eval
-from rlbench.envs.transforms import VecNorm
-from rlbench.modules import (
-    MLP,
-    GSDEActor,
-    IndependentNormal,
-    NormalParams,
-    ProbabilisticActor,
-    ValueOperator,
+from rlbench.algorithms._actor_critic import (
+    ACTIVATIONS,
+    make_actor_critic,
+    make_envs,
+    make_normalization,
+    make_policy,
 )
-from rlbench.modules import Categorical as CategoricalDist
+from rlbench.collectors import Collector, evaluate
+from rlbench.envs import TransformedEnv
+from rlbench.modules import GSDEActor
 from rlbench.objectives import ClipPPOLoss, KLPENPPOLoss, backward_and_step
-from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
 from rlbench.returns import GAE
 
 KIND = "online"
 ACTION_SPACES = ("discrete", "box")
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+__all__ = ["Config", "make_normalization", "make_policy", "train"]
 
 
 @dataclass
 class Config:
     """PPO hyperparameters; defaults are the PPO paper's MuJoCo settings."""
 
-    num_envs: int = hp(1, ge=1)
-    rollout_steps: int = hp(2048, ge=1)
-    epochs: int = hp(10, ge=1)
-    minibatch_size: int = hp(64, ge=1)
-    learning_rate: float = hp(3e-4, gt=0)
-    anneal_lr: bool = True
-    adam_eps: float = hp(1e-5, gt=0)
-    gamma: float = hp(0.99, ge=0, le=1)
-    gae_lambda: float = hp(0.95, ge=0, le=1)
-    objective: str = "clip"
-    clip_epsilon: float = hp(0.2, gt=0)
-    anneal_clip: bool = False
-    kl_target: float = hp(0.01, gt=0)
-    clip_value: float | None = hp(None, gt=0)
-    entropy_coef: float = hp(0.0, ge=0)
-    critic_coef: float = hp(0.5, ge=0)
-    max_grad_norm: float = hp(0.5, gt=0)
-    normalize_advantage: bool = True
-    normalize_observation: bool = False
-    normalize_reward: bool = False
-    init_log_std: float = 0.0
-    use_sde: bool = False
-    sde_sample_freq: int = hp(4, ge=1)
-    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
-    activation: str = "tanh"
-    orthogonal_init: bool = True
+    num_envs: int = hp(1, "envs stepped together", ge=1)
+    rollout_steps: int = hp(2048, "steps per env between updates", ge=1)
+    epochs: int = hp(10, "passes over each rollout", ge=1)
+    minibatch_size: int = hp(64, "transitions per gradient step", ge=1)
+    learning_rate: float = hp(3e-4, "Adam step size", gt=0)
+    anneal_lr: bool = hp(True, "decay the learning rate linearly to 0 over the run")
+    adam_eps: float = hp(1e-5, "Adam epsilon", gt=0)
+    gamma: float = hp(0.99, "discount factor", ge=0, le=1)
+    gae_lambda: float = hp(0.95, "GAE lambda (1: Monte Carlo returns)", ge=0, le=1)
+    objective: str = hp("clip", "clip: clipped surrogate; kl: adaptive KL penalty")
+    clip_epsilon: float = hp(0.2, "ratio clip range of the surrogate", gt=0)
+    anneal_clip: bool = hp(False, "decay clip_epsilon linearly to 0 over the run")
+    kl_target: float = hp(0.01, "target KL per update (objective=kl)", gt=0)
+    clip_value: float | None = hp(None, "clip range of the value update (None: unclipped)",
+                                  gt=0)
+    entropy_coef: float = hp(0.0, "weight of the entropy bonus", ge=0)
+    critic_coef: float = hp(0.5, "weight of the value loss (0.5 * squared error)", ge=0)
+    max_grad_norm: float = hp(0.5, "global gradient norm clip", gt=0)
+    normalize_advantage: bool = hp(True, "standardize advantages per minibatch")
+    normalize_observation: bool = hp(False, "running mean/std normalisation of observations")
+    normalize_reward: bool = hp(False, "scale rewards by the std of the discounted return")
+    init_log_std: float = hp(0.0, "initial log std of the Gaussian policy")
+    use_sde: bool = hp(False, "generalized state-dependent exploration (gSDE) for box actions")
+    sde_sample_freq: int = hp(4, "steps between gSDE exploration-matrix draws", ge=1)
+    hidden_sizes: tuple[int, ...] = hp((64, 64), "hidden layer widths of actor and critic",
+                                       ge=1)
+    activation: str = hp("tanh", "hidden activation: tanh, relu or elu")
+    orthogonal_init: bool = hp(True, "orthogonal weight init with PPO's gains")
     # Speed options, off in the published tunes: both change float rounding, so a run's
-    # numbers differ (reproducibly) from the plain one. `compile` runs the loss (forward
-    # and backward) through torch.compile, which pays for PPO's small minibatches on CPU;
-    # `fused_adam` takes PyTorch's fused Adam step.
-    compile: bool = False
-    fused_adam: bool = False
+    # numbers differ (reproducibly) from the plain one. torch.compile pays for PPO's small
+    # minibatches on CPU.
+    compile: bool = hp(False, "run the loss (forward and backward) through torch.compile")
+    fused_adam: bool = hp(False, "PyTorch's fused Adam step")
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -144,62 +142,6 @@ ENV_DEFAULTS: dict[str, dict] = {
 }
 
 
-def make_normalization(cfg: Config) -> VecNorm | None:
-    """The running observation/reward normalisation of the training env, if any; the run
-    saves it as ``normalization`` and ``rlbench.load_policy`` puts it back."""
-    if not (cfg.normalize_observation or cfg.normalize_reward):
-        return None
-    keys = ("observation",) if cfg.normalize_observation else ()
-    return VecNorm(keys, reward=cfg.normalize_reward, gamma=cfg.gamma)
-
-
-def make_envs(spec: RunSpec, cfg: Config) -> tuple[EnvBase, EnvBase]:
-    """Training and evaluation envs; with normalisation, the evaluation env reads the
-    training statistics frozen and sees unscaled rewards (true returns)."""
-    env, eval_env = make_train_and_eval(spec.env, num_envs=cfg.num_envs,
-                                        eval_envs=spec.eval_episodes, seed=spec.seeds.env,
-                                        eval_seed=spec.seeds.eval_env, device=spec.device)
-    norm = make_normalization(cfg)
-    if norm is not None:
-        env = TransformedEnv(env, norm)
-        eval_env = TransformedEnv(eval_env, norm.frozen_copy(reward=False))
-    return env, eval_env
-
-
-def make_actor_critic(
-    env: EnvBase, cfg: Config
-) -> tuple[ProbabilisticActor | GSDEActor, ValueOperator]:
-    """Separate actor and critic MLPs; categorical, diagonal-Gaussian or gSDE policy."""
-    obs_dim = env.observation_spec["observation"].shape[-1]
-    activation = ACTIVATIONS[cfg.activation]
-    action_spec = env.action_spec
-    mlp = functools.partial(MLP, num_cells=cfg.hidden_sizes, activation=activation,
-                            orthogonal_init=cfg.orthogonal_init)
-    if isinstance(action_spec, Categorical):
-        actor = ProbabilisticActor(mlp(obs_dim, action_spec.n, out_gain=0.01), CategoricalDist)
-    elif isinstance(action_spec, Bounded) and cfg.use_sde:
-        *trunk, latent_dim = cfg.hidden_sizes
-        latent = nn.Sequential(mlp(obs_dim, latent_dim, num_cells=trunk, out_gain=2**0.5),
-                               activation())
-        actor = GSDEActor(latent, latent_dim, action_spec.shape[-1],
-                          log_std_init=cfg.init_log_std, sample_freq=cfg.sde_sample_freq,
-                          orthogonal_init=cfg.orthogonal_init)
-    elif isinstance(action_spec, Bounded):
-        action_dim = action_spec.shape[-1]
-        loc = mlp(obs_dim, action_dim, out_gain=0.01)
-        actor = ProbabilisticActor(NormalParams(loc, action_dim, cfg.init_log_std),
-                                   IndependentNormal)
-    else:
-        raise TypeError(f"PPO supports discrete and box actions, not {action_spec}")
-    critic = ValueOperator(mlp(obs_dim, 1, out_gain=1.0))
-    return actor, critic
-
-
-def make_policy(env: EnvBase, cfg: Config) -> ProbabilisticActor | GSDEActor:
-    """The module the run saves as ``policy``: the actor."""
-    return make_actor_critic(env, cfg)[0]
-
-
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.frames`` frames, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
@@ -221,12 +163,10 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                                      foreach=not cfg.fused_adam, fused=cfg.fused_adam or None)
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
                               total_frames=spec.frames)
-        schedule = FrameSchedule(spec.eval_every)
-        metrics = MetricMean()
-        train_time = 0.0
+        loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
+                       normalization=env.transform if isinstance(env, TransformedEnv) else None)
 
-        for iteration, batch in enumerate(collector):
-            start = time.perf_counter()
+        for iteration, batch in enumerate(loop.batches(collector)):
             remaining = 1.0 - iteration / len(collector)
             if cfg.anneal_lr:
                 optimizer.param_groups[0]["lr"] = cfg.learning_rate * remaining
@@ -241,21 +181,10 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                     losses = update_loss(flat[index])
                     backward_and_step(losses, optimizer, frames=collector.frames,
                                       max_grad_norm=cfg.max_grad_norm)
-                    metrics.add(losses)
-            means = metrics.pop()
+                    loop.metrics.add(losses)
             if cfg.objective == "kl":  # the paper's d: KL of the whole update, measured after it
                 with torch.no_grad():
                     loss_fn.adapt_beta(loss_fn(flat)["kl_approx"].item())
             if isinstance(actor, GSDEActor):
                 actor.reset_noise()  # a fresh exploration matrix per rollout, as SB3 does
-            train_time += time.perf_counter() - start + collector.last_batch_seconds
-
-            means["train/fps"] = collector.frames / train_time
-            means["train/learning_rate"] = optimizer.param_groups[0]["lr"]
-            logger.log_metrics(collector.frames, means)
-            if schedule.due(collector.frames) or collector.frames >= spec.frames:
-                logger.log_eval(collector.frames, evaluate(eval_env, actor))
-
-        logger.save_model("policy", actor)
-        if isinstance(env, TransformedEnv):
-            logger.save_model("normalization", env.transform)
+            loop.diagnostics["train/learning_rate"] = optimizer.param_groups[0]["lr"]

@@ -1,6 +1,6 @@
 """Soft actor-critic with automatic temperature (Haarnoja et al., 2018).
 
-Reads top to bottom: hyperparameters, their per-family defaults, networks, the loop.
+Reads top to bottom: hyperparameters, their per-family defaults, networks, the update.
 Settings and update order follow Stable-Baselines3's SAC (the rl-baselines3-zoo tunes are the
 published reference): twin critics (one batched ensemble here), target critics updated by
 Polyak averaging every gradient step, a tanh-squashed Gaussian policy, temperature learned
@@ -19,7 +19,6 @@ bootstraps; only termination stops the return.
 from __future__ import annotations
 
 import functools
-import time
 from contextlib import closing
 from dataclasses import dataclass
 
@@ -37,32 +36,38 @@ from rlbench.modules import (
 )
 from rlbench.modules import Categorical as CategoricalDist
 from rlbench.objectives import DiscreteSACLoss, SACLoss, SoftUpdate, backward_and_step, make_target
-from rlbench.recipe import FrameSchedule, MetricMean, RunLogger, RunSpec, check_ranges, hp
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
 
 KIND = "online"
 ACTION_SPACES = ("discrete", "box")
+
+
 @dataclass
 class Config:
     """SAC hyperparameters; defaults are Stable-Baselines3's."""
 
-    num_envs: int = hp(1, ge=1)
-    buffer_size: int = hp(1_000_000, ge=1)
-    batch_size: int = hp(256, ge=1)
-    learning_starts: int = hp(10_000, ge=0)
-    train_every: int = hp(1, ge=1)
-    gradient_steps: int = hp(1, ge=1)
-    actor_lr: float = hp(3e-4, gt=0)
-    critic_lr: float = hp(3e-4, gt=0)
-    alpha_lr: float = hp(3e-4, gt=0)
-    gamma: float = hp(0.99, ge=0, le=1)
-    tau: float = hp(0.005, gt=0, le=1)
-    alpha_init: float = hp(1.0, gt=0)
-    learn_alpha: bool = True
-    target_entropy: float | None = None  # in the env's action units (see target_entropy())
-    target_entropy_ratio: float = hp(0.98, gt=0, le=1)
-    num_critics: int = hp(2, ge=1)
-    hidden_sizes: tuple[int, ...] = hp((256, 256), ge=1)
-    log_every: int = hp(1000, ge=1)
+    num_envs: int = hp(1, "envs stepped together", ge=1)
+    buffer_size: int = hp(1_000_000, "replay buffer capacity in transitions", ge=1)
+    batch_size: int = hp(256, "transitions per gradient step", ge=1)
+    learning_starts: int = hp(10_000, "frames of uniform random actions before learning",
+                              ge=0)
+    train_every: int = hp(1, "frames per env collected between updates", ge=1)
+    gradient_steps: int = hp(1, "gradient steps per update", ge=1)
+    actor_lr: float = hp(3e-4, "Adam step size of the policy", gt=0)
+    critic_lr: float = hp(3e-4, "Adam step size of the critics", gt=0)
+    alpha_lr: float = hp(3e-4, "Adam step size of the log temperature", gt=0)
+    gamma: float = hp(0.99, "discount factor", ge=0, le=1)
+    tau: float = hp(0.005, "Polyak weight of the critics in their targets", gt=0, le=1)
+    alpha_init: float = hp(1.0, "initial entropy temperature", gt=0)
+    learn_alpha: bool = hp(True, "learn the temperature towards target_entropy")
+    target_entropy: float | None = hp(None, "entropy target in the env's action units (None: "
+                                            "-action_dim on the unit box)")
+    target_entropy_ratio: float = hp(0.98, "discrete actions: target entropy as a share of "
+                                           "log(num_actions)", gt=0, le=1)
+    num_critics: int = hp(2, "Q-networks; targets take their minimum", ge=1)
+    hidden_sizes: tuple[int, ...] = hp((256, 256), "hidden layer widths of actor and critics",
+                                       ge=1)
+    log_every: int = hp(1000, "frames between logged training metrics", ge=1)
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -150,12 +155,10 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                               batch_size=cfg.batch_size)
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.train_every,
                               total_frames=spec.frames, init_random_frames=cfg.learning_starts)
-        eval_schedule, log_schedule = FrameSchedule(spec.eval_every), FrameSchedule(cfg.log_every)
-        metrics = MetricMean()
-        train_time = 0.0
+        loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
+                       log_every=cfg.log_every)
 
-        for batch in collector:
-            start = time.perf_counter()
+        for batch in loop.batches(collector):
             buffer.extend(batch.select(*TRANSITION_KEYS))
             if collector.frames >= cfg.learning_starts:
                 for _ in range(cfg.gradient_steps):
@@ -165,13 +168,4 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                     actor_losses = loss_fn.actor_loss(sample)
                     backward_and_step(actor_losses, actor_optimizers, frames=collector.frames)
                     target_update.step()
-                    metrics.add(value_losses.update(actor_losses))
-            train_time += time.perf_counter() - start + collector.last_batch_seconds
-
-            if log_schedule.due(collector.frames) or collector.frames >= spec.frames:
-                logger.log_metrics(collector.frames,
-                                   {**metrics.pop(), "train/fps": collector.frames / train_time})
-            if eval_schedule.due(collector.frames) or collector.frames >= spec.frames:
-                logger.log_eval(collector.frames, evaluate(eval_env, actor))
-
-        logger.save_model("policy", actor)
+                    loop.metrics.add(value_losses.update(actor_losses))

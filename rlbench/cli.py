@@ -69,7 +69,9 @@ Rebuild a finished run's policy from its saved config, weights and observation
 normalisation, play deterministic episodes and print their returns. With the defaults
 they are the episodes of the run's first evaluation (the same seeds and count).
 
-keys: run (required), episodes (default: the run's eval_episodes), seed (the first
+keys: run (required), snapshot (a frame count at which the run kept its policy, with
+      save_snapshots=true; default: the final policy),
+      episodes (default: the run's eval_episodes), seed (the first
       episode's env seed; default: the run's eval env seed), video (a .mp4 or .gif file:
       the first episode, rendered; headless MuJoCo uses MUJOCO_GL=egl, picked when unset),
       device (default cpu), out_dir (the store to find a run id in; default rlbench_runs,

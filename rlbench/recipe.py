@@ -1,23 +1,28 @@
-"""The contract between the harness and an algorithm recipe.
+"""The contract between the harness and an algorithm recipe, and the run protocol.
 
 A recipe module in ``algorithms/`` defines:
 
-- ``KIND``: ``"online"`` or ``"offline"``;
+- ``KIND``: ``"online"`` (a budget of env frames) or ``"offline"`` (of gradient steps on a
+  dataset);
 - ``ACTION_SPACES``: the kinds of action space it takes, of ``"discrete"`` and ``"box"``
   (a grid that pairs it with another kind is refused before anything runs);
-- ``Config``: a dataclass of its hyperparameters, with defaults;
+- ``Config``: a dataclass of its hyperparameters, each declared with ``hp(default,
+  help=...)``: a one-line help text and, where it has one, its range;
 - ``FAMILY_DEFAULTS``: ``{env family: {field: value}}`` overrides per env family
   (``classic``, ``mujoco``, ...), each citing where its values come from;
 - optionally ``ENV_DEFAULTS``: ``{env id: {field: value}}``, applied after the family's
   defaults, for tasks whose tuned settings differ within a family (CartPole vs Pendulum);
-- ``train(spec: RunSpec, logger: RunLogger) -> None``: builds its envs from ``spec``, trains
-  for ``spec.frames`` frames and reports through ``logger`` only; at the end it saves the
-  acting module as ``policy`` (and a training env's normalisation as ``normalization``);
-- ``make_policy(env, cfg) -> nn.Module``: that acting module, untrained, for an env like the
+- ``make_policy(env, cfg) -> nn.Module``: the acting module, untrained, for an env like the
   run's: it reads ``"observation"`` and writes ``"action"`` (the mode of its distribution
-  under ``set_exploration_type("deterministic")``). ``rlbench.load_policy`` loads the saved
-  weights into it;
-- ``make_normalization(cfg)`` where ``normalization`` is saved: the transform to load it into.
+  under ``set_exploration_type("deterministic")``). ``rlbench.load_policy`` loads the
+  saved weights into it;
+- ``make_normalization(cfg)`` where the training env normalises: the transform its saved
+  statistics load into;
+- ``train(spec: RunSpec, logger: RunLogger) -> None``: builds its envs (or reads its
+  dataset) from ``spec`` and runs its algorithm inside a ``RunLoop``, which owns
+  everything else a run does: the evaluation and logging schedules, throughput, the
+  evaluation at the end of the budget, snapshots, collected transitions and saving the
+  policy.
 
 The harness seeds python, numpy and torch before calling ``train``; the recipe seeds nothing
 itself and passes ``spec.seeds.env`` / ``spec.seeds.eval_env`` to the envs it makes.
@@ -27,7 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,18 +44,25 @@ from torch import nn
 
 from rlbench.errors import quote
 
-__all__ = ["FrameSchedule", "MetricMean", "RunLogger", "RunSpec", "Seeds", "check_ranges", "hp"]
+__all__ = ["FrameSchedule", "MetricMean", "RunLogger", "RunLoop", "RunSpec", "Seeds",
+           "check_ranges", "help_of", "hp"]
 
 
-def hp(default: Any, *, ge: float | None = None, gt: float | None = None,
+def hp(default: Any, help: str = "", *, ge: float | None = None, gt: float | None = None,
        le: float | None = None, lt: float | None = None) -> Any:
-    """A hyperparameter field whose values must lie in a range: ``ge``/``gt`` and
+    """A hyperparameter field: its default, a one-line ``help`` text (``rlbench show
+    algo=<name>`` prints it) and the range its values must lie in: ``ge``/``gt`` and
     ``le``/``lt`` are inclusive/exclusive bounds, applied to each element of a tuple.
     ``check_ranges`` enforces them, so a bad value fails when the config is made, before
     a run starts, not minutes into it."""
     bounds = {name: value for name, value in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt))
               if value is not None}
-    return dataclasses.field(default=default, metadata={"range": bounds})
+    return dataclasses.field(default=default, metadata={"range": bounds, "help": help})
+
+
+def help_of(field: dataclasses.Field) -> str:
+    """The help text ``hp`` gave a hyperparameter field ("" for a plain field)."""
+    return field.metadata.get("help", "")
 
 
 _RELATIONS = {"ge": (">=", lambda x, b: x >= b), "gt": (">", lambda x, b: x > b),
@@ -88,7 +101,12 @@ class Seeds:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What a recipe needs to know about its run."""
+    """What a recipe needs to know about its run.
+
+    An online run's budget is ``frames`` collected from ``env``; an offline run's is
+    ``steps`` gradient steps on ``dataset`` (a ``d4rl:``/``minari:`` source or a path),
+    evaluated in ``env``. Evaluations come every ``eval_every`` units of the budget.
+    """
 
     env: str
     env_family: str
@@ -99,19 +117,38 @@ class RunSpec:
     device: str
     run_dir: Path
     algo: Any
+    steps: int = 0
+    dataset: str | None = None
+    save_snapshots: bool = False  # the policy at every evaluation, under snapshots/<n>/
+    save_transitions: bool = False  # every collected transition, under transitions/
+
+    @property
+    def offline(self) -> bool:
+        return self.dataset is not None
+
+    @property
+    def budget(self) -> int:
+        """Gradient steps for an offline run, frames for an online one."""
+        return self.steps if self.offline else self.frames
 
 
 class RunLogger(Protocol):
-    """Where a recipe reports; metric steps are frames collected so far."""
+    """Where a run reports; metric steps are frames collected (online) or gradient steps
+    taken (offline) so far."""
 
-    def log_metrics(self, frames: int, metrics: Mapping[str, float]) -> None:
-        """Training metrics: ``train/fps``, ``loss/<name>``, other ``train/<name>``."""
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Training metrics: ``train/fps`` (online) or ``train/steps_per_s`` (offline),
+        ``loss/<name>``, other ``train/<name>``."""
 
-    def log_eval(self, frames: int, returns: Sequence[float]) -> None:
-        """Returns of the evaluation episodes run after ``frames`` frames."""
+    def log_eval(self, step: int, returns: Sequence[float]) -> None:
+        """Returns of the evaluation episodes run after ``step``."""
 
     def save_model(self, name: str, module: nn.Module) -> None:
-        """Keep ``module``'s weights as the run's ``<name>.pt`` artifact."""
+        """Keep ``module``'s weights as the run's ``<name>.pt`` artifact (``name`` may hold
+        a directory: ``snapshots/300/policy``)."""
+
+    def save_tensordict(self, name: str, data: TensorDict) -> None:
+        """Keep ``data`` as the run's ``<name>/`` artifact (a memory-mapped TensorDict)."""
 
 
 class FrameSchedule:
@@ -162,3 +199,109 @@ class MetricMean:
             means[name] = total.item() / self._counts[key]
         self._sums, self._counts = {}, {}
         return means
+
+
+# What ``save_transitions`` keeps of each collected batch: enough to rebuild episodes.
+STORED_TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"),
+                          ("next", "terminated"), ("next", "truncated"), ("next", "done"),
+                          ("collector", "traj_ids"))
+
+
+class RunLoop:
+    """The run protocol: everything a run does around its algorithm's update.
+
+    A recipe builds its envs, networks and losses, then iterates the loop, doing only its
+    update in the body::
+
+        loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
+                       log_every=cfg.log_every)
+        for batch in loop.batches(collector):   # online; offline: ``for step in loop.steps()``
+            ...                                 # the update; ``loop.metrics.add(losses)``
+
+    After each iteration the loop adds the iteration's time to the training time (its
+    throughput is ``train/fps``, or ``train/steps_per_s`` offline), logs the metrics
+    averaged since the last log every ``log_every`` units of the budget (every iteration
+    when None) with ``loop.diagnostics`` beside them, evaluates every ``spec.eval_every``,
+    and always at the end of the budget, then calls each of ``on_iteration`` (where
+    checkpoints plug in). When the budget is spent it saves the policy (and the
+    normalisation, when given) and, as ``spec`` asks, the policy at every evaluation
+    (``snapshots/<step>/``) and every collected transition (``transitions/``).
+    """
+
+    def __init__(self, spec: RunSpec, logger: RunLogger, *, policy: nn.Module,
+                 evaluate: Callable[[], Sequence[float]], log_every: int | None = None,
+                 normalization: nn.Module | None = None):
+        if spec.save_transitions and _normalizes_observations(normalization):
+            raise ValueError("save_transitions keeps observations as the agent saw them, and "
+                             "this run normalises them: turn normalize_observation off")
+        self.spec, self.logger = spec, logger
+        self.policy, self.normalization = policy, normalization
+        self.metrics = MetricMean()
+        self.diagnostics: dict[str, float] = {}
+        self.on_iteration: list[Callable[[int], None]] = []
+        self._evaluate = evaluate
+        self._eval_schedule = FrameSchedule(spec.eval_every)
+        self._log_schedule = FrameSchedule(log_every) if log_every else None
+        self._throughput = "train/steps_per_s" if spec.offline else "train/fps"
+        self._train_seconds = 0.0
+        self._last_eval: int | None = None
+        self._progress = 0
+        self._transitions: list[TensorDict] = []
+
+    def batches(self, collector: Any) -> Iterator[TensorDict]:
+        """The collector's batches, each followed by the protocol (progress: frames)."""
+        for batch in collector:
+            start = time.perf_counter()
+            yield batch
+            self._train_seconds += time.perf_counter() - start + collector.last_batch_seconds
+            if self.spec.save_transitions:
+                self._transitions.append(batch.select(*STORED_TRANSITION_KEYS).cpu())
+            self._after_iteration(collector.frames)
+        self._finish()
+
+    def steps(self) -> Iterator[int]:
+        """Gradient steps 1 to ``spec.steps``, each followed by the protocol."""
+        for step in range(1, self.spec.steps + 1):
+            start = time.perf_counter()
+            yield step
+            self._train_seconds += time.perf_counter() - start
+            self._after_iteration(step)
+        self._finish()
+
+    def _after_iteration(self, progress: int) -> None:
+        self._progress = progress
+        last = progress >= self.spec.budget
+        if self._log_schedule is None or self._log_schedule.due(progress) or last:
+            self.logger.log_metrics(progress, {**self.metrics.pop(), **self.diagnostics,
+                                               self._throughput: progress / self._train_seconds})
+        if self._eval_schedule.due(progress) or last:
+            self._evaluate_now(progress)
+        for hook in self.on_iteration:
+            hook(progress)
+
+    def _evaluate_now(self, progress: int) -> None:
+        self.logger.log_eval(progress, self._evaluate())
+        self._last_eval = progress
+        if self.spec.save_snapshots:
+            self._save_policy(f"snapshots/{progress}/")
+
+    def _finish(self) -> None:
+        if self._last_eval != self._progress:  # a loop that ended early still gets a score
+            self._evaluate_now(self._progress)
+        self._save_policy("")
+        if self._transitions:
+            self.logger.save_tensordict("transitions", torch.cat(self._transitions, dim=-1))
+
+    def _save_policy(self, prefix: str) -> None:
+        self.logger.save_model(f"{prefix}policy", self.policy)
+        if self.normalization is not None:
+            self.logger.save_model(f"{prefix}normalization", self.normalization)
+
+
+def _normalizes_observations(normalization: nn.Module | None) -> bool:
+    """Whether a saved normalisation transform rewrites observations (not only rewards)."""
+    from rlbench.envs.transforms import VecNorm
+
+    if normalization is None:
+        return False
+    return any(isinstance(module, VecNorm) and module.keys for module in normalization.modules())

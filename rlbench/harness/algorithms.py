@@ -20,9 +20,11 @@ _INT_LIMIT = 10**12  # an integer hyperparameter beyond this is a typo (a size, 
 
 
 def list_algorithms() -> list[str]:
-    """Names of the recipes in ``algorithms/``."""
+    """Names of the recipes in ``algorithms/`` (modules starting with ``_`` hold what
+    several recipes share)."""
     package = importlib.import_module(_PACKAGE)
-    return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
+    return sorted(m.name for m in pkgutil.iter_modules(package.__path__)
+                  if not m.ispkg and not m.name.startswith("_"))
 
 
 def load_algorithm(name: str) -> types.ModuleType:

@@ -143,13 +143,22 @@ class RunConfig:
     threads: int
     device: str
     algo_params: dict[str, Any]
+    save_snapshots: bool = False
+    save_transitions: bool = False
 
     @property
     def name(self) -> str:
         return f"{self.algo}/{self.env}/seed{self.seed_index}"
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, but the artifact options when they are off: a run that keeps no
+        snapshots or transitions is the run it was before those options existed (the same
+        identity, so it resumes)."""
+        fields = asdict(self)
+        for option in _ARTIFACT_OPTIONS:
+            if not fields[option]:
+                del fields[option]
+        return fields
 
     @property
     def identity(self) -> str:
@@ -157,6 +166,9 @@ class RunConfig:
         payload = json.dumps({"config": self.as_dict(), "rlbench": rlbench.__version__},
                              sort_keys=True, default=list)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+_ARTIFACT_OPTIONS = ("save_snapshots", "save_transitions")
 
 
 @dataclass
@@ -268,6 +280,23 @@ def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list
                                     params, env=env)
 
 
+def _artifact_options(settings: dict[str, Any], algo: str, params: dict[str, Any]
+                      ) -> dict[str, bool]:
+    """``save_snapshots`` and ``save_transitions``, checked: transitions keep observations
+    as the agent saw them, so a run that normalises them cannot keep its transitions."""
+    options = {}
+    for option in _ARTIFACT_OPTIONS:
+        value = settings.get(option, False)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{option} must be true or false, got {quote(value)}")
+        options[option] = value
+    if options["save_transitions"] and params.get("normalize_observation"):
+        raise ConfigError(f"save_transitions keeps observations as the agent saw them, and "
+                          f"{algo} normalises them here: add {algo}.normalize_observation=false "
+                          f"or leave save_transitions out")
+    return options
+
+
 def _check_action_space(algo: str, env: str, kind: str, known_algos: Sequence[str]) -> None:
     """Refuse to plan ``algo`` on ``env`` when it does not take that kind of action space."""
     if kind in load_algorithm(algo).ACTION_SPACES:
@@ -330,6 +359,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                 algo, family, suite.per_algo.get(algo, {}), env_algo_params,
                 overrides.algo_params.get(algo, {}), env=env,
             )
+            options = _artifact_options(settings, algo, params)
             frames = _positive_int(settings, "frames")
             seeds = _positive_int(settings, "seeds")
             if len(runs) + seeds > MAX_RUNS:
@@ -349,6 +379,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                     threads=_positive_int(settings, "threads"),
                     device=_check_device(settings["device"]),
                     algo_params=params,
+                    **options,
                 ))
     _check_unused_hyperparameters(suite, overrides, envs, runs)
     if not runs:

@@ -17,13 +17,14 @@ from rlbench.harness.words import split_words
 
 __all__ = ["EVAL_KEYS", "EvalRequest", "parse_eval", "run_eval"]
 
-EVAL_KEYS = ("run", "episodes", "seed", "video", "device", "out_dir")
+EVAL_KEYS = ("run", "snapshot", "episodes", "seed", "video", "device", "out_dir")
 MAX_EPISODES = 10_000
 
 
 @dataclass(frozen=True)
 class EvalRequest:
     run: str
+    snapshot: int | None  # None: the final policy
     episodes: int | None  # None: the run's own eval_episodes
     seed: int | None  # None: the run's eval env seed
     video: Path | None
@@ -58,8 +59,10 @@ def parse_eval(args: Sequence[str]) -> EvalRequest:
         from rlbench.harness.video import check_video_path
 
         check_video_path(Path(video))
+    snapshot = values.get("snapshot")
     return EvalRequest(
         run=values["run"],
+        snapshot=None if snapshot is None else _int("snapshot", snapshot, 0, 10**12),
         episodes=None if episodes is None else _int("episodes", episodes, 1, MAX_EPISODES),
         seed=None if seed is None else _int("seed", seed, 0, 2**31 - 1),
         video=Path(video) if video else None,
@@ -71,7 +74,8 @@ def parse_eval(args: Sequence[str]) -> EvalRequest:
 def run_eval(args: Sequence[str], console: Console) -> int:
     """Load the run's policy, play its episodes, print each return and their mean."""
     request = parse_eval(args)
-    policy = load_policy(request.run, out_dir=request.out_dir, device=request.device)
+    policy = load_policy(request.run, out_dir=request.out_dir, device=request.device,
+                         snapshot=request.snapshot)
     config = policy.config
     episodes = request.episodes or int(config.get("eval_episodes", 10))
     seed = request.seed if request.seed is not None else int(config["seeds"]["eval_env"])

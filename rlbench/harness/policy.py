@@ -9,8 +9,11 @@ saw, and score a fraction of the run's return without any error.
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,13 +85,14 @@ class Policy(nn.Module):
 
 
 def run_files(run: str | Path, *, out_dir: str | Path | None = None,
-              tracking_uri: str | None = None) -> RunFiles:
+              tracking_uri: str | None = None, snapshot: int | None = None) -> RunFiles:
     """The saved files of ``run``: a run directory, or an MLflow run id looked up in the store
-    of ``out_dir`` (default ``rlbench_runs``) or at ``tracking_uri``. Anything that does not
-    lead to a finished run's policy is a ``ConfigError`` saying why."""
+    of ``out_dir`` (default ``rlbench_runs``) or at ``tracking_uri``. ``snapshot``: the
+    weights the run kept at that evaluation (``save_snapshots=true``) instead of its final
+    ones. Anything that does not lead to a policy is a ``ConfigError`` saying why."""
     path = Path(run)
     if path.is_dir():
-        return _read_run_dir(path, str(path))
+        return _read_run_dir(path, str(path), snapshot)
     if not _RUN_ID.fullmatch(str(run)):
         raise ConfigError(f"run={quote(str(run))} is neither a run directory nor an MLflow run "
                           f"id (32 hex digits)")
@@ -102,13 +106,39 @@ def run_files(run: str | Path, *, out_dir: str | Path | None = None,
     if found.info.status != "FINISHED":
         raise ConfigError(f"run {run} is {found.info.status}: only a finished run saved a "
                           f"policy{_error_of(found.data.tags)}")
-    with tempfile.TemporaryDirectory(prefix="rlbench-run-") as scratch:
+    source = f"{run} in {client.tracking_uri}"
+    weights = "" if snapshot is None else f"snapshots/{snapshot}"
+    with tempfile.TemporaryDirectory(prefix="rlbench-run-") as scratch, _quiet_downloads():
         try:
-            local = Path(client.download_artifacts(str(run), "", scratch))
+            listed = [a.path for a in client.list_artifacts(str(run), weights or None)]
+            if snapshot is not None and not listed:
+                _unknown_snapshot(snapshot, {Path(a.path).name for a in client.list_artifacts(
+                    str(run), "snapshots")}, source)
+            for name in ("config.yaml", *(n for n in listed if n.endswith(".pt"))):
+                target = Path(scratch) / Path(name).parent  # MLflow writes the file there
+                target.mkdir(parents=True, exist_ok=True)
+                client.download_artifacts(str(run), name, str(target))
         except (MlflowException, OSError) as err:
             raise ConfigError(f"run {run}: its artifacts could not be read from "
                               f"{found.info.artifact_uri} ({err})") from err
-        return _read_run_dir(local, f"{run} in {client.tracking_uri}")
+        return _read_run_dir(Path(scratch), source, snapshot)
+
+
+@contextmanager
+def _quiet_downloads() -> Iterator[None]:
+    """MLflow draws a progress bar per downloaded file: a few small files need none."""
+    saved = os.environ.get(_PROGRESS_BAR)
+    os.environ[_PROGRESS_BAR] = "false"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[_PROGRESS_BAR]
+        else:
+            os.environ[_PROGRESS_BAR] = saved
+
+
+_PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def _error_of(tags: dict[str, str]) -> str:
@@ -116,8 +146,21 @@ def _error_of(tags: dict[str, str]) -> str:
     return f" ({error.splitlines()[0][:300]})" if error else ""
 
 
-def _read_run_dir(path: Path, source: str) -> RunFiles:
-    config_path, policy_path = path / "config.yaml", path / "policy.pt"
+def _unknown_snapshot(snapshot: int, kept: set[str], source: str) -> None:
+    steps = sorted(int(n) for n in kept if n.isdigit())
+    if not steps:
+        raise ConfigError(f"{source} kept no snapshots (run it with save_snapshots=true)")
+    raise ConfigError(f"{source} has no snapshot {snapshot}; it kept "
+                      f"{', '.join(map(str, steps))}")
+
+
+def _read_run_dir(path: Path, source: str, snapshot: int | None = None) -> RunFiles:
+    weights = path if snapshot is None else path / "snapshots" / str(snapshot)
+    if snapshot is not None and not weights.is_dir():
+        kept = path / "snapshots"
+        _unknown_snapshot(snapshot, {p.name for p in kept.iterdir()} if kept.is_dir() else set(),
+                          source)
+    config_path, policy_path = path / "config.yaml", weights / "policy.pt"
     if not config_path.is_file():
         raise ConfigError(f"{source} holds no config.yaml: not an rlbench run")
     if not policy_path.is_file():
@@ -131,9 +174,10 @@ def _read_run_dir(path: Path, source: str) -> RunFiles:
                if not isinstance(config, dict) or key not in config]
     if missing:
         raise ConfigError(f"{config_path} lacks {', '.join(missing)}: not an rlbench run config")
-    norm_path = path / "normalization.pt"
+    norm_path = weights / "normalization.pt"
+    label = source if snapshot is None else f"{source}, snapshot {snapshot}"
     return RunFiles(
-        source=source,
+        source=label,
         config=config,
         policy=_load_weights(policy_path),
         normalization=_load_weights(norm_path) if norm_path.is_file() else None,
@@ -149,16 +193,18 @@ def _load_weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
-                tracking_uri: str | None = None, device: str = "cpu") -> Policy:
+                tracking_uri: str | None = None, device: str = "cpu",
+                snapshot: int | None = None) -> Policy:
     """The policy of a finished run, as a module on ``device`` (see ``Policy``).
 
     ``run`` is a run directory (``<out_dir>/runs/<suite>/<algo>-<env>-seed<i>-<hash>``) or an
-    MLflow run id in the store of ``out_dir`` or at ``tracking_uri``. The module is rebuilt
+    MLflow run id in the store of ``out_dir`` or at ``tracking_uri``; ``snapshot`` picks the
+    policy the run kept at that evaluation (``save_snapshots=true``). The module is rebuilt
     by the run's recipe from its resolved hyperparameters; its weights, and the observation
     statistics when the run normalised observations, are loaded strictly: a file that does
     not fit the rebuilt module is an error, never a silent partial load.
     """
-    files = run_files(run, out_dir=out_dir, tracking_uri=tracking_uri)
+    files = run_files(run, out_dir=out_dir, tracking_uri=tracking_uri, snapshot=snapshot)
     config = files.config
     recipe = load_algorithm(config["algo"])
     params = resolve_algo_config(config["algo"], config["env_family"], config["algo_params"])

@@ -162,7 +162,8 @@ def _execute_locked(
     try:
         recorder.flush()
         curve = recorder.write_curve()
-        artifacts = [config_path, curve, *run_dir.glob("*.pt"), run_dir / "traceback.txt"]
+        artifacts = [config_path, curve, *run_dir.glob("*.pt"), run_dir / "traceback.txt",
+                     run_dir / "snapshots", run_dir / "transitions"]
         tracker.log_artifacts(run_id, artifacts)
         if error:
             tracker.set_tags(run_id, {"error": error[:5000]})
@@ -204,6 +205,8 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path,
         device=config.device,
         run_dir=run_dir,
         algo=recipe.Config(**config.algo_params),
+        save_snapshots=config.save_snapshots,
+        save_transitions=config.save_transitions,
     )
     seed_everything(seeds, threads=config.threads, device=config.device)
     with _fatal_errors_into(run_dir / FATAL_ERROR_FILE):

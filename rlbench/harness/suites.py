@@ -33,6 +33,8 @@ SUITE_SETTINGS: dict[str, Any] = {
     "eval_episodes": 10,
     "threads": 1,
     "device": "cpu",
+    "save_snapshots": False,  # keep the policy at every evaluation (snapshots/<frames>/)
+    "save_transitions": False,  # keep every collected transition (transitions/)
 }
 _SUITE_KEYS = {*SUITE_SETTINGS, "description", "per_algo", "per_env"}
 

@@ -29,6 +29,7 @@ from filelock import FileLock
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from tensordict import TensorDict
 from torch import nn
 
 import rlbench
@@ -270,8 +271,12 @@ class Tracker:
         with_retry(self.client.log_batch, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def log_artifacts(self, run_id: str, paths: Iterable[Path]) -> None:
+        """Log each file, and each directory as a directory of the same name; paths that do
+        not exist are left out."""
         for path in paths:
-            if path.exists():
+            if path.is_dir():
+                with_retry(self.client.log_artifacts, run_id, str(path), path.name)
+            elif path.exists():
                 with_retry(self.client.log_artifact, run_id, str(path))
 
     def finish(self, run_id: str, status: str) -> None:
@@ -333,7 +338,12 @@ class RunRecorder:
             self.on_update({"frames": frames, **row})
 
     def save_model(self, name: str, module: nn.Module) -> None:
-        torch.save(module.state_dict(), self.run_dir / f"{name}.pt")
+        path = self.run_dir / f"{name}.pt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(module.state_dict(), path)
+
+    def save_tensordict(self, name: str, data: TensorDict) -> None:
+        data.memmap(self.run_dir / name)
 
     def write_curve(self) -> Path:
         path = self.run_dir / "curve.csv"

@@ -45,20 +45,26 @@ class SoftUpdate:
 
 
 class HardUpdate:
-    """Copies the source into the target every ``period`` calls of ``step`` (DQN's target).
+    """Copies the source into the target each time ``progress`` passes a multiple of
+    ``every`` (DQN's target network, refreshed every ``target_update_interval`` frames).
 
-    Like ``SoftUpdate``, build it after moving the modules to their device.
+    ``step(progress)`` takes a count that only grows: frames collected, gradient steps
+    taken or calls made. Like ``SoftUpdate``, build it after moving the modules to their
+    device.
     """
 
-    def __init__(self, source: nn.Module, target: nn.Module, period: int):
-        if period < 1:
-            raise ValueError(f"period must be >= 1, got {period}")
-        self.period = period
-        self.calls = 0
+    def __init__(self, source: nn.Module, target: nn.Module, every: int):
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
+        self.every = every
+        self._next = every
         self._source, self._target = _paired_tensors(source, target)
 
     @torch.no_grad()
-    def step(self) -> None:
-        self.calls += 1
-        if self.calls % self.period == 0:
-            torch._foreach_copy_(self._target, self._source)
+    def step(self, progress: int) -> bool:
+        """Copy if ``progress`` reached the next multiple of ``every``; whether it did."""
+        if progress < self._next:
+            return False
+        self._next = (progress // self.every + 1) * self.every
+        torch._foreach_copy_(self._target, self._source)
+        return True

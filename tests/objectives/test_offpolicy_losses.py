@@ -294,17 +294,24 @@ def test_soft_update_is_polyak_averaging() -> None:
             assert torch.equal(t, t0)  # integer buffers (num_batches_tracked) stay
 
 
-def test_hard_update_copies_every_period() -> None:
+def test_hard_update_copies_when_progress_passes_a_multiple() -> None:
+    """Like DQN's target_update_interval in frames: batches of 4 frames, every 6 frames,
+    copies at 8 (past 6) and 12, not at 4 or 16 (the next multiple is 18)."""
     source = nn.Linear(2, 2)
     target = make_target(source)
-    updater = HardUpdate(source, target, period=3)
-    with torch.no_grad():
-        source.weight.add_(1.0)
-    updater.step()
-    updater.step()
-    assert not torch.equal(source.weight, target.weight)
-    updater.step()
-    assert torch.equal(source.weight, target.weight)
+    updater = HardUpdate(source, target, every=6)
+    copied = []
+    for frames in (4, 8, 12, 16):
+        with torch.no_grad():
+            source.weight.add_(1.0)
+        if updater.step(frames):
+            copied.append(frames)
+            assert torch.equal(source.weight, target.weight)
+        else:
+            assert not torch.equal(source.weight, target.weight)
+    assert copied == [8, 12]
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        HardUpdate(source, target, every=0)
     with pytest.raises(ValueError, match="structure"):
         SoftUpdate(source, nn.Linear(2, 3), tau=0.5)
 
