@@ -46,7 +46,9 @@ example: rlbench run suite=smoke seeds=3 env=CartPole-v1 ppo.learning_rate=5e-4
 """,
     "show": f"""\
 usage: rlbench show [key=value ...]
-Print the resolved grid (runs, budgets, devices, config identities); nothing runs.
+Print the resolved grid (runs, budgets, devices, config identities); nothing runs. With one
+algorithm (algo=<name>), also its resolved hyperparameters for each env, each with its help
+and the layer it came from: recipe default, env family, env, suite, command line.
 
 {_SWEEP_KEYS}""",
     "compare": """\
@@ -101,6 +103,29 @@ def _grid_table(sweep) -> Table:
             run.name, f"{run.frames:,}", f"{run.eval_every:,}", str(run.eval_episodes),
             run.device, run.identity)))
     return table
+
+
+def _print_hyperparameters(sweep, console: Console) -> None:
+    """With one algorithm in the grid: its resolved hyperparameters per env, each with the
+    layer it came from and its help."""
+    from rlbench.harness.algorithms import algorithm_fields
+    from rlbench.recipe import help_of
+
+    algos = sorted({run.algo for run in sweep.runs})
+    if len(algos) != 1:
+        console.print(Text(f"(hyperparameters: add algo=<one of {', '.join(algos)}>)"))
+        return
+    fields = algorithm_fields(algos[0])
+    for run in {(run.algo, run.env): run for run in sweep.runs}.values():
+        sources = sweep.sources[(run.algo, run.env)]
+        table = Table(title=Text(f"{run.algo} on {run.env} (env family {run.env_family})"))
+        for header in ("hyperparameter", "value", "from", "help"):
+            table.add_column(header)
+        for name, value in run.algo_params.items():
+            shown = list(value) if isinstance(value, tuple) else value
+            table.add_row(*(Text(cell) for cell in (
+                name, str(shown), sources[name], help_of(fields[name]))))
+        console.print(table)
 
 
 def _list(what: Sequence[str], console: Console) -> int:
@@ -165,8 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sweep = resolve_sweep(rest)
         if sweep.launcher == "local":  # Ray workers may have devices and cores this lacks
             check_devices_here(sweep)
+        for note in sweep.notes:
+            console.print(Text(f"note: {note}"))
         if command == "show" or sweep.dry_run:
             console.print(_grid_table(sweep))
+            _print_hyperparameters(sweep, console)
             return 0
         from rlbench.harness.sweep import run_sweep
 

@@ -5,6 +5,7 @@ from rlbench.envs.checks import check_env_specs
 from rlbench.envs.common import DONE_KEYS, EnvBase
 from rlbench.envs.gym import GymEnv
 from rlbench.envs.registry import (
+    EnvFamily,
     EnvProbe,
     action_space_kind,
     env_family,
@@ -12,6 +13,8 @@ from rlbench.envs.registry import (
     make,
     make_train_and_eval,
     probe_env,
+    register_env_family,
+    render_kwargs,
     validate_env_id,
 )
 from rlbench.envs.specs import (
@@ -33,6 +36,7 @@ __all__ = [
     "Categorical",
     "Composite",
     "EnvBase",
+    "EnvFamily",
     "EnvProbe",
     "GymEnv",
     "MultiCategorical",
@@ -49,5 +53,7 @@ __all__ = [
     "make",
     "make_train_and_eval",
     "probe_env",
+    "register_env_family",
+    "render_kwargs",
     "validate_env_id",
 ]

@@ -1,9 +1,11 @@
 """Env ids across families, with near-match suggestions for typos.
 
-Gymnasium ids (``CartPole-v1``, ``Hopper-v5``), custom gymnasium envs in gymnasium's
-``module:EnvId`` form (the module registers them when imported), and dm_control suite ids
-(``dmc:<domain>-<task>``, e.g. ``dmc:cheetah-run``). dm_control is an optional extra and slow
-to import: it is imported only when a ``dmc:`` id is validated or built, or ids are listed.
+Gymnasium ids (``CartPole-v1``, ``Hopper-v5``) and custom gymnasium envs in gymnasium's
+``module:EnvId`` form (the module registers them when imported) are the default family. Any
+other family is one ``register_env_family`` call: a prefix, the ids it knows, how to make
+them. dm_control's suite is registered here as ``dmc:<domain>-<task>`` (``dmc:cheetah-run``);
+dm_control is an optional extra and slow to import, so it is imported only when a ``dmc:``
+id is validated or built, or ids are listed.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import functools
 import importlib
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,11 +22,12 @@ import gymnasium as gym
 import torch
 
 from rlbench.envs.common import EnvBase
-from rlbench.envs.dmc import DMC_PREFIX, dmc_tasks
+from rlbench.envs.specs import Bounded, Categorical
 from rlbench.errors import ConfigError, UnknownNameError
 
-__all__ = ["EnvProbe", "action_space_kind", "env_family", "gym_name", "list_envs", "make",
-           "make_train_and_eval", "probe_env", "validate_env_id"]
+__all__ = ["EnvFamily", "EnvProbe", "action_space_kind", "env_family", "gym_name", "list_envs",
+           "make", "make_train_and_eval", "probe_env", "register_env_family", "render_kwargs",
+           "validate_env_id"]
 
 _GYM_FAMILIES = {
     "gymnasium.envs.classic_control": "classic",
@@ -34,28 +37,86 @@ _GYM_FAMILIES = {
 }
 
 
-def _dmc_ids(required: bool) -> Mapping[str, tuple[str, str]]:
-    """dm_control ids; without dm_control, ``{}`` or (``required``) the error saying so."""
+@dataclass(frozen=True)
+class EnvFamily:
+    """A family of env ids behind one prefix: registering it makes its ids known, listed,
+    buildable by ``make`` and given the recipes' defaults for ``name``.
+
+    ``ids()`` returns every id the family makes (prefix included) and raises
+    ``ConfigError`` when the family's library is missing; ``make(env_id, num_envs=,
+    seed=, device=, **kwargs)`` builds a batch of them. ``action_space`` is the kind every
+    id takes (``"box"``, ``"discrete"``) when the family knows it without building one;
+    ``render`` are the ``make`` arguments that give an env a ``render()`` for videos.
+    """
+
+    prefix: str
+    name: str
+    ids: Callable[[], Iterable[str]]
+    make: Callable[..., EnvBase]
+    action_space: str | None = None
+    render: Mapping[str, Any] = field(default_factory=dict)
+
+
+_FAMILIES: dict[str, EnvFamily] = {}
+
+
+def register_env_family(family: EnvFamily) -> None:
+    """Make ``family``'s ids known to ``make``, ``list_envs``, ``validate_env_id``,
+    ``env_family`` and the harness. Its prefix must end with ``:`` and be new."""
+    if not family.prefix.endswith(":") or ":" in family.prefix[:-1]:
+        raise ValueError(f"a family prefix is a word ending with ':', got {family.prefix!r}")
+    if family.prefix in _FAMILIES:
+        raise ValueError(f"env family prefix {family.prefix!r} is already registered")
+    _FAMILIES[family.prefix] = family
+
+
+def _family_of(env_id: str) -> EnvFamily | None:
+    prefix, sep, _ = env_id.partition(":")
+    return _FAMILIES.get(f"{prefix}:") if sep else None
+
+
+def _dmc_ids() -> Iterable[str]:
+    from rlbench.envs.dmc import dmc_tasks
+
+    return dmc_tasks().keys()
+
+
+def _make_dmc(env_id: str, **kwargs: Any) -> EnvBase:
+    from rlbench.envs.dmc import DMControlEnv, dmc_tasks
+
+    domain, task = dmc_tasks()[env_id]
+    return DMControlEnv(domain, task, **kwargs)
+
+
+register_env_family(EnvFamily(prefix="dmc:", name="dmc", ids=_dmc_ids, make=_make_dmc,
+                              action_space="box", render={"pixel_size": (480, 640)}))
+
+
+def _family_ids(family: EnvFamily, required: bool) -> list[str]:
+    """``family``'s ids; without its library, ``[]`` or (``required``) the error saying so."""
     try:
-        return dmc_tasks()
+        return list(family.ids())
     except (ConfigError, ImportError):
         if required:
             raise
-        return {}
+        return []
 
 
 def list_envs() -> list[str]:
-    """Every env id ``make`` accepts, sorted; ``dmc:`` ids only when dm_control imports."""
-    return sorted([*gym.registry, *_dmc_ids(required=False)])
+    """Every env id ``make`` accepts, sorted; a family's ids only when its library imports."""
+    families = [i for family in _FAMILIES.values() for i in _family_ids(family, required=False)]
+    return sorted([*gym.registry, *families])
 
 
 def validate_env_id(env_id: str) -> None:
     """Raise ``UnknownNameError`` (with near matches) if ``env_id`` is not a known env.
 
-    A ``dmc:`` id without dm_control installed raises ``ConfigError`` naming ``rlbench[dmc]``.
+    An id of a family whose library is missing (``dmc:`` without dm_control) raises
+    ``ConfigError`` saying what to install.
     """
-    if env_id.startswith(DMC_PREFIX):
-        known = env_id in _dmc_ids(required=True)
+    family = _family_of(env_id)
+    if family is not None:
+        known = env_id in _family_ids(family, required=True)
     elif ":" in env_id:
         known = _registered_by_module(env_id)
     else:
@@ -88,7 +149,7 @@ def _registered_by_module(env_id: str) -> bool:
 class EnvProbe:
     """What making an env once tells before a run depends on it."""
 
-    action_space: str | None  # "discrete", "box", or gymnasium's space name in lower case
+    action_space: str | None  # "discrete", "box", or the space's name in lower case
     unavailable: str | None  # why it cannot be made here (a missing dependency), or None
 
 
@@ -97,22 +158,25 @@ def probe_env(env_id: str) -> EnvProbe:
     """Make ``env_id`` once (cached): its kind of action space, or why it cannot be made
     here. Gymnasium registers ids whose dependencies may be missing (Box2D's, the mujoco-py
     ``-v2``/``-v3`` MuJoCo envs, which gymnasium 1.x cannot make at all): making one is the
-    only test that holds for every env. dm_control tasks all take box actions."""
+    only test that holds for every env. A family that states its ids' action space
+    (dm_control's are all box) is not built."""
     validate_env_id(env_id)
-    if env_id.startswith(DMC_PREFIX):
-        return EnvProbe("box", None)
+    family = _family_of(env_id)
+    if family is not None and family.action_space is not None:
+        return EnvProbe(family.action_space, None)
     with warnings.catch_warnings():
         # the run itself warns about an old env version; the probe need not say it twice
         warnings.filterwarnings("ignore", message=r".*is out of date",
                                 category=DeprecationWarning)
         try:
-            env = gym.make(gym_name(env_id))
+            env = make(env_id)
         except Exception as err:
             return EnvProbe(None, " ".join(f"{type(err).__name__}: {err}".split())[:300])
     try:
-        space = env.action_space
-        kinds = {gym.spaces.Discrete: "discrete", gym.spaces.Box: "box"}
-        return EnvProbe(kinds.get(type(space), type(space).__name__.lower()), None)
+        spec = env.action_spec
+        kind = ("discrete" if isinstance(spec, Categorical) else
+                "box" if isinstance(spec, Bounded) else type(spec).__name__.lower())
+        return EnvProbe(kind, None)
     finally:
         env.close()
 
@@ -127,16 +191,24 @@ def action_space_kind(env_id: str) -> str:
 
 
 def env_family(env_id: str) -> str:
-    """The family whose defaults apply: classic, mujoco, box2d, toy_text, dmc or other."""
+    """The family whose defaults apply: classic, mujoco, box2d, toy_text, a registered
+    family's name (dmc), or other."""
     validate_env_id(env_id)
-    if env_id.startswith(DMC_PREFIX):
-        return "dmc"
+    family = _family_of(env_id)
+    if family is not None:
+        return family.name
     entry_point = gym.spec(gym_name(env_id)).entry_point
     if isinstance(entry_point, str):
-        for prefix, family in _GYM_FAMILIES.items():
+        for prefix, name in _GYM_FAMILIES.items():
             if entry_point.startswith(prefix):
-                return family
+                return name
     return "other"
+
+
+def render_kwargs(env_id: str) -> dict[str, Any]:
+    """The ``make`` arguments that give ``env_id``'s env a ``render()`` (RGB frames)."""
+    family = _family_of(env_id)
+    return dict(family.render) if family is not None else {"render_mode": "rgb_array"}
 
 
 @dataclass(frozen=True)
@@ -178,7 +250,7 @@ def make(
     process per sub-env. While such an env is open, this process's torch threads are
     capped at the cores the workers leave free (see ``ParallelEnv``). ``kwargs`` go to the
     family's adapter
-    (``GymEnv``, or ``DMControlEnv`` for ``dmc:`` ids).
+    (``GymEnv``, or the registered family's, e.g. ``DMControlEnv`` for ``dmc:`` ids).
     """
     validate_env_id(env_id)
     if vectorization == "async":
@@ -192,11 +264,9 @@ def make(
         return ParallelEnv(factory, workers, in_process_worker=True)
     if vectorization != "sync":
         raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
-    if env_id.startswith(DMC_PREFIX):
-        from rlbench.envs.dmc import DMControlEnv
-
-        domain, task = dmc_tasks()[env_id]
-        return DMControlEnv(domain, task, num_envs=num_envs, seed=seed, device=device, **kwargs)
+    family = _family_of(env_id)
+    if family is not None:
+        return family.make(env_id, num_envs=num_envs, seed=seed, device=device, **kwargs)
     from rlbench.envs.gym import GymEnv
 
     return GymEnv(env_id, num_envs=num_envs, seed=seed, device=device, **kwargs)

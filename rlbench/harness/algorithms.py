@@ -8,12 +8,13 @@ import math
 import pkgutil
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlbench.errors import ConfigError, UnknownNameError, quote
 
-__all__ = ["algorithm_fields", "coerce", "list_algorithms", "load_algorithm", "resolve_algo_config"]
+__all__ = ["algorithm_fields", "coerce", "list_algorithms", "load_algorithm", "missing_defaults",
+           "resolve_algo_config", "resolve_with_sources"]
 
 _PACKAGE = "rlbench.algorithms"
 _INT_LIMIT = 10**12  # an integer hyperparameter beyond this is a typo (a size, a count)
@@ -97,22 +98,47 @@ def resolve_algo_config(
     by the recipe's ``Config`` itself (its ``__post_init__``), so bad values fail before any
     run starts.
     """
+    labelled = [(f"layer {i}", layer) for i, layer in enumerate(layers)]
+    return {key: value for key, (value, _) in
+            resolve_with_sources(name, family, labelled, env=env).items()}
+
+
+def resolve_with_sources(
+    name: str, family: str, layers: Sequence[tuple[str, Mapping[str, Any]]],
+    env: str | None = None,
+) -> dict[str, tuple[Any, str]]:
+    """``resolve_algo_config`` with, for each field, the layer its value came from:
+    ``recipe default``, ``family <name>``, ``env <id>``, or the label of one of ``layers``
+    (``(label, values)`` pairs, applied in order)."""
     recipe = load_algorithm(name)
     fields = algorithm_fields(name)
     hints = typing.get_type_hints(recipe.Config)
-    values = {f: (d.default if d.default is not dataclasses.MISSING else d.default_factory())
-              for f, d in fields.items()}
+    resolved = {f: ((d.default if d.default is not dataclasses.MISSING else d.default_factory()),
+                    "recipe default") for f, d in fields.items()}
     env_defaults = getattr(recipe, "ENV_DEFAULTS", {}).get(env, {})
-    for layer in (recipe.FAMILY_DEFAULTS.get(family, {}), env_defaults, *layers):
+    all_layers = [(f"family {family}", recipe.FAMILY_DEFAULTS.get(family, {})),
+                  (f"env {env}", env_defaults), *layers]
+    for label, layer in all_layers:
         for key, value in layer.items():
             if key not in fields:
                 raise UnknownNameError(f"{name} hyperparameter", key, fields)
-            values[key] = coerce(value, hints[key], f"{name}.{key}")
+            resolved[key] = (coerce(value, hints[key], f"{name}.{key}"), label)
     try:
-        recipe.Config(**values)
+        recipe.Config(**{key: value for key, (value, _) in resolved.items()})
     except (TypeError, ValueError) as err:
         message = str(err)
         if len(message) > 300:  # a recipe's message may quote a value of any size
             message = message[:297] + "..."
         raise ConfigError(f"{name}: {message}") from err
-    return values
+    return resolved
+
+
+def missing_defaults(name: str, family: str, env: str) -> str | None:
+    """A note when recipe ``name`` has no defaults for ``env``'s family nor for ``env``:
+    it then runs with its base defaults, which were tuned for other envs."""
+    recipe = load_algorithm(name)
+    if family in recipe.FAMILY_DEFAULTS or env in getattr(recipe, "ENV_DEFAULTS", {}):
+        return None
+    known = ", ".join(sorted(recipe.FAMILY_DEFAULTS)) or "none"
+    return (f"{name} has no defaults for env family {family!r} ({env}): it runs with its "
+            f"base defaults (families it has defaults for: {known})")

@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,13 @@ import yaml
 import rlbench
 from rlbench.envs import action_space_kind, env_family, list_envs
 from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
-from rlbench.harness.algorithms import list_algorithms, load_algorithm, resolve_algo_config
+from rlbench.harness.algorithms import (
+    list_algorithms,
+    load_algorithm,
+    missing_defaults,
+    resolve_algo_config,
+    resolve_with_sources,
+)
 from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
 from rlbench.harness.words import split_words
 
@@ -113,15 +119,15 @@ def parse_overrides(args: Sequence[str]) -> Overrides:
         elif key in SUITE_SETTINGS:
             settings[key] = value
         elif "." in key:
-            algo, _, field = key.partition(".")
+            algo, _, param = key.partition(".")
             if algo not in list_algorithms():
                 raise UnknownNameError("override key", key, valid_keys())
             fields = load_algorithm(algo).Config.__dataclass_fields__
-            if field not in fields:  # suggest this algorithm's own fields, not others'
+            if param not in fields:  # suggest this algorithm's own fields, not others'
                 raise UnknownNameError(f"{algo} hyperparameter", key, [],
                                        [f"{algo}.{name}" for name in
-                                        field_suggestions(field, list(fields))])
-            algo_params.setdefault(algo, {})[field] = value
+                                        field_suggestions(param, list(fields))])
+            algo_params.setdefault(algo, {})[param] = value
         else:
             raise UnknownNameError("override key", key, valid_keys())
     return Overrides(sweep, settings, algo_params)
@@ -181,6 +187,9 @@ class SweepConfig:
     launcher: str = "local"
     ray_address: str | None = None
     force_threads: bool = False
+    # per (algo, env): the layer each hyperparameter came from (see resolve_with_sources)
+    sources: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the plan should say (show, run)
 
 
 # Upper bounds on sizes, far past any real sweep but small enough that no counter, index or
@@ -337,6 +346,8 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                 raise UnknownNameError(f"algorithm in per_env {env}.algos of suite "
                                        f"{suite.name}", algo, known_algos)
     runs = []
+    sources: dict[tuple[str, str], dict[str, str]] = {}
+    notes: list[str] = []
     for algo in algos:
         for env in envs:
             per_env = dict(suite.per_env.get(env, {}))
@@ -355,10 +366,15 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                                            [*SUITE_SETTINGS, *known_algos])
             settings = {**base, **per_env, **overrides.settings}
             family = env_family(env)
-            params = resolve_algo_config(
-                algo, family, suite.per_algo.get(algo, {}), env_algo_params,
-                overrides.algo_params.get(algo, {}), env=env,
-            )
+            resolved = resolve_with_sources(algo, family, [
+                (f"suite {suite.name} per_algo", suite.per_algo.get(algo, {})),
+                (f"suite {suite.name} per_env", env_algo_params),
+                ("command line", overrides.algo_params.get(algo, {}))], env=env)
+            params = {key: value for key, (value, _) in resolved.items()}
+            sources[(algo, env)] = {key: source for key, (_, source) in resolved.items()}
+            note = missing_defaults(algo, family, env)
+            if note and note not in notes:
+                notes.append(note)
             options = _artifact_options(settings, algo, params)
             frames = _positive_int(settings, "frames")
             seeds = _positive_int(settings, "seeds")
@@ -402,4 +418,5 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                           "cluster has CPUs for")
     return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
                        runs=runs, jobs=jobs, launcher=launcher, force_threads=force_threads,
-                       ray_address=None if address is None else str(address))
+                       ray_address=None if address is None else str(address),
+                       sources=sources, notes=notes)

@@ -15,15 +15,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlbench.envs import make
-from rlbench.envs.dmc import DMC_PREFIX
+from rlbench.envs import make, render_kwargs
 from rlbench.errors import ConfigError
 from rlbench.harness.policy import Policy
 
 __all__ = ["VIDEO_SUFFIXES", "check_video_path", "record_video"]
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
-_DMC_FRAME = (480, 640)  # height, width
 
 
 def check_video_path(path: Path) -> None:
@@ -49,19 +47,13 @@ def _writer() -> Any:
     return iio
 
 
-def _render_kwargs(env_id: str) -> dict[str, Any]:
-    if env_id.startswith(DMC_PREFIX):
-        return {"pixel_size": _DMC_FRAME}
-    return {"render_mode": "rgb_array"}
-
-
 @torch.no_grad()
 def record_video(policy: Policy, path: Path, *, seed: int, max_steps: int = 100_000) -> float:
     """Play one deterministic episode from an env seeded with ``seed`` (the first episode of
     ``play`` with the same seed), write it to ``path`` and return its return."""
     check_video_path(path)
     device = next(policy.parameters()).device
-    env = make(policy.env, num_envs=1, seed=seed, device=device, **_render_kwargs(policy.env))
+    env = make(policy.env, num_envs=1, seed=seed, device=device, **render_kwargs(policy.env))
     try:
         root = env.reset()
         frames, total = [_frame(env, first=True)], 0.0

@@ -127,3 +127,15 @@ def test_sac_target_entropy_is_sb3s_on_the_unit_box(env_id: str, expected: float
     chosen = sac.Config(target_entropy=-0.5)
     assert sac.target_entropy(env.action_spec, chosen) == -0.5
     env.close()
+
+
+def test_every_hyperparameter_has_a_help_text() -> None:
+    """``rlbench show algo=<name>`` prints one per field: each recipe declares them with
+    ``hp(default, help)``."""
+    from rlbench.harness.algorithms import algorithm_fields, list_algorithms
+    from rlbench.recipe import help_of
+
+    fields = {f"{algo}.{name}": help_of(field) for algo in list_algorithms()
+              for name, field in algorithm_fields(algo).items()}
+    assert len(fields) >= 100
+    assert [name for name, text in fields.items() if not text.strip()] == []
