@@ -231,9 +231,10 @@ class RunLoop:
     def __init__(self, spec: RunSpec, logger: RunLogger, *, policy: nn.Module,
                  evaluate: Callable[[], Sequence[float]], log_every: int | None = None,
                  normalization: nn.Module | None = None):
-        if spec.save_transitions and _normalizes_observations(normalization):
-            raise ValueError("save_transitions keeps observations as the agent saw them, and "
-                             "this run normalises them: turn normalize_observation off")
+        if spec.save_transitions and _rewrites_transitions(normalization):
+            raise ValueError("save_transitions keeps transitions as the agent saw them, and "
+                             "this run normalises its observations or rewards: turn "
+                             "normalize_observation and normalize_reward off")
         self.spec, self.logger = spec, logger
         self.policy, self.normalization = policy, normalization
         self.metrics = MetricMean()
@@ -298,10 +299,11 @@ class RunLoop:
             self.logger.save_model(f"{prefix}normalization", self.normalization)
 
 
-def _normalizes_observations(normalization: nn.Module | None) -> bool:
-    """Whether a saved normalisation transform rewrites observations (not only rewards)."""
+def _rewrites_transitions(normalization: nn.Module | None) -> bool:
+    """Whether a normalisation transform rewrites observations or rewards in the batches."""
     from rlbench.envs.transforms import VecNorm
 
     if normalization is None:
         return False
-    return any(isinstance(module, VecNorm) and module.keys for module in normalization.modules())
+    return any(isinstance(module, VecNorm) and (module.keys or module.normalize_reward)
+               for module in normalization.modules())

@@ -291,18 +291,20 @@ def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list
 
 def _artifact_options(settings: dict[str, Any], algo: str, params: dict[str, Any]
                       ) -> dict[str, bool]:
-    """``save_snapshots`` and ``save_transitions``, checked: transitions keep observations
-    as the agent saw them, so a run that normalises them cannot keep its transitions."""
+    """``save_snapshots`` and ``save_transitions``, checked: transitions are kept as the
+    agent saw them, so a run that normalises observations or rewards cannot keep them."""
     options = {}
     for option in _ARTIFACT_OPTIONS:
         value = settings.get(option, False)
         if not isinstance(value, bool):
             raise ConfigError(f"{option} must be true or false, got {quote(value)}")
         options[option] = value
-    if options["save_transitions"] and params.get("normalize_observation"):
-        raise ConfigError(f"save_transitions keeps observations as the agent saw them, and "
-                          f"{algo} normalises them here: add {algo}.normalize_observation=false "
-                          f"or leave save_transitions out")
+    normalised = [key for key in ("normalize_observation", "normalize_reward") if params.get(key)]
+    if options["save_transitions"] and normalised:
+        raise ConfigError(f"save_transitions keeps transitions as the agent saw them, and "
+                          f"{algo} normalises them here: add "
+                          f"{' '.join(f'{algo}.{key}=false' for key in normalised)} or leave "
+                          f"save_transitions out")
     return options
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensordict import TensorDict
 from torch import nn
 
 from rlbench.algorithms import ppo, sac
@@ -43,6 +44,9 @@ class NullLogger:
         pass
 
     def save_model(self, name: str, module: nn.Module) -> None:
+        pass
+
+    def save_tensordict(self, name: str, data: TensorDict) -> None:
         pass
 
 

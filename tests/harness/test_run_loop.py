@@ -113,7 +113,7 @@ def test_offline_steps_log_steps_per_second_and_end_with_an_evaluation(tmp_path:
 
 def test_snapshots_and_transitions_are_kept_when_asked(tmp_path: Path) -> None:
     logger = Recorder()
-    normalization = Compose(VecNorm((), reward=True))
+    normalization = Compose(VecNorm(()))  # a transform that leaves the batches as they are
     loop = RunLoop(_spec(tmp_path, frames=600, save_snapshots=True, save_transitions=True),
                    logger, policy=nn.Linear(1, 1), evaluate=lambda: [1.0],
                    normalization=normalization)
@@ -128,10 +128,12 @@ def test_snapshots_and_transitions_are_kept_when_asked(tmp_path: Path) -> None:
     assert torch.equal(kept["observation"].flatten(), torch.arange(600, dtype=torch.float32))
 
 
-def test_transitions_of_normalised_observations_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="save_transitions keeps observations as the agent"):
+@pytest.mark.parametrize("norm", [VecNorm(("observation",)), VecNorm((), reward=True)])
+def test_transitions_of_normalised_observations_or_rewards_are_refused(
+        tmp_path: Path, norm: VecNorm) -> None:
+    with pytest.raises(ValueError, match="save_transitions keeps transitions as the agent"):
         RunLoop(_spec(tmp_path, save_transitions=True), Recorder(), policy=nn.Linear(1, 1),
-                evaluate=lambda: [1.0], normalization=Compose(VecNorm(("observation",))))
+                evaluate=lambda: [1.0], normalization=Compose(norm))
 
 
 def test_a_run_keeps_its_snapshots_and_transitions(tmp_path: Path) -> None:

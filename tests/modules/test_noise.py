@@ -134,6 +134,7 @@ def test_the_td3_recipe_restarts_ou_noise_with_each_episode(tmp_path) -> None:
     noise of a process started at mu, as a fresh OU process gives it (Pendulum: 200 steps)."""
     from dataclasses import replace
 
+    from rlbench.algorithms import _deterministic as shared
     from rlbench.algorithms import td3
     from rlbench.recipe import RunSpec, Seeds
 
@@ -141,9 +142,9 @@ def test_the_td3_recipe_restarts_ou_noise_with_each_episode(tmp_path) -> None:
     spec = RunSpec(env="Pendulum-v1", env_family="classic", frames=1000, eval_every=1000,
                    eval_episodes=1, seeds=Seeds(0, 1, 2, 3, 4), device="cpu",
                    run_dir=tmp_path, algo=cfg)
-    env, _ = td3.make_envs(spec, cfg)
-    actor, _ = td3.make_actor_critic(env, cfg)
-    policy = td3.exploration_policy(actor, cfg)
+    env, _ = shared.make_envs(spec, cfg.num_envs, cfg.exploration_noise)
+    actor, _ = shared.make_actor_critic(env, cfg.hidden_sizes, cfg.num_critics)
+    policy = shared.exploration_policy(actor, cfg.exploration_noise, cfg.exploration_sigma)
     root = env.reset()
     with torch.no_grad():
         for _ in range(200):
@@ -153,5 +154,5 @@ def test_the_td3_recipe_restarts_ou_noise_with_each_episode(tmp_path) -> None:
         torch.manual_seed(7)
         first = policy(root.clone())["action"]
         torch.manual_seed(7)
-        fresh = td3.exploration_policy(actor, cfg)(root.clone())["action"]
+        fresh = shared.exploration_policy(actor, "ou", 1.0)(root.clone())["action"]
     assert torch.equal(first, fresh)
