@@ -10,7 +10,7 @@ ARGS ?=
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,dmc,bench,video]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,dmc,bench,video,minari]"
 	touch $(STAMP)
 
 run: $(STAMP)  ## the main job: `make run ARGS="seeds=3"` passes overrides

@@ -1,5 +1,5 @@
-"""The ``rlbench`` command: ``run``, ``show``, ``compare``, ``eval`` and ``list``, with key=value
-words."""
+"""The ``rlbench`` command: ``run``, ``show``, ``compare``, ``eval``, ``dataset`` and ``list``,
+with key=value words."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
        rlbench show [key=value ...]      print the resolved grid without running it
        rlbench compare [key=value ...]   compare finished runs: tables, baselines, plots
        rlbench eval run=<id|dir> [...]   play a finished run's policy again (and film it)
-       rlbench list suites|algorithms|envs
+       rlbench dataset info <source>     what an offline dataset holds and where it came from
+       rlbench list suites|algorithms|envs|datasets
        rlbench --version
 
 `rlbench <command> --help` explains a command and its keys.
@@ -82,15 +83,24 @@ In Python: rlbench.load_policy(run) gives the same policy as a module.
 example: rlbench eval run=rlbench_runs/runs/mujoco/sac-Hopper-v5-seed0-1a2b3c4d5e6f7a8b
          rlbench eval run=4f1c... episodes=20 video=hopper.mp4
 """,
+    "dataset": """\
+usage: rlbench dataset info <d4rl:name | minari:dataset id | path>
+Load an offline dataset (a D4RL-format .hdf5 file or a Minari dataset; d4rl: looks in
+$D4RL_DATASET_DIR, default ~/.d4rl/datasets, minari: in $MINARI_DATASETS_PATH, default
+~/.minari/datasets) and print its size, spaces, episodes and their returns, reference
+scores and provenance. A file that is malformed is refused naming the file and key.
+example: rlbench dataset info d4rl:hopper-medium-v2
+""",
     "list": """\
-usage: rlbench list suites|algorithms|envs
+usage: rlbench list suites|algorithms|envs|datasets
 The shipped suites (with their descriptions), the algorithms (online or offline, and the
-action spaces they take) or the env ids rlbench knows, each made once: an env whose
-dependency is missing here says so beside its id.
+action spaces they take), the env ids rlbench knows, each made once (an env whose
+dependency is missing here says so beside its id), or the offline datasets present
+locally and the known remote names.
 """,
 }
-COMMANDS = ("run", "show", "compare", "eval", "list")
-LISTABLE = ("suites", "algorithms", "envs")
+COMMANDS = ("run", "show", "compare", "eval", "dataset", "list")
+LISTABLE = ("suites", "algorithms", "envs", "datasets")
 
 
 def _grid_table(sweep) -> Table:
@@ -146,6 +156,10 @@ def _list(what: Sequence[str], console: Console) -> int:
             recipe = load_algorithm(name)
             console.print(f"{name:8} {recipe.KIND:8} {', '.join(recipe.ACTION_SPACES)} actions",
                           highlight=False)
+    elif what[0] == "datasets":
+        from rlbench.harness.datasets import print_datasets
+
+        print_datasets(console)
     else:
         from rlbench.envs import list_envs, probe_env
 
@@ -185,6 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rlbench.harness.playback import run_eval
 
             return run_eval(rest, console)
+        if command == "dataset":
+            from rlbench.harness.datasets import run_dataset
+
+            return run_dataset(rest, console)
         from rlbench.harness.config import check_devices_here, resolve_sweep
 
         sweep = resolve_sweep(rest)

@@ -1,6 +1,8 @@
 """Replay buffers: storages (where items live), samplers (which items a batch reads) and
-writers (where new items go), composed by ``ReplayBuffer``."""
+writers (where new items go), composed by ``ReplayBuffer``; offline datasets (D4RL, Minari)
+read into the same transition model (``load_dataset``)."""
 
+from rlbench.data.offline import OfflineDataset, load_dataset
 from rlbench.data.prioritized import PrioritizedSampler
 from rlbench.data.replay_buffer import ReplayBuffer
 from rlbench.data.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
@@ -15,6 +17,7 @@ TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "r
 __all__ = [
     "TRANSITION_KEYS",
     "MemmapStorage",
+    "OfflineDataset",
     "PrioritizedSampler",
     "RandomSampler",
     "ReplayBuffer",
@@ -25,4 +28,5 @@ __all__ = [
     "Storage",
     "TensorStorage",
     "Writer",
+    "load_dataset",
 ]
