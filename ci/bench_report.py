@@ -41,6 +41,8 @@ GOALS = [
      "test_ppo_rlbench_compiled", "test_ppo_sb3", 2.0),
     ("SAC training on Hopper-v5 vs Stable-Baselines3 2.9, frames/s (goal >= 3)",
      "test_sac_rlbench", "test_sac_sb3", 3.0),
+    ("Sampling 256 of 2M: offline dataset vs online buffer (goal >= 0.95, as fast)",
+     "test_sample_256_of_2m_dataset", "test_sample_256_of_2m_online", 0.95),
 ]
 
 
@@ -67,6 +69,11 @@ def main(argv: list[str]) -> int:
             verdict = "met" if ms <= extra["goal_ms"] else "MISSED"
             print(f"  {bench['name']:45s} {ms:8.3f} ms (goal <= {extra['goal_ms']} ms): "
                   f"{verdict}")
+        if "peak_memory_ratio" in extra:
+            ratio, goal = extra["peak_memory_ratio"], extra["goal_peak_memory_ratio"]
+            verdict = "met" if ratio <= goal else "MISSED"
+            print(f"  {bench['name']:45s} peak memory {ratio:.2f}x its arrays (goal <= "
+                  f"{goal}x): {verdict}")
         reference = extra.get("torchrl_best_ms")
         if reference:
             speedup = reference / ms

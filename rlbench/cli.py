@@ -19,6 +19,7 @@ usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
        rlbench compare [key=value ...]   compare finished runs: tables, baselines, plots
        rlbench eval run=<id|dir> [...]   play a finished run's policy again (and film it)
        rlbench dataset info <source>     what an offline dataset holds and where it came from
+       rlbench dataset make [...]        offline datasets from a run (random ... medium-expert)
        rlbench list suites|algorithms|envs|datasets
        rlbench --version
 
@@ -85,11 +86,21 @@ example: rlbench eval run=rlbench_runs/runs/mujoco/sac-Hopper-v5-seed0-1a2b3c4d5
 """,
     "dataset": """\
 usage: rlbench dataset info <d4rl:name | minari:dataset id | path>
-Load an offline dataset (a D4RL-format .hdf5 file or a Minari dataset; d4rl: looks in
+       rlbench dataset make quality=<q[,q...]> steps=<n> out=<dir> [policy=<run>] [env=<id>]
+                            [format=minari,d4rl] [seed=0] [ref_episodes=100]
+info: load an offline dataset (a D4RL-format .hdf5 file or a Minari dataset; d4rl: looks in
 $D4RL_DATASET_DIR, default ~/.d4rl/datasets, minari: in $MINARI_DATASETS_PATH, default
 ~/.minari/datasets) and print its size, spaces, episodes and their returns, reference
 scores and provenance. A file that is malformed is refused naming the file and key.
+make: datasets from a finished run (policy=<run id or run directory>) as D4RL defines them:
+random (no run needed; env=), expert (the run's final policy), medium (its snapshot closest
+to a third of the expert's return; the run needs save_snapshots=true), medium-replay (what
+the run collected until then; save_transitions=true) and medium-expert; written under out/
+as Minari datasets (out/minari/rlbench/<env>/<quality>-v0) and D4RL-format files
+(out/d4rl/rlbench_<env>_<quality>-v0.hdf5), with reference scores (random and expert
+policies, ref_episodes episodes each) and provenance. The same words give the same bytes.
 example: rlbench dataset info d4rl:hopper-medium-v2
+         rlbench dataset make policy=<run dir> quality=medium,expert steps=1000000 out=data
 """,
     "list": """\
 usage: rlbench list suites|algorithms|envs|datasets

@@ -38,8 +38,8 @@ from rlbench.data.replay_buffer import ReplayBuffer
 from rlbench.data.storages import Storage, TensorStorage
 from rlbench.errors import ConfigError, quote
 
-__all__ = ["D4RL_ENVS", "OfflineDataset", "d4rl_path", "d4rl_url", "load_dataset",
-           "minari_root", "read_d4rl", "read_minari"]
+__all__ = ["D4RL_ENVS", "OfflineDataset", "d4rl_dir", "d4rl_file_name", "d4rl_path", "d4rl_url",
+           "load_dataset", "minari_root", "read_d4rl", "read_minari"]
 
 # D4RL's gym-MuJoCo data came from mujoco-py v3 envs, which gymnasium 1.x cannot make: each
 # is evaluated in the gymnasium env of the same model, observations and actions.
@@ -159,13 +159,14 @@ def _checked(dataset: OfflineDataset) -> OfflineDataset:
         return dataset
     env = make(dataset.env_id)
     try:
-        expected = {"observation": env.observation_spec["observation"].shape[-1:],
-                    "action": env.action_spec.shape[-1:]}
+        batch = len(env.batch_size)
+        expected = {"observation": env.observation_spec["observation"].shape[batch:],
+                    "action": env.action_spec.shape[batch:]}
     finally:
         env.close()
     for key, shape in expected.items():
         stored = dataset.transitions.get(key)
-        if isinstance(stored, torch.Tensor) and stored.shape[1:] != shape and shape:
+        if isinstance(stored, torch.Tensor) and stored.shape[1:] != shape:
             raise ConfigError(f"{dataset.provenance['source']}: {key}s have shape "
                               f"{tuple(stored.shape[1:])}, and {dataset.env_id}'s are "
                               f"{tuple(shape)}")
@@ -282,9 +283,9 @@ def read_d4rl(path: str | os.PathLike, *, name: str | None = None) -> OfflineDat
                     if "next_observations" in handle else None)
         metadata = {key: _scalar(handle[key][()]) for key in _walk(handle, "metadata")}
         attrs = {key: _scalar(value) for key, value in handle.attrs.items()}
-    if obs.ndim != 2 or actions.ndim != 2:
-        raise ConfigError(f"{path}: observations {obs.shape} and actions {actions.shape} must be "
-                          "(N, size) arrays")
+    if obs.ndim != 2 or actions.ndim not in (1, 2):
+        raise ConfigError(f"{path}: observations {obs.shape} must be (N, size) and actions "
+                          f"{actions.shape} (N, size), or (N,) for discrete actions")
     if next_obs is not None and next_obs.shape != obs.shape:
         raise ConfigError(f"{path}: next_observations has shape {next_obs.shape}, expected "
                           f"{obs.shape} like observations")
@@ -295,14 +296,16 @@ def read_d4rl(path: str | os.PathLike, *, name: str | None = None) -> OfflineDat
     transitions = _d4rl_transitions(obs, actions, rewards, terminals, timeouts, next_obs)
     env_id = attrs.get("env_id") or metadata.get("metadata/env_id") or D4RL_ENVS.get(
         name.split("-")[0])
-    ref_min, ref_max, ref_source = _d4rl_refs(name)
-    ref_min = attrs.get("ref_min_score", ref_min)
-    ref_max = attrs.get("ref_max_score", ref_max)
+    if "ref_min_score" in attrs:  # a file that states its own references (rlbench's do)
+        ref_min, ref_max = attrs["ref_min_score"], attrs.get("ref_max_score")
+        ref_source = "the file"
+    else:
+        ref_min, ref_max, ref_source = _d4rl_refs(name)
     provenance = {
         "source": str(path), "name": name, "format": "d4rl-hdf5", "sha256": _sha256(path),
         "steps_in_file": n, "next_observations_stored": next_obs is not None,
         "timeouts_stored": "timeouts" in optional, "env_id": env_id,
-        "reference_scores": ref_source or ("the file" if "ref_min_score" in attrs else None),
+        "reference_scores": ref_source,
         **({"attrs": attrs} if attrs else {}), **({"metadata": metadata} if metadata else {}),
     }
     if env_id == D4RL_ENVS.get(name.split("-")[0]) and "env_id" not in attrs:

@@ -15,17 +15,25 @@ from rlbench.errors import ConfigError, UnknownNameError
 
 __all__ = ["DATASET_COMMANDS", "known_datasets", "print_datasets", "run_dataset"]
 
-DATASET_COMMANDS = ("info",)
+DATASET_COMMANDS = ("info", "make")
 _D4RL_DATASETS = ("random", "medium", "expert", "medium-replay", "medium-expert", "full-replay")
 _MINARI_MUJOCO = ("simple", "medium", "expert")
 
 
 def run_dataset(args: Sequence[str], console: Console) -> int:
-    """``rlbench dataset info <source>``: what a dataset holds and where it came from."""
+    """``rlbench dataset info <source>``: what a dataset holds and where it came from;
+    ``rlbench dataset make ...``: datasets from a run (``dataset_make``)."""
     if not args:
         raise ConfigError(f"rlbench dataset takes one of {', '.join(DATASET_COMMANDS)}")
     if args[0] not in DATASET_COMMANDS:
         raise UnknownNameError("dataset command", args[0], DATASET_COMMANDS)
+    if args[0] == "make":
+        from rlbench.harness.dataset_make import make_datasets, parse_make
+
+        request = parse_make(args[1:])
+        for path in make_datasets(request, lambda line: console.print(Text(line))):
+            console.print(Text(f"wrote {path}"))
+        return 0
     if len(args) != 2:
         raise ConfigError("usage: rlbench dataset info <d4rl:name | minari:id | path>")
     dataset = load_dataset(args[1])

@@ -53,8 +53,12 @@ class Policy(nn.Module):
     ``policy(tensordict)`` reads raw ``"observation"`` (as an rlbench env returns it) and
     writes ``"action"``: observations are normalised with the run's frozen statistics, then
     the actor takes the mode of its distribution. ``policy.act(observation)`` does the same
-    for one observation (or a batch) from a plain gymnasium loop.
+    for one observation (or a batch) from a plain gymnasium loop. With ``deterministic``
+    set to False the actor samples from its distribution instead (from torch's global
+    generator), as a behaviour policy collecting a dataset does.
     """
+
+    deterministic: bool = True
 
     def __init__(self, actor: nn.Module, normalization: VecNorm | None, config: dict[str, Any],
                  source: str):
@@ -67,7 +71,7 @@ class Policy(nn.Module):
     def forward(self, tensordict: TensorDict) -> TensorDict:
         observed = tensordict if self.normalization is None else self.normalization.normalize(
             tensordict)
-        with set_exploration_type("deterministic"):
+        with set_exploration_type("deterministic" if self.deterministic else "random"):
             acted = self.actor(observed.copy())
         return tensordict.set("action", acted.get("action"))
 
