@@ -38,9 +38,9 @@ import rlbench
 from rlbench.data.offline import d4rl_file_name
 from rlbench.envs import validate_env_id
 from rlbench.envs.registry import gym_name
-from rlbench.errors import ConfigError, UnknownNameError, quote
+from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.policy import Policy, load_policy
-from rlbench.harness.words import split_words
+from rlbench.harness.words import int_word, split_words
 
 __all__ = ["FORMATS", "QUALITIES", "Episode", "MakeRequest", "make_datasets", "parse_make"]
 
@@ -82,20 +82,6 @@ class MakeRequest:
     out_dir: str | None
 
 
-def _int(key: str, text: str, low: int, high: int) -> int:
-    """An integer word; ``1e6`` is read as the integer it names."""
-    try:
-        number = float(text)
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number) or not number.is_integer():
-        raise ConfigError(f"{key} must be an integer, got {quote(text)}")
-    value = int(number)
-    if not low <= value <= high:
-        raise ConfigError(f"{key} must be between {low:,} and {high:,}, got {value:,}")
-    return value
-
-
 def _names(key: str, text: str, known: Sequence[str]) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     for name in names:
@@ -130,10 +116,10 @@ def parse_make(args: Sequence[str]) -> MakeRequest:
         raise ConfigError(f"out={out} is a file: name a directory")
     return MakeRequest(
         env=env, policy=policy, qualities=qualities,
-        steps=_int("steps", values["steps"], 1, MAX_STEPS), out=out,
+        steps=int_word("steps", values["steps"], 1, MAX_STEPS), out=out,
         formats=_names("format", values.get("format", "minari,d4rl"), FORMATS),
-        seed=_int("seed", values.get("seed", "0"), 0, 2**31 - 1),
-        ref_episodes=_int("ref_episodes", values.get("ref_episodes", "100"), 1, 10**6),
+        seed=int_word("seed", values.get("seed", "0"), 0, 2**31 - 1),
+        ref_episodes=int_word("ref_episodes", values.get("ref_episodes", "100"), 1, 10**6),
         out_dir=values.get("out_dir"))
 
 

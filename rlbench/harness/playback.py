@@ -10,10 +10,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rlbench.errors import ConfigError, UnknownNameError, quote
+from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.config import check_device_here
 from rlbench.harness.policy import load_policy, play
-from rlbench.harness.words import split_words
+from rlbench.harness.words import int_word, split_words
 
 __all__ = ["EVAL_KEYS", "EvalRequest", "parse_eval", "run_eval"]
 
@@ -30,16 +30,6 @@ class EvalRequest:
     video: Path | None
     device: str
     out_dir: str | None
-
-
-def _int(key: str, text: str, low: int, high: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"{key} must be an integer, got {quote(text)}") from None
-    if not low <= value <= high:
-        raise ConfigError(f"{key} must be between {low:,} and {high:,}, got {value:,}")
-    return value
 
 
 def parse_eval(args: Sequence[str]) -> EvalRequest:
@@ -62,9 +52,9 @@ def parse_eval(args: Sequence[str]) -> EvalRequest:
     snapshot = values.get("snapshot")
     return EvalRequest(
         run=values["run"],
-        snapshot=None if snapshot is None else _int("snapshot", snapshot, 0, 10**12),
-        episodes=None if episodes is None else _int("episodes", episodes, 1, MAX_EPISODES),
-        seed=None if seed is None else _int("seed", seed, 0, 2**31 - 1),
+        snapshot=None if snapshot is None else int_word("snapshot", snapshot, 0, 10**12),
+        episodes=None if episodes is None else int_word("episodes", episodes, 1, MAX_EPISODES),
+        seed=None if seed is None else int_word("seed", seed, 0, 2**31 - 1),
         video=Path(video) if video else None,
         device=device,
         out_dir=values.get("out_dir"),

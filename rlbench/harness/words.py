@@ -7,11 +7,12 @@ values its own way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from rlbench.errors import ConfigError, quote
 
-__all__ = ["split_words"]
+__all__ = ["int_word", "split_words"]
 
 
 def split_words(args: Sequence[str], aliases: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -29,3 +30,17 @@ def split_words(args: Sequence[str], aliases: Mapping[str, str]) -> list[tuple[s
         given[key] = name
         pairs.append((key, text))
     return pairs
+
+
+def int_word(key: str, text: str, low: int, high: int) -> int:
+    """The integer a ``key=text`` word names (``1e6`` included), within ``[low, high]``."""
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or not number.is_integer():
+        raise ConfigError(f"{key} must be an integer, got {quote(text)}")
+    value = int(text) if text.lstrip("-").isdigit() else int(number)  # exact past 2**53
+    if not low <= value <= high:
+        raise ConfigError(f"{key} must be between {low:,} and {high:,}, got {value:,}")
+    return value
