@@ -229,6 +229,14 @@ def _float32(values: np.ndarray) -> np.ndarray:
     return values.astype(np.float32, copy=False) if values.dtype.kind == "f" else values
 
 
+def _read_float32(item: Any) -> np.ndarray:
+    """An HDF5 dataset read into memory, floats converted to float32 as they are read (a
+    float64 file never has a float64 copy in memory)."""
+    if item.dtype.kind == "f" and item.dtype != np.float32:
+        return item.astype(np.float32)[()]
+    return item[()]
+
+
 def _flag(path: Path, key: str, values: np.ndarray, n: int) -> np.ndarray:
     """A per-step array of shape ``(n,)`` or ``(n, 1)`` as ``(n,)``."""
     if values.shape not in ((n,), (n, 1)):
@@ -273,13 +281,13 @@ def read_d4rl(path: str | os.PathLike, *, name: str | None = None) -> OfflineDat
             if handle[key].shape[:1] != (n,):
                 raise ConfigError(f"{path}: {key} has {handle[key].shape[0]} rows, "
                                   f"observations has {n}: every array needs one row per step")
-        obs = _float32(handle["observations"][()])
-        actions = _float32(handle["actions"][()])
+        obs = _read_float32(handle["observations"])
+        actions = _read_float32(handle["actions"])
         rewards = _float32(_flag(path, "rewards", handle["rewards"][()], n))
         terminals = _flag(path, "terminals", handle["terminals"][()], n).astype(bool)
         timeouts = (_flag(path, "timeouts", handle["timeouts"][()], n).astype(bool)
                     if "timeouts" in handle else np.zeros(n, dtype=bool))
-        next_obs = (_float32(handle["next_observations"][()])
+        next_obs = (_read_float32(handle["next_observations"])
                     if "next_observations" in handle else None)
         metadata = {key: _scalar(handle[key][()]) for key in _walk(handle, "metadata")}
         attrs = {key: _scalar(value) for key, value in handle.attrs.items()}
@@ -338,9 +346,22 @@ def _scalar(value: Any) -> Any:
     return value
 
 
+def _compact(values: np.ndarray, keep: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """``values[keep]`` for ascending ``keep`` with ``keep[i] >= i``, written over the front
+    of ``values`` chunk by chunk (a chunk reads rows at or past the rows it writes), so that
+    no second copy of a large array is made; ``values`` itself when nothing is dropped."""
+    if len(keep) == len(values):
+        return values
+    for start in range(0, len(keep), chunk):
+        end = min(start + chunk, len(keep))
+        values[start:end] = values[keep[start:end]]
+    return values[:len(keep)]
+
+
 def _d4rl_transitions(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
                       terminals: np.ndarray, timeouts: np.ndarray,
                       next_obs: np.ndarray | None) -> TensorDict:
+    """The file's arrays as transitions; ``obs`` and ``actions`` are reused in place."""
     n = obs.shape[0]
     ends = terminals | timeouts
     episode = np.concatenate([[0], np.cumsum(ends[:-1])]) if n else np.zeros(0, np.int64)
@@ -355,18 +376,20 @@ def _d4rl_transitions(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
         if n:
             last[-1] = True
         keep = np.flatnonzero(~((timeouts | last) & ~terminals))
-        following = np.zeros_like(obs[keep])
-        inside = ~terminals[keep]
-        following[inside] = obs[keep[inside] + 1]
+        following = np.zeros((len(keep), *obs.shape[1:]), dtype=obs.dtype)
+        for start in range(0, len(keep), 1 << 16):  # chunks: no full-size temporary
+            rows = keep[start:start + (1 << 16)]
+            inside = ~terminals[rows]
+            following[start:start + len(rows)][inside] = obs[rows[inside] + 1]
         truncated = np.zeros(n, dtype=bool)
     terminated = terminals[keep]
     truncated = truncated[keep]
     return TensorDict({
-        "observation": torch.from_numpy(np.ascontiguousarray(obs[keep])),
-        "action": torch.from_numpy(np.ascontiguousarray(actions[keep])),
+        "observation": torch.from_numpy(_compact(obs, keep)),
+        "action": torch.from_numpy(_compact(actions, keep)),
         "episode": torch.from_numpy(episode[keep].astype(np.int64)),
         "next": {
-            "observation": torch.from_numpy(np.ascontiguousarray(following)),
+            "observation": torch.from_numpy(following),
             "reward": torch.from_numpy(rewards[keep].reshape(-1, 1).copy()),
             "terminated": torch.from_numpy(terminated.reshape(-1, 1).copy()),
             "truncated": torch.from_numpy(truncated.reshape(-1, 1).copy()),
