@@ -38,13 +38,15 @@ from rlbench.data.replay_buffer import ReplayBuffer
 from rlbench.data.storages import Storage, TensorStorage
 from rlbench.errors import ConfigError, quote
 
-__all__ = ["D4RL_ENVS", "OfflineDataset", "d4rl_dir", "d4rl_file_name", "d4rl_path", "d4rl_url",
-           "load_dataset", "minari_root", "read_d4rl", "read_minari"]
+__all__ = ["D4RL_ENVS", "D4RL_LOCOMOTION", "OfflineDataset", "d4rl_dir", "d4rl_file_name",
+           "d4rl_path", "d4rl_url", "load_dataset", "minari_root", "read_d4rl", "read_minari"]
 
 # D4RL's gym-MuJoCo data came from mujoco-py v3 envs, which gymnasium 1.x cannot make: each
-# is evaluated in the gymnasium env of the same model, observations and actions.
-D4RL_ENVS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5",
-             "ant": "Ant-v5"}
+# is evaluated in the gymnasium env of the same model, observations and actions. D4RL's ant
+# observations (111 numbers, contact forces included) match no gymnasium Ant default, so its
+# files load with no eval env.
+D4RL_ENVS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5"}
+D4RL_LOCOMOTION = ("hopper", "halfcheetah", "walker2d", "ant")  # the v2 files D4RL publishes
 _D4RL_URL = "http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/{file}"
 _D4RL_KEYS = ("observations", "actions", "rewards", "terminals")
 _MINARI_VERSIONS = ((0, 4), (0, 5))  # the (major, minor) versions whose HDF5 layout this reads
@@ -114,7 +116,7 @@ def d4rl_url(name: str) -> str | None:
     """The published URL of a gym-MuJoCo v2 dataset; None for other names."""
     env = name.split("-")[0]
     return (_D4RL_URL.format(file=d4rl_file_name(name))
-            if env in D4RL_ENVS and name.endswith("-v2") else None)
+            if env in D4RL_LOCOMOTION and name.endswith("-v2") else None)
 
 
 def minari_root() -> Path:

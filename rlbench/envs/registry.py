@@ -25,9 +25,21 @@ from rlbench.envs.common import EnvBase
 from rlbench.envs.specs import Bounded, Categorical
 from rlbench.errors import ConfigError, UnknownNameError
 
-__all__ = ["EnvFamily", "EnvProbe", "action_space_kind", "env_family", "gym_name", "list_envs",
-           "make", "make_train_and_eval", "probe_env", "register_env_family", "render_kwargs",
-           "validate_env_id"]
+__all__ = [
+    "EnvFamily",
+    "EnvProbe",
+    "action_space_kind",
+    "env_family",
+    "gym_name",
+    "is_gymnasium",
+    "list_envs",
+    "make",
+    "make_train_and_eval",
+    "probe_env",
+    "register_env_family",
+    "render_kwargs",
+    "validate_env_id",
+]
 
 _GYM_FAMILIES = {
     "gymnasium.envs.classic_control": "classic",
@@ -123,6 +135,12 @@ def validate_env_id(env_id: str) -> None:
         known = env_id in gym.registry
     if not known:
         raise UnknownNameError("env", env_id, list_envs())
+
+
+def is_gymnasium(env_id: str) -> bool:
+    """Whether ``env_id`` is a gymnasium id (plain or ``module:EnvId``), not a registered
+    family's."""
+    return _family_of(env_id) is None
 
 
 def gym_name(env_id: str) -> str:

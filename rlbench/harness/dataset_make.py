@@ -37,7 +37,7 @@ from tensordict import TensorDict
 import rlbench
 from rlbench.data.offline import d4rl_file_name
 from rlbench.envs import validate_env_id
-from rlbench.envs.registry import gym_name
+from rlbench.envs.registry import gym_name, is_gymnasium
 from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.policy import Policy, load_policy
 from rlbench.harness.words import int_word, split_words
@@ -111,6 +111,7 @@ def parse_make(args: Sequence[str]) -> MakeRequest:
         raise ConfigError("quality=random needs env=<id> (or a policy= whose env it takes)")
     if env is not None:
         validate_env_id(env)
+        _check_gymnasium(env)
     out = Path(values["out"])
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out={out} is a file: name a directory")
@@ -121,6 +122,13 @@ def parse_make(args: Sequence[str]) -> MakeRequest:
         seed=int_word("seed", values.get("seed", "0"), 0, 2**31 - 1),
         ref_episodes=int_word("ref_episodes", values.get("ref_episodes", "100"), 1, 10**6),
         out_dir=values.get("out_dir"))
+
+
+def _check_gymnasium(env_id: str) -> None:
+    """Datasets are collected with gymnasium's own env (its ``qpos``/``qvel`` for D4RL's
+    ``infos``); other families (``dmc:``) are not made that way."""
+    if not is_gymnasium(env_id):
+        raise ConfigError(f"env={env_id}: rlbench dataset make collects gymnasium envs only")
 
 
 Actor = Callable[[np.ndarray], np.ndarray]
@@ -167,7 +175,7 @@ def rollout(env_id: str, act: Actor, *, steps: int | None, episodes: int | None,
                 observation, reward, terminated, truncated, _ = env.step(action)
                 total += 1
                 cut = steps is not None and total >= steps
-                episode.actions.append(np.asarray(action))
+                episode.actions.append(_stored_action(env.action_space, action))
                 episode.observations.append(observation)
                 episode.rewards.append(float(reward))
                 episode.terminations.append(bool(terminated))
@@ -178,6 +186,14 @@ def rollout(env_id: str, act: Actor, *, steps: int | None, episodes: int | None,
     finally:
         env.close()
     return found
+
+
+def _stored_action(space: gym.Space, action: Any) -> np.ndarray:
+    """An action as rlbench's data model keeps it: a discrete one as an index from 0
+    (gymnasium's ``Discrete(n, start)`` counts from ``start``), a box one as executed."""
+    if isinstance(space, gym.spaces.Discrete):
+        return np.asarray(int(action) - int(space.start))
+    return np.asarray(action)
 
 
 def mean_return(episodes: Sequence[Episode]) -> float:
@@ -235,10 +251,13 @@ def _run_details(policy_source: str, out_dir: str | None) -> dict[str, Any]:
         except Exception as err:
             raise ConfigError(f"no run {policy_source} in the store at {client.tracking_uri}"
                               ) from err
-        path = Path(run.data.tags.get("run_dir", ""))
-        if not path.is_dir():
+        tag = run.data.tags.get("run_dir")
+        path = Path(tag) if tag else None
+        if path is None or not path.is_dir():
             raise ConfigError(f"run {policy_source}: its run directory {path} is not on this "
                               "machine; pass the run directory as policy=")
+    if not (path / "curve.csv").is_file():
+        raise ConfigError(f"{path} holds no curve.csv: not a finished rlbench run")
     curve = []
     with (path / "curve.csv").open() as handle:
         for row in csv.DictReader(handle):
@@ -249,9 +268,12 @@ def _run_details(policy_source: str, out_dir: str | None) -> dict[str, Any]:
             "transitions": path / "transitions"}
 
 
-def _replay_episodes(transitions_dir: Path, until_frames: int, source: str) -> list[Episode]:
+def _replay_episodes(transitions_dir: Path, until_frames: int, source: str,
+                     space: gym.Space) -> list[Episode]:
     """The transitions a run collected up to ``until_frames`` (all its envs), as episodes:
-    each env's stream cut where its episodes end (and at the cut, truncated)."""
+    each env's stream cut where its episodes end (and at the cut, truncated). Box actions
+    are clipped to the bounds, as the env executed them (a Gaussian policy's samples are
+    not bounded)."""
     if not (transitions_dir / "meta.json").is_file():
         raise ConfigError(f"{source} kept no transitions: medium-replay needs a run made with "
                           "save_transitions=true")
@@ -270,7 +292,10 @@ def _replay_episodes(transitions_dir: Path, until_frames: int, source: str) -> l
             episode = Episode()
             episode.observations = [*part["observation"].numpy(),
                                     part["next", "observation"][-1].numpy()]
-            episode.actions = list(part["action"].numpy())
+            actions = part["action"].numpy()
+            if isinstance(space, gym.spaces.Box):
+                actions = np.clip(actions, space.low, space.high).astype(space.dtype)
+            episode.actions = list(actions)
             episode.rewards = part["next", "reward"].squeeze(-1).double().tolist()
             episode.terminations = part["next", "terminated"].squeeze(-1).tolist()
             truncated = part["next", "truncated"].squeeze(-1).tolist()
@@ -290,7 +315,7 @@ def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path
     space = probe.action_space
     probe.close()
     log(f"reference scores: {request.ref_episodes} episodes each")
-    reference_seed = request.seed + 10**6  # other starts than any dataset episode
+    reference_seed = request.seed + 2**32  # apart from every dataset episode's seed
     random_ref = mean_return(rollout(env_id, _random_actor(space, reference_seed), steps=None,
                                      episodes=request.ref_episodes, seed=reference_seed))
     expert_ref = None
@@ -345,13 +370,13 @@ def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path
                                                   f"(its evaluation: {logged:.6g}), sampling",
                                      "snapshot_frames": frames}
         if quality == "medium-replay":
-            return (_replay_episodes(details["transitions"], frames, details["source"]),
+            return (_replay_episodes(details["transitions"], frames, details["source"], space),
                     {"behaviour": f"every transition the run collected up to {frames:,} "
                                   f"frames (the medium snapshot)", "snapshot_frames": frames})
         medium, medium_info = episodes_of("medium")
         expert_episodes, _ = episodes_of("expert")
-        return [*medium, *expert_episodes], {"behaviour": "medium followed by expert",
-                                             **medium_info}
+        return [*medium, *expert_episodes], {**medium_info,
+                                             "behaviour": "medium followed by expert"}
 
     for quality in request.qualities:
         log(f"{quality}: collecting")

@@ -10,7 +10,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rlbench.data.offline import D4RL_ENVS, OfflineDataset, d4rl_dir, load_dataset, minari_root
+from rlbench.data.offline import (
+    D4RL_LOCOMOTION,
+    OfflineDataset,
+    d4rl_dir,
+    load_dataset,
+    minari_root,
+)
 from rlbench.errors import ConfigError, UnknownNameError
 
 __all__ = ["DATASET_COMMANDS", "known_datasets", "print_datasets", "run_dataset"]
@@ -98,13 +104,13 @@ def known_datasets() -> list[tuple[str, str]]:
     known remote name that is not: D4RL's gym-MuJoCo v2 files and Minari's MuJoCo v0 ids."""
     found: dict[str, str] = {}
     d4rl = d4rl_dir()
-    for env in D4RL_ENVS:
+    for env in D4RL_LOCOMOTION:
         for name in _D4RL_DATASETS:
             found[f"d4rl:{env}-{name}-v2"] = "remote (download=True)"
     if d4rl.is_dir():
         for path in sorted(d4rl.glob("*.hdf5")):
             found[f"d4rl:{path.stem.replace('_', '-')}"] = str(path)
-    for env in D4RL_ENVS:
+    for env in D4RL_LOCOMOTION:
         for name in _MINARI_MUJOCO:
             found[f"minari:mujoco/{env}/{name}-v0"] = "remote (download=True)"
     root = minari_root()

@@ -101,6 +101,7 @@ def test_the_qualities_are_what_d4rl_means(sac_run: Path, made: Path) -> None:
     assert len(replay) == snapshot
     assert torch.equal(replay["observation"], collected["observation"])
     assert torch.equal(replay["next", "reward"], collected["next", "reward"])
+    assert loaded["medium-expert"].provenance["attrs"]["behaviour"] == "medium followed by expert"
     both = loaded["medium-expert"].transitions
     assert torch.equal(both["observation"], torch.cat([loaded["medium"].transitions[
         "observation"], loaded["expert"].transitions["observation"]]))
@@ -125,6 +126,8 @@ def test_random_needs_no_run(tmp_path: Path) -> None:
     (["env=CartPole-v1", "quality=random", "steps=10"], "needs out=..."),
     (["env=CartPole-v1", "quality=random", "steps=10", "out=o", "format=parquet"],
      "unknown format 'parquet'"),
+    (["env=dmc:cartpole-balance", "quality=random", "steps=10", "out=o"],
+     "collects gymnasium envs only"),
 ])
 def test_bad_words_are_refused(capsys: pytest.CaptureFixture, words: list[str],
                                message: str) -> None:
