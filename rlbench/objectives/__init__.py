@@ -10,12 +10,14 @@ from rlbench.objectives.common import (
 )
 from rlbench.objectives.ddpg import DDPGLoss, TD3Loss
 from rlbench.objectives.dqn import DQNLoss
+from rlbench.objectives.offline import BCLoss, TD3BCLoss
 from rlbench.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from rlbench.objectives.sac import DiscreteSACLoss, SACLoss
 from rlbench.objectives.targets import HardUpdate, SoftUpdate, make_target
 
 __all__ = [
     "A2CLoss",
+    "BCLoss",
     "ClipPPOLoss",
     "DDPGLoss",
     "DQNLoss",
@@ -26,6 +28,7 @@ __all__ = [
     "PPOLoss",
     "SACLoss",
     "SoftUpdate",
+    "TD3BCLoss",
     "TD3Loss",
     "backward_and_step",
     "bootstrap_discount",
