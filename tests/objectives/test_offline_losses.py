@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlbench.modules import DeterministicActor
-from rlbench.objectives import BCLoss, TD3BCLoss, make_target
+from rlbench.objectives import BCLoss, IQLLoss, TD3BCLoss, make_target
 
 F64 = torch.float64
 OBS, ACTIONS = [0.5, -1.0], [0.2, 0.3]
@@ -91,3 +91,60 @@ def test_td3_bc_critic_is_td3s() -> None:
     assert out["loss_qvalue"].item() == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError, match="alpha must be >= 0"):
         TD3BCLoss(actor, critic, make_target(actor), make_target(critic), alpha=-1.0)
+
+
+def _iql(actor: nn.Module, beta: float = 3.0) -> IQLLoss:
+    """Critics ``Q_0 = s + a``, ``Q_1 = 2 s - a``; value ``V(s) = 0.5 s``."""
+    critic = LinearEnsemble([[1.0, 1.0], [2.0, -1.0]])
+    value = nn.Linear(1, 1, bias=False).double()
+    with torch.no_grad():
+        value.weight.fill_(0.5)
+    return IQLLoss(actor, critic, make_target(critic), value, expectile=0.7, beta=beta,
+                   gamma=0.5)
+
+
+# u = min_m Q'_m(s, a) - V(s): s = 0.5, a = 0.2 -> min(0.7, 0.8) - 0.25 = 0.45;
+# s = -1, a = 0.3 -> min(-0.7, -2.3) + 0.5 = -1.8
+ADVANTAGES = [0.45, -1.8]
+
+
+def test_iql_value_loss_is_an_expectile_regression() -> None:
+    loss = _iql(_actor())
+    out = loss.value_loss(_batch())
+    assert out["loss_value"].item() == pytest.approx((0.7 * 0.45**2 + 0.3 * 1.8**2) / 2,
+                                                     rel=1e-12)
+    assert loss.advantage(_batch()).flatten().tolist() == pytest.approx(ADVANTAGES)
+
+
+def test_iql_critics_regress_on_the_value_of_the_next_state() -> None:
+    """y = r + gamma * V(s'), none after a termination: [1 + 0.5 * 0.5, -1]."""
+    out = _iql(_actor()).q_loss(_batch())
+    targets = [1.25, -1.0]
+    members = [[0.7, -0.7], [0.8, -2.3]]
+    expected = sum(sum((q - y) ** 2 for q, y in zip(member, targets, strict=True)) / 2
+                   for member in members) / 2
+    assert out["loss_qvalue"].item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_iql_actor_weights_cloning_by_exponentiated_advantages() -> None:
+    loss = _iql(_actor())
+    advantage = loss.advantage(_batch())
+    weights = [math.exp(3.0 * u) for u in ADVANTAGES]
+    costs = [(math.tanh(s) - a) ** 2 for s, a in zip(OBS, ACTIONS, strict=True)]
+    out = loss.actor_loss(_batch(), advantage)
+    assert out["loss_actor"].item() == pytest.approx(
+        sum(w * c for w, c in zip(weights, costs, strict=True)) / 2, rel=1e-12)
+
+    class GaussianAtObservation(nn.Module):
+        def dist(self, observation: torch.Tensor) -> torch.distributions.Distribution:
+            return torch.distributions.Normal(observation, 1.0)
+
+    stochastic = _iql(GaussianAtObservation(), beta=100.0)  # weights clamp at 100
+    out = stochastic.actor_loss(_batch(), stochastic.advantage(_batch()))
+    nll = [0.5 * (a - s) ** 2 + 0.5 * math.log(2 * math.pi)
+           for s, a in zip(OBS, ACTIONS, strict=True)]
+    clamped = [min(math.exp(100.0 * u), 100.0) for u in ADVANTAGES]
+    assert out["loss_actor"].item() == pytest.approx(
+        sum(w * c for w, c in zip(clamped, nll, strict=True)) / 2, rel=1e-12)
+    with pytest.raises(ValueError, match="expectile must lie in"):
+        IQLLoss(_actor(), None, None, None, expectile=1.0)
