@@ -408,7 +408,7 @@ def _command_words(request: MakeRequest) -> list[str]:
 
 
 def _stack(episodes: Sequence[Episode], pick: Callable[[Episode], list]) -> np.ndarray:
-    parts = [np.asarray(pick(e)) for e in episodes if pick(e)]
+    parts = [part for part in (np.asarray(pick(e)) for e in episodes) if part.size]
     return np.concatenate(parts) if parts else np.zeros(0)
 
 

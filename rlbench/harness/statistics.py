@@ -213,9 +213,8 @@ def stratified_bootstrap_ci(
     to hold ``confidence`` at few runs per task (``expanded_confidence``); without it the
     interval is rliable's.
     """
-    tasks_runs = [t.size for t in as_tasks(scores)]
     if expand:
-        confidence = expanded_confidence(tasks_runs, confidence)
+        confidence = expanded_confidence([t.size for t in as_tasks(scores)], confidence)
     matrix = _matrix_if_even(scores)
     if matrix is None:  # ragged: each task's runs resampled on their own
         tasks = as_tasks(scores)
