@@ -117,12 +117,20 @@ LISTABLE = ("suites", "algorithms", "envs", "datasets")
 def _grid_table(sweep) -> Table:
     """The resolved grid; cells are text (``[...]`` in a name is not read as markup)."""
     table = Table(title=Text(f"suite {sweep.suite.name}: {len(sweep.runs)} runs"))
-    for header in ("run", "frames", "eval every", "episodes", "device", "identity"):
+    offline = any(run.offline for run in sweep.runs)
+    headers = ["run", "budget" if offline else "frames", "eval every", "episodes"]
+    headers += ["eval env"] if offline else []
+    for header in (*headers, "device", "identity"):
         table.add_column(header)
     for run in sweep.runs:
+        budget = f"{run.steps:,} steps" if run.offline else f"{run.frames:,}"
+        if offline and not run.offline:
+            budget += " frames"
+        eval_env = [run.env if run.offline else "—"] if offline else []
+        identity = run.identity if not run.offline or run.dataset_sha256 else "(made first)"
         table.add_row(*(Text(cell) for cell in (
-            run.name, f"{run.frames:,}", f"{run.eval_every:,}", str(run.eval_episodes),
-            run.device, run.identity)))
+            run.name, budget, f"{run.eval_every:,}", str(run.eval_episodes), *eval_env,
+            run.device, identity)))
     return table
 
 
@@ -137,9 +145,10 @@ def _print_hyperparameters(sweep, console: Console) -> None:
         console.print(Text(f"(hyperparameters: add algo=<one of {', '.join(algos)}>)"))
         return
     fields = algorithm_fields(algos[0])
-    for run in {(run.algo, run.env): run for run in sweep.runs}.values():
-        sources = sweep.sources[(run.algo, run.env)]
-        table = Table(title=Text(f"{run.algo} on {run.env} (env family {run.env_family})"))
+    for run in {(run.algo, run.task): run for run in sweep.runs}.values():
+        sources = sweep.sources[(run.algo, run.task)]
+        on = f"{run.task} (evaluated in {run.env}, " if run.offline else f"{run.env} ("
+        table = Table(title=Text(f"{run.algo} on {on}env family {run.env_family})"))
         for header in ("hyperparameter", "value", "from", "help"):
             table.add_column(header)
         for name, value in run.algo_params.items():
@@ -225,6 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(_grid_table(sweep))
             _print_hyperparameters(sweep, console)
             return 0
+        if sweep.to_make:  # rlbench's own small datasets, made on first use
+            from rlbench.harness.dataset_plan import make_family
+
+            for family in sweep.to_make:
+                make_family(family, lambda line: console.print(Text(line)))
+            sweep = resolve_sweep(rest)
         from rlbench.harness.sweep import run_sweep
 
         result = run_sweep(sweep, console)  # an unreachable tracking server or Ray cluster

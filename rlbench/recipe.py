@@ -119,6 +119,7 @@ class RunSpec:
     algo: Any
     steps: int = 0
     dataset: str | None = None
+    dataset_sha256: str | None = None  # of the file the run was planned with
     save_snapshots: bool = False  # the policy at every evaluation, under snapshots/<n>/
     save_transitions: bool = False  # every collected transition, under transitions/
 
@@ -142,6 +143,9 @@ class RunLogger(Protocol):
 
     def log_eval(self, step: int, returns: Sequence[float]) -> None:
         """Returns of the evaluation episodes run after ``step``."""
+
+    def log_score(self, step: int, score: float) -> None:
+        """The normalized score (``eval/normalized_score``) of the evaluation after ``step``."""
 
     def save_model(self, name: str, module: nn.Module) -> None:
         """Keep ``module``'s weights as the run's ``<name>.pt`` artifact (``name`` may hold
@@ -222,15 +226,17 @@ class RunLoop:
     throughput is ``train/fps``, or ``train/steps_per_s`` offline), logs the metrics
     averaged since the last log every ``log_every`` units of the budget (every iteration
     when None) with ``loop.diagnostics`` beside them, evaluates every ``spec.eval_every``,
-    and always at the end of the budget, then calls each of ``on_iteration`` (where
-    checkpoints plug in). When the budget is spent it saves the policy (and the
-    normalisation, when given) and, as ``spec`` asks, the policy at every evaluation
-    (``snapshots/<step>/``) and every collected transition (``transitions/``).
+    and always at the end of the budget (with ``score``, the normalized score of those
+    returns beside them), then calls each of ``on_iteration`` (where checkpoints plug in).
+    When the budget is spent it saves the policy (and the normalisation, when given) and,
+    as ``spec`` asks, the policy at every evaluation (``snapshots/<step>/``) and every
+    collected transition (``transitions/``).
     """
 
     def __init__(self, spec: RunSpec, logger: RunLogger, *, policy: nn.Module,
                  evaluate: Callable[[], Sequence[float]], log_every: int | None = None,
-                 normalization: nn.Module | None = None):
+                 normalization: nn.Module | None = None,
+                 score: Callable[[Sequence[float]], float] | None = None):
         if spec.save_transitions and _rewrites_transitions(normalization):
             raise ValueError("save_transitions keeps transitions as the agent saw them, and "
                              "this run normalises its observations or rewards: turn "
@@ -240,7 +246,7 @@ class RunLoop:
         self.metrics = MetricMean()
         self.diagnostics: dict[str, float] = {}
         self.on_iteration: list[Callable[[int], None]] = []
-        self._evaluate = evaluate
+        self._evaluate, self._score = evaluate, score
         self._eval_schedule = FrameSchedule(spec.eval_every)
         self._log_schedule = FrameSchedule(log_every) if log_every else None
         self._throughput = "train/steps_per_s" if spec.offline else "train/fps"
@@ -281,7 +287,10 @@ class RunLoop:
             hook(progress)
 
     def _evaluate_now(self, progress: int) -> None:
-        self.logger.log_eval(progress, self._evaluate())
+        returns = self._evaluate()
+        self.logger.log_eval(progress, returns)
+        if self._score is not None:
+            self.logger.log_score(progress, self._score(returns))
         self._last_eval = progress
         if self.spec.save_snapshots:
             self._save_policy(f"snapshots/{progress}/")

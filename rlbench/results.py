@@ -30,6 +30,7 @@ __all__ = ["CURVE_COLUMNS", "RETURN", "RUN_COLUMNS", "config_key", "curves", "cu
 
 RETURN = "eval/return_mean"
 RETURN_STD = "eval/return_std"
+SCORE = "eval/normalized_score"
 # Params that vary between the seeds of one config: left out of the config key.
 SEED_PARAMS = ("seed_index", "base_seed")
 # Tags shown as columns of their own; every other tag but MLflow's is ``tag.<name>``.
@@ -37,8 +38,8 @@ _TAG_COLUMNS = ("suite", "algorithm", "env", "seed", "config_hash", "git_commit"
                 "rlbench_version", "torch_version", "tensordict_version", "gymnasium_version",
                 "mujoco_version", "python_version", "host", "device", "error")
 RUN_COLUMNS = ("run_id", "suite", "algorithm", "env", "seed", "frames", "config",
-               "config_hash", "status", "final_return", "fps", "seconds", "start_time",
-               *_TAG_COLUMNS[5:])
+               "config_hash", "status", "final_return", "final_score", "fps", "seconds",
+               "start_time", *_TAG_COLUMNS[5:])
 _ALIASES = {"algo": "algorithm"}
 
 
@@ -112,19 +113,24 @@ def latest_attempts(client: MlflowClient, suite: str) -> list[Run]:
 
 def _row(run: Run) -> dict[str, Any]:
     tags, params, info = run.data.tags, run.data.params, run.info
-    final = run.data.metrics.get(RETURN) if info.status == "FINISHED" else None
+    finished = info.status == "FINISHED"
+    final = run.data.metrics.get(RETURN) if finished else None
+    score = run.data.metrics.get(SCORE) if finished else None
+    budget = params.get("frames", params.get("steps", 0))  # offline runs count steps
     row: dict[str, Any] = {
         "run_id": info.run_id,
         "suite": tags.get("suite", ""),
         "algorithm": tags.get("algorithm", ""),
         "env": tags.get("env", ""),
         "seed": int(tags.get("seed", 0)),
-        "frames": int(float(params.get("frames", 0))),
+        "frames": int(float(budget)),
         "config": config_key(run),
         "config_hash": tags.get("config_hash", ""),
         "status": info.status,
         "final_return": float("nan") if final is None else final,
-        "fps": run.data.metrics.get("train/fps", float("nan")),
+        "final_score": float("nan") if score is None else score,
+        "fps": run.data.metrics.get("train/fps",
+                                    run.data.metrics.get("train/steps_per_s", float("nan"))),
         "seconds": ((info.end_time - info.start_time) / 1000
                     if info.end_time and info.start_time else float("nan")),
         "start_time": pd.to_datetime(info.start_time, unit="ms", utc=True),
@@ -180,7 +186,10 @@ def load(store: str | Path | MlflowClient | None = None, *, suite: str,
     ``**{"param.ppo.learning_rate": "0.0005"}``).
 
     ``store`` is an out dir, or an ``MlflowClient``; ``final_return`` is the mean return
-    of the run's last evaluation (NaN unless it finished), ``frames`` its budget.
+    of the run's last evaluation (NaN unless it finished), ``final_score`` its D4RL
+    normalized score (offline runs whose dataset has references, else NaN), ``frames`` its
+    budget (gradient steps for an offline run, whose ``env`` is its dataset's name), ``fps``
+    its frames or gradient steps per second.
     """
     runs = latest_attempts(_client(store, tracking_uri), suite)
     frame = pd.DataFrame([_row(run) for run in runs])

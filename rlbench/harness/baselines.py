@@ -1,7 +1,9 @@
 """Published scores beside ours: matching rows, verdicts by CI overlap, normalization refs.
 
-``results/baselines/online_*.csv`` hold published returns (each row names its source);
-``normalization.csv`` holds per-env random and reference returns for normalized scores.
+``results/baselines/online_*.csv`` hold published returns (each row names its source),
+``offline_*.csv`` published D4RL normalized scores per dataset (CORL's table: its "last" and
+"best" checkpoints); ``normalization.csv`` holds per-env random and reference returns for
+normalized scores.
 A verdict compares our 95% CI of the mean final return with the published value's
 interval: *above* or *below* when they do not overlap, *within* when they do. Every
 difference of protocol (env version, budget, metric) is stated beside the verdict.
@@ -21,11 +23,17 @@ import rlbench
 from rlbench.errors import ConfigError
 from rlbench.harness.statistics import Interval
 
-__all__ = ["PublishedScore", "Reference", "Verdict", "default_baseline_dir", "env_base",
-           "load_published", "load_references", "matching", "verdict"]
+__all__ = ["OUR_OFFLINE_METRIC", "PublishedScore", "Reference", "Verdict",
+           "default_baseline_dir", "env_base", "load_published", "load_references", "matching",
+           "offline_algorithm", "verdict"]
 
 T = TypeVar("T")
 OUR_METRIC = "deterministic_eval_mean"
+# An offline run's score: the normalized mean return of its final evaluation, CORL's "last".
+OUR_OFFLINE_METRIC = "d4rl_normalized_last"
+# CORL's gym-MuJoCo budget (1M gradient steps for every dataset, 4 seeds: its README and
+# configs/offline/); its table states neither per row.
+CORL_STEPS = 1_000_000
 _VERSION = re.compile(r"^(?P<base>.+)-v(?P<version>\d+)$")
 
 
@@ -86,9 +94,15 @@ def _optional(text: str, kind: type) -> int | float | None:
     return kind(float(text)) if text else None
 
 
+def offline_algorithm(name: str) -> str:
+    """CORL's algorithm names as rlbench's recipes are named: ``TD3+BC`` -> ``td3_bc``."""
+    return name.strip().lower().replace("+", "_").replace(" ", "_")
+
+
 def load_published(directory: Path) -> list[PublishedScore]:
-    """The rows of ``directory/online_*.csv``; a result two source files both report (same
-    algorithm, env, numbers and metric) is kept once, under its first name."""
+    """The rows of ``directory/online_*.csv`` and ``offline_*.csv`` (whose ``env`` is the
+    dataset); a result two source files both report (same algorithm, env, numbers and
+    metric) is kept once, under its first name."""
     def parse(row: dict[str, str]) -> PublishedScore:
         if not math.isfinite(float(row["return_mean"])):
             raise ValueError(f"return_mean must be a finite number, got {row['return_mean']}")
@@ -100,10 +114,22 @@ def load_published(directory: Path) -> list[PublishedScore]:
             negligible=_negligible(row.get("negligible") or ""),
         )
 
+    def parse_offline(row: dict[str, str]) -> PublishedScore:
+        mean = float(row["score_mean"])
+        if not math.isfinite(mean):
+            raise ValueError(f"score_mean must be a finite number, got {row['score_mean']}")
+        return PublishedScore(
+            source=row["source"], library=row["source"].split()[0],
+            algorithm=offline_algorithm(row["algorithm"]), env=row["dataset"],
+            steps=CORL_STEPS, mean=mean, std=_optional(row["score_std"], float),
+            n_seeds=_optional(row["n_seeds"], int), metric=row["metric"], notes=row["notes"])
+
     scores: list[PublishedScore] = []
     seen: set[tuple] = set()
-    for path in sorted(directory.glob("online_*.csv")):
-        for score in _parse_rows(path, parse):
+    files = [(path, parse) for path in sorted(directory.glob("online_*.csv"))]
+    files += [(path, parse_offline) for path in sorted(directory.glob("offline_*.csv"))]
+    for path, parser in files:
+        for score in _parse_rows(path, parser):
             key = (score.algorithm, score.env, score.steps, score.mean, score.std, score.metric)
             if key not in seen:
                 seen.add(key)
@@ -139,7 +165,8 @@ class Verdict:
     caveats: list[str] = field(default_factory=list)
 
 
-def verdict(ours: Interval, frames: int, env: str, published: PublishedScore) -> Verdict:
+def verdict(ours: Interval, frames: int, env: str, published: PublishedScore, *,
+            metric: str = OUR_METRIC, unit: str = "frames") -> Verdict:
     """Compare our CI of the mean with the published interval, and name every mismatch.
 
     Only like is judged: where the env version, the budget or the metric differ (or the
@@ -159,8 +186,8 @@ def verdict(ours: Interval, frames: int, env: str, published: PublishedScore) ->
     if published.steps is None:
         differs("budget", "budget not stated", "budget not stated")
     elif published.steps != frames:
-        differs("budget", f"budget {published.steps:,} vs {frames:,} frames", "budget differs")
-    if published.metric != OUR_METRIC:
+        differs("budget", f"budget {published.steps:,} vs {frames:,} {unit}", "budget differs")
+    if published.metric != metric:
         differs("metric", f"metric {published.metric}", "metric differs")
     theirs = published.interval()
     if blocking:

@@ -23,6 +23,8 @@ from mlflow.tracking import MlflowClient
 from rlbench import results
 from rlbench.errors import UnknownNameError
 from rlbench.harness.baselines import (
+    OUR_METRIC,
+    OUR_OFFLINE_METRIC,
     PublishedScore,
     Reference,
     Verdict,
@@ -69,6 +71,14 @@ class RunRecord:
     fps: float | None
     params: dict[str, str] = field(default_factory=dict)
     code: str = "unknown"  # the commit that ran it (7 digits), "+dirty" with local changes
+    # an offline run: its eval env and dataset reference scores (min, max); with references
+    # its curve holds D4RL normalized scores, 100 * (return - min) / (max - min)
+    eval_env: str | None = None
+    refs: tuple[float, float] | None = None
+
+    @property
+    def offline(self) -> bool:
+        return self.eval_env is not None
 
     @property
     def final_return(self) -> float | None:
@@ -120,14 +130,36 @@ def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
     by_run = {run_id: dict(zip(rows.step, rows.return_mean, strict=True))
               for run_id, rows in evals.groupby("run_id")}
     params = [c for c in runs.columns if c.startswith("param.")]
-    return [RunRecord(
-        run_id=row.run_id, algo=row.algorithm, env=row.env, seed=int(row.seed),
-        frames=int(row.frames), status=row.status, config=row.config,
-        curve={int(k): float(v) for k, v in by_run.get(row.run_id, {}).items()},
-        fps=None if np.isnan(row.fps) else float(row.fps),
-        params={c.removeprefix("param."): row[c] for c in params if isinstance(row[c], str)},
-        code=_code_version(row.git_commit, row.git_dirty),
-    ) for _, row in runs.iterrows()]
+    records = []
+    for _, row in runs.iterrows():
+        refs = _refs(row)
+        curve = {int(k): float(v) for k, v in by_run.get(row.run_id, {}).items()}
+        if refs is not None:
+            curve = {k: d4rl_score(v, refs) for k, v in curve.items()}
+        eval_env = row.get("tag.eval_env")
+        records.append(RunRecord(
+            run_id=row.run_id, algo=row.algorithm, env=row.env, seed=int(row.seed),
+            frames=int(row.frames), status=row.status, config=row.config, curve=curve,
+            fps=None if np.isnan(row.fps) else float(row.fps),
+            params={c.removeprefix("param."): row[c] for c in params if isinstance(row[c], str)},
+            code=_code_version(row.git_commit, row.git_dirty),
+            eval_env=eval_env if isinstance(eval_env, str) and eval_env else None, refs=refs))
+    return records
+
+
+def d4rl_score(value: float, refs: tuple[float, float]) -> float:
+    """D4RL's normalized score of a return, ``100 * (x - min) / (max - min)``."""
+    low, high = refs
+    return 100 * (value - low) / (high - low)
+
+
+def _refs(row: object) -> tuple[float, float] | None:
+    """An offline run's dataset reference scores (its ``ref_min_score`` and
+    ``ref_max_score`` tags), when it has both."""
+    low, high = row.get("tag.ref_min_score"), row.get("tag.ref_max_score")
+    if not (isinstance(low, str) and low and isinstance(high, str) and high):
+        return None
+    return float(low), float(high)
 
 
 def _code_version(commit: object, dirty: object) -> str:
@@ -295,8 +327,20 @@ def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: 
              else Interval(AGGREGATES["iqm"](finals), float("nan"), float("nan"))),
     )
     point = Interval(summary.mean, summary.mean, summary.mean)
+    offline = group.runs[0].offline
     for score in matching(list(published), group.env, group.algo):
-        judged = verdict(mean_ci or point, group.frames, group.env, score)
+        if offline != score.metric.startswith("d4rl_"):
+            continue  # an offline table's row is about a dataset, an online one's an env
+        judged = verdict(mean_ci or point, group.frames, group.env, score,
+                         metric=OUR_OFFLINE_METRIC if offline else OUR_METRIC,
+                         unit="steps" if offline else "frames")
+        if offline and group.runs[0].refs is None:
+            judged = Verdict("none: no reference scores, so ours are raw returns",
+                             judged.caveats)
+        elif offline and group.runs[0].eval_env:
+            judged = Verdict(judged.word, [*judged.caveats, f"evaluated in "
+                                           f"{group.runs[0].eval_env}, {score.library} in "
+                                           f"mujoco-py's v3 env"])
         if mean_ci is None:  # no CI: the differences still hold, the verdict does not
             judged = Verdict("n/a (1 seed)", judged.caveats)
         summary.baselines.append((score, judged))
@@ -365,6 +409,32 @@ def _finals_by_env(chosen: Mapping[tuple[str, str], GroupSummary], algo: str,
     return finals
 
 
+def _offline_references(records: Sequence[RunRecord], published: Sequence[PublishedScore]
+                        ) -> tuple[dict[str, Reference], list[str]]:
+    """Each offline dataset's scores are already D4RL-normalized (0 random, 100 expert, by
+    its own references): they enter the aggregates as they are. Notes say, per dataset,
+    what its scores are and why it has no published row to judge against."""
+    references, notes = {}, []
+    offline = {r.env: r for r in records if r.offline}
+    with_rows = {s.env for s in published if s.metric.startswith("d4rl_")}
+    for task, record in sorted(offline.items()):
+        if record.refs is None:
+            notes.append(f"{task}: raw returns in {record.eval_env} (its dataset has no "
+                         "reference scores), left out of the normalized aggregates")
+            continue
+        low, high = record.refs
+        references[task] = Reference(task, 0.0, 100.0, f"D4RL normalized score: returns "
+                                      f"{low:g} and {high:g} in {record.eval_env} are 0 and 100")
+        if task in with_rows:
+            notes.append(f"{task}: evaluated in {record.eval_env}; the dataset came from "
+                         "mujoco-py's v3 env, which gymnasium cannot make (same model, "
+                         "observations and actions; the simulators differ slightly)")
+        else:
+            notes.append(f"{task}: no published score for this dataset (CORL reports D4RL's "
+                         "own files), so no verdict")
+    return references, notes
+
+
 def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, seed: int = 0,
             reps: int = 2000, requested_algos: Sequence[str] = ()) -> Comparison:
     """The statistics of every group, per-algorithm aggregates and pairwise improvement.
@@ -375,7 +445,10 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
     """
     published = load_published(baseline_dir)
     references: dict[str, Reference] = load_references(baseline_dir)
+    offline_references, offline_notes = _offline_references(records, published)
+    references.update(offline_references)
     groups, group_notes = group_runs(records)
+    group_notes += offline_notes
     group_notes += [f"run {r.run_id} ({r.algo} on {r.env}, seed {r.seed}) has a NaN final "
                     "score: the statistics that include it are NaN"
                     for r in records if r.final_return is not None

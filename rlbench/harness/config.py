@@ -37,11 +37,11 @@ from rlbench.harness.words import split_words
 __all__ = ["Overrides", "RunConfig", "SweepConfig", "check_device_here", "check_devices_here",
            "parse_overrides", "resolve_sweep"]
 
-ALIASES = {"algo": "algos", "env": "envs"}
+ALIASES = {"algo": "algos", "env": "envs", "dataset": "datasets"}
 SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
               "launcher": "local", "ray.address": None, "force_threads": False}
 LAUNCHERS = ("local", "ray")
-LIST_KEYS = {"algos", "envs"}
+LIST_KEYS = {"algos", "envs", "datasets"}
 # Settings whose value is a name or a path: taken as typed, never as a YAML number or null.
 TEXT_KEYS = {"suite", "out_dir", "launcher", "ray.address", "device"}
 DEVICE_PATTERN = re.compile(r"(cpu|mps)(:0)?|cuda(:\d+)?")
@@ -151,19 +151,53 @@ class RunConfig:
     algo_params: dict[str, Any]
     save_snapshots: bool = False
     save_transitions: bool = False
+    # an offline run: ``steps`` gradient steps on ``dataset`` (``frames`` is 0), evaluated in
+    # ``env``, the dataset's eval env; the file's sha256 and reference scores are its own
+    dataset: str | None = None
+    dataset_label: str | None = None
+    dataset_sha256: str | None = None
+    dataset_refs: tuple[float, float] | None = None
+    steps: int = 0
+
+    @property
+    def offline(self) -> bool:
+        return self.dataset is not None
+
+    @property
+    def task(self) -> str:
+        """What the run learns: its dataset's name (offline), else its env."""
+        return self.dataset_label or self.env if self.offline else self.env
 
     @property
     def name(self) -> str:
-        return f"{self.algo}/{self.env}/seed{self.seed_index}"
+        return f"{self.algo}/{self.task}/seed{self.seed_index}"
+
+    @property
+    def budget(self) -> int:
+        """Gradient steps (offline) or frames (online)."""
+        return self.steps if self.offline else self.frames
+
+    @property
+    def unit(self) -> str:
+        return "steps" if self.offline else "frames"
+
+    @property
+    def throughput_metric(self) -> str:
+        return "train/steps_per_s" if self.offline else "train/fps"
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields, but the artifact options when they are off: a run that keeps no
-        snapshots or transitions is the run it was before those options existed (the same
-        identity, so it resumes)."""
+        """The fields, but the options that are off: a run that keeps no snapshots or
+        transitions, or an online run, is the run it was before those options existed (the
+        same identity, so it resumes); an offline run has no ``frames``."""
         fields = asdict(self)
         for option in _ARTIFACT_OPTIONS:
             if not fields[option]:
                 del fields[option]
+        for option in _OFFLINE_FIELDS:
+            if fields[option] is None or (option == "steps" and not self.offline):
+                del fields[option]
+        if self.offline:
+            del fields["frames"]
         return fields
 
     @property
@@ -175,6 +209,7 @@ class RunConfig:
 
 
 _ARTIFACT_OPTIONS = ("save_snapshots", "save_transitions")
+_OFFLINE_FIELDS = ("dataset", "dataset_label", "dataset_sha256", "dataset_refs", "steps")
 
 
 @dataclass
@@ -190,12 +225,13 @@ class SweepConfig:
     # per (algo, env): the layer each hyperparameter came from (see resolve_with_sources)
     sources: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the plan should say (show, run)
+    to_make: list[Any] = field(default_factory=list)  # dataset families to make before running
 
 
 # Upper bounds on sizes, far past any real sweep but small enough that no counter, index or
 # progress bar overflows and that a typo (frames=1e30, seeds=1e20) fails at once.
-LIMITS = {"frames": 10**12, "eval_every": 10**12, "eval_episodes": 10**6, "seeds": 10**6,
-          "base_seed": 2**63 - 1, "threads": 1024, "jobs": 1024}
+LIMITS = {"frames": 10**12, "steps": 10**12, "eval_every": 10**12, "eval_episodes": 10**6,
+          "seeds": 10**6, "base_seed": 2**63 - 1, "threads": 1024, "jobs": 1024}
 MAX_RUNS = 10**6  # runs in one grid
 
 
@@ -318,26 +354,72 @@ def _check_action_space(algo: str, env: str, kind: str, known_algos: Sequence[st
                       f"{', '.join(takers) or 'none'})")
 
 
+def _kinds(algos: Sequence[str]) -> dict[str, str]:
+    return {algo: load_algorithm(algo).KIND for algo in algos}
+
+
+def _tasks(base: dict[str, Any], overrides: Overrides, algos: Sequence[str]
+           ) -> tuple[list[str], list[str]]:
+    """The envs of the grid's online algorithms and the datasets of its offline ones;
+    refuses an algorithm given only what it cannot learn from."""
+    kinds = _kinds(algos)
+    online = [a for a in algos if kinds[a] == "online"]
+    offline = [a for a in algos if kinds[a] == "offline"]
+    has_envs, has_datasets = bool(base.get("envs")), bool(base.get("datasets"))
+    if offline and not has_datasets:
+        raise ConfigError(f"{', '.join(offline)} learn{'s' if len(offline) == 1 else ''} from "
+                          f"a dataset: give dataset=<d4rl:name|minari:id|path> (the dataset "
+                          f"names the env it is evaluated in)")
+    if online and not has_envs:
+        raise ConfigError(f"{', '.join(online)} collect{'s' if len(online) == 1 else ''} its "
+                          f"own data in an env: give env=<id> (datasets are for offline "
+                          f"algorithms: {', '.join(_offline_algorithms()) or 'none'})")
+    if not online and "envs" in overrides.settings:
+        raise ConfigError(f"env= is not used by offline algorithms ({', '.join(offline)}): "
+                          "each is evaluated in its dataset's env")
+    if not offline and "datasets" in overrides.settings:
+        raise ConfigError(f"dataset= is not used by online algorithms ({', '.join(online)}); "
+                          f"offline algorithms: {', '.join(_offline_algorithms()) or 'none'}")
+    envs = _names(base, "envs") if online else []
+    datasets = _names(base, "datasets") if offline else []
+    return envs, datasets
+
+
+def _offline_algorithms() -> list[str]:
+    return [a for a in list_algorithms() if load_algorithm(a).KIND == "offline"]
+
+
 def resolve_sweep(args: Sequence[str]) -> SweepConfig:
-    """Parse the command line and resolve every run of the grid; raises on any bad input."""
+    """Parse the command line and resolve every run of the grid; raises on any bad input.
+
+    Online algorithms run on each env, offline ones on each dataset (evaluated in the
+    dataset's env). A dataset of rlbench's own that is made on first use and not made yet
+    is planned with no sha256 (``SweepConfig.to_make``): ``rlbench run`` makes it, then
+    plans again.
+    """
+    from rlbench.harness.dataset_plan import plan_dataset
+
     overrides = parse_overrides(args)
     sweep = {**SWEEP_KEYS, **overrides.sweep}
     suite = load_suite(str(sweep["suite"]))
     base = {**suite.settings, **overrides.settings}
-    algos, envs = _names(base, "algos"), _names(base, "envs")
+    algos = _names(base, "algos")
     known_algos = list_algorithms()
     for algo in algos:
         if algo not in known_algos:
             raise UnknownNameError("algorithm", algo, known_algos)
+    envs, datasets = _tasks(base, overrides, algos)
+    planned = {source: plan_dataset(source) for source in datasets}
     action_spaces = {}
-    for env in envs:
+    for env in [*envs, *{p.env for p in planned.values()}]:
         action_spaces[env] = action_space_kind(env)  # an env that cannot be made: refused
     for algo in suite.per_algo:
         if algo not in known_algos:
             raise UnknownNameError(f"algorithm in per_algo of suite {suite.name}", algo,
                                    known_algos)
+    task_names = {*envs, *datasets, *(p.label for p in planned.values())}
     for env, env_settings in suite.per_env.items():
-        if env not in envs and env not in list_envs():
+        if env not in task_names and env not in list_envs():
             raise UnknownNameError(f"env in per_env of suite {suite.name}", env, list_envs())
         env_algos = env_settings.get("algos", algos)
         if not isinstance(env_algos, list) or not env_algos:
@@ -350,39 +432,52 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     runs = []
     sources: dict[tuple[str, str], dict[str, str]] = {}
     notes: list[str] = []
+    kinds = _kinds(algos)
     for algo in algos:
-        for env in envs:
-            per_env = dict(suite.per_env.get(env, {}))
+        tasks = envs if kinds[algo] == "online" else datasets
+        for task in tasks:
+            dataset = planned.get(task) if kinds[algo] == "offline" else None
+            env = dataset.env if dataset else task
+            per_env = dict(suite.per_env.get(task, suite.per_env.get(
+                dataset.label if dataset else task, {})))
             if algo not in per_env.pop("algos", algos):
                 continue  # the suite does not run this algorithm on this env
             _check_action_space(algo, env, action_spaces[env], known_algos)
             env_algo_params = per_env.pop(algo, {})
             if not isinstance(env_algo_params, dict):
-                raise ConfigError(f"suite {suite.name}: per_env {env}.{algo} must be a mapping "
+                raise ConfigError(f"suite {suite.name}: per_env {task}.{algo} must be a mapping "
                                   f"of hyperparameters, got {quote(env_algo_params)}")
             for other in list(per_env):
                 if other in known_algos:
                     per_env.pop(other)
                 elif other not in SUITE_SETTINGS:
-                    raise UnknownNameError(f"per_env key for {env}", other,
+                    raise UnknownNameError(f"per_env key for {task}", other,
                                            [*SUITE_SETTINGS, *known_algos])
             settings = {**base, **per_env, **overrides.settings}
             family = env_family(env)
+            defaults_key = dataset.label if dataset else env
             resolved = resolve_with_sources(algo, family, [
                 (f"suite {suite.name} per_algo", suite.per_algo.get(algo, {})),
                 (f"suite {suite.name} per_env", env_algo_params),
-                ("command line", overrides.algo_params.get(algo, {}))], env=env)
+                ("command line", overrides.algo_params.get(algo, {}))], env=defaults_key)
             params = {key: value for key, (value, _) in resolved.items()}
-            sources[(algo, env)] = {key: source for key, (_, source) in resolved.items()}
-            note = missing_defaults(algo, family, env)
+            sources[(algo, dataset.label if dataset else env)] = {
+                key: source for key, (_, source) in resolved.items()}
+            note = missing_defaults(algo, family, defaults_key)
             if note and note not in notes:
                 notes.append(note)
             options = _artifact_options(settings, algo, params)
-            frames = _positive_int(settings, "frames")
+            if dataset:
+                budget = {"frames": 0, "steps": _positive_int(settings, "steps"),
+                          "dataset": dataset.source, "dataset_label": dataset.label,
+                          "dataset_sha256": dataset.sha256, "dataset_refs": dataset.refs}
+            else:
+                budget = {"frames": _positive_int(settings, "frames")}
             seeds = _positive_int(settings, "seeds")
             if len(runs) + seeds > MAX_RUNS:
                 raise ConfigError(f"the grid has more than {MAX_RUNS:,} runs ({len(algos)} "
-                                  f"algorithms × {len(envs)} envs × {seeds:,} seeds): split it")
+                                  f"algorithms × {len(envs) + len(datasets)} envs and datasets "
+                                  f"× {seeds:,} seeds): split it")
             for seed_index in range(seeds):
                 runs.append(RunConfig(
                     suite=suite.name,
@@ -391,19 +486,25 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                     env_family=family,
                     seed_index=seed_index,
                     base_seed=_positive_int(settings, "base_seed", minimum=0),
-                    frames=frames,
                     eval_every=_positive_int(settings, "eval_every"),
                     eval_episodes=_positive_int(settings, "eval_episodes"),
                     threads=_positive_int(settings, "threads"),
                     device=_check_device(settings["device"]),
                     algo_params=params,
+                    **budget,
                     **options,
                 ))
+    to_make = sorted({p.family for p in planned.values() if p.family is not None},
+                     key=lambda f: f.env)
+    notes += [f"{p.source} is not made yet: `rlbench run` makes it first (about "
+              f"{p.family.minutes} min for its family)" for p in planned.values() if p.family]
     _check_unused_hyperparameters(suite, overrides, envs, runs)
     if not runs:
-        raise ConfigError(f"suite {suite.name} runs none of algos {', '.join(algos)} on envs "
-                          f"{', '.join(envs)}: its per_env algos lists say which algorithms "
-                          f"each env takes")
+        tasks = [f"envs {', '.join(envs)}"] if envs else []
+        tasks += [f"datasets {', '.join(datasets)}"] if datasets else []
+        raise ConfigError(f"suite {suite.name} runs none of algos {', '.join(algos)} on "
+                          f"{' and '.join(tasks)}: its per_env algos lists say which "
+                          f"algorithms each env takes")
     dry_run, force_threads = sweep["dry_run"], sweep["force_threads"]
     for key, value in (("dry_run", dry_run), ("force_threads", force_threads)):
         if not isinstance(value, bool):
@@ -421,4 +522,4 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
                        runs=runs, jobs=jobs, launcher=launcher, force_threads=force_threads,
                        ray_address=None if address is None else str(address),
-                       sources=sources, notes=notes)
+                       sources=sources, notes=notes, to_make=to_make)

@@ -42,7 +42,8 @@ from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.policy import Policy, load_policy
 from rlbench.harness.words import int_word, split_words
 
-__all__ = ["FORMATS", "QUALITIES", "Episode", "MakeRequest", "make_datasets", "parse_make"]
+__all__ = ["FORMATS", "QUALITIES", "Episode", "MakeRequest", "env_stem", "make_datasets",
+           "parse_make"]
 
 QUALITIES = ("random", "medium", "expert", "medium-replay", "medium-expert")
 FORMATS = ("minari", "d4rl")
@@ -383,19 +384,19 @@ def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path
         episodes, info = episodes_of(quality)
         provenance = {**common, "quality": quality, **info,
                       "steps": sum(e.steps for e in episodes), "episodes": len(episodes)}
-        name = f"rlbench-{_env_stem(env_id)}-{quality}-v0"  # apart from D4RL's own names
+        name = f"rlbench-{env_stem(env_id)}-{quality}-v0"  # apart from D4RL's own names
         if "d4rl" in request.formats:
             written.append(write_d4rl(request.out / "d4rl" / d4rl_file_name(name), episodes,
                                       provenance))
         if "minari" in request.formats:
-            written.append(write_minari(request.out / "minari", f"rlbench/{_env_stem(env_id)}/"
+            written.append(write_minari(request.out / "minari", f"rlbench/{env_stem(env_id)}/"
                                         f"{quality}-v0", env_id, episodes, provenance))
         log(f"{quality}: {provenance['steps']:,} steps in {len(episodes):,} episodes, mean "
             f"return {mean_return(episodes):.6g}")
     return written
 
 
-def _env_stem(env_id: str) -> str:
+def env_stem(env_id: str) -> str:
     """``Hopper-v5`` -> ``hopper``; ``dmc:`` and ``module:`` prefixes dropped."""
     return gym_name(env_id).rpartition("-v")[0].lower().replace("/", "-") or env_id.lower()
 

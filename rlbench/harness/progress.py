@@ -42,7 +42,7 @@ class SweepProgress:
         )
         self._total = self._progress.add_task("sweep", total=len(runs), status="")
         self._tasks: dict[str, TaskID] = {
-            run.name: self._progress.add_task(f"  {run.name}", total=run.frames,
+            run.name: self._progress.add_task(f"  {run.name}", total=run.budget,
                                               status="pending", start=False)
             for run in runs
         }
@@ -71,15 +71,15 @@ class SweepProgress:
         task = self._tasks[run.name]
         fields = self._progress.tasks[task].fields
         status = fields.get("status", "")
-        if "train/fps" in values:
-            fields["fps"] = values["train/fps"]
+        if run.throughput_metric in values:
+            fields["fps"] = values[run.throughput_metric]
         if "eval/return_mean" in values:
             fields["ret"] = values["eval/return_mean"]
         if "fps" in fields:
-            status = f"{fields['fps']:,.0f} fps"
+            status = f"{fields['fps']:,.0f} {run.unit}/s"
         if "ret" in fields:
             status += f"  return {fields['ret']:.1f}"
-        self._progress.update(task, completed=min(values["frames"], run.frames), status=status)
+        self._progress.update(task, completed=min(values["frames"], run.budget), status=status)
 
     def finished(self, result: RunResult) -> None:
         self.results.append(result)
@@ -88,9 +88,10 @@ class SweepProgress:
             self._done += 1
             ret = "—" if result.final_return is None else f"{result.final_return:.1f}"
             line = Text.assemble(("done", "green"), f" {result.config.name}: return {ret} at "
-                                 f"{result.frames:,} frames ({result.fps or 0:,.0f} fps, "
+                                 f"{result.frames:,} {result.config.unit} ({result.fps or 0:,.0f}"
+                                 f" {result.config.unit}/s, "
                                  f"{result.seconds:.0f} s)")
-            self._progress.update(task, completed=result.config.frames)
+            self._progress.update(task, completed=result.config.budget)
         else:  # errors quote user data: printed as text, never read as markup
             self._failed += 1
             word = result.status.lower()

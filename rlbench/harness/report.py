@@ -162,10 +162,34 @@ _EXPANDED = ("intervals: percentile bootstrap CIs (runs resampled within each en
              "about 95%")
 
 
+def _words(comparison: Comparison) -> dict[str, str]:
+    """The tables' words for what they hold: envs and frames (online), datasets, gradient
+    steps and D4RL normalized scores (offline), or both."""
+    kinds = {g.runs[0].offline for g in (s.group for s in comparison.summaries)}
+    if kinds == {True}:
+        return {"task": "dataset", "budget": "steps", "score": "score", "tasks": "datasets",
+                "what": "final D4RL normalized score per dataset and algorithm"}
+    if kinds == {True, False}:
+        return {"task": "env or dataset", "budget": "frames or steps", "score": "return or score",
+                "tasks": "envs or datasets",
+                "what": "final return (env) or normalized score (dataset) per algorithm"}
+    return {"task": "env", "budget": "frames", "score": "return", "tasks": "envs",
+            "what": "final return per env and algorithm"}
+
+
+_OFFLINE_SCORE = ("offline runs: the D4RL normalized score of each seed's final evaluation, "
+                  "100 * (return - min) / (max - min) with the dataset's reference scores "
+                  "(the raw return where a dataset has none; the notes say which); published "
+                  "rows are CORL's last-checkpoint (judged) and best-checkpoint (shown, not "
+                  "judged: another metric) scores")
+
+
 def build_tables(comparison: Comparison) -> list[TextTable]:
     """The per-group table, then (when there is anything to show) the published baselines,
     the per-algorithm aggregates and the probabilities of improvement."""
     suite = comparison.suite
+    words = _words(comparison)
+    offline = words["task"] != "env"
     rows = [[s.group.env, s.group.label, f"{s.group.frames:,}", _seeds_cell(s.group),
              f"{s.mean:,.1f}" + ("" if s.std is None else f" ± {s.std:,.1f}"),
              _ci(s.mean_ci, 1), _ci(s.iqm, 1),
@@ -175,11 +199,13 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
              for g in comparison.empty_groups]
     rows.sort(key=lambda r: (r[0], r[1], int(r[2].replace(",", ""))))
     tables = [TextTable(
-        title=f"{suite}: final return per env and algorithm",
-        headers=["env", "algorithm", "frames", "seeds", "return (mean ± std)",
-                 "mean [95% t-CI]", "IQM [95% bootstrap CI]", "frames/s"],
+        title=f"{suite}: {words['what']}",
+        headers=[words["task"], "algorithm", words["budget"], "seeds",
+                 f"{words['score']} (mean ± std)", "mean [95% t-CI]", "IQM [95% bootstrap CI]",
+                 f"{words['budget']}/s"],
         rows=rows,
-        notes=["the final deterministic eval return of each seed; std and the t-CI need 2 "
+        notes=[*([_OFFLINE_SCORE] if offline else []),
+               "the final deterministic eval return of each seed; std and the t-CI need 2 "
                f"seeds; an IQM CI needs {MIN_BOOTSTRAP_SEEDS} ({comparison.reps} percentile "
                "bootstrap resamples): with fewer, a bootstrap \"95%\" CI covers far less "
                "(75% at 3 seeds in simulation), so read the t-CI",
@@ -189,7 +215,8 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
     if published:
         tables.append(TextTable(
             title=f"{suite}: published baselines beside ours",
-            headers=["env", "algorithm", "frames", "ours: mean [95% t-CI]", "published by",
+            headers=[words["task"], "algorithm", words["budget"], "ours: mean [95% t-CI]",
+                     "published by",
                      "published mean (± its std)", "verdict", "differences"],
             rows=[[s.group.env, s.group.label, f"{s.group.frames:,}", _ci(s.mean_ci, 1),
                    score.library, f"{score.mean:,.1f}" + (
@@ -209,7 +236,7 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
         tables.append(TextTable(
             title=f"{suite}: normalized scores per algorithm (95% expanded stratified bootstrap "
                   "CIs)",
-            headers=["algorithm", "envs", "frames", "runs × envs",
+            headers=["algorithm", words["tasks"], words["budget"], f"runs × {words['tasks']}",
                      *(n.replace("_", " ") for n in AGGREGATES)],
             rows=[[algo, envs[algo], _budgets(comparison.aggregate_frames[algo]),
                    _runs_by_envs(comparison.normalized[algo]),
@@ -223,7 +250,7 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
     if comparison.improvement:
         tables.append(TextTable(
             title=f"{suite}: probability of improvement",
-            headers=["X", "Y", "envs", "P(X > Y) [95% expanded bootstrap CI]",
+            headers=["X", "Y", words["tasks"], "P(X > Y) [95% expanded bootstrap CI]",
                      "seeds to detect"],
             rows=[[p.x, p.y, _plural(len(p.envs), "env"), _ci(p.probability, 2),
                    _seeds_needed(p.seeds_needed)]

@@ -44,8 +44,10 @@ class RunResult:
 
 
 def run_dir_for(out_dir: Path, config: RunConfig) -> Path:
-    """Where a run keeps its files: ``<out_dir>/runs/<suite>/<algo>-<env>-seed<i>-<hash>``."""
-    name = f"{config.algo}-{config.env}-seed{config.seed_index}-{config.identity}"
+    """Where a run keeps its files: ``<out_dir>/runs/<suite>/<algo>-<env>-seed<i>-<hash>``
+    (an offline run's dataset name in place of the env, ``/`` as ``-``)."""
+    task = config.task.replace("/", "-")
+    name = f"{config.algo}-{task}-seed{config.seed_index}-{config.identity}"
     return out_dir / "runs" / config.suite / name
 
 
@@ -65,7 +67,7 @@ def stored_result(tracker: Tracker, config: RunConfig, run: Run) -> RunResult:
         run_id=run.info.run_id,
         status="FINISHED",
         final_return=last.value if last else None,
-        fps=run.data.metrics.get("train/fps"),
+        fps=run.data.metrics.get(config.throughput_metric),
         frames=int(last.step) if last else 0,
         seconds=seconds,
     )
@@ -182,7 +184,7 @@ def _execute_locked(
         run_id=run_id,
         status=status,
         final_return=last["eval/return_mean"] if last else None,
-        fps=recorder.last_metrics.get("train/fps"),
+        fps=recorder.last_metrics.get(config.throughput_metric),
         frames=int(last["frames"]) if last else 0,
         seconds=time.perf_counter() - start,
         error=error,
@@ -207,6 +209,9 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path,
         algo=recipe.Config(**config.algo_params),
         save_snapshots=config.save_snapshots,
         save_transitions=config.save_transitions,
+        steps=config.steps,
+        dataset=config.dataset,
+        dataset_sha256=config.dataset_sha256,
     )
     seed_everything(seeds, threads=config.threads, device=config.device)
     with _fatal_errors_into(run_dir / FATAL_ERROR_FILE):

@@ -1,7 +1,8 @@
 """YAML suites: algorithms × envs × seeds × budget × eval protocol, with overrides.
 
-A suite file holds the harness settings (``algos``, ``envs``, ``seeds``, ``base_seed``,
-``frames``, ``eval_every``, ``eval_episodes``, ``threads``, ``device``), an optional
+A suite file holds the harness settings (``algos``, ``envs`` or ``datasets``, ``seeds``,
+``base_seed``, ``frames`` (online) or ``steps`` (offline), ``eval_every``,
+``eval_episodes``, ``threads``, ``device``), an optional
 ``description``, ``per_algo: {algo: {hyperparameter: value}}`` and
 ``per_env: {env: {setting: value, algo: {hyperparameter: value}}}``.
 """
@@ -26,9 +27,11 @@ __all__ = ["SUITE_SETTINGS", "Suite", "list_suites", "load_suite"]
 SUITE_SETTINGS: dict[str, Any] = {
     "algos": None,
     "envs": None,
+    "datasets": None,  # offline datasets: d4rl:<name>, minari:<id> or a path
     "seeds": 1,
     "base_seed": 0,
     "frames": None,
+    "steps": None,  # the gradient-step budget of offline runs
     "eval_every": None,
     "eval_episodes": 10,
     "threads": 1,
@@ -196,7 +199,7 @@ def load_suite(name_or_path: str) -> Suite:
     for key in raw:
         if key not in _SUITE_KEYS:
             raise UnknownNameError(f"suite key in {path.name}", key, _SUITE_KEYS)
-    for key in ("algos", "envs"):
+    for key in ("algos", "envs", "datasets"):
         value = raw.get(key)
         if value is not None and not (isinstance(value, str) or (
                 isinstance(value, list) and all(isinstance(v, str) for v in value))):

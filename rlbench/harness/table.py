@@ -26,15 +26,16 @@ class SummaryRow:
     failed: int
     return_mean: float | None
     return_std: float | None
-    fps: float | None
-    frames: int
+    fps: float | None  # frames/s online, gradient steps/s offline
+    frames: int  # the budget: frames online, gradient steps offline
+    unit: str = "frames"
 
 
 def summarize(results: Sequence[RunResult]) -> list[SummaryRow]:
     """One row per (env, algo): mean and sample std (n-1) of final returns over seeds."""
     groups: dict[tuple[str, str], list[RunResult]] = {}
     for result in results:
-        groups.setdefault((result.config.env, result.config.algo), []).append(result)
+        groups.setdefault((result.config.task, result.config.algo), []).append(result)
     rows = []
     for (env, algo), group in sorted(groups.items()):
         finals = [r.final_return for r in group if r.status == "FINISHED"
@@ -49,6 +50,7 @@ def summarize(results: Sequence[RunResult]) -> list[SummaryRow]:
             return_std=statistics.stdev(finals) if len(finals) > 1 else None,
             fps=statistics.fmean(fps) if fps else None,
             frames=max((r.frames for r in group), default=0),
+            unit=group[0].config.unit,
         ))
     return rows
 
@@ -62,8 +64,11 @@ def summary_table(rows: Sequence[SummaryRow], title: str) -> TextTable:
         seeds = f"{row.seeds}" + (f" ({row.failed} failed)" if row.failed else "")
         fps = "—" if row.fps is None else f"{row.fps:,.0f}"
         cells.append([row.env, row.algo, ret, seeds, fps, f"{row.frames:,}"])
-    return TextTable(title, ["env", "algorithm", "final return (mean ± std)", "seeds",
-                             "frames/s", "frames"], cells)
+    units = {row.unit for row in rows}
+    unit = units.pop() if len(units) == 1 else "frames or steps"
+    task = "dataset" if unit == "steps" else "env"
+    return TextTable(title, [task, "algorithm", "final return (mean ± std)", "seeds",
+                             f"{unit}/s", unit], cells)
 
 
 def write_csv(rows: Sequence[SummaryRow], path: Path) -> Path:

@@ -41,6 +41,7 @@ __all__ = ["RunRecorder", "Tracker", "check_reachable", "environment_tags", "fla
            "search_all", "store_lock", "tracking_uri", "with_retry"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
+SCORE = "eval/normalized_score"  # D4RL's normalized score of an offline run's evaluation
 
 
 class _ReRaisedDatabaseErrors(logging.Filter):
@@ -253,9 +254,10 @@ class Tracker:
                 "kind": "run",
                 "suite": config.suite,
                 "algorithm": config.algo,
-                "env": config.env,
+                "env": config.task,
                 "seed": str(config.seed_index),
                 "config_hash": config.identity,
+                **_offline_tags(config),
                 **tags,
             },
         )
@@ -281,6 +283,18 @@ class Tracker:
 
     def finish(self, run_id: str, status: str) -> None:
         with_retry(self.client.set_terminated, run_id, status)
+
+
+def _offline_tags(config: RunConfig) -> dict[str, str]:
+    """An offline run's dataset, its eval env and its reference scores (the ``env`` tag is
+    the dataset's name: the task tables group by)."""
+    if not config.offline:
+        return {}
+    tags = {"dataset": config.dataset, "eval_env": config.env,
+            "dataset_sha256": config.dataset_sha256 or ""}
+    if config.dataset_refs is not None:
+        tags["ref_min_score"], tags["ref_max_score"] = (repr(v) for v in config.dataset_refs)
+    return tags
 
 
 class RunRecorder:
@@ -337,6 +351,14 @@ class RunRecorder:
         if self.on_update:
             self.on_update({"frames": frames, **row})
 
+    def log_score(self, frames: int, score: float) -> None:
+        self._buffer(frames, {SCORE: score})
+        self.flush()
+        for row in reversed(self.curve):  # the evaluation this score belongs to
+            if row["frames"] == frames:
+                row[SCORE] = score
+                break
+
     def save_model(self, name: str, module: nn.Module) -> None:
         path = self.run_dir / f"{name}.pt"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -348,8 +370,10 @@ class RunRecorder:
     def write_curve(self) -> Path:
         path = self.run_dir / "curve.csv"
         with path.open("w", newline="") as handle:
+            scored = any(SCORE in row for row in self.curve)
             writer = csv.DictWriter(
-                handle, fieldnames=["frames", "eval/return_mean", "eval/return_std", "episodes"]
+                handle, fieldnames=["frames", "eval/return_mean", "eval/return_std", "episodes",
+                                    *([SCORE] if scored else [])]
             )
             writer.writeheader()
             writer.writerows(self.curve)

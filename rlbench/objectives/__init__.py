@@ -10,7 +10,7 @@ from rlbench.objectives.common import (
 )
 from rlbench.objectives.ddpg import DDPGLoss, TD3Loss
 from rlbench.objectives.dqn import DQNLoss
-from rlbench.objectives.offline import BCLoss, IQLLoss, TD3BCLoss
+from rlbench.objectives.offline import BCLoss, CQLLoss, IQLLoss, TD3BCLoss
 from rlbench.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from rlbench.objectives.sac import DiscreteSACLoss, SACLoss
 from rlbench.objectives.targets import HardUpdate, SoftUpdate, make_target
@@ -18,6 +18,7 @@ from rlbench.objectives.targets import HardUpdate, SoftUpdate, make_target
 __all__ = [
     "A2CLoss",
     "BCLoss",
+    "CQLLoss",
     "ClipPPOLoss",
     "DDPGLoss",
     "DQNLoss",

@@ -15,10 +15,18 @@ __all__ = ["NonFiniteLossError", "action_index", "backward_and_step", "bootstrap
 
 
 class NonFiniteLossError(FloatingPointError):
-    """A loss term turned NaN or infinite: the message names the term and the frame count."""
+    """A loss term turned NaN or infinite: the message names the term and the frame count
+    (online) or gradient step (offline)."""
 
 
-def total_loss(losses: TensorDict, *, frames: int | None = None) -> torch.Tensor:
+def _where(frames: int | None, step: int | None) -> str:
+    if step is not None:
+        return f" at gradient step {step}"
+    return f" at frame {frames}" if frames is not None else ""
+
+
+def total_loss(losses: TensorDict, *, frames: int | None = None,
+               step: int | None = None) -> torch.Tensor:
     """Sum the ``loss_*`` entries of ``losses``; raise if any of them is NaN or infinite."""
     terms = {key: value for key, value in losses.items() if key.startswith("loss_")}
     if not terms:
@@ -26,8 +34,7 @@ def total_loss(losses: TensorDict, *, frames: int | None = None) -> torch.Tensor
     total = sum(terms.values())
     if not math.isfinite(total.item()):
         bad = [k for k, v in terms.items() if not math.isfinite(v.item())]
-        at = f" at frame {frames}" if frames is not None else ""
-        raise NonFiniteLossError(f"non-finite {', '.join(bad)}{at}")
+        raise NonFiniteLossError(f"non-finite {', '.join(bad)}{_where(frames, step)}")
     return total
 
 
@@ -49,19 +56,23 @@ def backward_and_step(
     losses: TensorDict,
     optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
     *,
-    frames: int,
+    frames: int | None = None,
+    step: int | None = None,
     max_grad_norm: float | None = None,
 ) -> float:
     """One gradient step on the sum of the ``loss_*`` entries of ``losses``.
 
     Zeroes the optimizers' gradients, backpropagates, clips the global gradient norm to
     ``max_grad_norm`` (when given) and steps. A non-finite loss or gradient raises
-    ``NonFiniteLossError`` naming the loss terms and the frame count, before any weight
+    ``NonFiniteLossError`` naming the loss terms and the frame count (online recipes pass
+    ``frames``) or the gradient step (offline ones pass ``step``), before any weight
     changes. Returns the gradient norm before clipping.
     """
+    if (frames is None) == (step is None):
+        raise TypeError("backward_and_step takes one of frames= (online) and step= (offline)")
     if isinstance(optimizers, torch.optim.Optimizer):
         optimizers = (optimizers,)
-    loss = total_loss(losses, frames=frames)
+    loss = total_loss(losses, frames=frames, step=step)
     for optimizer in optimizers:
         optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -71,7 +82,7 @@ def backward_and_step(
     norm = float(total)
     if not math.isfinite(norm):
         terms = ", ".join(k for k in losses.keys(include_nested=False) if k.startswith("loss_"))
-        raise NonFiniteLossError(f"non-finite gradient of {terms} at frame {frames}")
+        raise NonFiniteLossError(f"non-finite gradient of {terms}{_where(frames, step)}")
     if max_grad_norm is not None:
         nn.utils.clip_grads_with_norm_(params, max_grad_norm, total)
     for optimizer in optimizers:

@@ -9,8 +9,15 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlbench.modules import DeterministicActor
-from rlbench.objectives import BCLoss, IQLLoss, TD3BCLoss, make_target
+from rlbench.modules import (
+    DeterministicActor,
+    EnsembleMLP,
+    ProbabilisticActor,
+    StateDependentNormalParams,
+    TanhNormal,
+)
+from rlbench.objectives import BCLoss, IQLLoss, TD3BCLoss, make_target, total_loss
+from rlbench.objectives.offline import CQLLoss
 
 F64 = torch.float64
 OBS, ACTIONS = [0.5, -1.0], [0.2, 0.3]
@@ -148,3 +155,251 @@ def test_iql_actor_weights_cloning_by_exponentiated_advantages() -> None:
         sum(w * c for w, c in zip(clamped, nll, strict=True)) / 2, rel=1e-12)
     with pytest.raises(ValueError, match="expectile must lie in"):
         IQLLoss(_actor(), None, None, None, expectile=1.0)
+
+
+# ----------------------------------------------------------------------------- CQL
+
+LOW, HIGH = [-0.5, -2.0], [1.5, 0.5]  # widths 2 and 2.5: log-density -log 5
+TERMINATED = [False, True, False, False, True]
+
+
+def _cql(**kwargs) -> tuple[CQLLoss, TensorDict]:
+    """obs 3, actions 2 in [LOW, HIGH], two ReLU critics with 4 hidden units, batch 5, N = 3;
+    the target critics are perturbed so they differ from the critics."""
+    torch.manual_seed(5)
+    low, high = torch.tensor(LOW, dtype=F64), torch.tensor(HIGH, dtype=F64)
+    actor = ProbabilisticActor(StateDependentNormalParams(nn.Linear(3, 4).double()),
+                               lambda loc, scale: TanhNormal(loc, scale, low, high))
+    critic = EnsembleMLP(5, 1, num_members=2, num_cells=(4,)).double()
+    target = make_target(critic)
+    with torch.no_grad():
+        for p in target.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    options = {"num_sampled_actions": 3, "gamma": 0.9, "alpha_init": 0.5, **kwargs}
+    loss = CQLLoss(actor, critic, target, action_dim=2, action_low=low, action_high=high,
+                   **options).double()
+    batch = TensorDict({
+        "observation": torch.randn(5, 3, dtype=F64),
+        "action": low + (high - low) * torch.rand(5, 2, dtype=F64),
+        "next": {"observation": torch.randn(5, 3, dtype=F64),
+                 "reward": torch.randn(5, 1, dtype=F64),
+                 "terminated": torch.tensor(TERMINATED)[:, None]},
+    }, batch_size=[5])
+    return loss, batch
+
+
+def _record(monkeypatch: pytest.MonkeyPatch, loss: nn.Module, name: str) -> list:
+    """Replace ``loss.<name>`` by a wrapper that keeps what each call returned."""
+    calls, method = [], getattr(loss, name)
+
+    def wrapper(*args):
+        out = method(*args)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(loss, name, wrapper)
+    return calls
+
+
+def _q_by_hand(net: EnsembleMLP, m: int, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """Member ``m`` of a one-hidden-layer ReLU ensemble at ``cat(s, a)``, written out."""
+    hidden = torch.relu(torch.cat((s, a)) @ net.weights[0][m] + net.biases[0][m, 0])
+    return hidden @ net.weights[1][m][:, 0] + net.biases[1][m, 0, 0]
+
+
+def _cql_by_hand(loss: CQLLoss, batch: TensorDict, next_sample: tuple, sampled: tuple, *,
+                 importance_sample: bool, backup_entropy: bool, temperature: float
+                 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``sum_m mean_b (Q_m - y)^2`` and the gaps ``mean_b [T log sum_j exp(X_mj / T) - Q_m]``,
+    one state and one action at a time."""
+    (a_next, logp_next), (actions, log_density) = next_sample, sampled
+    obs, action, nxt = batch["observation"], batch["action"], batch["next"]
+    alpha = loss.log_alpha.exp().item()
+    loss_q, gaps = 0.0, []
+    for m in range(2):
+        sq_errors, gap_terms = [], []
+        for b in range(5):
+            with torch.no_grad():
+                value = min(_q_by_hand(loss.target_critic, k, nxt["observation"][b],
+                                       a_next[b]) for k in range(2))
+                if backup_entropy:
+                    value = value - alpha * logp_next[b]
+                y = nxt["reward"][b, 0] + (0.0 if TERMINATED[b] else 0.9) * value
+            q = _q_by_hand(loss.critic, m, obs[b], action[b])
+            sq_errors.append((q - y) ** 2)
+            xs = [_q_by_hand(loss.critic, m, obs[b], actions[j, b]) for j in range(9)]
+            if importance_sample:
+                xs = [x - log_density[j, b] for j, x in enumerate(xs)]
+            else:
+                xs.append(q)
+            soft_max = temperature * torch.log(sum(torch.exp(x / temperature) for x in xs))
+            gap_terms.append(soft_max - q)
+        loss_q = loss_q + sum(sq_errors) / 5
+        gaps.append(sum(gap_terms) / 5)
+    return loss_q, gaps
+
+
+def test_cql_samples_uniform_next_and_current_policy_actions() -> None:
+    """Block order (uniform, pi(s'), pi(s)), redrawn from the same random numbers: the
+    uniform block's log-density is -log((1.5 + 0.5) (0.5 + 2)), the policy blocks' the
+    tanh-Normal's written out (``log(1 - tanh(u)^2) = -2 log cosh u``); nothing takes
+    gradient."""
+    loss, batch = _cql()
+    obs, next_obs = batch["observation"], batch["next", "observation"]
+    torch.manual_seed(7)
+    actions, log_density = loss._sampled_actions(obs, next_obs)
+    assert actions.shape == (9, 5, 2) and log_density.shape == (9, 5)
+    assert not actions.requires_grad and not log_density.requires_grad
+    torch.manual_seed(7)
+    low, high = torch.tensor(LOW, dtype=F64), torch.tensor(HIGH, dtype=F64)
+    torch.testing.assert_close(actions[:3], low + (high - low) * torch.rand(3, 5, 2, dtype=F64),
+                               rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(log_density[:3], torch.full((3, 5), -math.log(5.0), dtype=F64),
+                               rtol=1e-14, atol=0)
+    eps = torch.randn(6, 5, 2, dtype=F64)
+    with torch.no_grad():
+        loc, scale = loss.actor.network(torch.cat((next_obs.expand(3, 5, 3),
+                                                   obs.expand(3, 5, 3))))
+        u = loc + scale * eps
+        expected = (torch.distributions.Normal(loc, scale).log_prob(u)
+                    + 2 * torch.log(torch.cosh(u)) - torch.log((high - low) / 2)).sum(-1)
+    torch.testing.assert_close(actions[3:], low + (torch.tanh(u) + 1) / 2 * (high - low),
+                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(log_density[3:], expected, rtol=1e-10, atol=1e-10)
+    wide = CQLLoss(loss.actor, loss.critic, loss.target_critic, action_dim=2,
+                   action_low=torch.tensor(LOW), action_high=torch.tensor(HIGH),
+                   num_sampled_actions=2000)
+    uniform = wide._sampled_actions(obs, next_obs)[0][:2000].reshape(-1, 2)
+    low, high = torch.tensor(LOW, dtype=F64), torch.tensor(HIGH, dtype=F64)
+    assert bool((uniform >= low).all()) and bool((uniform <= high).all())
+    torch.testing.assert_close(uniform.mean(0), (low + high) / 2, rtol=0, atol=0.03)
+    torch.testing.assert_close(uniform.var(0), (high - low) ** 2 / 12, rtol=0.05, atol=0)
+
+
+@pytest.mark.parametrize(("importance_sample", "backup_entropy", "temperature"),
+                         [(True, False, 1.0), (False, False, 1.0), (True, True, 0.7),
+                          (False, True, 2.0)])
+def test_cql_value_loss_and_its_gradient_by_hand(monkeypatch: pytest.MonkeyPatch,
+                                                  importance_sample: bool,
+                                                  backup_entropy: bool,
+                                                  temperature: float) -> None:
+    loss, batch = _cql(importance_sample=importance_sample, backup_entropy=backup_entropy,
+                       temperature=temperature, cql_alpha=2.5)
+    next_samples = _record(monkeypatch, loss, "_sample")
+    cql_samples = _record(monkeypatch, loss, "_sampled_actions")
+    out = loss.value_loss(batch)
+    assert len(next_samples) == 1 and len(cql_samples) == 1
+    a_next = next_samples[0][0]
+    with torch.no_grad():  # the backup action is drawn at s'
+        logp = loss.actor.dist(batch["next", "observation"]).log_prob(a_next)
+    torch.testing.assert_close(next_samples[0][1], logp, rtol=1e-6, atol=1e-6)
+    loss_q, gaps = _cql_by_hand(loss, batch, next_samples[0], cql_samples[0],
+                                importance_sample=importance_sample,
+                                backup_entropy=backup_entropy, temperature=temperature)
+    loss_cql = 2.5 * sum(gaps)
+    assert set(out.keys()) == {"loss_qvalue", "loss_cql", "q_mean", "cql_gap", "q_random"}
+    assert out["loss_qvalue"].item() == pytest.approx(loss_q.item(), rel=1e-12)
+    assert out["loss_cql"].item() == pytest.approx(loss_cql.item(), rel=1e-12)
+    assert out["cql_gap"].item() == pytest.approx(sum(gaps).item() / 2, rel=1e-12)
+    with torch.no_grad():
+        q_random = sum(_q_by_hand(loss.critic, m, batch["observation"][b],
+                                  cql_samples[0][0][j, b])
+                       for m in range(2) for b in range(5) for j in range(3)) / 30
+    assert out["q_random"].item() == pytest.approx(q_random.item(), rel=1e-12)
+    params = list(loss.critic.parameters())
+    for got, expected in ((out["loss_cql"], loss_cql), (out["loss_qvalue"], loss_q)):
+        for g, e in zip(torch.autograd.grad(got, params, retain_graph=True),
+                        torch.autograd.grad(expected, params, retain_graph=True), strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
+    assert all(p.grad is None for p in loss.actor.parameters())
+
+
+def test_cql_backup_entropy_changes_only_the_target() -> None:
+    plain, batch = _cql()
+    entropic, _ = _cql(backup_entropy=True)
+    torch.manual_seed(0)
+    without = plain.value_loss(batch)
+    torch.manual_seed(0)
+    with_entropy = entropic.value_loss(batch)
+    assert with_entropy["loss_cql"].item() == without["loss_cql"].item()
+    assert with_entropy["loss_qvalue"].item() != pytest.approx(without["loss_qvalue"].item())
+
+
+def test_cql_lagrange_separates_the_critic_and_alpha_prime_gradients() -> None:
+    """Critics: alpha' times the plain CQL gradient; log alpha': only from loss_alpha_prime,
+    ``-0.5 alpha' cql_alpha sum_m (gap_m - target)``, negative while the gap exceeds the
+    target (a descent step raises alpha'), positive below it."""
+    plain, batch = _cql(cql_alpha=2.5)
+    torch.manual_seed(0)
+    reference = plain.value_loss(batch)
+    params = list(plain.critic.parameters())
+    plain_grads = torch.autograd.grad(reference["loss_cql"], params, retain_graph=True)
+    q_grads = torch.autograd.grad(reference["loss_qvalue"], params)
+    gap_sum = 2 * reference["cql_gap"].item()
+    for target_gap in (reference["cql_gap"].item() - 1.0, reference["cql_gap"].item() + 1.0):
+        loss, _ = _cql(cql_alpha=2.5, lagrange=True, target_action_gap=target_gap,
+                       log_alpha_prime_init=0.3)
+        assert loss.log_alpha_prime.requires_grad
+        torch.manual_seed(0)
+        out = loss.value_loss(batch)
+        alpha_prime = math.exp(loss.log_alpha_prime.item())  # 0.3 as a float32
+        assert out["alpha_prime"].item() == pytest.approx(alpha_prime, rel=1e-12)
+        assert out["loss_cql"].item() == pytest.approx(
+            alpha_prime * reference["loss_cql"].item(), rel=1e-12)
+        hand = -0.5 * alpha_prime * 2.5 * (gap_sum - 2 * target_gap)
+        assert out["loss_alpha_prime"].item() == pytest.approx(hand, rel=1e-10)
+        critic = list(loss.critic.parameters())
+        assert all(g is None for g in torch.autograd.grad(
+            out["loss_alpha_prime"], critic, retain_graph=True, allow_unused=True))
+        assert torch.autograd.grad(out["loss_qvalue"] + out["loss_cql"], loss.log_alpha_prime,
+                                   retain_graph=True, allow_unused=True)[0] is None
+        total_loss(out).backward()
+        assert loss.log_alpha_prime.grad.item() == pytest.approx(hand, rel=1e-10)
+        assert (loss.log_alpha_prime.grad.item() < 0) == (target_gap < gap_sum / 2)
+        for p, g_cql, g_q in zip(critic, plain_grads, q_grads, strict=True):
+            torch.testing.assert_close(p.grad, alpha_prime * g_cql + g_q, rtol=1e-10,
+                                       atol=1e-12)
+    assert not plain.log_alpha_prime.requires_grad and "loss_alpha_prime" not in reference
+
+
+@pytest.mark.parametrize(("option", "value"), [("num_sampled_actions", 0),
+                                               ("temperature", 0.0), ("temperature", -1.0),
+                                               ("cql_alpha", -0.1)])
+def test_cql_rejects_bad_arguments(option: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"{option} must be"):
+        _cql(**{option: value})
+
+
+def test_cql_rejects_empty_action_bounds() -> None:
+    loss, _ = _cql()
+    with pytest.raises(ValueError, match="action_high must exceed action_low"):
+        CQLLoss(loss.actor, loss.critic, loss.target_critic, action_dim=2, action_low=1.0,
+                action_high=torch.tensor([2.0, 1.0]))
+
+
+def test_cql_critics_learn_to_rank_dataset_actions_above_random_ones() -> None:
+    """200 Adam steps of the value loss on one batch: the conservative term pushes Q on
+    uniform actions far below Q on the dataset's actions (by 35 to 50 over seeds 0-3; with
+    ``cql_alpha=0`` the two stay within 0.6 of each other)."""
+    torch.manual_seed(0)
+    actor = ProbabilisticActor(StateDependentNormalParams(nn.Linear(3, 4)), TanhNormal)
+    critic = EnsembleMLP(5, 1, num_members=2, num_cells=(32, 32))
+    loss = CQLLoss(actor, critic, make_target(critic), action_dim=2, cql_alpha=1.0)
+    obs = torch.randn(64, 3)
+    batch = TensorDict({
+        "observation": obs,
+        "action": torch.tanh(obs[:, :2] + 0.1 * torch.randn(64, 2)),
+        "next": {"observation": torch.randn(64, 3), "reward": torch.randn(64, 1),
+                 "terminated": torch.zeros(64, 1, dtype=torch.bool)},
+    }, batch_size=[64])
+    optimizer = torch.optim.Adam(critic.parameters(), lr=3e-3)
+    for _ in range(200):
+        out = loss.value_loss(batch)
+        optimizer.zero_grad()
+        (out["loss_qvalue"] + out["loss_cql"]).backward()
+        optimizer.step()
+    with torch.no_grad():
+        q_data = critic(torch.cat((obs, batch["action"]), -1)).mean()
+        random_actions = 2 * torch.rand(16, 64, 2) - 1
+        q_random = critic(torch.cat((obs.expand(16, 64, 3), random_actions), -1)).mean()
+    assert q_random < q_data - 10.0

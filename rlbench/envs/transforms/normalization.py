@@ -70,6 +70,22 @@ class ObservationNorm(Transform):
     def step(self, root: TensorDict, next_td: TensorDict) -> TensorDict:
         return self._norm(next_td)
 
+    def normalize(self, td: TensorDict) -> TensorDict:
+        """A shallow copy of ``td`` with its observations normalised: a trained policy's
+        input outside an env (``rlbench.load_policy``)."""
+        return self._norm(td.copy())
+
+    def frozen_copy(self, *, reward: bool | None = None) -> ObservationNorm:
+        """This transform: its statistics never update (the ``VecNorm`` interface)."""
+        return self
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        # statistics saved by a run load into a transform built without them
+        for name in ("loc", "scale"):
+            if self._buffers.get(name) is None and prefix + name in state_dict:
+                self._buffers[name] = torch.empty_like(state_dict[prefix + name])
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
 
 class RewardScaling(Transform):
     """``reward * scale + loc``."""

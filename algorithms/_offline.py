@@ -1,0 +1,122 @@
+"""What the offline recipes (``bc``, ``td3_bc``, ``iql``, ``cql``) share: the dataset as a
+replay buffer, state normalisation from the dataset, reward scaling, the evaluation env and
+the normalized score.
+
+Every recipe follows CORL's gym-MuJoCo protocol (corl-team/CORL ``algorithms/offline/``):
+observations are normalised by the dataset's mean and std (``std + 1e-3``), the same
+statistics normalise the evaluation env's observations, and the policy is scored by the
+mean return of ``spec.eval_episodes`` deterministic episodes in the dataset's eval env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlbench.data import TRANSITION_KEYS, OfflineDataset, ReplayBuffer, TensorStorage, load_dataset
+from rlbench.envs import EnvBase, TransformedEnv, make
+from rlbench.envs.transforms import ObservationNorm
+from rlbench.errors import ConfigError
+from rlbench.recipe import RunSpec
+
+STATE_STD_EPS = 1e-3  # CORL's compute_mean_std(eps=1e-3)
+
+
+@dataclass
+class OfflineData:
+    """The run's dataset, ready to train on and to evaluate against."""
+
+    dataset: OfflineDataset
+    buffer: ReplayBuffer  # normalised transitions on the run's device, uniform sampling
+    eval_env: EnvBase  # spec.eval_episodes sub-envs, normalising observations like the data
+    normalization: nn.Module | None  # the eval env's ObservationNorm, saved with the policy
+    score: Callable[[Sequence[float]], float] | None  # D4RL's normalized score, when known
+
+    @property
+    def obs_dim(self) -> int:
+        return self.eval_env.observation_spec["observation"].shape[-1]
+
+    @property
+    def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        spec = self.eval_env.action_spec
+        return spec.low[0], spec.high[0]
+
+
+def state_normalization(cfg: object) -> ObservationNorm | None:
+    """The state normalisation of a run (its statistics are the dataset's, loaded by
+    ``rlbench.load_policy`` from the run's ``normalization.pt``)."""
+    return ObservationNorm(keys=("observation",)) if cfg.normalize_states else None
+
+
+def open_dataset(spec: RunSpec, cfg: object, *, batch_size: int,
+                 reward_scale: Callable[[OfflineDataset], float] | None = None) -> OfflineData:
+    """Load ``spec.dataset`` (refusing a file that changed since the sweep was planned),
+    normalise its states as ``cfg.normalize_states`` says, multiply its rewards by
+    ``reward_scale(dataset)`` when given and put it on ``spec.device``; make the evaluation
+    env."""
+    dataset = load_dataset(spec.dataset)
+    sha256 = dataset.provenance.get("sha256")
+    if spec.dataset_sha256 is not None and sha256 != spec.dataset_sha256:
+        raise ConfigError(f"{spec.dataset} changed since the sweep was planned (sha256 "
+                          f"{sha256[:12]}, planned {spec.dataset_sha256[:12]}): plan it again")
+    transitions = dataset.transitions.select(*TRANSITION_KEYS)
+    normalization = None
+    if cfg.normalize_states:
+        observations = transitions.get("observation").double()
+        loc = observations.mean(0)
+        scale = observations.std(0, unbiased=False) + STATE_STD_EPS
+        for key in ("observation", ("next", "observation")):
+            transitions.set(key, ((transitions.get(key).double() - loc) / scale).float())
+        normalization = ObservationNorm(loc.float(), scale.float(), keys=("observation",))
+    if reward_scale is not None:
+        reward = transitions.get(("next", "reward"))
+        transitions.set(("next", "reward"),
+                        (reward.double() * reward_scale(dataset)).float())
+    normalized = OfflineDataset(transitions, dataset.env_id, dataset.ref_min_score,
+                                dataset.ref_max_score, dataset.provenance)
+    buffer = normalized.replay_buffer(batch_size, storage=TensorStorage(
+        max(len(normalized), 1), device=spec.device))
+    eval_env = make(spec.env, num_envs=spec.eval_episodes, seed=spec.seeds.eval_env,
+                    device=spec.device)
+    if normalization is not None:
+        eval_env = TransformedEnv(eval_env, normalization.to(spec.device))
+        normalization = eval_env.transform  # saved as the env's transforms, as online
+    score = None
+    if dataset.ref_min_score is not None and dataset.ref_max_score is not None:
+        def score(returns: Sequence[float]) -> float:
+            return float(dataset.normalized_score(float(np.mean(returns))))
+    return OfflineData(dataset, buffer, eval_env, normalization, score)
+
+
+def return_range_scale(dataset: OfflineDataset, max_episode_steps: int = 1000) -> float:
+    """CORL's reward normalisation for gym-MuJoCo (IQL, from the IQL paper):
+    ``max_episode_steps / (max return - min return)`` over the dataset's episodes."""
+    transitions = dataset.transitions
+    rewards = transitions.get(("next", "reward")).reshape(-1).double()
+    episodes = transitions.get("episode").reshape(-1)
+    _, index = torch.unique_consecutive(episodes, return_inverse=True)
+    returns = torch.zeros(int(index.max()) + 1, dtype=torch.float64).index_add_(0, index, rewards)
+    spread = float(returns.max() - returns.min())
+    if spread <= 0:
+        raise ConfigError(f"{dataset.provenance.get('source')}: every episode has the same "
+                          "return, so rewards cannot be scaled by the return range: set "
+                          "normalize_reward=false")
+    return max_episode_steps / spread
+
+
+class BoundedMean(nn.Module):
+    """``center + half_range * tanh(net(x))``: a Gaussian policy's mean inside the action
+    bounds (CORL's IQL ``GaussianPolicy``)."""
+
+    def __init__(self, net: nn.Module, low: torch.Tensor, high: torch.Tensor):
+        super().__init__()
+        self.net = net
+        self.register_buffer("center", (high + low) / 2)
+        self.register_buffer("half_range", (high - low) / 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.center + self.half_range * torch.tanh(self.net(x))

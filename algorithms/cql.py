@@ -1,0 +1,142 @@
+"""CQL: conservative Q-learning (Kumar et al., 2020), on SAC with automatic entropy.
+
+Reads top to bottom: hyperparameters, their defaults, the update. Follows CORL's ``cql.py``
+(corl-team/CORL ``algorithms/offline/``, itself after young-geng/CQL): SAC's tanh-Gaussian
+actor and twin critics (one batched ensemble here), critics fitted to ``r + gamma min Q'(s',
+a')`` with no entropy term in the target, plus ``cql_alpha`` (10) times the conservative gap
+``logsumexp Q(s, .) - Q(s, a)`` over 10 uniform and 10+10 policy actions per state with
+importance weights; the Lagrange form, which tunes that weight towards a target gap, is
+optional. Policy lr 3e-5 (the temperature's too), critic lr 3e-4, tau 0.005, 3x256
+networks, batch 256, states normalised by the dataset's statistics. The actor and
+temperature step before the critics, as in CORL. Not CORL's: no ``bc_steps`` warm start
+(0 in its gym-MuJoCo configs), rlbench's tanh-Gaussian actor (SAC's log-std range) and
+PyTorch's default initialisation of the critics where CORL's are orthogonal.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import closing
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rlbench.algorithms._offline import open_dataset, state_normalization
+from rlbench.collectors import evaluate
+from rlbench.envs import Bounded, EnvBase
+from rlbench.envs.transforms import ObservationNorm
+from rlbench.modules import (
+    MLP,
+    EnsembleMLP,
+    ProbabilisticActor,
+    StateDependentNormalParams,
+    TanhNormal,
+)
+from rlbench.objectives import CQLLoss, SoftUpdate, backward_and_step, make_target
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+
+KIND = "offline"
+ACTION_SPACES = ("box",)
+
+
+@dataclass
+class Config:
+    """CQL hyperparameters; defaults are CORL's for gym-MuJoCo."""
+
+    batch_size: int = hp(256, "transitions per gradient step", ge=1)
+    actor_lr: float = hp(3e-5, "Adam step size of the actor and the temperature", gt=0)
+    critic_lr: float = hp(3e-4, "Adam step size of the critics (and of the Lagrange "
+                                "multiplier)", gt=0)
+    gamma: float = hp(0.99, "discount factor", ge=0, le=1)
+    tau: float = hp(0.005, "Polyak weight of the critics in their targets", gt=0, le=1)
+    cql_alpha: float = hp(10.0, "weight of the conservative gap in the critic loss", ge=0)
+    num_sampled_actions: int = hp(10, "uniform and policy actions per state in the gap", ge=1)
+    temperature: float = hp(1.0, "temperature of the gap's logsumexp", gt=0)
+    importance_sample: bool = hp(True, "weight sampled actions by their inverse density")
+    lagrange: bool = hp(False, "tune the gap's weight towards target_action_gap")
+    target_action_gap: float = hp(-1.0, "the gap the Lagrange form aims at")
+    backup_entropy: bool = hp(False, "subtract the entropy term in the critics' target")
+    learn_alpha: bool = hp(True, "learn the temperature towards entropy -action_dim")
+    alpha_init: float = hp(1.0, "initial temperature", gt=0)
+    num_critics: int = hp(2, "Q-networks; targets take their minimum", ge=1)
+    hidden_sizes: tuple[int, ...] = hp((256, 256, 256), "hidden layer widths of actor and "
+                                                        "critics", ge=1)
+    normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")
+    log_every: int = hp(1000, "gradient steps between logged training metrics", ge=1)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+
+FAMILY_DEFAULTS: dict[str, dict] = {
+    "mujoco": {},  # CORL cql.py defaults and configs/offline/cql/<env>/*.yaml
+    "classic": {},  # the same
+}
+
+
+def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, EnsembleMLP]:
+    """A tanh-Gaussian actor with state-dependent std and ``num_critics`` Q-networks."""
+    action_spec = env.action_spec
+    if not isinstance(action_spec, Bounded):
+        raise TypeError(f"CQL needs a bounded continuous action space, not {action_spec}")
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    action_dim = action_spec.shape[-1]
+    net = MLP(obs_dim, 2 * action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    low, high = action_spec.low[0], action_spec.high[0]
+    actor = ProbabilisticActor(StateDependentNormalParams(net),
+                               functools.partial(TanhNormal, low=low, high=high))
+    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes)
+    return actor, critic
+
+
+def make_policy(env: EnvBase, cfg: Config) -> ProbabilisticActor:
+    """The module the run saves as ``policy``: the actor (its mode is the squashed mean)."""
+    return make_actor_critic(env, cfg)[0]
+
+
+def make_normalization(cfg: Config) -> ObservationNorm | None:
+    """The state normalisation the run saves beside its policy (the dataset's statistics)."""
+    return state_normalization(cfg)
+
+
+def train(spec: RunSpec, logger: RunLogger) -> None:
+    """Train for ``spec.steps`` gradient steps, evaluating every ``spec.eval_every``."""
+    cfg: Config = spec.algo
+    data = open_dataset(spec, cfg, batch_size=cfg.batch_size)
+    with closing(data.eval_env):
+        actor, critic = make_actor_critic(data.eval_env, cfg)
+        actor.to(spec.device)
+        critic.to(spec.device)
+        low, high = data.action_bounds
+        loss_fn = CQLLoss(actor, critic, make_target(critic),
+                          action_dim=data.eval_env.action_spec.shape[-1],
+                          action_low=low, action_high=high, gamma=cfg.gamma,
+                          cql_alpha=cfg.cql_alpha, num_sampled_actions=cfg.num_sampled_actions,
+                          temperature=cfg.temperature, importance_sample=cfg.importance_sample,
+                          lagrange=cfg.lagrange, target_action_gap=cfg.target_action_gap,
+                          backup_entropy=cfg.backup_entropy, alpha_init=cfg.alpha_init,
+                          learn_alpha=cfg.learn_alpha)
+        loss_fn.to(spec.device)
+        target_update = SoftUpdate(critic, loss_fn.target_critic, cfg.tau)
+        actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True),
+                            torch.optim.Adam([loss_fn.log_alpha], lr=cfg.actor_lr)]
+        critic_optimizers = [torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr,
+                                              foreach=True)]
+        if cfg.lagrange:
+            critic_optimizers.append(torch.optim.Adam([loss_fn.log_alpha_prime],
+                                                      lr=cfg.critic_lr))
+        loop = RunLoop(spec, logger, policy=actor,
+                       evaluate=lambda: evaluate(data.eval_env, actor),
+                       log_every=cfg.log_every, normalization=data.normalization,
+                       score=data.score)
+
+        for step in loop.steps():
+            batch = data.buffer.sample()
+            actor_losses = loss_fn.actor_loss(batch)
+            value_losses = loss_fn.value_loss(batch)
+            backward_and_step(actor_losses, actor_optimizers, step=step)
+            backward_and_step(value_losses, critic_optimizers, step=step)
+            target_update.step()
+            loop.metrics.add(actor_losses)
+            loop.metrics.add(value_losses)

@@ -1,0 +1,141 @@
+"""IQL: implicit Q-learning (Kostrikov et al., 2022).
+
+Reads top to bottom: hyperparameters, their defaults, the update. Follows CORL's ``iql.py``
+(corl-team/CORL ``algorithms/offline/``): a state value fitted by expectile regression
+(0.7) to the target critics' minimum, twin critics (one batched ensemble here) fitted to
+``r + gamma V(s')``, and a Gaussian actor (tanh-bounded mean, state-independent std) cloning
+the dataset's actions weighted by ``exp(3 A)`` (capped at 100), with a cosine learning-rate
+schedule over the run. 256-256 networks, Adam at 3e-4, tau 0.005, batch 256, states
+normalised by the dataset's statistics and, on gym-MuJoCo, rewards scaled by ``1000 /
+(max return - min return)`` of the dataset's episodes, as the paper and CORL do. Per
+dataset exceptions of CORL's configs are in ``ENV_DEFAULTS``. The three updates of a step
+are computed before any of them is applied, as in CORL (the critics' target reads the
+value before its step).
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rlbench.algorithms._offline import (
+    BoundedMean,
+    open_dataset,
+    return_range_scale,
+    state_normalization,
+)
+from rlbench.collectors import evaluate
+from rlbench.envs import Bounded, EnvBase
+from rlbench.envs.transforms import ObservationNorm
+from rlbench.modules import MLP, EnsembleMLP, IndependentNormal, NormalParams, ProbabilisticActor
+from rlbench.objectives import IQLLoss, SoftUpdate, backward_and_step, make_target
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+
+KIND = "offline"
+ACTION_SPACES = ("box",)
+
+
+@dataclass
+class Config:
+    """IQL hyperparameters; defaults are CORL's for gym-MuJoCo."""
+
+    batch_size: int = hp(256, "transitions per gradient step", ge=1)
+    actor_lr: float = hp(3e-4, "Adam step size of the actor (cosine-annealed to 0)", gt=0)
+    critic_lr: float = hp(3e-4, "Adam step size of the critics", gt=0)
+    value_lr: float = hp(3e-4, "Adam step size of the state value", gt=0)
+    gamma: float = hp(0.99, "discount factor", ge=0, le=1)
+    tau: float = hp(0.005, "Polyak weight of the critics in their targets", gt=0, le=1)
+    expectile: float = hp(0.7, "expectile of the value regression", gt=0, lt=1)
+    beta: float = hp(3.0, "inverse temperature of the advantage weights", ge=0)
+    max_weight: float = hp(100.0, "cap of the advantage weights", gt=0)
+    num_critics: int = hp(2, "Q-networks; the value regresses on their minimum", ge=1)
+    hidden_sizes: tuple[int, ...] = hp((256, 256), "hidden layer widths of every network",
+                                       ge=1)
+    normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")
+    normalize_reward: bool = hp(False, "scale rewards by 1000 / (max - min episode return) "
+                                       "of the dataset")
+    cosine_schedule: bool = hp(True, "anneal the actor's step size to 0 over the run")
+    log_every: int = hp(1000, "gradient steps between logged training metrics", ge=1)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+
+FAMILY_DEFAULTS: dict[str, dict] = {
+    # CORL configs/offline/iql/<env>/*.yaml for hopper, halfcheetah, walker2d
+    "mujoco": {"normalize_reward": True},
+    "classic": {},  # rewards left as they are: Pendulum's episodes all last 200 steps
+}
+
+# CORL's per-dataset exceptions (configs/offline/iql/hopper/medium_expert_v2.yaml).
+ENV_DEFAULTS: dict[str, dict] = {
+    "hopper-medium-expert-v2": {"beta": 6.0, "expectile": 0.5},
+}
+
+
+def make_networks(env: EnvBase, cfg: Config
+                  ) -> tuple[ProbabilisticActor, EnsembleMLP, nn.Module]:
+    """The Gaussian actor, ``num_critics`` Q-networks (one ensemble) and the state value."""
+    action_spec = env.action_spec
+    if not isinstance(action_spec, Bounded):
+        raise TypeError(f"IQL needs a bounded continuous action space, not {action_spec}")
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    action_dim = action_spec.shape[-1]
+    mean = BoundedMean(MLP(obs_dim, action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False),
+                       action_spec.low[0], action_spec.high[0])
+    actor = ProbabilisticActor(NormalParams(mean, action_dim, 0.0), IndependentNormal)
+    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes)
+    value = MLP(obs_dim, 1, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    return actor, critic, value
+
+
+def make_policy(env: EnvBase, cfg: Config) -> ProbabilisticActor:
+    """The module the run saves as ``policy``: the actor (its mode is the mean)."""
+    return make_networks(env, cfg)[0]
+
+
+def make_normalization(cfg: Config) -> ObservationNorm | None:
+    """The state normalisation the run saves beside its policy (the dataset's statistics)."""
+    return state_normalization(cfg)
+
+
+def train(spec: RunSpec, logger: RunLogger) -> None:
+    """Train for ``spec.steps`` gradient steps, evaluating every ``spec.eval_every``."""
+    cfg: Config = spec.algo
+    data = open_dataset(spec, cfg, batch_size=cfg.batch_size,
+                        reward_scale=return_range_scale if cfg.normalize_reward else None)
+    with closing(data.eval_env):
+        actor, critic, value = make_networks(data.eval_env, cfg)
+        for module in (actor, critic, value):
+            module.to(spec.device)
+        target_critic = make_target(critic)
+        loss_fn = IQLLoss(actor, critic, target_critic, value, expectile=cfg.expectile,
+                          beta=cfg.beta, gamma=cfg.gamma, max_weight=cfg.max_weight)
+        target_update = SoftUpdate(critic, target_critic, cfg.tau)
+        value_optimizer = torch.optim.Adam(value.parameters(), lr=cfg.value_lr, foreach=True)
+        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, foreach=True)
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True)
+        schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(actor_optimizer, spec.steps)
+                    if cfg.cosine_schedule else None)
+        loop = RunLoop(spec, logger, policy=actor,
+                       evaluate=lambda: evaluate(data.eval_env, actor),
+                       log_every=cfg.log_every, normalization=data.normalization,
+                       score=data.score)
+
+        for step in loop.steps():
+            batch = data.buffer.sample()
+            advantage = loss_fn.advantage(batch)
+            value_losses = loss_fn.value_loss(batch)
+            q_losses = loss_fn.q_loss(batch)
+            backward_and_step(value_losses, value_optimizer, step=step)
+            backward_and_step(q_losses, critic_optimizer, step=step)
+            target_update.step()
+            actor_losses = loss_fn.actor_loss(batch, advantage)
+            backward_and_step(actor_losses, actor_optimizer, step=step)
+            if schedule is not None:
+                schedule.step()
+            for losses in (value_losses, q_losses, actor_losses):
+                loop.metrics.add(losses)

@@ -1,0 +1,189 @@
+"""The offline datasets of a sweep, as its plan needs them: name, eval env, sha256 and
+reference scores, read before any run starts.
+
+Datasets of rlbench's own families (``minari:rlbench/<env>/<quality>-v0``) that are not on
+this machine yet are either made on first use (``MADE_ON_FIRST_USE``: small, minutes) or
+named with the command that makes them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlbench.data.offline import load_dataset, minari_root
+from rlbench.errors import ConfigError
+
+__all__ = ["MADE_ON_FIRST_USE", "MadeFamily", "PlannedDataset", "dataset_label",
+           "make_family", "plan_dataset"]
+
+
+@dataclass(frozen=True)
+class MadeFamily:
+    """A family of datasets rlbench makes itself: a behaviour run of ``algo`` on ``env``
+    for ``frames`` frames, then ``rlbench dataset make`` of every quality."""
+
+    env: str
+    algo: str
+    frames: int
+    eval_every: int
+    steps: int  # transitions per quality (medium-replay: the run's, up to the snapshot)
+    minutes: int  # about how long making it takes on 2 cores
+
+    @property
+    def stem(self) -> str:
+        from rlbench.harness.dataset_make import env_stem
+
+        return env_stem(self.env)
+
+
+# Made the first time a sweep uses one of them (``rlbench run`` does, never ``show``).
+MADE_ON_FIRST_USE = {
+    # TD3 with the zoo's Pendulum settings acts at random for 10k frames, then reaches
+    # about -150 within 10k more: medium-replay holds the random start and the early
+    # learning, as D4RL's do
+    "pendulum": MadeFamily(env="Pendulum-v1", algo="td3", frames=20_000, eval_every=1_000,
+                           steps=10_000, minutes=4),
+}
+# Made by the commands in results/reference/<family>_datasets/README.md (hours here).
+MADE_BY_COMMAND = {"hopper": "results/reference/hopper_datasets/README.md"}
+
+
+@dataclass(frozen=True)
+class PlannedDataset:
+    source: str
+    label: str  # the task name tables show: hopper-medium-v2, rlbench/pendulum/medium-v0
+    env: str | None  # the eval env
+    sha256: str | None  # None: not made yet (see ``family``)
+    refs: tuple[float, float] | None  # (ref_min_score, ref_max_score)
+    family: MadeFamily | None = None  # set when the dataset is still to be made
+
+
+def dataset_label(source: str) -> str:
+    """``d4rl:hopper-medium-v2`` -> ``hopper-medium-v2``; ``minari:<id>`` -> ``<id>``; a path
+    -> its file or directory name without the ``.hdf5``."""
+    for prefix in ("d4rl:", "minari:"):
+        if source.startswith(prefix):
+            return source.removeprefix(prefix)
+    path = Path(source)
+    return path.stem if path.suffix in (".hdf5", ".h5") else path.name
+
+
+def _own_family(source: str) -> tuple[str, str] | None:
+    """``(stem, quality)`` of ``minari:rlbench/<stem>/<quality>-v0``, else None."""
+    from rlbench.harness.dataset_make import QUALITIES
+
+    if not source.startswith("minari:rlbench/"):
+        return None
+    parts = source.removeprefix("minari:rlbench/").split("/")
+    if len(parts) != 2 or not parts[1].endswith("-v0") or parts[1][:-3] not in QUALITIES:
+        return None
+    return parts[0], parts[1][:-3]
+
+
+_CACHE: dict[tuple[str, float, int], PlannedDataset] = {}
+
+
+def plan_dataset(source: str) -> PlannedDataset:
+    """What the plan needs of ``source`` (loading it once per file version); a missing
+    dataset of rlbench's own families comes back with ``family`` set when it is made on
+    first use, and is a ``ConfigError`` naming the command that makes it otherwise."""
+    own = _own_family(source)
+    if own is not None and not (minari_root() / source.removeprefix("minari:")).exists():
+        stem, _ = own
+        if stem in MADE_ON_FIRST_USE:
+            family = MADE_ON_FIRST_USE[stem]
+            return PlannedDataset(source, dataset_label(source), family.env, None, None, family)
+        if stem in MADE_BY_COMMAND:
+            raise ConfigError(f"{source} is not in {minari_root()}: it is made by the two "
+                              f"commands in {MADE_BY_COMMAND[stem]} (hours on 2 cores); set "
+                              f"MINARI_DATASETS_PATH to the <datasets>/minari they write")
+    key = _file_key(source)
+    if key is not None and key in _CACHE:
+        return _CACHE[key]
+    dataset = load_dataset(source)
+    if dataset.env_id is None:
+        raise ConfigError(f"{source} names no env to evaluate in, so offline runs cannot score "
+                          "it (D4RL's ant files match no gymnasium Ant)")
+    refs = None
+    if dataset.ref_min_score is not None and dataset.ref_max_score is not None:
+        refs = (float(dataset.ref_min_score), float(dataset.ref_max_score))
+    planned = PlannedDataset(source, dataset_label(source), dataset.env_id,
+                             dataset.provenance["sha256"], refs)
+    if key is not None:
+        _CACHE[key] = planned
+    return planned
+
+
+def _file_key(source: str) -> tuple[str, float, int] | None:
+    """The path, mtime and size of the file ``source`` reads (None: not resolvable here)."""
+    from rlbench.data.offline import d4rl_path
+
+    if source.startswith("d4rl:"):
+        path = d4rl_path(source.removeprefix("d4rl:"))
+    elif source.startswith("minari:"):
+        path = minari_root() / source.removeprefix("minari:") / "data" / "main_data.hdf5"
+    else:
+        path = Path(source)
+        if path.is_dir():
+            path = next((p for p in (path / "data" / "main_data.hdf5", path / "main_data.hdf5")
+                         if p.is_file()), path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return str(path.resolve()), stat.st_mtime, stat.st_size
+
+
+def behaviour_runs_dir() -> Path:
+    """Where the behaviour runs of made datasets are kept (``$RLBENCH_CACHE``, default
+    ``~/.cache/rlbench``)."""
+    cache = Path(os.environ.get("RLBENCH_CACHE", Path.home() / ".cache" / "rlbench"))
+    return cache / "behaviour_runs"
+
+
+def make_family(family: MadeFamily, log: Callable[[str], None]) -> None:
+    """Make every quality of ``family`` into ``minari_root()/rlbench/<stem>/`` (a behaviour
+    run, then ``dataset make``), under a lock: two sweeps never make one family at once."""
+    from filelock import FileLock
+
+    from rlbench.harness.config import resolve_sweep
+    from rlbench.harness.dataset_make import QUALITIES, MakeRequest, make_datasets
+    from rlbench.harness.runner import run_dir_for
+    from rlbench.harness.sweep import run_sweep
+
+    target = minari_root() / "rlbench" / family.stem
+    runs = behaviour_runs_dir()
+    runs.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(runs / f"{family.stem}.lock")):
+        if all((target / f"{q}-v0" / "data" / "metadata.json").is_file() for q in QUALITIES):
+            return  # another sweep made it while this one waited
+        log(f"making the {family.stem} datasets (about {family.minutes} min): {family.algo} "
+            f"on {family.env} for {family.frames:,} frames, then every quality")
+        sweep = resolve_sweep([
+            "suite=classic", f"algo={family.algo}", f"env={family.env}", "seeds=1",
+            f"frames={family.frames}", f"eval_every={family.eval_every}",
+            "save_snapshots=true", "save_transitions=true", f"out_dir={runs}"])
+        result = run_sweep(sweep)
+        if result.failed:
+            raise ConfigError(f"the behaviour run of the {family.stem} datasets failed: "
+                              f"{result.failed[0].error}")
+        run_dir = run_dir_for(runs, sweep.runs[0])
+        with tempfile.TemporaryDirectory(dir=runs) as scratch:
+            make_datasets(MakeRequest(env=None, policy=str(run_dir), qualities=QUALITIES,
+                                      steps=family.steps, out=Path(scratch),
+                                      formats=("minari",), seed=0, ref_episodes=100,
+                                      out_dir=None), log)
+            made = Path(scratch) / "minari" / "rlbench"
+            target.mkdir(parents=True, exist_ok=True)
+            namespace = made / "namespace_metadata.json"
+            if namespace.is_file() and not (target.parent / namespace.name).exists():
+                shutil.copy(namespace, target.parent / namespace.name)
+            for quality in QUALITIES:
+                if (target / f"{quality}-v0").exists():
+                    shutil.rmtree(target / f"{quality}-v0")
+                shutil.move(made / family.stem / f"{quality}-v0", target / f"{quality}-v0")
