@@ -348,7 +348,9 @@ def _check_action_space(algo: str, env: str, kind: str, known_algos: Sequence[st
     """Refuse to plan ``algo`` on ``env`` when it does not take that kind of action space."""
     if kind in load_algorithm(algo).ACTION_SPACES:
         return
-    takers = [name for name in known_algos if kind in load_algorithm(name).ACTION_SPACES]
+    same = load_algorithm(algo).KIND  # an env takes online algorithms, a dataset offline ones
+    takers = [name for name in known_algos if kind in load_algorithm(name).ACTION_SPACES
+              and load_algorithm(name).KIND == same]
     raise ConfigError(f"{algo} takes {' or '.join(load_algorithm(algo).ACTION_SPACES)} actions, "
                       f"and {env}'s are {kind}: leave one of them out (algorithms for {env}: "
                       f"{', '.join(takers) or 'none'})")
@@ -498,7 +500,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                      key=lambda f: f.env)
     notes += [f"{p.source} is not made yet: `rlbench run` makes it first (about "
               f"{p.family.minutes} min for its family)" for p in planned.values() if p.family]
-    _check_unused_hyperparameters(suite, overrides, envs, runs)
+    _check_unused_hyperparameters(suite, overrides, list(action_spaces), runs)
     if not runs:
         tasks = [f"envs {', '.join(envs)}"] if envs else []
         tasks += [f"datasets {', '.join(datasets)}"] if datasets else []

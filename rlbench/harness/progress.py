@@ -76,7 +76,7 @@ class SweepProgress:
         if "eval/return_mean" in values:
             fields["ret"] = values["eval/return_mean"]
         if "fps" in fields:
-            status = f"{fields['fps']:,.0f} {run.unit}/s"
+            status = f"{fields['fps']:,.0f} " + ("steps/s" if run.offline else "fps")
         if "ret" in fields:
             status += f"  return {fields['ret']:.1f}"
         self._progress.update(task, completed=min(values["frames"], run.budget), status=status)
@@ -89,7 +89,7 @@ class SweepProgress:
             ret = "—" if result.final_return is None else f"{result.final_return:.1f}"
             line = Text.assemble(("done", "green"), f" {result.config.name}: return {ret} at "
                                  f"{result.frames:,} {result.config.unit} ({result.fps or 0:,.0f}"
-                                 f" {result.config.unit}/s, "
+                                 f" {'steps/s' if result.config.offline else 'fps'}, "
                                  f"{result.seconds:.0f} s)")
             self._progress.update(task, completed=result.config.budget)
         else:  # errors quote user data: printed as text, never read as markup

@@ -101,6 +101,8 @@ def test_online_runs_keep_their_identity_fields() -> None:
      "results/reference/hopper_datasets/README.md"),
     (["suite=offline_smoke", "dataset={file}", "algo=bc", "bc.batch_sise=3"],
      "bc.batch_size"),
+    (["suite=offline_smoke", "dataset={file}", "algo=bc", "cql.cql_alpha=abc"],
+     "cql.cql_alpha must be a number"),
 ])
 def test_bad_offline_input_is_refused_before_anything_starts(
         words: list[str], message: str, pendulum_file: Path, tmp_path: Path,
@@ -162,11 +164,12 @@ def test_offline_runs_record_scores_and_save_policies_that_load(
         action = final.act(np.zeros(3, dtype=np.float32))
         assert action.shape == (1,) and -2 <= float(action) <= 2
 
-    # the same command again runs nothing; a fresh store gives the same numbers, bit for bit
+    # the same command again runs nothing; a fresh store gives the same numbers, bit for
+    # bit, with the runs in a pool of two processes
     assert main(words) == 0
     assert len(client.search_runs([experiment.experiment_id], "tags.kind = 'run'")) == 4
     twin = tmp_path / "twin"
-    assert main([*words[:-5], f"out_dir={twin}", *words[-4:]]) == 0
+    assert main([*words[:-5], f"out_dir={twin}", "jobs=2", *words[-4:]]) == 0
     twin_client = MlflowClient(tracking_uri(twin))
     twin_runs = twin_client.search_runs(
         [twin_client.get_experiment_by_name("offline_smoke").experiment_id], "tags.kind = 'run'")

@@ -1,0 +1,102 @@
+"""Offline training speed beside d3rlpy's, one run: gradient steps per second of td3_bc, iql
+and cql on the same D4RL-format Hopper file, one torch thread each, hyperparameters matched
+(CORL's gym-MuJoCo defaults on both sides; ``ci/d3rlpy_speed.py`` holds d3rlpy's).
+
+    python ci/offline_speed.py [--file F.hdf5] [--steps 2000] [--cql-steps 200] \
+        [--out results/benchmarks/offline_speed.json]
+
+Ours is the recipe's own ``train/steps_per_s`` (update time only: no loading, no
+evaluation), from ``rlbench run``; d3rlpy's is its ``fit`` time over the same steps after a
+warm-up. d3rlpy 2.8 pins gymnasium 1.0.0 and needs old gym, so it runs in its own venv,
+``.d3rlpy-venv`` (made on first use: torch==2.13.0, d3rlpy==2.8.1, h5py). Without
+``--file`` the script writes a 100k-step Hopper-shaped file of random numbers: speed does
+not depend on what the numbers are. The goal (the offline algorithms issue) is a ratio
+>= 1.5 on CPU; it is reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER_VENV = ROOT / ".d3rlpy-venv"
+ALGOS = ("td3_bc", "iql", "cql")
+GOAL = 1.5
+
+
+def synthetic_hopper(path: Path, steps: int = 100_000) -> Path:
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as handle:
+        handle.create_dataset("observations", data=rng.normal(size=(steps, 11)).astype("f4"))
+        handle.create_dataset("actions", data=rng.uniform(-1, 1, (steps, 3)).astype("f4"))
+        handle.create_dataset("rewards", data=rng.normal(size=steps).astype("f4"))
+        handle.create_dataset("terminals", data=rng.random(steps) < 0.001)
+        handle.create_dataset("timeouts", data=np.arange(steps) % 1000 == 999)
+    return path
+
+
+def peer_python() -> Path:
+    python = PEER_VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "torch==2.13.0",
+                        "d3rlpy==2.8.1", "h5py"], check=True)
+    return python
+
+
+def ours(path: Path, algo: str, steps: int, scratch: Path) -> float:
+    out = scratch / algo
+    subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "suite=offline",
+                    f"dataset={path}", f"algo={algo}", f"steps={steps}", f"eval_every={steps}",
+                    "eval_episodes=1", "seeds=1", f"out_dir={out}"], check=True,
+                   stdout=subprocess.DEVNULL)
+    import rlbench.results
+
+    return float(rlbench.results.load(out, suite="offline").fps.iloc[0])
+
+
+def peer(path: Path, algos: list[str], steps: int, cql_steps: int) -> dict[str, float]:
+    result = subprocess.run([str(peer_python()), str(ROOT / "ci" / "d3rlpy_speed.py"),
+                             str(path), "--steps", str(steps), "--cql-steps", str(cql_steps),
+                             "--algos", ",".join(algos)],
+                            check=True, capture_output=True, text=True)
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return {row["algo"]: row["steps_per_s"] for row in rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--file", type=Path)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--cql-steps", type=int, default=200)
+    parser.add_argument("--algos", default=",".join(ALGOS))
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    algos = args.algos.split(",")
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        path = args.file or synthetic_hopper(scratch / "hopper_medium-v2.hdf5")
+        theirs = peer(path, algos, args.steps, args.cql_steps)
+        rows = {}
+        for algo in algos:
+            steps = args.cql_steps if algo == "cql" else args.steps
+            mine = ours(path, algo, steps, scratch)
+            rows[algo] = {"steps": steps, "rlbench_steps_per_s": mine,
+                          "d3rlpy_steps_per_s": theirs[algo], "ratio": mine / theirs[algo],
+                          "goal_ratio": GOAL}
+            print(f"{algo:7s} rlbench {mine:8.1f} steps/s   d3rlpy {theirs[algo]:8.1f} steps/s"
+                  f"   ratio {mine / theirs[algo]:.2f} (goal >= {GOAL})", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
