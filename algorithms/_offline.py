@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,13 +47,13 @@ class OfflineData:
         return spec.low[0], spec.high[0]
 
 
-def state_normalization(cfg: object) -> ObservationNorm | None:
+def state_normalization(cfg: Any) -> ObservationNorm | None:
     """The state normalisation of a run (its statistics are the dataset's, loaded by
     ``rlbench.load_policy`` from the run's ``normalization.pt``)."""
     return ObservationNorm(keys=("observation",)) if cfg.normalize_states else None
 
 
-def open_dataset(spec: RunSpec, cfg: object, *, batch_size: int,
+def open_dataset(spec: RunSpec, cfg: Any, *, batch_size: int,
                  reward_scale: Callable[[OfflineDataset], float] | None = None) -> OfflineData:
     """Load ``spec.dataset`` (refusing a file that changed since the sweep was planned),
     normalise its states as ``cfg.normalize_states`` says, multiply its rewards by
@@ -94,7 +95,8 @@ def open_dataset(spec: RunSpec, cfg: object, *, batch_size: int,
 
 def return_range_scale(dataset: OfflineDataset, max_episode_steps: int = 1000) -> float:
     """CORL's reward normalisation for gym-MuJoCo (IQL, from the IQL paper):
-    ``max_episode_steps / (max return - min return)`` over the dataset's episodes."""
+    ``max_episode_steps / (max return - min return)`` over the dataset's episodes, with
+    gym-MuJoCo's 1000-step episode limit."""
     transitions = dataset.transitions
     rewards = transitions.get(("next", "reward")).reshape(-1).double()
     episodes = transitions.get("episode").reshape(-1)
@@ -112,7 +114,7 @@ class BoundedMean(nn.Module):
     """``center + half_range * tanh(net(x))``: a Gaussian policy's mean inside the action
     bounds (CORL's IQL ``GaussianPolicy``)."""
 
-    def __init__(self, net: nn.Module, low: torch.Tensor, high: torch.Tensor):
+    def __init__(self, net: nn.Module, low: torch.Tensor, high: torch.Tensor) -> None:
         super().__init__()
         self.net = net
         self.register_buffer("center", (high + low) / 2)

@@ -104,6 +104,13 @@ def make_normalization(cfg: Config) -> ObservationNorm | None:
     return state_normalization(cfg)
 
 
+def target_entropy(low: torch.Tensor, high: torch.Tensor) -> float:
+    """CORL's ``-action_dim`` on actions scaled to [-1, 1], in the env's action units (the
+    units of the policy's log-prob): ``-action_dim + sum(log half_range)``."""
+    half_range = (high - low).double() / 2
+    return -float(half_range.numel()) + float(half_range.log().sum())
+
+
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.steps`` gradient steps, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
@@ -120,7 +127,7 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                           temperature=cfg.temperature, importance_sample=cfg.importance_sample,
                           lagrange=cfg.lagrange, target_action_gap=cfg.target_action_gap,
                           backup_entropy=cfg.backup_entropy, alpha_init=cfg.alpha_init,
-                          learn_alpha=cfg.learn_alpha)
+                          learn_alpha=cfg.learn_alpha, target_entropy=target_entropy(low, high))
         loss_fn.to(spec.device)
         target_update = SoftUpdate(critic, loss_fn.target_critic, cfg.tau)
         actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True),

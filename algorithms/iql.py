@@ -10,7 +10,8 @@ normalised by the dataset's statistics and, on gym-MuJoCo, rewards scaled by ``1
 (max return - min return)`` of the dataset's episodes, as the paper and CORL do. Per
 dataset exceptions of CORL's configs are in ``ENV_DEFAULTS``. The three updates of a step
 are computed before any of them is applied, as in CORL (the critics' target reads the
-value before its step).
+value before its step). Not CORL's: the policy's log-std is not clamped to [-20, 2] (it
+starts at 0 and the weighted likelihood keeps it in range).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ evaluation), from ``rlbench run``; d3rlpy's is its ``fit`` time over the same st
 warm-up. d3rlpy 2.8 pins gymnasium 1.0.0 and needs old gym, so it runs in its own venv,
 ``.d3rlpy-venv`` (made on first use: torch==2.13.0, d3rlpy==2.8.1, h5py). Without
 ``--file`` the script writes a 100k-step Hopper-shaped file of random numbers: speed does
-not depend on what the numbers are. The goal (the offline algorithms issue) is a ratio
->= 1.5 on CPU; it is reported, never asserted.
+not depend on what the numbers are. The goal is a ratio >= 1.5 on CPU; it is reported,
+never asserted.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
 """
 _SWEEP_KEYS = """\
 keys: suite (a shipped name or a .yaml path), algo (algos), env (envs): comma lists
-      seeds, base_seed, frames, eval_every, eval_episodes   (the suite's by default)
+      dataset (datasets): d4rl:<name>, minari:<id> or paths, for offline algorithms
+      seeds, base_seed, frames (online), steps (offline), eval_every, eval_episodes
       threads (per run, at most the cores here; force_threads=true for more), device
       out_dir (default rlbench_runs; MLFLOW_TRACKING_URI overrides its store)
       jobs (runs at a time, each in its own process), launcher (local|ray),

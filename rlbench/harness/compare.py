@@ -334,6 +334,8 @@ def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: 
         judged = verdict(mean_ci or point, group.frames, group.env, score,
                          metric=OUR_OFFLINE_METRIC if offline else OUR_METRIC,
                          unit="steps" if offline else "frames")
+        if mean_ci is None:  # no CI: the differences still hold, the verdict does not
+            judged = Verdict("n/a (1 seed)", judged.caveats)
         if offline and group.runs[0].refs is None:
             judged = Verdict("none: no reference scores, so ours are raw returns",
                              judged.caveats)
@@ -341,8 +343,6 @@ def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: 
             judged = Verdict(judged.word, [*judged.caveats, f"evaluated in "
                                            f"{group.runs[0].eval_env}, {score.library} in "
                                            f"mujoco-py's v3 env"])
-        if mean_ci is None:  # no CI: the differences still hold, the verdict does not
-            judged = Verdict("n/a (1 seed)", judged.caveats)
         summary.baselines.append((score, judged))
     return summary
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
@@ -33,6 +33,9 @@ from rlbench.harness.algorithms import (
 )
 from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
 from rlbench.harness.words import split_words
+
+if TYPE_CHECKING:
+    from rlbench.harness.dataset_plan import MadeFamily
 
 __all__ = ["Overrides", "RunConfig", "SweepConfig", "check_device_here", "check_devices_here",
            "parse_overrides", "resolve_sweep"]
@@ -225,7 +228,7 @@ class SweepConfig:
     # per (algo, env): the layer each hyperparameter came from (see resolve_with_sources)
     sources: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the plan should say (show, run)
-    to_make: list[Any] = field(default_factory=list)  # dataset families to make before running
+    to_make: list[MadeFamily] = field(default_factory=list)  # datasets to make before running
 
 
 # Upper bounds on sizes, far past any real sweep but small enough that no counter, index or
@@ -301,11 +304,13 @@ def _names(settings: dict[str, Any], key: str) -> list[str]:
 
 
 def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list[str],
-                                  runs: list[RunConfig]) -> None:
+                                  runs: list[RunConfig], eval_envs: dict[str, str]) -> None:
     """Hyperparameters given for an algorithm on an env where nothing runs (``sac.tau=abc``
     with ``algo=ppo``, a suite's ``per_env`` entry for an algorithm that env does not take)
-    are checked all the same: a typo must not wait for the day its algorithm runs."""
-    ran = {(run.algo, run.env) for run in runs}
+    are checked all the same: a typo must not wait for the day its algorithm runs.
+    ``eval_envs`` maps each dataset (source and name) to its eval env."""
+    ran = {(run.algo, run.env) for run in runs} | {(run.algo, run.task) for run in runs}
+    ran |= {(run.algo, run.dataset) for run in runs if run.offline}
     given = set(overrides.algo_params) | set(suite.per_algo)
     for algo in sorted(given):
         for env in envs:
@@ -321,8 +326,8 @@ def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list
                 if not isinstance(params, dict):
                     raise ConfigError(f"suite {suite.name}: per_env {env}.{algo} must be a "
                                       f"mapping of hyperparameters, got {quote(params)}")
-                resolve_algo_config(algo, env_family(env), suite.per_algo.get(algo, {}),
-                                    params, env=env)
+                resolve_algo_config(algo, env_family(eval_envs.get(env, env)),
+                                    suite.per_algo.get(algo, {}), params, env=env)
 
 
 def _artifact_options(settings: dict[str, Any], algo: str, params: dict[str, Any]
@@ -348,9 +353,9 @@ def _check_action_space(algo: str, env: str, kind: str, known_algos: Sequence[st
     """Refuse to plan ``algo`` on ``env`` when it does not take that kind of action space."""
     if kind in load_algorithm(algo).ACTION_SPACES:
         return
-    same = load_algorithm(algo).KIND  # an env takes online algorithms, a dataset offline ones
+    algo_kind = load_algorithm(algo).KIND  # envs take online algorithms, datasets offline
     takers = [name for name in known_algos if kind in load_algorithm(name).ACTION_SPACES
-              and load_algorithm(name).KIND == same]
+              and algo_kind == load_algorithm(name).KIND]
     raise ConfigError(f"{algo} takes {' or '.join(load_algorithm(algo).ACTION_SPACES)} actions, "
                       f"and {env}'s are {kind}: leave one of them out (algorithms for {env}: "
                       f"{', '.join(takers) or 'none'})")
@@ -385,6 +390,22 @@ def _tasks(base: dict[str, Any], overrides: Overrides, algos: Sequence[str]
     envs = _names(base, "envs") if online else []
     datasets = _names(base, "datasets") if offline else []
     return envs, datasets
+
+
+def _check_offline_settings(algo: str, settings: dict[str, Any], overrides: Overrides) -> None:
+    """Refuse what an offline run cannot use: a frame budget given for it, and
+    ``save_transitions`` (it collects none)."""
+    if "frames" in overrides.settings and not _kinds_online(settings):
+        raise ConfigError(f"frames= is not used by offline algorithms ({algo}): their budget "
+                          "is gradient steps, steps=...")
+    if settings.get("save_transitions"):
+        raise ConfigError(f"save_transitions keeps the transitions a run collects, and {algo} "
+                          "collects none: it learns from its dataset")
+
+
+def _kinds_online(settings: dict[str, Any]) -> bool:
+    """Whether the grid holds an online algorithm (one that a frame budget is for)."""
+    return any(load_algorithm(a).KIND == "online" for a in _names(settings, "algos"))
 
 
 def _offline_algorithms() -> list[str]:
@@ -470,6 +491,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                 notes.append(note)
             options = _artifact_options(settings, algo, params)
             if dataset:
+                _check_offline_settings(algo, settings, overrides)
                 budget = {"frames": 0, "steps": _positive_int(settings, "steps"),
                           "dataset": dataset.source, "dataset_label": dataset.label,
                           "dataset_sha256": dataset.sha256, "dataset_refs": dataset.refs}
@@ -500,7 +522,8 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                      key=lambda f: f.env)
     notes += [f"{p.source} is not made yet: `rlbench run` makes it first (about "
               f"{p.family.minutes} min for its family)" for p in planned.values() if p.family]
-    _check_unused_hyperparameters(suite, overrides, list(action_spaces), runs)
+    eval_envs = {name: p.env for p in planned.values() for name in (p.source, p.label)}
+    _check_unused_hyperparameters(suite, overrides, list(action_spaces), runs, eval_envs)
     if not runs:
         tasks = [f"envs {', '.join(envs)}"] if envs else []
         tasks += [f"datasets {', '.join(datasets)}"] if datasets else []

@@ -8,10 +8,11 @@ named with the command that makes them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +70,8 @@ def dataset_label(source: str) -> str:
     for prefix in ("d4rl:", "minari:"):
         if source.startswith(prefix):
             return source.removeprefix(prefix)
-    path = Path(source)
-    return path.stem if path.suffix in (".hdf5", ".h5") else path.name
+    path = Path(source)  # a D4RL-format file is named as its loader names it
+    return path.stem.replace("_", "-") if path.suffix in (".hdf5", ".h5") else path.name
 
 
 def _own_family(source: str) -> tuple[str, str] | None:
@@ -105,6 +106,8 @@ def plan_dataset(source: str) -> PlannedDataset:
     key = _file_key(source)
     if key is not None and key in _CACHE:
         return _CACHE[key]
+    if not source.startswith(("d4rl:", "minari:")):
+        source = str(Path(source).resolve())  # a path: the same file from any worker's cwd
     dataset = load_dataset(source)
     if dataset.env_id is None:
         raise ConfigError(f"{source} names no env to evaluate in, so offline runs cannot score "
@@ -146,6 +149,18 @@ def behaviour_runs_dir() -> Path:
     return cache / "behaviour_runs"
 
 
+@contextlib.contextmanager
+def _private_store() -> Iterator[None]:
+    """The behaviour run is tracked in its own directory's store, never in the user's
+    ``MLFLOW_TRACKING_URI``, where it would join their ``classic`` suite."""
+    saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = saved
+
+
 def make_family(family: MadeFamily, log: Callable[[str], None]) -> None:
     """Make every quality of ``family`` into ``minari_root()/rlbench/<stem>/`` (a behaviour
     run, then ``dataset make``), under a lock: two sweeps never make one family at once."""
@@ -168,7 +183,8 @@ def make_family(family: MadeFamily, log: Callable[[str], None]) -> None:
             "suite=classic", f"algo={family.algo}", f"env={family.env}", "seeds=1",
             f"frames={family.frames}", f"eval_every={family.eval_every}",
             "save_snapshots=true", "save_transitions=true", f"out_dir={runs}"])
-        result = run_sweep(sweep)
+        with _private_store():
+            result = run_sweep(sweep)
         if result.failed:
             raise ConfigError(f"the behaviour run of the {family.stem} datasets failed: "
                               f"{result.failed[0].error}")

@@ -53,9 +53,13 @@ def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
         raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {err}") from err
 
 
+DATASET_DIRS = ("D4RL_DATASET_DIR", "MINARI_DATASETS_PATH")
+
+
 def _task(run: RunConfig, out_dir: Path, uri: str, experiment_id: str, parent_id: str,
-          updates: Any) -> RunResult:
+          updates: Any, datasets: dict[str, str]) -> RunResult:
     os.environ["MLFLOW_TRACKING_URI"] = uri  # the driver's store, whatever the node's env
+    os.environ.update(datasets)  # and the driver's dataset directories
 
     def report(values: dict[str, float]) -> None:
         updates.put((run.identity, values))
@@ -76,12 +80,14 @@ def run_on_ray(runs: list[RunConfig], tracker: Tracker, experiment_id: str, pare
     updates = Queue()
     by_ref: dict[Any, RunConfig] = {}
     by_identity = {run.identity: run for run in runs}
+    datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
     for run in runs:
         options = {"num_cpus": run.threads,
                    "num_gpus": 1 if run.device.startswith("cuda") else 0,
                    "max_retries": 0}
         ref = remote.options(**options).remote(run, tracker.out_dir, tracker.uri,
-                                               experiment_id, parent_id, updates)
+                                               experiment_id, parent_id, updates,
+                                               datasets)
         by_ref[ref] = run
     results: dict[str, RunResult] = {}
     started: set[str] = set()

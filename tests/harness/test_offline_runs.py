@@ -68,7 +68,8 @@ def test_dataset_grid_is_planned_like_an_env_grid(pendulum_file: Path, tmp_path:
     for run in runs:
         assert (run.env, run.dataset, run.dataset_sha256) == ("Pendulum-v1",
                                                              str(pendulum_file), sha)
-        assert run.task == "pendulum_random" and run.name.startswith(f"{run.algo}/pendulum")
+        assert run.task == "pendulum-random"  # named as the D4RL loader names the file
+        assert run.name == f"{run.algo}/pendulum-random/seed{run.seed_index}"
         assert run.steps == 300 and run.budget == 300 and run.dataset_refs == REFS
         fields = run.as_dict()
         assert "frames" not in fields and fields["steps"] == 300
@@ -78,6 +79,19 @@ def test_dataset_grid_is_planned_like_an_env_grid(pendulum_file: Path, tmp_path:
     again = resolve_sweep(["suite=offline_smoke", f"dataset={changed}", "algo=bc,iql",
                            "steps=300", "seeds=2"]).runs
     assert {r.identity for r in again}.isdisjoint({r.identity for r in runs})
+
+
+def test_a_suite_sets_hyperparameters_per_dataset(pendulum_file: Path, tmp_path: Path) -> None:
+    suite = tmp_path / "mine.yaml"
+    suite.write_text(f"algos: [bc, iql]\ndatasets: [{pendulum_file}]\nsteps: 100\n"
+                     f"eval_every: 50\nper_env:\n  pendulum-random:\n    steps: 300\n"
+                     f"    iql: {{beta: 5.0}}\n    cql: {{cql_alpha: 2.0}}\n")
+    runs = {r.algo: r for r in resolve_sweep([f"suite={suite}"]).runs}
+    assert runs["iql"].algo_params["beta"] == 5.0 and runs["iql"].steps == 300
+    assert runs["bc"].steps == 300
+    suite.write_text(suite.read_text().replace("cql_alpha: 2.0", "cql_alpha: abc"))
+    with pytest.raises(ConfigError, match=r"cql\.cql_alpha must be a number"):  # though unused
+        resolve_sweep([f"suite={suite}"])
 
 
 def test_online_runs_keep_their_identity_fields() -> None:
@@ -103,6 +117,10 @@ def test_online_runs_keep_their_identity_fields() -> None:
      "bc.batch_size"),
     (["suite=offline_smoke", "dataset={file}", "algo=bc", "cql.cql_alpha=abc"],
      "cql.cql_alpha must be a number"),
+    (["suite=offline_smoke", "dataset={file}", "frames=1000"],
+     "frames= is not used by offline algorithms"),
+    (["suite=offline_smoke", "dataset={file}", "save_transitions=true"],
+     "collects none"),
 ])
 def test_bad_offline_input_is_refused_before_anything_starts(
         words: list[str], message: str, pendulum_file: Path, tmp_path: Path,
@@ -142,7 +160,7 @@ def test_offline_runs_record_scores_and_save_policies_that_load(
         tags = run.data.tags
         assert run.info.status == "FINISHED"
         assert (tags["env"], tags["eval_env"], tags["dataset"]) == (
-            "pendulum_random", "Pendulum-v1", str(pendulum_file))
+            "pendulum-random", "Pendulum-v1", str(pendulum_file))
         returns = _history(client, run.info.run_id, "eval/return_mean")
         scores = _history(client, run.info.run_id, "eval/normalized_score")
         assert [step for step, _ in returns] == [step for step, _ in scores] == [100, 200]
