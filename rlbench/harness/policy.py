@@ -27,7 +27,7 @@ from torch import nn
 
 from rlbench.collectors import evaluate
 from rlbench.envs import EnvBase, TransformedEnv, make
-from rlbench.envs.transforms import VecNorm
+from rlbench.envs.transforms import ObservationNorm, VecNorm
 from rlbench.errors import ConfigError, quote
 from rlbench.harness.algorithms import load_algorithm, resolve_algo_config
 from rlbench.modules.exploration import set_exploration_type
@@ -51,17 +51,18 @@ class Policy(nn.Module):
     """A trained run's deterministic policy, normalisation included.
 
     ``policy(tensordict)`` reads raw ``"observation"`` (as an rlbench env returns it) and
-    writes ``"action"``: observations are normalised with the run's frozen statistics, then
-    the actor takes the mode of its distribution. ``policy.act(observation)`` does the same
-    for one observation (or a batch) from a plain gymnasium loop. With ``deterministic``
+    writes ``"action"``: observations are normalised with the run's frozen statistics (an
+    online run's running ones, an offline run's dataset's), then the actor takes the mode of
+    its distribution. ``policy.act(observation)`` does the same for one observation (or a
+    batch) from a plain gymnasium loop. With ``deterministic``
     set to False the actor samples from its distribution instead (from torch's global
     generator), as a behaviour policy collecting a dataset does.
     """
 
     deterministic: bool = True
 
-    def __init__(self, actor: nn.Module, normalization: VecNorm | None, config: dict[str, Any],
-                 source: str):
+    def __init__(self, actor: nn.Module, normalization: VecNorm | ObservationNorm | None,
+                 config: dict[str, Any], source: str):
         super().__init__()
         self.actor, self.normalization = actor, normalization
         self.config, self.source = config, source
@@ -225,7 +226,8 @@ def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
     return policy.to(device).eval()
 
 
-def _normalization(recipe: Any, cfg: Any, env: EnvBase, files: RunFiles) -> VecNorm | None:
+def _normalization(recipe: Any, cfg: Any, env: EnvBase, files: RunFiles
+                   ) -> VecNorm | ObservationNorm | None:
     make_normalization = getattr(recipe, "make_normalization", None)
     normalization = make_normalization(cfg) if make_normalization else None
     if (normalization is None) != (files.normalization is None):
