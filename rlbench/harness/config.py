@@ -169,7 +169,7 @@ class RunConfig:
     @property
     def task(self) -> str:
         """What the run learns: its dataset's name (offline), else its env."""
-        return self.dataset_label or self.env if self.offline else self.env
+        return (self.dataset_label or self.env) if self.offline else self.env
 
     @property
     def name(self) -> str:
@@ -392,20 +392,16 @@ def _tasks(base: dict[str, Any], overrides: Overrides, algos: Sequence[str]
     return envs, datasets
 
 
-def _check_offline_settings(algo: str, settings: dict[str, Any], overrides: Overrides) -> None:
-    """Refuse what an offline run cannot use: a frame budget given for it, and
-    ``save_transitions`` (it collects none)."""
-    if "frames" in overrides.settings and not _kinds_online(settings):
+def _check_offline_settings(algo: str, settings: dict[str, Any], overrides: Overrides,
+                            grid_has_online: bool) -> None:
+    """Refuse what an offline run cannot use: a frame budget given for an offline-only grid,
+    and ``save_transitions`` (it collects none)."""
+    if "frames" in overrides.settings and not grid_has_online:
         raise ConfigError(f"frames= is not used by offline algorithms ({algo}): their budget "
                           "is gradient steps, steps=...")
     if settings.get("save_transitions"):
         raise ConfigError(f"save_transitions keeps the transitions a run collects, and {algo} "
                           "collects none: it learns from its dataset")
-
-
-def _kinds_online(settings: dict[str, Any]) -> bool:
-    """Whether the grid holds an online algorithm (one that a frame budget is for)."""
-    return any(load_algorithm(a).KIND == "online" for a in _names(settings, "algos"))
 
 
 def _offline_algorithms() -> list[str]:
@@ -491,7 +487,8 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                 notes.append(note)
             options = _artifact_options(settings, algo, params)
             if dataset:
-                _check_offline_settings(algo, settings, overrides)
+                _check_offline_settings(algo, settings, overrides,
+                                        grid_has_online="online" in kinds.values())
                 budget = {"frames": 0, "steps": _positive_int(settings, "steps"),
                           "dataset": dataset.source, "dataset_label": dataset.label,
                           "dataset_sha256": dataset.sha256, "dataset_refs": dataset.refs}
