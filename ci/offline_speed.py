@@ -1,6 +1,6 @@
 """Offline training speed beside d3rlpy's, one run: gradient steps per second of td3_bc, iql
 and cql on the same D4RL-format Hopper file, one torch thread each, hyperparameters matched
-(CORL's gym-MuJoCo defaults on both sides; ``ci/d3rlpy_speed.py`` holds d3rlpy's).
+(our recipes' gym-MuJoCo defaults, CORL's, handed to d3rlpy by ``ci/d3rlpy_peer.py``).
 
     python ci/offline_speed.py [--file F.hdf5] [--steps 2000] [--cql-steps 200] \
         [--out results/benchmarks/offline_speed.json]
@@ -8,7 +8,7 @@ and cql on the same D4RL-format Hopper file, one torch thread each, hyperparamet
 Ours is the recipe's own ``train/steps_per_s`` (update time only: no loading, no
 evaluation), from ``rlbench run``; d3rlpy's is its ``fit`` time over the same steps after a
 warm-up. d3rlpy 2.8 pins gymnasium 1.0.0 and needs old gym, so it runs in its own venv,
-``.d3rlpy-venv`` (made on first use: torch==2.13.0, d3rlpy==2.8.1, h5py). Without
+``.d3rlpy-venv`` (made on first use: torch==2.13.0, d3rlpy==2.8.1). Without
 ``--file`` the script writes a 100k-step Hopper-shaped file of random numbers: speed does
 not depend on what the numbers are. The goal is a ratio >= 1.5 on CPU; it is reported,
 never asserted.
@@ -25,9 +25,10 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+from d3rlpy_reference import PEER_SCRIPT, peer_python, write_d4rl_arrays
 
-ROOT = Path(__file__).resolve().parent.parent
-PEER_VENV = ROOT / ".d3rlpy-venv"
+from rlbench.harness.algorithms import resolve_algo_config
+
 ALGOS = ("td3_bc", "iql", "cql")
 GOAL = 1.5
 
@@ -43,15 +44,6 @@ def synthetic_hopper(path: Path, steps: int = 100_000) -> Path:
     return path
 
 
-def peer_python() -> Path:
-    python = PEER_VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "torch==2.13.0",
-                        "d3rlpy==2.8.1", "h5py"], check=True)
-    return python
-
-
 def ours(path: Path, algo: str, steps: int, scratch: Path) -> float:
     out = scratch / algo
     subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "suite=offline",
@@ -63,10 +55,14 @@ def ours(path: Path, algo: str, steps: int, scratch: Path) -> float:
     return float(rlbench.results.load(out, suite="offline").fps.iloc[0])
 
 
-def peer(path: Path, algos: list[str], steps: int, cql_steps: int) -> dict[str, float]:
-    result = subprocess.run([str(peer_python()), str(ROOT / "ci" / "d3rlpy_speed.py"),
-                             str(path), "--steps", str(steps), "--cql-steps", str(cql_steps),
-                             "--algos", ",".join(algos)],
+def peer(path: Path, algos: list[str], steps: int, cql_steps: int, scratch: Path
+         ) -> dict[str, float]:
+    params = scratch / "params.json"
+    params.write_text(json.dumps({algo: resolve_algo_config(algo, "mujoco") for algo in algos}))
+    arrays = write_d4rl_arrays(str(path), scratch / "dataset.npz")
+    result = subprocess.run([str(peer_python()), str(PEER_SCRIPT), "speed", str(arrays),
+                             "--params", str(params), "--steps", str(steps),
+                             "--cql-steps", str(cql_steps)],
                             check=True, capture_output=True, text=True)
     rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     return {row["algo"]: row["steps_per_s"] for row in rows}
@@ -84,7 +80,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         path = args.file or synthetic_hopper(scratch / "hopper_medium-v2.hdf5")
-        theirs = peer(path, algos, args.steps, args.cql_steps)
+        theirs = peer(path, algos, args.steps, args.cql_steps, scratch)
         rows = {}
         for algo in algos:
             steps = args.cql_steps if algo == "cql" else args.steps

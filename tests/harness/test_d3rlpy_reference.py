@@ -1,0 +1,128 @@
+"""ci/d3rlpy_reference.py and ci/d3rlpy_peer.py: d3rlpy, in its own environment, trains with
+our recipes' hyperparameters on our dataset; its runs land in the suite's store, scored by
+our evaluation, and ``rlbench compare`` shows them beside ours."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from rlbench.cli import main
+from rlbench.harness.algorithms import resolve_algo_config
+from rlbench.harness.tracking import Tracker
+from tests.harness.test_offline_runs import REFS, write_pendulum_d4rl
+
+CI = Path(__file__).resolve().parents[2] / "ci"
+SCRIPT = CI / "d3rlpy_reference.py"
+
+
+def _reference_script() -> ModuleType:
+    sys.path.insert(0, str(CI))
+    try:
+        spec = importlib.util.spec_from_file_location("d3rlpy_reference", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(CI))
+    return module
+
+
+@pytest.fixture(scope="module")
+def peer_python() -> Path:
+    """d3rlpy's own environment (made on first use: about a minute)."""
+    return _reference_script().peer_python()
+
+
+def test_dataset_reaches_d3rlpy_in_d4rls_layout(tmp_path: Path) -> None:
+    source = write_pendulum_d4rl(tmp_path / "pendulum_random.hdf5", episodes=3)
+    arrays = np.load(_reference_script().write_d4rl_arrays(str(source), tmp_path / "d.npz"))
+    assert arrays["observations"].shape == (600, 3) and arrays["actions"].shape == (600, 1)
+    # Pendulum never terminates: each 200-step episode ends in a timeout, and only there
+    assert not arrays["terminals"].any()
+    assert np.flatnonzero(arrays["timeouts"]).tolist() == [199, 399, 599]
+
+
+@pytest.mark.slow
+def test_d3rlpy_configs_carry_our_hyperparameters(peer_python: Path) -> None:
+    params = {algo: resolve_algo_config(algo, "mujoco") for algo in ("bc", "td3_bc", "iql", "cql")}
+    params["iql"]["expectile"], params["cql"]["cql_alpha"] = 0.8, 7.0  # not the defaults
+    probe = f"""
+import json, sys
+sys.path.insert(0, {str(CI)!r})
+from d3rlpy_peer import config
+params = json.loads({json.dumps(params)!r})
+bc = config("bc", params["bc"], 100, ([-2.0], [2.0]))
+td3 = config("td3_bc", params["td3_bc"], 100)
+iql = config("iql", params["iql"], 100)
+cql = config("cql", params["cql"], 100)
+print(json.dumps({{
+    "bc": [bc.learning_rate, bc.batch_size, bc.encoder_factory.hidden_units,
+           bc.action_scaler.minimum.tolist(), bc.action_scaler.maximum.tolist()],
+    "td3_bc": [td3.alpha, td3.target_smoothing_sigma, td3.target_smoothing_clip,
+               td3.update_actor_interval, td3.action_scaler],
+    "iql": [iql.expectile, iql.weight_temp, iql.max_weight, iql.reward_scaler.multiplier,
+            iql.actor_optim_factory.lr_scheduler_factory.T_max],
+    "cql": [cql.conservative_weight, cql.actor_learning_rate, cql.temp_learning_rate,
+            cql.alpha_learning_rate, cql.n_action_samples,
+            cql.critic_encoder_factory.hidden_units],
+}}))
+"""
+    result = subprocess.run([str(peer_python), "-c", probe], capture_output=True, text=True,
+                            check=True)
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["bc"] == [3e-4, 256, [256, 256], [-2.0], [2.0]]
+    assert got["td3_bc"] == [2.5, 0.2, 0.5, 2, None]  # Hopper's [-1, 1] needs no scaler
+    assert got["iql"] == [0.8, 3.0, 100.0, 1000.0, 100]
+    assert got["cql"] == [7.0, 3e-5, 3e-5, 0.0, 10, [256, 256, 256]]
+    refused = dict(params["iql"], value_lr=1e-3)
+    bad = subprocess.run([str(peer_python), "-c", f"import sys; sys.path.insert(0, {str(CI)!r})"
+                          f"\nfrom d3rlpy_peer import config\nconfig('iql', {refused!r}, 10)"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "cannot take value_lr=0.001" in bad.stderr
+
+
+@pytest.mark.slow
+def test_d3rlpy_runs_are_scored_tracked_resumed_and_compared(
+        peer_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = write_pendulum_d4rl(tmp_path / "pendulum_random.hdf5", episodes=5)
+    args = [sys.executable, str(SCRIPT), "algo=td3_bc,bc", f"dataset={source}", "seeds=1",
+            "steps=200", "eval_every=100", "eval_episodes=2", "suite=offline_smoke",
+            f"out_dir={tmp_path / 'store'}"]
+    first = subprocess.run(args, capture_output=True, text=True, check=True)
+    assert first.stdout.count("final return") == 2
+    again = subprocess.run(args, capture_output=True, text=True, check=True)
+    assert again.stdout.count("finished earlier, skipped") == 2
+
+    tracker = Tracker(tmp_path / "store")
+    experiment = tracker.experiment("offline_smoke")
+    runs = tracker.runs(experiment, "tags.kind = 'run'")
+    assert {r.data.tags["algorithm"] for r in runs} == {"d3rlpy-td3_bc", "d3rlpy-bc"}
+    for run in runs:
+        tags = run.data.tags
+        assert run.info.status == "FINISHED" and tags["library"] == "d3rlpy 2.8.1"
+        assert (tags["env"], tags["eval_env"]) == ("pendulum-random", "Pendulum-v1")
+        returns = tracker.client.get_metric_history(run.info.run_id, "eval/return_mean")
+        scores = tracker.client.get_metric_history(run.info.run_id, "eval/normalized_score")
+        assert [m.step for m in returns] == [100, 200] == [m.step for m in scores]
+        low, high = REFS
+        for ret, score in zip(returns, scores, strict=True):
+            assert score.value == pytest.approx(100 * (ret.value - low) / (high - low))
+            assert low - 600 < ret.value < 0  # Pendulum's returns: a real evaluation
+
+    bad = subprocess.run([*args[:2], "algo=awac"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown algorithm 'awac'" in bad.stderr
+    assert main(["compare", "suite=offline_smoke", f"out_dir={tmp_path / 'store'}",
+                 "format=csv", "reps=50"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {(r["env"], r["algorithm"], r["frames"], r["n"]) for r in rows} == {
+        ("pendulum-random", "d3rlpy-td3_bc", "200", "1"),
+        ("pendulum-random", "d3rlpy-bc", "200", "1")}  # "frames": the budget, here steps
