@@ -12,6 +12,7 @@ probability that one beats the other. Every bootstrap draws from a generator see
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -311,6 +312,21 @@ def _rng(seed: int, *labels: str) -> np.random.Generator:
     return np.random.default_rng([seed, int.from_bytes(digest[:8], "little")])
 
 
+_OWN_DATASET = re.compile(r"rlbench/(?P<stem>[a-z0-9]+)/(?P<quality>[a-z-]+)-v0")
+_D4RL_QUALITIES = ("random", "medium", "expert", "medium-replay", "medium-expert")
+
+
+def d4rl_counterpart(task: str) -> str | None:
+    """D4RL's dataset of the same env and quality as one rlbench makes
+    (``rlbench/hopper/medium-replay-v0`` -> ``hopper-medium-replay-v2``): other data made by
+    another policy in another simulator, so its published scores are a sanity band for
+    ours, never a verdict."""
+    match = _OWN_DATASET.fullmatch(task)
+    if match is None or match["quality"] not in _D4RL_QUALITIES:
+        return None
+    return f"{match['stem']}-{match['quality']}-v2"
+
+
 def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: int,
                     reps: int) -> GroupSummary:
     finals = group.finals
@@ -328,7 +344,11 @@ def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: 
     )
     point = Interval(summary.mean, summary.mean, summary.mean)
     offline = group.runs[0].offline
-    for score in matching(list(published), group.env, group.algo):
+    scores = matching(list(published), group.env, group.algo)
+    band = d4rl_counterpart(group.env) if offline and not scores else None
+    if band is not None:
+        scores = matching(list(published), band, group.algo)
+    for score in scores:
         if offline != score.metric.startswith("d4rl_"):
             continue  # an offline table's row is about a dataset, an online one's an env
         judged = verdict(mean_ci or point, group.frames, group.env, score,
@@ -336,6 +356,9 @@ def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: 
                          unit="steps" if offline else "frames")
         if mean_ci is None:  # no CI: the differences still hold, the verdict does not
             judged = Verdict("n/a (1 seed)", judged.caveats)
+        if band is not None:
+            judged = Verdict(f"none: different data ({band}, D4RL's); a sanity band",
+                             judged.caveats)
         if offline and group.runs[0].refs is None:
             judged = Verdict("none: no reference scores, so ours are raw returns",
                              judged.caveats)
@@ -429,6 +452,10 @@ def _offline_references(records: Sequence[RunRecord], published: Sequence[Publis
             notes.append(f"{task}: evaluated in {record.eval_env}; the dataset came from "
                          "mujoco-py's v3 env, which gymnasium cannot make (same model, "
                          "observations and actions; the simulators differ slightly)")
+        elif d4rl_counterpart(task) in with_rows:
+            notes.append(f"{task}: no published score for this dataset; CORL's numbers on "
+                         f"{d4rl_counterpart(task)} (D4RL's data of the same quality, made by "
+                         "another policy in mujoco-py) are shown as a sanity band, not judged")
         else:
             notes.append(f"{task}: no published score for this dataset (CORL reports D4RL's "
                          "own files), so no verdict")

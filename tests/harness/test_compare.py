@@ -24,6 +24,7 @@ from rlbench.harness.compare import (
     Group,
     RunRecord,
     compare,
+    d4rl_counterpart,
     group_runs,
     load_runs,
     summarize_group,
@@ -507,3 +508,28 @@ def test_a_group_that_mixes_code_versions_is_named() -> None:
     assert notes == ["ppo on CartPole-v1 at 1,000 frames: its 2 seeds ran with uncommitted "
                      "changes (abc1234+dirty ×2): the commit alone does not say which code "
                      "made them"]
+
+
+def test_corl_beside_rlbenchs_own_hopper_data_is_a_band_never_a_verdict() -> None:
+    """A dataset rlbench made (rlbench/hopper/medium-replay-v0) has no published row; CORL's
+    on D4RL's data of the same env and quality is shown beside it, never judged."""
+    assert d4rl_counterpart("rlbench/hopper/medium-replay-v0") == "hopper-medium-replay-v2"
+    assert d4rl_counterpart("rlbench/pendulum/medium-v0") == "pendulum-medium-v2"
+    assert d4rl_counterpart("rlbench/hopper/mixed-v0") is None
+    assert d4rl_counterpart("hopper-medium-v2") is None
+    published = load_published(Path(__file__).resolve().parents[2] / "results" / "baselines")
+    runs = [RunRecord(f"r{i}", "td3_bc", "rlbench/hopper/medium-replay-v0", i, 20_000,
+                      "FINISHED", "c", {20_000: score}, None, eval_env="Hopper-v5",
+                      refs=(-20.0, 3234.0)) for i, score in enumerate((60.0, 64.0, 70.0))]
+    summary = summarize_group(Group("rlbench/hopper/medium-replay-v0", "td3_bc", 20_000, "c",
+                                    runs), published, seed=0, reps=10)
+    rows = {score.metric: (score, judged) for score, judged in summary.baselines}
+    assert set(rows) == {"d4rl_normalized_last", "d4rl_normalized_best"}
+    score, judged = rows["d4rl_normalized_last"]
+    assert (score.env, score.mean) == ("hopper-medium-replay-v2", 64.42)  # CORL's TD3+BC
+    assert judged.word == "none: different data (hopper-medium-replay-v2, D4RL's); a sanity band"
+    assert "env hopper-medium-replay-v2 vs rlbench/hopper/medium-replay-v0" in judged.caveats
+    bc = summarize_group(Group("rlbench/pendulum/medium-v0", "bc", 20_000, "c",
+                               [dataclasses.replace(r, algo="bc", env="rlbench/pendulum/medium-v0")
+                                for r in runs]), published, seed=0, reps=10)
+    assert bc.baselines == []  # CORL has no pendulum rows
