@@ -141,7 +141,8 @@ def train(args: argparse.Namespace) -> None:
         model.save_policy(str(path))
         print(json.dumps({"step": step, "policy": str(path),
                           "train_seconds": clock["seconds"]}), flush=True)
-        sys.stdin.readline()  # the caller evaluates it meanwhile: one process runs at a time
+        if not sys.stdin.readline():  # the caller evaluates it meanwhile; EOF: it is gone
+            raise SystemExit("the caller closed its pipe: stopping")
         clock["start"] = time.perf_counter()
 
     algo.fit(dataset, n_steps=args.steps, n_steps_per_epoch=args.eval_every,
