@@ -12,15 +12,19 @@ hyperparameters as JSON:
 terminals, timeouts). ``speed`` prints one JSON line per algorithm with the steps per second
 of ``fit`` after a warm-up (one torch thread, no evaluation, no logging). ``train`` saves
 the greedy policy as TorchScript (d3rlpy's own export, its observation scaler included)
-every ``eval-every`` steps, prints a JSON line naming it and waits for a line on stdin:
-the caller evaluates it in rlbench's eval env, with rlbench's protocol, meanwhile.
+every ``eval-every`` steps and at the last, prints a JSON line naming it and waits for a
+line on stdin: the caller evaluates it in rlbench's eval env, with rlbench's protocol,
+meanwhile. It stops when the caller dies.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,8 @@ QUIET = {"show_progress": False, "logger_adapter": d3rlpy.logging.NoopAdapterFac
 
 
 def load(path: str) -> d3rlpy.dataset.MDPDataset:
+    """The ``.npz`` of D4RL's arrays as d3rlpy's dataset (episodes split at terminals and
+    timeouts)."""
     with np.load(path) as arrays:
         return d3rlpy.dataset.MDPDataset(
             observations=arrays["observations"].astype(np.float32),
@@ -64,6 +70,15 @@ def config(algo: str, params: dict[str, Any], steps: int,
         actions = d3rlpy.preprocessing.MinMaxActionScaler(minimum=np.asarray(bounds[0]),
                                                           maximum=np.asarray(bounds[1]))
     scalers = {"observation_scaler": scaler, "action_scaler": actions}
+    # d3rlpy's behaviour-cloning terms are squared errors of scaled actions: 1 / half_range^2
+    # of ours, so TD3+BC's alpha is divided by half_range^2 to weigh Q and BC as ours do
+    half_range = 1.0
+    if actions is not None:
+        ranges = (np.asarray(bounds[1]) - np.asarray(bounds[0])) / 2
+        if algo == "td3_bc" and not np.allclose(ranges, ranges[0]):
+            raise SystemExit("d3rlpy's TD3+BC cannot match ours when the action dims' "
+                             f"ranges differ ({ranges.tolist()})")
+        half_range = float(ranges[0])
     if algo == "bc":
         return d3rlpy.algos.BCConfig(
             batch_size=params["batch_size"], learning_rate=params["learning_rate"],
@@ -72,7 +87,7 @@ def config(algo: str, params: dict[str, Any], steps: int,
         return d3rlpy.algos.TD3PlusBCConfig(
             batch_size=params["batch_size"], actor_learning_rate=params["actor_lr"],
             critic_learning_rate=params["critic_lr"], gamma=params["gamma"], tau=params["tau"],
-            n_critics=params["num_critics"], alpha=params["alpha"],
+            n_critics=params["num_critics"], alpha=params["alpha"] / half_range**2,
             target_smoothing_sigma=params["policy_noise"],
             target_smoothing_clip=params["noise_clip"],
             update_actor_interval=params["policy_delay"],
@@ -102,7 +117,10 @@ def config(algo: str, params: dict[str, Any], steps: int,
             alpha_learning_rate=params["critic_lr"] if params["lagrange"] else 0.0,
             alpha_threshold=params["target_action_gap"], gamma=params["gamma"],
             tau=params["tau"], n_critics=params["num_critics"],
-            initial_temperature=params["alpha_init"], initial_alpha=1.0,
+            initial_temperature=params["alpha_init"],
+            # d3rlpy always scales the gap by alpha': 1 when it is not tuned; tuned, it
+            # starts at e, as ours and CORL's (log alpha' = 1)
+            initial_alpha=math.e if params["lagrange"] else 1.0,
             conservative_weight=params["cql_alpha"],
             n_action_samples=params["num_sampled_actions"],
             soft_q_backup=params["backup_entropy"],
@@ -111,6 +129,7 @@ def config(algo: str, params: dict[str, Any], steps: int,
 
 
 def speed(args: argparse.Namespace) -> None:
+    """Time ``fit`` of each algorithm in ``--params`` after a 20-step warm-up."""
     dataset = load(args.data)
     params = json.loads(Path(args.params).read_text())
     for name, algo_params in params.items():
@@ -125,7 +144,21 @@ def speed(args: argparse.Namespace) -> None:
                           "steps_per_s": steps / seconds}), flush=True)
 
 
+def exit_with_parent() -> None:
+    """Stop at once when the caller dies (a killed sweep must not leave d3rlpy training)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def train(args: argparse.Namespace) -> None:
+    """Fit for ``args.steps`` steps, handing the caller a policy every ``eval_every`` steps
+    and at the last one; the steps per second count update time from the first step on."""
     d3rlpy.seed(args.seed)
     dataset = load(args.data)
     run = json.loads(Path(args.params).read_text())
@@ -133,20 +166,24 @@ def train(args: argparse.Namespace) -> None:
                   (run["action_low"], run["action_high"])).create(device="cpu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    clock = {"seconds": 0.0, "start": time.perf_counter()}
+    clock: dict[str, Any] = {"last": None, "seconds": 0.0, "timed": 0}
 
-    def snapshot(model: Any, epoch: int, step: int) -> None:
-        clock["seconds"] += time.perf_counter() - clock["start"]
-        path = out / f"policy_{step}.pt"
-        model.save_policy(str(path))
-        print(json.dumps({"step": step, "policy": str(path),
-                          "train_seconds": clock["seconds"]}), flush=True)
-        if not sys.stdin.readline():  # the caller evaluates it meanwhile; EOF: it is gone
-            raise SystemExit("the caller closed its pipe: stopping")
-        clock["start"] = time.perf_counter()
+    def after_step(model: Any, epoch: int, step: int) -> None:
+        if clock["last"] is not None:  # step 1's own time includes d3rlpy's first-call setup
+            clock["seconds"] += time.perf_counter() - clock["last"]
+            clock["timed"] += 1
+        if step % args.eval_every == 0 or step == args.steps:
+            path = out / f"policy_{step}.pt"
+            model.save_policy(str(path))
+            rate = clock["timed"] / clock["seconds"] if clock["timed"] else None
+            print(json.dumps({"step": step, "policy": str(path), "steps_per_s": rate}),
+                  flush=True)
+            if not sys.stdin.readline():  # the caller evaluates it meanwhile; EOF: it is gone
+                raise SystemExit("the caller closed its pipe: stopping")
+        clock["last"] = time.perf_counter()
 
-    algo.fit(dataset, n_steps=args.steps, n_steps_per_epoch=args.eval_every,
-             epoch_callback=snapshot, **QUIET)
+    algo.fit(dataset, n_steps=args.steps, n_steps_per_epoch=args.steps, callback=after_step,
+             **QUIET)
 
 
 def main() -> None:
@@ -168,7 +205,11 @@ def main() -> None:
     learning.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    speed(args) if args.command == "speed" else train(args)
+    if args.command == "speed":
+        speed(args)
+    else:
+        exit_with_parent()
+        train(args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """d3rlpy 2.8 learning runs with our offline recipes' hyperparameters, tracked beside ours.
 
-    python ci/d3rlpy_reference.py algo=td3_bc,iql dataset=minari:rlbench/hopper/medium-v0 \
-        seeds=3 steps=20000 eval_every=5000 out_dir=<store> [suite=offline] [base_seed=0]
+    python ci/d3rlpy_reference.py [suite=offline] [algo=td3_bc,iql] \
+        [dataset=minari:rlbench/hopper/medium-v0] [seeds=3] [steps=20000] [eval_every=5000] \
+        [eval_episodes=10] [base_seed=0] [out_dir=<store>] [<algo>.<hyperparameter>=...]
 
 For each algorithm (bc, td3_bc, iql, cql), dataset and seed, the grid is planned exactly as
 ``rlbench run`` plans it (the dataset's sha256 and eval env, our recipe's resolved
@@ -17,19 +18,31 @@ them beside ours, with the probability of improvement between the two.
 Seeds come from the same (base seed, seed index) derivation as ours; the libraries draw
 differently, so the same seed gives the same protocol, not the same numbers.
 
-What differs, and cannot be set in d3rlpy: a truncated episode's last transition is not
-trained on (d3rlpy has no next observation for it; ours reads it from the dataset), and
-IQL's value and critics share one optimizer (so ``value_lr`` must equal ``critic_lr``).
+Both train on the same transitions: a truncated episode gets one extra row holding its
+last next observation, which d3rlpy reads as that transition's next state and never trains
+on. What differs, and cannot be set in d3rlpy:
+- IQL's value and critics share one optimizer (``value_lr`` must equal ``critic_lr``), and
+  its actor's log-std is clamped to [-5, 2] (ours is free);
+- CQL's target takes the policy's mean action at the next state (ours samples one; both
+  when ``backup_entropy`` is on), d3rlpy steps the critics before the actor (ours the actor
+  first), and under ``lagrange`` its multiplier's loss lacks our factor 0.5;
+- actions outside [-1, 1] (Pendulum's) are scaled to it, so BC errors are measured on scaled
+  actions: TD3+BC's alpha is converted to weigh Q and BC as ours does (the action dims
+  must share one range).
+A run that fails is recorded FAILED with its traceback; the others go on. A killed caller
+stops the peer within a second; its run is then recorded KILLED and reruns next time.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,7 +58,7 @@ from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.config import RunConfig, resolve_sweep
 from rlbench.harness.locks import RunInProgressError
 from rlbench.harness.resume import plan_resume
-from rlbench.harness.runner import LOCK_WAIT_S, claimed, run_dir_for
+from rlbench.harness.runner import LOCK_WAIT_S, claimed, one_line, run_dir_for
 from rlbench.harness.seeding import derive_seeds, seed_everything
 from rlbench.harness.tracking import RunRecorder, Tracker, environment_tags
 
@@ -54,15 +67,16 @@ PEER_VENV = ROOT / ".d3rlpy-venv"
 PEER_SCRIPT = ROOT / "ci" / "d3rlpy_peer.py"
 LIBRARY = "d3rlpy 2.8.1"
 ALGOS = ("bc", "td3_bc", "iql", "cql")
-DEFAULTS = {"suite": "offline", "algo": "td3_bc", "dataset": "minari:rlbench/hopper/medium-v0",
-            "seeds": 3, "steps": 20_000, "eval_every": 5_000, "eval_episodes": 10,
-            "base_seed": 0, "out_dir": "rlbench_runs"}
+KEYS = ("suite", "algo", "dataset", "seeds", "steps", "eval_every", "eval_episodes",
+        "base_seed", "out_dir")  # the rest is the suite's, as ``rlbench run`` plans it
 
 
 def peer_python() -> Path:
-    """The Python of d3rlpy's own environment, made on first use."""
+    """The Python of d3rlpy's own environment, made (or mended) on first use."""
     python = PEER_VENV / "bin" / "python"
-    if not python.exists():
+    ready = python.exists() and subprocess.run([str(python), "-c", "import d3rlpy"],
+                                               capture_output=True).returncode == 0
+    if not ready:
         subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "torch==2.13.0",
                         "d3rlpy==2.8.1"], check=True)
@@ -70,17 +84,25 @@ def peer_python() -> Path:
 
 
 def write_d4rl_arrays(source: str, path: Path) -> Path:
-    """The dataset ``source`` as D4RL's flat arrays in an ``.npz`` (what d3rlpy reads):
-    an episode that ends without terminating ends in a timeout."""
+    """The dataset ``source`` as D4RL's flat arrays in an ``.npz``, what d3rlpy reads. An
+    episode that ends without terminating gets one more row, its last next observation
+    (zero action and reward), marked as the timeout: d3rlpy trains on every transition but
+    a timeout's, so it trains on exactly the dataset's transitions."""
     transitions = load_dataset(source).transitions
-    episodes = transitions.get("episode").reshape(-1)
-    last = torch.ones_like(episodes, dtype=torch.bool)
+    episodes = transitions.get("episode").reshape(-1).numpy()
+    last = np.ones(len(episodes), dtype=bool)
     last[:-1] = episodes[1:] != episodes[:-1]
-    terminals = transitions.get(("next", "terminated")).reshape(-1).bool()
-    np.savez(path, observations=transitions.get("observation").numpy(),
-             actions=transitions.get("action").numpy(),
-             rewards=transitions.get(("next", "reward")).reshape(-1).numpy(),
-             terminals=terminals.numpy(), timeouts=(last & ~terminals).numpy())
+    terminals = transitions.get(("next", "terminated")).reshape(-1).numpy().astype(bool)
+    truncated = np.flatnonzero(last & ~terminals)
+    observations = transitions.get("observation").numpy()
+    actions = transitions.get("action").numpy()
+    rewards = transitions.get(("next", "reward")).reshape(-1).numpy()
+    at = truncated + 1  # each extra row follows its episode's last transition
+    final = transitions.get(("next", "observation")).numpy()[truncated]
+    timeouts = np.insert(np.zeros(len(episodes), dtype=bool), at, True)
+    np.savez(path, observations=np.insert(observations, at, final, axis=0),
+             actions=np.insert(actions, at, 0.0, axis=0), rewards=np.insert(rewards, at, 0.0),
+             terminals=np.insert(terminals, at, False), timeouts=timeouts)
     return path
 
 
@@ -90,11 +112,17 @@ def snapshots(command: list[str]) -> Iterator[dict[str, Any]]:
     with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           text=True) as process:
         assert process.stdin is not None and process.stdout is not None
-        for line in process.stdout:
-            if line.startswith("{"):
-                yield json.loads(line)
-                process.stdin.write("\n")  # go on training
-                process.stdin.flush()
+        read_all = False
+        try:
+            for line in process.stdout:
+                if line.startswith("{"):
+                    yield json.loads(line)
+                    process.stdin.write("\n")  # go on training
+                    process.stdin.flush()
+            read_all = True
+        finally:
+            if not read_all:  # the caller stopped (an error, a kill): so does d3rlpy
+                process.kill()
     if process.returncode != 0:
         raise RuntimeError(f"d3rlpy exited with {process.returncode}: {' '.join(command)}")
 
@@ -102,7 +130,8 @@ def snapshots(command: list[str]) -> Iterator[dict[str, Any]]:
 def run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig,
             arrays: Path) -> float:
     """Train with d3rlpy, evaluate each snapshot with our protocol and track it; returns the
-    final mean eval return."""
+    final mean eval return. A failure is recorded (tag ``error``, ``traceback.txt``) and
+    raised."""
     seeds = derive_seeds(config.base_seed, config.seed_index)
     seed_everything(seeds, threads=config.threads, device="cpu")
     run_dir = run_dir_for(tracker.out_dir, config)
@@ -110,17 +139,17 @@ def run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunCon
     run_id = tracker.start_run(experiment_id, parent_id, config,
                                {**environment_tags("cpu"), "library": LIBRARY})
     recorder = RunRecorder(tracker, run_id, run_dir)
-    eval_env = make(config.env, num_envs=config.eval_episodes, seed=seeds.eval_env)
-    params = run_dir / "d3rlpy_params.json"
-    params.write_text(json.dumps({"params": config.algo_params,
-                                  "action_low": eval_env.action_spec.low[0].tolist(),
-                                  "action_high": eval_env.action_spec.high[0].tolist()}))
-    command = [str(peer_python()), str(PEER_SCRIPT), "train", str(arrays),
-               "--algo", config.algo.removeprefix("d3rlpy-"), "--params", str(params),
-               "--seed", str(seeds.torch), "--steps", str(config.steps),
-               "--eval-every", str(config.eval_every), "--out", str(run_dir / "policies")]
-    status = "FAILED"
+    status, eval_env = "FAILED", None
     try:
+        eval_env = make(config.env, num_envs=config.eval_episodes, seed=seeds.eval_env)
+        params = run_dir / "d3rlpy_params.json"
+        params.write_text(json.dumps({"params": config.algo_params,
+                                      "action_low": eval_env.action_spec.low[0].tolist(),
+                                      "action_high": eval_env.action_spec.high[0].tolist()}))
+        command = [str(peer_python()), str(PEER_SCRIPT), "train", str(arrays),
+                   "--algo", config.algo.removeprefix("d3rlpy-"), "--params", str(params),
+                   "--seed", str(seeds.torch), "--steps", str(config.steps),
+                   "--eval-every", str(config.eval_every), "--out", str(run_dir / "policies")]
         for snapshot in snapshots(command):
             policy = torch.jit.load(snapshot["policy"])
 
@@ -130,66 +159,104 @@ def run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunCon
 
             step = snapshot["step"]
             returns = evaluate(eval_env, act)
-            recorder.log_metrics(step, {"train/steps_per_s": step / snapshot["train_seconds"]})
+            if snapshot["steps_per_s"] is not None:
+                recorder.log_metrics(step, {"train/steps_per_s": snapshot["steps_per_s"]})
             recorder.log_eval(step, returns)
             if config.dataset_refs is not None:
                 low, high = config.dataset_refs
                 recorder.log_score(step, 100 * (float(np.mean(returns)) - low) / (high - low))
+        if not recorder.curve or recorder.curve[-1]["frames"] != config.steps:
+            raise RuntimeError(f"d3rlpy stopped before step {config.steps:,}")
         status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except Exception as exc:
+        (run_dir / "traceback.txt").write_text(traceback.format_exc())
+        tracker.set_tags(run_id, {"error": one_line(exc)[:5000]})
+        raise
     finally:
-        eval_env.close()
+        if eval_env is not None:
+            eval_env.close()
         recorder.flush()
-        tracker.log_artifacts(run_id, [recorder.write_curve()])
+        tracker.log_artifacts(run_id, [recorder.write_curve(), run_dir / "traceback.txt"])
         tracker.finish(run_id, status)
     return recorder.curve[-1]["eval/return_mean"]
 
 
-def main(argv: list[str]) -> int:
-    settings: dict[str, Any] = dict(DEFAULTS)
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def plan(argv: list[str]) -> tuple[Path, str, list[RunConfig]]:
+    """The out dir, suite and d3rlpy runs of the command line, planned as ``rlbench run``
+    plans the same grid; raises ``ConfigError`` on any bad input."""
+    given: dict[str, str] = {}
     for arg in argv:
         key, sep, value = arg.partition("=")
-        if not sep or key not in DEFAULTS:
-            raise UnknownNameError("key", key, DEFAULTS)
-        settings[key] = type(DEFAULTS[key])(value)
-    algos = settings["algo"].split(",")
-    for algo in algos:
+        if not sep or (key not in KEYS and "." not in key):  # <algo>.<hyperparameter>
+            raise UnknownNameError("key", key, KEYS)
+        given[key] = value
+    for algo in given["algo"].split(",") if "algo" in given else ():
         if algo not in ALGOS:
             raise UnknownNameError("algorithm", algo, ALGOS)
-    sweep = resolve_sweep([f"{key}={value}" for key, value in settings.items()])
-    configs = [dataclasses.replace(config, algo=f"d3rlpy-{config.algo}", threads=1)
-               for config in sweep.runs]
-    tracker = Tracker(Path(settings["out_dir"]))
-    experiment_id = tracker.experiment(settings["suite"])
+    sweep = resolve_sweep([f"suite={given.get('suite', 'offline')}",
+                           *(f"{k}={v}" for k, v in given.items() if k != "suite")])
+    others = sorted({config.algo for config in sweep.runs} - set(ALGOS))
+    if others:
+        raise ConfigError(f"d3rlpy has no peer for {', '.join(others)}: give algo= among "
+                          f"{', '.join(ALGOS)}")
+    if sweep.to_make:
+        raise ConfigError(f"{', '.join(family.env for family in sweep.to_make)}: the suite's "
+                          "datasets are not made yet; `rlbench run` with the same suite "
+                          "makes them")
+    runs = [dataclasses.replace(config, algo=f"d3rlpy-{config.algo}", threads=1)
+            for config in sweep.runs]
+    return sweep.out_dir, sweep.suite.name, runs
+
+
+def main(argv: list[str]) -> int:
+    out_dir, suite, configs = plan(argv)
+    tracker = Tracker(out_dir)
+    experiment_id = tracker.experiment(suite)
     torch.set_num_threads(1)
-    plan = plan_resume(tracker, experiment_id, configs)  # deletes killed attempts
-    parent_id = tracker.start_sweep(experiment_id, settings["suite"],
+    signal.signal(signal.SIGTERM, _interrupt)  # a terminated run is recorded KILLED
+    resume = plan_resume(tracker, experiment_id, configs)  # deletes killed attempts
+    parent_id = tracker.start_sweep(experiment_id, suite,
                                     {**environment_tags("cpu"), "library": LIBRARY})
-    for result in plan.finished:
+    for result in resume.finished:
         print(f"{result.config.name}: finished earlier, skipped", flush=True)
-    left = []
-    with tempfile.TemporaryDirectory() as scratch:
-        arrays: dict[str, Path] = {}
-        for config in plan.to_run:
-            if config.dataset not in arrays:
-                arrays[config.dataset] = write_d4rl_arrays(
-                    config.dataset, Path(scratch) / f"dataset{len(arrays)}.npz")
-            start = time.perf_counter()
-            try:
-                with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
-                    if finished is not None:
-                        print(f"{config.name}: finished by another process meanwhile",
-                              flush=True)
-                        continue
-                    final = run_one(tracker, experiment_id, parent_id, config,
-                                    arrays[config.dataset])
-            except RunInProgressError as err:
-                print(f"{config.name}: not run, {err}", flush=True)
-                left.append(config.name)
-                continue
-            print(f"{config.name}: final return {final:.1f} "
-                  f"({time.perf_counter() - start:.0f} s)", flush=True)
-    tracker.finish(parent_id, "FAILED" if left else "FINISHED")
-    return 1 if left else 0
+    left, failed, status = [], [], "KILLED"
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            arrays: dict[str, Path] = {}
+            for config in resume.to_run:
+                if config.dataset not in arrays:
+                    arrays[config.dataset] = write_d4rl_arrays(
+                        config.dataset, Path(scratch) / f"dataset{len(arrays)}.npz")
+                start = time.perf_counter()
+                try:
+                    with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
+                        if finished is not None:
+                            print(f"{config.name}: finished by another process meanwhile",
+                                  flush=True)
+                            continue
+                        final = run_one(tracker, experiment_id, parent_id, config,
+                                        arrays[config.dataset])
+                except RunInProgressError as err:
+                    print(f"{config.name}: not run, {err}", flush=True)
+                    left.append(config.name)
+                    continue
+                except Exception as exc:  # recorded in its run; the others go on
+                    print(f"{config.name}: FAILED, {one_line(exc)}", flush=True)
+                    failed.append(config.name)
+                    continue
+                print(f"{config.name}: final return {final:.1f} "
+                      f"({time.perf_counter() - start:.0f} s)", flush=True)
+        status = "FAILED" if left or failed else "FINISHED"
+    finally:
+        tracker.finish(parent_id, status)
+    return 1 if left or failed else 0
 
 
 if __name__ == "__main__":

@@ -317,10 +317,11 @@ _D4RL_QUALITIES = ("random", "medium", "expert", "medium-replay", "medium-expert
 
 
 def d4rl_counterpart(task: str) -> str | None:
-    """D4RL's dataset of the same env and quality as one rlbench makes
-    (``rlbench/hopper/medium-replay-v0`` -> ``hopper-medium-replay-v2``): other data made by
-    another policy in another simulator, so its published scores are a sanity band for
-    ours, never a verdict."""
+    """The D4RL-style name of the same env and quality as a dataset rlbench makes
+    (``rlbench/hopper/medium-replay-v0`` -> ``hopper-medium-replay-v2``; a name D4RL may not
+    have, which then matches no published row): D4RL's data comes from another policy in
+    another simulator, so its published scores are a sanity band for ours, never a
+    verdict."""
     match = _OWN_DATASET.fullmatch(task)
     if match is None or match["quality"] not in _D4RL_QUALITIES:
         return None
@@ -453,9 +454,10 @@ def _offline_references(records: Sequence[RunRecord], published: Sequence[Publis
                          "mujoco-py's v3 env, which gymnasium cannot make (same model, "
                          "observations and actions; the simulators differ slightly)")
         elif d4rl_counterpart(task) in with_rows:
-            notes.append(f"{task}: no published score for this dataset; CORL's numbers on "
-                         f"{d4rl_counterpart(task)} (D4RL's data of the same quality, made by "
-                         "another policy in mujoco-py) are shown as a sanity band, not judged")
+            notes.append(f"{task}: no published score for this dataset; where CORL reports "
+                         f"an algorithm on {d4rl_counterpart(task)} (D4RL's data of the same "
+                         "quality, made by another policy in mujoco-py), its numbers sit "
+                         "beside ours as a sanity band, not judged")
         else:
             notes.append(f"{task}: no published score for this dataset (CORL reports D4RL's "
                          "own files), so no verdict")
