@@ -55,6 +55,7 @@ from rlbench.collectors import evaluate
 from rlbench.data import load_dataset
 from rlbench.envs import make
 from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.harness.compare import d4rl_score
 from rlbench.harness.config import RunConfig, resolve_sweep
 from rlbench.harness.locks import RunInProgressError
 from rlbench.harness.resume import plan_resume
@@ -163,8 +164,8 @@ def run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunCon
                 recorder.log_metrics(step, {"train/steps_per_s": snapshot["steps_per_s"]})
             recorder.log_eval(step, returns)
             if config.dataset_refs is not None:
-                low, high = config.dataset_refs
-                recorder.log_score(step, 100 * (float(np.mean(returns)) - low) / (high - low))
+                recorder.log_score(step, d4rl_score(float(np.mean(returns)),
+                                                    config.dataset_refs))
         if not recorder.curve or recorder.curve[-1]["frames"] != config.steps:
             raise RuntimeError(f"d3rlpy stopped before step {config.steps:,}")
         status = "FINISHED"

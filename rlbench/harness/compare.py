@@ -12,7 +12,6 @@ probability that one beats the other. Every bootstrap draws from a generator see
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from rlbench.harness.baselines import (
     matching,
     verdict,
 )
+from rlbench.harness.dataset_plan import own_family
 from rlbench.harness.statistics import (
     AGGREGATES,
     Interval,
@@ -312,20 +312,14 @@ def _rng(seed: int, *labels: str) -> np.random.Generator:
     return np.random.default_rng([seed, int.from_bytes(digest[:8], "little")])
 
 
-_OWN_DATASET = re.compile(r"rlbench/(?P<stem>[a-z0-9]+)/(?P<quality>[a-z-]+)-v0")
-_D4RL_QUALITIES = ("random", "medium", "expert", "medium-replay", "medium-expert")
-
-
 def d4rl_counterpart(task: str) -> str | None:
     """The D4RL-style name of the same env and quality as a dataset rlbench makes
     (``rlbench/hopper/medium-replay-v0`` -> ``hopper-medium-replay-v2``; a name D4RL may not
     have, which then matches no published row): D4RL's data comes from another policy in
     another simulator, so its published scores are a sanity band for ours, never a
     verdict."""
-    match = _OWN_DATASET.fullmatch(task)
-    if match is None or match["quality"] not in _D4RL_QUALITIES:
-        return None
-    return f"{match['stem']}-{match['quality']}-v2"
+    own = own_family(f"minari:{task}")
+    return None if own is None else f"{own[0]}-{own[1]}-v2"
 
 
 def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: int,

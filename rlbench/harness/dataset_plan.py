@@ -20,7 +20,7 @@ from rlbench.data.offline import load_dataset, minari_root
 from rlbench.errors import ConfigError
 
 __all__ = ["MADE_ON_FIRST_USE", "MadeFamily", "PlannedDataset", "dataset_label",
-           "make_family", "plan_dataset"]
+           "make_family", "own_family", "plan_dataset"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def dataset_label(source: str) -> str:
     return path.stem.replace("_", "-") if path.suffix in (".hdf5", ".h5") else path.name
 
 
-def _own_family(source: str) -> tuple[str, str] | None:
+def own_family(source: str) -> tuple[str, str] | None:
     """``(stem, quality)`` of ``minari:rlbench/<stem>/<quality>-v0``, else None."""
     from rlbench.harness.dataset_make import QUALITIES
 
@@ -93,7 +93,7 @@ def plan_dataset(source: str) -> PlannedDataset:
     """What the plan needs of ``source`` (loading it once per file version); a missing
     dataset of rlbench's own families comes back with ``family`` set when it is made on
     first use, and is a ``ConfigError`` naming the command that makes it otherwise."""
-    own = _own_family(source)
+    own = own_family(source)
     if own is not None and not (minari_root() / source.removeprefix("minari:")).exists():
         stem, _ = own
         if stem in MADE_ON_FIRST_USE:
