@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDict
 from torch import nn
 
 from rlbench.data import TRANSITION_KEYS, OfflineDataset, ReplayBuffer, TensorStorage, load_dataset
@@ -53,18 +54,40 @@ def state_normalization(cfg: Any) -> ObservationNorm | None:
     return ObservationNorm(keys=("observation",)) if cfg.normalize_states else None
 
 
+def with_next_actions(transitions: TensorDict) -> TensorDict:
+    """``transitions`` (with ``episode``, each episode's rows in order) with
+    ``("next", "action")``, the dataset's action at the next step of the same episode: what
+    ReBRAC's critic penalty compares the target action with. A terminal step gets zeros (its
+    target never reads them); the last step of an episode cut by a time limit has no next
+    action and is dropped (CORL's ``qlearning_dataset`` drops such steps too, one row later:
+    it reads the action of the step it drops)."""
+    episode, action = transitions.get("episode"), transitions.get("action")
+    same_episode = episode[1:] == episode[:-1]
+    next_action = torch.zeros_like(action)
+    next_action[:-1][same_episode] = action[1:][same_episode]
+    has_next = torch.cat((same_episode, same_episode.new_zeros(min(len(episode), 1))))
+    keep = has_next | transitions.get(("next", "terminated")).reshape(-1)
+    transitions.set(("next", "action"), next_action)
+    return transitions[keep]
+
+
 def open_dataset(spec: RunSpec, cfg: Any, *, batch_size: int,
-                 reward_scale: Callable[[OfflineDataset], float] | None = None) -> OfflineData:
+                 reward_scale: Callable[[OfflineDataset], float] | None = None,
+                 next_actions: bool = False) -> OfflineData:
     """Load ``spec.dataset`` (refusing a file that changed since the sweep was planned),
     normalise its states as ``cfg.normalize_states`` says, multiply its rewards by
-    ``reward_scale(dataset)`` when given and put it on ``spec.device``; make the evaluation
-    env."""
+    ``reward_scale(dataset)`` when given, add the next actions (``with_next_actions``)
+    when asked and put it on ``spec.device``; make the evaluation env."""
     dataset = load_dataset(spec.dataset)
     sha256 = dataset.provenance.get("sha256")
     if spec.dataset_sha256 is not None and sha256 != spec.dataset_sha256:
         raise ConfigError(f"{spec.dataset} changed since the sweep was planned (sha256 "
                           f"{sha256[:12]}, planned {spec.dataset_sha256[:12]}): plan it again")
-    transitions = dataset.transitions.select(*TRANSITION_KEYS)
+    if next_actions:
+        transitions = with_next_actions(dataset.transitions.select(*TRANSITION_KEYS, "episode"))
+        transitions = transitions.exclude("episode")
+    else:
+        transitions = dataset.transitions.select(*TRANSITION_KEYS)
     normalization = None
     if cfg.normalize_states:
         observations = transitions.get("observation").double()

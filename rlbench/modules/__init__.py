@@ -19,7 +19,7 @@ from rlbench.modules.distributions import (
 from rlbench.modules.exploration import ExplorationType, exploration_type, set_exploration_type
 from rlbench.modules.gsde import GSDEActor
 from rlbench.modules.mlp import MLP
-from rlbench.modules.networks import ConvNet, DuelingQNetwork, EnsembleMLP
+from rlbench.modules.networks import ConvNet, DuelingQNetwork, EnsembleMLP, init_like_edac
 from rlbench.modules.noise import AdditiveGaussian, EGreedy, OrnsteinUhlenbeck, linear_schedule
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "TanhNormal",
     "ValueOperator",
     "exploration_type",
+    "init_like_edac",
     "linear_schedule",
     "set_exploration_type",
 ]

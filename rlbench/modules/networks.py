@@ -10,7 +10,7 @@ from torch import nn
 
 from rlbench.modules.mlp import MLP
 
-__all__ = ["ConvNet", "DuelingQNetwork", "EnsembleMLP"]
+__all__ = ["ConvNet", "DuelingQNetwork", "EnsembleMLP", "init_like_edac"]
 
 
 class DuelingQNetwork(nn.Module):
@@ -86,7 +86,9 @@ class EnsembleMLP(nn.Module):
 
     Input ``[..., in]`` is shared by all members; with ``per_member=True`` the input is
     ``[members, ..., in]`` and each member gets its own slice. The output is
-    ``[members, ..., out]``.
+    ``[members, ..., out]``. With ``layer_norm`` every hidden layer is ``linear ->
+    activation -> LayerNorm`` (each member with its own scale and shift), the critics of
+    ReBRAC and of CORL's SAC-N / EDAC.
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class EnsembleMLP(nn.Module):
         num_members: int,
         num_cells: Sequence[int] = (256, 256),
         activation: type[nn.Module] = nn.ReLU,
+        layer_norm: bool = False,
     ):
         super().__init__()
         if num_members < 1:
@@ -113,6 +116,13 @@ class EnsembleMLP(nn.Module):
             self.weights.append(nn.Parameter(weight))
             self.biases.append(nn.Parameter(bias))
         self.activation = activation()
+        self.norm_scales = nn.ParameterList()
+        self.norm_shifts = nn.ParameterList()
+        if layer_norm:
+            for width in num_cells:
+                self.norm_scales.append(nn.Parameter(torch.ones(num_members, 1, width)))
+                self.norm_shifts.append(nn.Parameter(torch.zeros(num_members, 1, width)))
+        self.layer_norm = layer_norm
         self.num_members, self.in_features, self.out_features = (
             num_members, in_features, out_features)
 
@@ -131,16 +141,54 @@ class EnsembleMLP(nn.Module):
             h = torch.baddbmm(bias, h, weight)
             if i < last:
                 h = self.activation(h)
+                if self.layer_norm:
+                    h = torch.addcmul(self.norm_shifts[i], nn.functional.layer_norm(
+                        h, h.shape[-1:]), self.norm_scales[i])
         return h.reshape(members, *batch_shape, self.out_features)
 
-    def member(self, index: int) -> MLP:
-        """Member ``index`` as a stand-alone MLP with copied weights (for export and tests)."""
+    def member(self, index: int) -> nn.Sequential:
+        """Member ``index`` as a stand-alone network with copied weights (for export and
+        tests): an ``MLP``; with ``layer_norm``, the same layers with an ``nn.LayerNorm``
+        after each activation."""
         cells = [w.shape[-1] for w in self.weights[:-1]]
-        mlp = MLP(self.in_features, self.out_features, cells, type(self.activation),
+        net = MLP(self.in_features, self.out_features, cells, type(self.activation),
                   orthogonal_init=False)
-        linears = [m for m in mlp if isinstance(m, nn.Linear)]
+        net = net.to(self.weights[0].dtype)
+        linears = [m for m in net if isinstance(m, nn.Linear)]
+        if self.layer_norm:
+            norms = [nn.LayerNorm(width, dtype=self.weights[0].dtype) for width in cells]
+            layers = list(net)
+            net = nn.Sequential(*itertools.chain.from_iterable(
+                (layers[2 * i], layers[2 * i + 1], norm) for i, norm in enumerate(norms)),
+                layers[-1])
         with torch.no_grad():
             for layer, weight, bias in zip(linears, self.weights, self.biases, strict=True):
                 layer.weight.copy_(weight[index].T)
                 layer.bias.copy_(bias[index, 0])
-        return mlp
+            if self.layer_norm:
+                for norm, scale, shift in zip(norms, self.norm_scales, self.norm_shifts,
+                                              strict=True):
+                    norm.weight.copy_(scale[index, 0])
+                    norm.bias.copy_(shift[index, 0])
+        return net
+
+
+def init_like_edac(network: nn.Module, out_bound: float) -> nn.Module:
+    """EDAC's initialisation, which CORL's ReBRAC, SAC-N and EDAC use: hidden weights
+    uniform in ``+-1/sqrt(fan_in)`` (PyTorch's default), hidden biases 0.1, the output
+    layer's weights and biases uniform in ``+-out_bound``. ``network`` is an ``MLP`` or an
+    ``EnsembleMLP``; changed in place and returned."""
+    if isinstance(network, EnsembleMLP):  # weights [members, fan_in, fan_out]
+        pairs = list(zip(network.weights, network.biases, strict=True))
+    else:  # nn.Linear weights [fan_out, fan_in]
+        pairs = [(m.weight, m.bias) for m in network.modules() if isinstance(m, nn.Linear)]
+    with torch.no_grad():
+        for i, (weight, bias) in enumerate(pairs):
+            if i < len(pairs) - 1:
+                bound = weight.shape[-2 if isinstance(network, EnsembleMLP) else -1] ** -0.5
+                weight.uniform_(-bound, bound)
+                bias.fill_(0.1)
+            else:
+                weight.uniform_(-out_bound, out_bound)
+                bias.uniform_(-out_bound, out_bound)
+    return network

@@ -10,7 +10,7 @@ from rlbench.objectives.common import (
 )
 from rlbench.objectives.ddpg import DDPGLoss, TD3Loss
 from rlbench.objectives.dqn import DQNLoss
-from rlbench.objectives.offline import BCLoss, CQLLoss, IQLLoss, TD3BCLoss
+from rlbench.objectives.offline import BCLoss, CQLLoss, IQLLoss, ReBRACLoss, TD3BCLoss
 from rlbench.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from rlbench.objectives.sac import DiscreteSACLoss, SACLoss
 from rlbench.objectives.targets import HardUpdate, SoftUpdate, make_target
@@ -28,6 +28,7 @@ __all__ = [
     "KLPENPPOLoss",
     "NonFiniteLossError",
     "PPOLoss",
+    "ReBRACLoss",
     "SACLoss",
     "SoftUpdate",
     "TD3BCLoss",

@@ -1,5 +1,5 @@
 """Offline losses on a fixed dataset: behaviour cloning, TD3+BC (Fujimoto & Gu, 2021),
-IQL (Kostrikov et al., 2022) and CQL (Kumar et al., 2020).
+ReBRAC (Tarasov et al., 2023), IQL (Kostrikov et al., 2022) and CQL (Kumar et al., 2020).
 
 Each reads ``observation`` and ``action`` (the critics also ``("next", ...)``:
 ``observation``, ``reward``, ``terminated``) and returns TensorDicts of named scalars, like
@@ -17,7 +17,7 @@ from rlbench.objectives.common import bootstrap_discount, frozen
 from rlbench.objectives.ddpg import TD3Loss
 from rlbench.objectives.sac import SACLoss
 
-__all__ = ["BCLoss", "CQLLoss", "IQLLoss", "TD3BCLoss"]
+__all__ = ["BCLoss", "CQLLoss", "IQLLoss", "ReBRACLoss", "TD3BCLoss"]
 
 
 class BCLoss(nn.Module):
@@ -58,6 +58,59 @@ class TD3BCLoss(TD3Loss):
         scale = self.alpha / q.abs().mean().detach()
         bc = (predicted - action).pow(2).mean()
         return TensorDict({"loss_actor": -scale * q.mean() + bc, "bc_mse": bc.detach(),
+                           "lambda": scale}, batch_size=[])
+
+
+class ReBRACLoss(TD3Loss):
+    """TD3+BC with behaviour cloning in both losses (ReBRAC, CORL's ``rebrac.py``).
+
+    - ``value_loss``: ``loss_qvalue = sum_m E[(Q_m(s, a) - y)^2]`` with ``y = r + discount *
+      (min_m Q'_m(s', a') - critic_bc_coef * |a' - a'_data|^2)``, ``a'`` TD3's smoothed
+      target action and ``a'_data`` the dataset's next action, ``("next", "action")``.
+    - ``actor_loss``: ``loss_actor = E[actor_bc_coef * |mu(s) - a|^2 - lambda * min_m
+      Q_m(s, mu(s))]`` with ``lambda = 1 / E|min_m Q_m(s, mu(s))|`` held constant
+      (``normalize_q``; else 1).
+
+    Squared distances are summed over action dimensions, in the env's action units.
+    Diagnostics: ``q_mean``, ``target_mean``, ``bc_penalty`` (the actor's ``E|mu(s) - a|^2``),
+    ``lambda``.
+    """
+
+    def __init__(self, actor: DeterministicActor, critic: nn.Module,
+                 target_actor: DeterministicActor, target_critic: nn.Module, *,
+                 actor_bc_coef: float = 1.0, critic_bc_coef: float = 1.0,
+                 normalize_q: bool = True, **kwargs):
+        super().__init__(actor, critic, target_actor, target_critic, **kwargs)
+        if actor_bc_coef < 0 or critic_bc_coef < 0:
+            raise ValueError(f"actor_bc_coef and critic_bc_coef must be >= 0, got "
+                             f"{actor_bc_coef} and {critic_bc_coef}")
+        self.actor_bc_coef, self.critic_bc_coef = actor_bc_coef, critic_bc_coef
+        self.normalize_q = normalize_q
+
+    def value_loss(self, batch: TensorDict) -> TensorDict:
+        nxt = batch.get("next")
+        with torch.no_grad():
+            next_obs = nxt.get(self.in_key)
+            next_action = self._target_action(next_obs)
+            penalty = (next_action - nxt.get(self.action_key)).pow(2).sum(-1, keepdim=True)
+            next_q = self.target_critic(torch.cat((next_obs, next_action), -1)).amin(0)
+            target = nxt.get("reward") + bootstrap_discount(nxt, self.gamma) * (
+                next_q - self.critic_bc_coef * penalty)
+        obs, action = batch.get(self.in_key), batch.get(self.action_key)
+        q = self.critic(torch.cat((obs, action), -1))  # [members, ..., 1]
+        loss = (q - target).pow(2).mean(tuple(range(1, q.dim()))).sum()
+        return TensorDict({"loss_qvalue": loss, "q_mean": q.detach().mean(),
+                           "target_mean": target.mean()}, batch_size=[])
+
+    def actor_loss(self, batch: TensorDict) -> TensorDict:
+        obs, action = batch.get(self.in_key), batch.get(self.action_key)
+        predicted = self.actor.action(obs)
+        with frozen(self.critic):
+            q = self.critic(torch.cat((obs, predicted), -1)).amin(0)
+        scale = 1 / q.abs().mean().detach() if self.normalize_q else torch.ones_like(q[0, 0])
+        bc = (predicted - action).pow(2).sum(-1, keepdim=True)
+        loss = (self.actor_bc_coef * bc - scale * q).mean()
+        return TensorDict({"loss_actor": loss, "bc_penalty": bc.detach().mean(),
                            "lambda": scale}, batch_size=[])
 
 

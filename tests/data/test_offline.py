@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rlbench.data import OfflineDataset, load_dataset
 from rlbench.errors import ConfigError
@@ -275,3 +276,25 @@ def test_dataset_info_and_list_datasets(tmp_path: Path, monkeypatch: pytest.Monk
     assert main(["dataset", "info", str(tmp_path / "bad.hdf5")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no 'actions' array" in err[0]
+
+
+def test_next_actions_stay_inside_episodes() -> None:
+    """ReBRAC's ``("next", "action")``: the next row's action within an episode, zeros after
+    a termination, and no row for the last step of an episode cut by a time limit."""
+    from rlbench.algorithms._offline import with_next_actions
+
+    # episode 0 terminates at row 2; episodes 1 and 2 are truncated at rows 4 and 6
+    episode = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    terminated = torch.tensor([0, 0, 1, 0, 0, 0, 0], dtype=torch.bool).reshape(-1, 1)
+    action = torch.arange(7, dtype=torch.float32).reshape(-1, 1) * 10
+    transitions = TensorDict({
+        "observation": torch.arange(7, dtype=torch.float32).reshape(-1, 1), "action": action,
+        "episode": episode, "next": {"terminated": terminated, "truncated": ~terminated},
+    }, batch_size=[7])
+    out = with_next_actions(transitions)
+    assert out.get("observation").reshape(-1).tolist() == [0, 1, 2, 3, 5]
+    assert out.get(("next", "action")).reshape(-1).tolist() == [10, 20, 0, 40, 60]
+    assert out.get(("next", "terminated")).reshape(-1).tolist() == [False, False, True,
+                                                                      False, False]
+    empty = with_next_actions(transitions[:0])
+    assert empty.shape == (0,) and empty.get(("next", "action")).shape == (0, 1)

@@ -21,6 +21,7 @@ from rlbench.harness.policy import load_policy, play
 from rlbench.harness.tracking import tracking_uri
 
 REFS = (-1200.0, -150.0)
+OFFLINE_ALGOS = ("bc", "td3_bc", "iql", "cql", "rebrac")  # offline_smoke's
 
 
 def write_pendulum_d4rl(path: Path, *, episodes: int = 10, seed: int = 0,
@@ -149,12 +150,12 @@ def test_offline_runs_record_scores_and_save_policies_that_load(
     out = tmp_path / "out"
     words = ["run", "suite=offline_smoke", f"dataset={pendulum_file}", "steps=200",
              "eval_every=100", "eval_episodes=2", "save_snapshots=true", f"out_dir={out}",
-             *(f"{algo}.hidden_sizes=[32,32]" for algo in ("bc", "td3_bc", "iql", "cql"))]
+             *(f"{algo}.hidden_sizes=[32,32]" for algo in OFFLINE_ALGOS)]
     assert main(words) == 0
     client = MlflowClient(tracking_uri(out))
     experiment = client.get_experiment_by_name("offline_smoke")
     runs = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
-    assert {r.data.tags["algorithm"] for r in runs} == {"bc", "td3_bc", "iql", "cql"}
+    assert {r.data.tags["algorithm"] for r in runs} == set(OFFLINE_ALGOS)
     low, high = REFS
     for run in runs:
         tags = run.data.tags
@@ -174,7 +175,9 @@ def test_offline_runs_record_scores_and_save_policies_that_load(
         # the policy of the first evaluation, loaded with its state normalisation, plays
         # that evaluation's episodes again
         policy = load_policy(run_dir, snapshot=100)
-        assert policy.normalization is not None
+        normalizes = run.data.params["algo_params.normalize_states"] == "True"
+        assert normalizes == (tags["algorithm"] != "rebrac")  # CORL's ReBRAC does not
+        assert (policy.normalization is not None) == normalizes
         seeds = {k: int(v) for k, v in run.data.params.items() if k.startswith("seeds.")}
         replayed = play(policy, episodes=2, seed=seeds["seeds.eval_env"])
         assert math.isclose(float(np.mean(replayed)), returns[0][1], rel_tol=1e-6)
@@ -185,9 +188,11 @@ def test_offline_runs_record_scores_and_save_policies_that_load(
     # the same command again runs nothing; a fresh store gives the same numbers, bit for
     # bit, with the runs in a pool of two processes
     assert main(words) == 0
-    assert len(client.search_runs([experiment.experiment_id], "tags.kind = 'run'")) == 4
+    assert len(client.search_runs([experiment.experiment_id], "tags.kind = 'run'")) == len(
+        OFFLINE_ALGOS)
     twin = tmp_path / "twin"
-    assert main([*words[:-5], f"out_dir={twin}", "jobs=2", *words[-4:]]) == 0
+    assert main([f"out_dir={twin}" if w.startswith("out_dir=") else w for w in words]
+                + ["jobs=2"]) == 0
     twin_client = MlflowClient(tracking_uri(twin))
     twin_runs = twin_client.search_runs(
         [twin_client.get_experiment_by_name("offline_smoke").experiment_id], "tags.kind = 'run'")

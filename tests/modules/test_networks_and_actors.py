@@ -15,6 +15,7 @@ from rlbench.modules import (
     EnsembleMLP,
     QValueActor,
     StateDependentNormalParams,
+    init_like_edac,
 )
 
 
@@ -32,6 +33,51 @@ def test_ensemble_members_equal_standalone_mlps() -> None:
         torch.testing.assert_close(out[i], ensemble.member(i)(per_member[i]))
     with pytest.raises(ValueError, match="leading dim 3"):
         ensemble(torch.randn(2, 7, 5), per_member=True)
+
+
+def test_layer_norm_ensemble_by_hand_and_as_standalone_members() -> None:
+    """Each hidden layer is linear -> ReLU -> LayerNorm with the member's own scale and
+    shift, checked in float64 against the formula and against ``member(i)``."""
+    torch.manual_seed(3)
+    ensemble = EnsembleMLP(4, 1, num_members=2, num_cells=(8, 6), layer_norm=True).double()
+    with torch.no_grad():
+        for scale, shift in zip(ensemble.norm_scales, ensemble.norm_shifts, strict=True):
+            scale.uniform_(0.5, 1.5)
+            shift.uniform_(-0.5, 0.5)
+    x = torch.randn(5, 4, dtype=torch.float64)
+    out = ensemble(x)
+    for m in range(2):
+        h = x
+        for i in range(2):
+            h = torch.relu(h @ ensemble.weights[i][m] + ensemble.biases[i][m, 0])
+            centred = h - h.mean(-1, keepdim=True)
+            h = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-5)
+            h = h * ensemble.norm_scales[i][m, 0] + ensemble.norm_shifts[i][m, 0]
+        expected = h @ ensemble.weights[2][m] + ensemble.biases[2][m, 0]
+        torch.testing.assert_close(out[m], expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(out[m], ensemble.member(m)(x), rtol=1e-12, atol=1e-12)
+    assert len(list(ensemble.parameters())) == 3 * 2 + 2 * 2
+
+
+def test_edac_initialisation_of_mlps_and_ensembles() -> None:
+    """Hidden weights within +-1/sqrt(fan_in), hidden biases 0.1, the output layer within
+    +-out_bound."""
+    torch.manual_seed(4)
+    mlp = init_like_edac(MLP(10, 3, (64, 32), nn.ReLU, orthogonal_init=False), 1e-3)
+    ensemble = init_like_edac(EnsembleMLP(10, 1, 2, (64, 32)), 3e-3)
+    linears = [m for m in mlp if isinstance(m, nn.Linear)]
+    for layer, fan_in in zip(linears[:-1], (10, 64), strict=True):
+        assert layer.weight.abs().max() <= fan_in ** -0.5
+        assert layer.weight.abs().max() > 0.8 * fan_in ** -0.5  # uniform over the range
+        assert torch.equal(layer.bias, torch.full_like(layer.bias, 0.1))
+    assert linears[-1].weight.abs().max() <= 1e-3 and linears[-1].bias.abs().max() <= 1e-3
+    for weight, bias, fan_in in zip(ensemble.weights[:-1], ensemble.biases[:-1], (10, 64),
+                                    strict=True):
+        assert weight.abs().max() <= fan_in ** -0.5
+        assert weight.abs().max() > 0.8 * fan_in ** -0.5
+        assert torch.equal(bias, torch.full_like(bias, 0.1))
+    assert ensemble.weights[-1].abs().max() <= 3e-3 and ensemble.biases[-1].abs().max() <= 3e-3
+    assert not torch.equal(ensemble.weights[0][0], ensemble.weights[0][1])
 
 
 def test_ensemble_members_start_different_and_get_own_gradients() -> None:

@@ -16,7 +16,14 @@ from rlbench.modules import (
     StateDependentNormalParams,
     TanhNormal,
 )
-from rlbench.objectives import BCLoss, IQLLoss, TD3BCLoss, make_target, total_loss
+from rlbench.objectives import (
+    BCLoss,
+    IQLLoss,
+    ReBRACLoss,
+    TD3BCLoss,
+    make_target,
+    total_loss,
+)
 from rlbench.objectives.offline import CQLLoss
 
 F64 = torch.float64
@@ -98,6 +105,74 @@ def test_td3_bc_critic_is_td3s() -> None:
     assert out["loss_qvalue"].item() == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError, match="alpha must be >= 0"):
         TD3BCLoss(actor, critic, make_target(actor), make_target(critic), alpha=-1.0)
+
+
+NEXT_ACTIONS = [-0.4, 0.9]
+
+
+def _rebrac(weight: float = 0.8, bias: float = 0.1, **kwargs) -> tuple[ReBRACLoss, TensorDict]:
+    """Actor ``tanh(weight * s + bias)``, critics ``Q_0 = s + a`` and ``Q_1 = 2 s - a``, and
+    the batch with the dataset's next actions."""
+    actor, critic = _actor(weight, bias), LinearEnsemble([[1.0, 1.0], [2.0, -1.0]])
+    loss = ReBRACLoss(actor, critic, make_target(actor), make_target(critic), **kwargs)
+    batch = _batch()
+    batch.set(("next", "action"), torch.tensor(NEXT_ACTIONS, dtype=F64).reshape(2, 1))
+    return loss, batch
+
+
+@pytest.mark.parametrize("normalize_q", [True, False])
+def test_rebrac_actor_loss_and_its_gradient_by_hand(normalize_q: bool) -> None:
+    """L = mean(c (mu - a)^2 - lambda min(q_0, q_1)) with q_0 = s + mu, q_1 = 2 s - mu and
+    lambda = 1 / mean|min q| held constant (1 without normalize_q): dL/dw = mean((2 c (mu -
+    a) - lambda dq/dmu) (1 - mu^2) s), dq/dmu = +1 where q_0 is the smaller, -1 where q_1
+    is. The critics get no gradient."""
+    weight, bias, coef = 0.8, 0.1, 0.3
+    loss, batch = _rebrac(weight, bias, actor_bc_coef=coef, normalize_q=normalize_q)
+    out = loss.actor_loss(batch)
+    mu = [math.tanh(weight * s + bias) for s in OBS]
+    q = [min(s + m, 2 * s - m) for s, m in zip(OBS, mu, strict=True)]
+    slope = [1.0 if s + m < 2 * s - m else -1.0 for s, m in zip(OBS, mu, strict=True)]
+    assert slope == [-1.0, 1.0]  # each critic is the minimum once
+    lam = 1 / (sum(abs(v) for v in q) / 2) if normalize_q else 1.0
+    bc = [(m - a) ** 2 for m, a in zip(mu, ACTIONS, strict=True)]
+    expected = sum(coef * b - lam * v for b, v in zip(bc, q, strict=True)) / 2
+    assert out["loss_actor"].item() == pytest.approx(expected, rel=1e-12)
+    assert out["lambda"].item() == pytest.approx(lam, rel=1e-12)
+    assert out["bc_penalty"].item() == pytest.approx(sum(bc) / 2, rel=1e-12)
+    out["loss_actor"].backward()
+    terms = [(2 * coef * (m - a) - lam * d) * (1 - m * m)
+             for m, a, d in zip(mu, ACTIONS, slope, strict=True)]
+    net = loss.actor.network
+    assert net.weight.grad.item() == pytest.approx(
+        sum(t * s for t, s in zip(terms, OBS, strict=True)) / 2, rel=1e-10)
+    assert net.bias.grad.item() == pytest.approx(sum(terms) / 2, rel=1e-10)
+    assert loss.critic.w.grad is None
+
+
+def test_rebrac_critic_target_subtracts_the_next_action_penalty() -> None:
+    """No smoothing noise: y = r + gamma (1 - terminated) (min_m Q'_m(s', mu'(s')) - c |mu'(s')
+    - a'_data|^2); loss = sum_m mean (Q_m(s, a) - y)^2. The terminal step's target is r."""
+    weight, bias, coef, gamma = 0.8, 0.1, 0.7, 0.5
+    loss, batch = _rebrac(weight, bias, critic_bc_coef=coef, gamma=gamma, policy_noise=0.0)
+    out = loss.value_loss(batch)
+    s_next = [1.0, 0.0]
+    a_next = [math.tanh(weight * s + bias) for s in s_next]
+    penalty = (a_next[0] - NEXT_ACTIONS[0]) ** 2
+    targets = [1 + gamma * (min(s_next[0] + a_next[0], 2 * s_next[0] - a_next[0])
+                            - coef * penalty), -1.0]
+    q = [[s + a for s, a in zip(OBS, ACTIONS, strict=True)],
+         [2 * s - a for s, a in zip(OBS, ACTIONS, strict=True)]]
+    expected = sum(sum((qi - y) ** 2 for qi, y in zip(member, targets, strict=True)) / 2
+                   for member in q)
+    assert out["loss_qvalue"].item() == pytest.approx(expected, rel=1e-12)
+    assert out["target_mean"].item() == pytest.approx(sum(targets) / 2, rel=1e-12)
+    zero_penalty = _rebrac(weight, bias, critic_bc_coef=0.0, gamma=gamma, policy_noise=0.0)
+    td3 = TD3BCLoss(*(getattr(zero_penalty[0], name) for name in (
+        "actor", "critic", "target_actor", "target_critic")), gamma=gamma, policy_noise=0.0)
+    assert zero_penalty[0].value_loss(batch)["loss_qvalue"].item() == pytest.approx(
+        td3.value_loss(batch)["loss_qvalue"].item(), rel=1e-12)
+    with pytest.raises(ValueError, match="actor_bc_coef and critic_bc_coef must be >= 0"):
+        _rebrac(critic_bc_coef=-1.0)
 
 
 def _iql(actor: nn.Module, beta: float = 3.0) -> IQLLoss:
