@@ -3,7 +3,12 @@ and cql on the same D4RL-format Hopper file, one torch thread each, hyperparamet
 (our recipes' gym-MuJoCo defaults, CORL's, handed to d3rlpy by ``ci/d3rlpy_peer.py``).
 
     python ci/offline_speed.py [--file F.hdf5] [--steps 2000] [--cql-steps 200] \
-        [--out results/benchmarks/offline_speed.json]
+        [--rounds 3] [--out results/benchmarks/offline_speed.json]
+
+The two libraries take turns, ``--rounds`` times per algorithm (d3rlpy, then ours), and the
+reported ratio is the median of the rounds' ratios: on a shared machine the speed of a core
+drifts by tens of percent over minutes, which one long run of each would read as a
+difference between the libraries.
 
 Ours is the recipe's own ``train/steps_per_s`` (update time only: no loading, no
 evaluation), from ``rlbench run``; d3rlpy's is its ``fit`` time over the same steps after a
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -73,6 +79,7 @@ def main() -> None:
     parser.add_argument("--file", type=Path)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--cql-steps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--algos", default=",".join(ALGOS))
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -80,16 +87,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         path = args.file or synthetic_hopper(scratch / "hopper_medium-v2.hdf5")
-        theirs = peer(path, algos, args.steps, args.cql_steps, scratch)
         rows = {}
         for algo in algos:
             steps = args.cql_steps if algo == "cql" else args.steps
-            mine = ours(path, algo, steps, scratch)
-            rows[algo] = {"steps": steps, "rlbench_steps_per_s": mine,
-                          "d3rlpy_steps_per_s": theirs[algo], "ratio": mine / theirs[algo],
+            theirs, mine = [], []
+            for turn in range(args.rounds):
+                theirs.append(peer(path, [algo], args.steps, args.cql_steps, scratch)[algo])
+                mine.append(ours(path, algo, steps, scratch / f"round{turn}"))
+                print(f"{algo:7s} round {turn}: rlbench {mine[-1]:8.1f} steps/s   d3rlpy "
+                      f"{theirs[-1]:8.1f} steps/s   ratio {mine[-1] / theirs[-1]:.2f}",
+                      flush=True)
+            ratio = statistics.median(m / t for m, t in zip(mine, theirs, strict=True))
+            rows[algo] = {"steps": steps, "rounds": args.rounds,
+                          "rlbench_steps_per_s": statistics.median(mine),
+                          "d3rlpy_steps_per_s": statistics.median(theirs), "ratio": ratio,
+                          "round_ratios": [m / t for m, t in zip(mine, theirs, strict=True)],
                           "goal_ratio": GOAL}
-            print(f"{algo:7s} rlbench {mine:8.1f} steps/s   d3rlpy {theirs[algo]:8.1f} steps/s"
-                  f"   ratio {mine / theirs[algo]:.2f} (goal >= {GOAL})", flush=True)
+            print(f"{algo:7s} median ratio {ratio:.2f} (goal >= {GOAL})", flush=True)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -10,13 +10,21 @@ from rlbench.objectives.common import (
 )
 from rlbench.objectives.ddpg import DDPGLoss, TD3Loss
 from rlbench.objectives.dqn import DQNLoss
-from rlbench.objectives.offline import BCLoss, CQLLoss, IQLLoss, ReBRACLoss, TD3BCLoss
+from rlbench.objectives.offline import (
+    AWACLoss,
+    BCLoss,
+    CQLLoss,
+    IQLLoss,
+    ReBRACLoss,
+    TD3BCLoss,
+)
 from rlbench.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from rlbench.objectives.sac import DiscreteSACLoss, SACLoss
 from rlbench.objectives.targets import HardUpdate, SoftUpdate, make_target
 
 __all__ = [
     "A2CLoss",
+    "AWACLoss",
     "BCLoss",
     "CQLLoss",
     "ClipPPOLoss",

@@ -21,7 +21,7 @@ from rlbench.harness.policy import load_policy, play
 from rlbench.harness.tracking import tracking_uri
 
 REFS = (-1200.0, -150.0)
-OFFLINE_ALGOS = ("bc", "td3_bc", "iql", "cql", "rebrac")  # offline_smoke's
+OFFLINE_ALGOS = ("bc", "td3_bc", "iql", "cql", "rebrac", "awac")  # offline_smoke's
 
 
 def write_pendulum_d4rl(path: Path, *, episodes: int = 10, seed: int = 0,

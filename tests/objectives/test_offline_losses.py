@@ -12,11 +12,14 @@ from torch import nn
 from rlbench.modules import (
     DeterministicActor,
     EnsembleMLP,
+    IndependentNormal,
+    NormalParams,
     ProbabilisticActor,
     StateDependentNormalParams,
     TanhNormal,
 )
 from rlbench.objectives import (
+    AWACLoss,
     BCLoss,
     IQLLoss,
     ReBRACLoss,
@@ -478,3 +481,76 @@ def test_cql_critics_learn_to_rank_dataset_actions_above_random_ones() -> None:
         random_actions = 2 * torch.rand(16, 64, 2) - 1
         q_random = critic(torch.cat((obs.expand(16, 64, 3), random_actions), -1)).mean()
     assert q_random < q_data - 10.0
+
+
+# ----------------------------------------------------------------------------- AWAC
+
+
+def _awac(monkeypatch: pytest.MonkeyPatch, **kwargs) -> tuple[AWACLoss, list]:
+    """Gaussian actor ``N(0.8 s + 0.1, exp(-0.5))`` on [-1, 1], critics ``Q_0 = s + a``,
+    ``Q_1 = 2 s - a``; the policy actions each call sampled are recorded."""
+    net = nn.Linear(1, 1).double()
+    with torch.no_grad():
+        net.weight.fill_(0.8)
+        net.bias.fill_(0.1)
+    params = NormalParams(net, 1, -0.5).double()
+    actor = ProbabilisticActor(params, IndependentNormal)
+    critic = LinearEnsemble([[1.0, 1.0], [2.0, -1.0]])
+    loss = AWACLoss(actor, critic, make_target(critic), action_dim=1, **kwargs).double()
+    return loss, _record(monkeypatch, loss, "_policy_action")
+
+
+def test_awac_policy_actions_are_clamped_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    loss, _ = _awac(monkeypatch, action_low=-0.3, action_high=0.4)
+    obs = torch.linspace(-3, 3, 101, dtype=F64).reshape(-1, 1)
+    torch.manual_seed(9)
+    sampled = loss._policy_action(obs)
+    torch.manual_seed(9)
+    free = 0.8 * obs + 0.1 + math.exp(-0.5) * torch.randn_like(obs)
+    low, high = loss.action_low.item(), loss.action_high.item()  # -0.3, 0.4 as float32
+    torch.testing.assert_close(sampled, free.clamp(low, high), rtol=0, atol=1e-15)
+    assert (sampled == low).any() and (sampled == high).any() and not sampled.requires_grad
+
+
+def test_awac_critic_target_uses_a_policy_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """y = r + gamma (1 - terminated) min(s' + a~', 2 s' - a~'); loss = sum_m mean (Q_m - y)^2."""
+    loss, calls = _awac(monkeypatch, gamma=0.5)
+    out = loss.value_loss(_batch())
+    sampled = calls[0].reshape(-1).tolist()
+    s_next = [1.0, 0.0]
+    targets = [1 + 0.5 * min(s_next[0] + sampled[0], 2 * s_next[0] - sampled[0]), -1.0]
+    q = [[s + a for s, a in zip(OBS, ACTIONS, strict=True)],
+         [2 * s - a for s, a in zip(OBS, ACTIONS, strict=True)]]
+    expected = sum(sum((qi - y) ** 2 for qi, y in zip(member, targets, strict=True)) / 2
+                   for member in q)
+    assert out["loss_qvalue"].item() == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("max_weight", [100.0, 1.2])
+def test_awac_actor_weights_cloning_by_the_advantage_over_a_policy_action(
+        monkeypatch: pytest.MonkeyPatch, max_weight: float) -> None:
+    """L = -mean(w log N(a; 0.8 s + 0.1, sigma)), w = min(exp((min_m Q_m(s, a) - min_m
+    Q_m(s, a~)) / lambda), max_weight); dL/dw_net = -mean(w (a - mu) / sigma^2 s), and the
+    critics get no gradient."""
+    lam, sigma = 0.25, math.exp(-0.5)
+    loss, calls = _awac(monkeypatch, awac_lambda=lam, max_weight=max_weight)
+    out = loss.actor_loss(_batch())
+    sampled = calls[0].reshape(-1).tolist()
+    mu = [0.8 * s + 0.1 for s in OBS]
+    advantage = [min(s + a, 2 * s - a) - min(s + p, 2 * s - p)
+                 for s, a, p in zip(OBS, ACTIONS, sampled, strict=True)]
+    weight = [min(math.exp(u / lam), max_weight) for u in advantage]
+    log_prob = [-0.5 * ((a - m) / sigma) ** 2 - math.log(sigma) - 0.5 * math.log(2 * math.pi)
+                for a, m in zip(ACTIONS, mu, strict=True)]
+    expected = -sum(w * lp for w, lp in zip(weight, log_prob, strict=True)) / 2
+    assert out["loss_actor"].item() == pytest.approx(expected, rel=1e-12)
+    assert out["weight_mean"].item() == pytest.approx(sum(weight) / 2, rel=1e-12)
+    assert out["advantage_mean"].item() == pytest.approx(sum(advantage) / 2, rel=1e-12)
+    out["loss_actor"].backward()
+    net = loss.actor.network.loc_net
+    grad = -sum(w * (a - m) / sigma ** 2 * s
+                for w, a, m, s in zip(weight, ACTIONS, mu, OBS, strict=True)) / 2
+    assert net.weight.grad.item() == pytest.approx(grad, rel=1e-10)
+    assert loss.critic.w.grad is None
+    with pytest.raises(ValueError, match="awac_lambda must be > 0"):
+        AWACLoss(loss.actor, loss.critic, loss.target_critic, action_dim=1, awac_lambda=0.0)
