@@ -198,9 +198,6 @@ def plan(argv: list[str]) -> tuple[Path, str, list[RunConfig]]:
         if not sep or (key not in KEYS and "." not in key):  # <algo>.<hyperparameter>
             raise UnknownNameError("key", key, KEYS)
         given[key] = value
-    for algo in given["algo"].split(",") if "algo" in given else ():
-        if algo not in ALGOS:
-            raise UnknownNameError("algorithm", algo, ALGOS)
     sweep = resolve_sweep([f"suite={given.get('suite', 'offline')}",
                            *(f"{k}={v}" for k, v in given.items() if k != "suite")])
     others = sorted({config.algo for config in sweep.runs} - set(ALGOS))

@@ -86,8 +86,10 @@ def test_the_grid_is_the_suites_and_only_offline_algorithms_have_a_peer(
     assert runs[-1].algo_params == ours.algo_params  # the suite's per-algorithm settings
     with pytest.raises(ConfigError, match="d3rlpy has no peer for ppo"):
         script.plan(["suite=smoke"])
-    with pytest.raises(UnknownNameError, match="unknown algorithm 'awac'"):
-        script.plan([f"dataset={source}", "algo=awac"])
+    with pytest.raises(ConfigError, match="d3rlpy has no peer for rebrac"):
+        script.plan([f"dataset={source}", "algo=td3_bc,rebrac"])
+    with pytest.raises(UnknownNameError, match=r"unknown algorithm 'iqll'.*iql"):
+        script.plan([f"dataset={source}", "algo=iqll"])
     with pytest.raises(UnknownNameError, match="unknown key 'frames'"):
         script.plan(["frames=100"])
 
