@@ -133,6 +133,14 @@ def return_range_scale(dataset: OfflineDataset, max_episode_steps: int = 1000) -
     return max_episode_steps / spread
 
 
+def scaled_target_entropy(low: torch.Tensor, high: torch.Tensor) -> float:
+    """CORL's SAC-family target entropy, ``-action_dim`` on actions scaled to [-1, 1], in
+    the env's action units (the units of rlbench's tanh-Gaussian log-prob):
+    ``-action_dim + sum(log half_range)``."""
+    half_range = (high - low).double() / 2
+    return -float(half_range.numel()) + float(half_range.log().sum())
+
+
 class BoundedMean(nn.Module):
     """``center + half_range * tanh(net(x))``: a Gaussian policy's mean inside the action
     bounds (CORL's IQL ``GaussianPolicy``)."""

@@ -22,7 +22,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rlbench.algorithms._offline import open_dataset, state_normalization
+from rlbench.algorithms._offline import (
+    open_dataset,
+    scaled_target_entropy,
+    state_normalization,
+)
 from rlbench.collectors import evaluate
 from rlbench.envs import Bounded, EnvBase
 from rlbench.envs.transforms import ObservationNorm
@@ -104,13 +108,6 @@ def make_normalization(cfg: Config) -> ObservationNorm | None:
     return state_normalization(cfg)
 
 
-def target_entropy(low: torch.Tensor, high: torch.Tensor) -> float:
-    """CORL's ``-action_dim`` on actions scaled to [-1, 1], in the env's action units (the
-    units of the policy's log-prob): ``-action_dim + sum(log half_range)``."""
-    half_range = (high - low).double() / 2
-    return -float(half_range.numel()) + float(half_range.log().sum())
-
-
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.steps`` gradient steps, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
@@ -127,7 +124,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                           temperature=cfg.temperature, importance_sample=cfg.importance_sample,
                           lagrange=cfg.lagrange, target_action_gap=cfg.target_action_gap,
                           backup_entropy=cfg.backup_entropy, alpha_init=cfg.alpha_init,
-                          learn_alpha=cfg.learn_alpha, target_entropy=target_entropy(low, high))
+                          learn_alpha=cfg.learn_alpha,
+                          target_entropy=scaled_target_entropy(low, high))
         loss_fn.to(spec.device)
         target_update = SoftUpdate(critic, loss_fn.target_critic, cfg.tau)
         actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True),

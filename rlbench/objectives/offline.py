@@ -1,6 +1,6 @@
 """Offline losses on a fixed dataset: behaviour cloning, TD3+BC (Fujimoto & Gu, 2021),
-ReBRAC (Tarasov et al., 2023), IQL (Kostrikov et al., 2022), CQL (Kumar et al., 2020) and
-AWAC (Nair et al., 2020).
+ReBRAC (Tarasov et al., 2023), IQL (Kostrikov et al., 2022), CQL (Kumar et al., 2020), AWAC
+(Nair et al., 2020) and EDAC / SAC-N (An et al., 2021).
 
 Each reads ``observation`` and ``action`` (the critics also ``("next", ...)``:
 ``observation``, ``reward``, ``terminated``) and returns TensorDicts of named scalars, like
@@ -18,7 +18,8 @@ from rlbench.objectives.common import bootstrap_discount, frozen
 from rlbench.objectives.ddpg import TD3Loss
 from rlbench.objectives.sac import SACLoss
 
-__all__ = ["AWACLoss", "BCLoss", "CQLLoss", "IQLLoss", "ReBRACLoss", "TD3BCLoss"]
+__all__ = ["AWACLoss", "BCLoss", "CQLLoss", "EDACLoss", "IQLLoss", "ReBRACLoss",
+           "TD3BCLoss"]
 
 
 class BCLoss(nn.Module):
@@ -315,6 +316,55 @@ class CQLLoss(SACLoss):
             out["loss_cql"] = self.cql_alpha * gap.sum()
         out.update(q_mean=q.detach().mean(), cql_gap=gap.detach().mean(),
                    q_random=q_all[:, 1:self.num_sampled_actions + 1].detach().mean())
+        return TensorDict(out, batch_size=[])
+
+
+class EDACLoss(SACLoss):
+    """SAC with ``N`` critics whose gradients in the action are pushed apart (EDAC; SAC-N
+    when ``eta`` is 0), as CORL's ``edac.py`` and ``sac_n.py``.
+
+    - ``actor_loss`` is SAC's (``loss_actor``, ``loss_alpha``, ``alpha``, ``entropy``).
+    - ``value_loss``: ``loss_qvalue = sum_m E[(Q_m(s, a) - y)^2]`` (no 0.5) with ``y = r +
+      discount * (min_m Q'_m(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi(s')``; and
+      ``loss_diversity = eta / (N - 1) * E[sum_{m != n} <g_m, g_n>]`` where ``g_m`` is
+      ``dQ_m(s, a) / da`` normalised to unit length (``+ 1e-10``), differentiated through.
+      The critic must be an ``EnsembleMLP`` (it is called with ``per_member=True``).
+
+    Diagnostics: ``q_mean``, ``q_std`` (the spread of the N critics at the data's actions).
+    """
+
+    def __init__(self, actor: ProbabilisticActor, critic: nn.Module, target_critic: nn.Module,
+                 *, eta: float = 1.0, **kwargs):
+        super().__init__(actor, critic, target_critic, **kwargs)
+        if eta < 0:
+            raise ValueError(f"eta must be >= 0, got {eta}")
+        self.eta = eta
+
+    def value_loss(self, batch: TensorDict) -> TensorDict:
+        nxt = batch.get("next")
+        with torch.no_grad():
+            next_obs = nxt.get(self.in_key)
+            next_action, next_log_prob = self._sample(next_obs)
+            next_q = self.target_critic(torch.cat((next_obs, next_action), -1)).amin(0)
+            soft_value = next_q - self.alpha * next_log_prob.unsqueeze(-1)
+            target = nxt.get("reward") + bootstrap_discount(nxt, self.gamma) * soft_value
+        obs, action = batch.get(self.in_key), batch.get(self.action_key)
+        members = self.critic.num_members
+        # every member gets its own copy of the action, so that dQ_m/da is member m's alone
+        actions = action.detach().unsqueeze(0).repeat(members, *(1,) * action.dim())
+        diverse = self.eta > 0 and members > 1
+        actions.requires_grad_(diverse)
+        states = obs.unsqueeze(0).expand(members, *obs.shape)
+        q = self.critic(torch.cat((states, actions), -1), per_member=True)  # [N, ..., 1]
+        out = {"loss_qvalue": (q - target).pow(2).mean(tuple(range(1, q.dim()))).sum()}
+        if diverse:
+            grads = torch.autograd.grad(q.sum(), actions, create_graph=True)[0]
+            grads = grads / (grads.norm(dim=-1, keepdim=True) + 1e-10)
+            grads = grads.reshape(members, -1, grads.shape[-1]).transpose(0, 1)  # [B, N, A]
+            cosines = grads @ grads.transpose(1, 2)  # [B, N, N]
+            off_diagonal = cosines.sum((1, 2)) - cosines.diagonal(dim1=1, dim2=2).sum(-1)
+            out["loss_diversity"] = self.eta * off_diagonal.mean() / (members - 1)
+        out.update(q_mean=q.detach().mean(), q_std=q.detach().std(0).mean())
         return TensorDict(out, batch_size=[])
 
 

@@ -21,7 +21,7 @@ from rlbench.harness.policy import load_policy, play
 from rlbench.harness.tracking import tracking_uri
 
 REFS = (-1200.0, -150.0)
-OFFLINE_ALGOS = ("bc", "td3_bc", "iql", "cql", "rebrac", "awac")  # offline_smoke's
+OFFLINE_ALGOS = ("bc", "td3_bc", "iql", "cql", "rebrac", "awac", "edac")  # offline_smoke's
 
 
 def write_pendulum_d4rl(path: Path, *, episodes: int = 10, seed: int = 0,
@@ -176,7 +176,7 @@ def test_offline_runs_record_scores_and_save_policies_that_load(
         # that evaluation's episodes again
         policy = load_policy(run_dir, snapshot=100)
         normalizes = run.data.params["algo_params.normalize_states"] == "True"
-        assert normalizes == (tags["algorithm"] != "rebrac")  # CORL's ReBRAC does not
+        assert normalizes == (tags["algorithm"] not in ("rebrac", "edac"))  # as CORL's
         assert (policy.normalization is not None) == normalizes
         seeds = {k: int(v) for k, v in run.data.params.items() if k.startswith("seeds.")}
         replayed = play(policy, episodes=2, seed=seeds["seeds.eval_env"])

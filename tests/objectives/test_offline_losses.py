@@ -21,6 +21,7 @@ from rlbench.modules import (
 from rlbench.objectives import (
     AWACLoss,
     BCLoss,
+    EDACLoss,
     IQLLoss,
     ReBRACLoss,
     TD3BCLoss,
@@ -554,3 +555,90 @@ def test_awac_actor_weights_cloning_by_the_advantage_over_a_policy_action(
     assert loss.critic.w.grad is None
     with pytest.raises(ValueError, match="awac_lambda must be > 0"):
         AWACLoss(loss.actor, loss.critic, loss.target_critic, action_dim=1, awac_lambda=0.0)
+
+
+# ----------------------------------------------------------------------------- EDAC
+
+
+def _edac(num_cells: tuple[int, ...], eta: float, members: int = 3
+          ) -> tuple[EDACLoss, TensorDict]:
+    """obs 2, actions 2 in [-1, 1], ``members`` critics; batch 4, the second terminal."""
+    torch.manual_seed(11)
+    actor = ProbabilisticActor(StateDependentNormalParams(nn.Linear(2, 4).double()),
+                               lambda loc, scale: TanhNormal(loc, scale, -1.0, 1.0))
+    critic = EnsembleMLP(4, 1, num_members=members, num_cells=num_cells).double()
+    target = make_target(critic)
+    with torch.no_grad():
+        for weight in target.weights:
+            weight.add_(0.1 * torch.randn_like(weight))
+    loss = EDACLoss(actor, critic, target, action_dim=2, gamma=0.9, alpha_init=0.5, eta=eta)
+    batch = TensorDict({
+        "observation": torch.randn(4, 2, dtype=F64), "action": torch.rand(4, 2, dtype=F64) * 2 - 1,
+        "next": {"observation": torch.randn(4, 2, dtype=F64),
+                 "reward": torch.randn(4, 1, dtype=F64),
+                 "terminated": torch.tensor([[False], [True], [False], [False]])},
+    }, batch_size=[4])
+    return loss, batch
+
+
+def test_edac_critic_loss_by_hand_on_linear_critics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linear critics Q_m = [s, a] W_m + b_m: dQ_m/da is W_m's action rows, the same at every
+    state, so loss_diversity = eta / (N - 1) * sum_{m != n} cos(W_m[a], W_n[a]); loss_qvalue =
+    sum_m mean (Q_m - y)^2 with y = r + 0.9 (1 - terminated) (min_m Q'_m(s', a') - 0.5 log
+    pi(a'|s'))."""
+    loss, batch = _edac((), eta=2.0)
+    calls = _record(monkeypatch, loss, "_sample")
+    out = loss.value_loss(batch)
+    (next_action, next_log_prob), = calls
+    w, b = loss.critic.weights[0].detach(), loss.critic.biases[0].detach()
+    tw, tb = loss.target_critic.weights[0].detach(), loss.target_critic.biases[0].detach()
+    s, a, nxt = batch["observation"], batch["action"], batch["next"]
+    x, x_next = torch.cat((s, a), -1), torch.cat((nxt["observation"], next_action), -1)
+    expected_q = 0.0
+    for i in range(4):
+        next_q = min(float(x_next[i] @ tw[m, :, 0] + tb[m, 0, 0]) for m in range(3))
+        alive = 0.0 if bool(nxt["terminated"][i]) else 1.0
+        y = float(nxt["reward"][i]) + 0.9 * alive * (next_q - 0.5 * float(next_log_prob[i]))
+        expected_q += sum((float(x[i] @ w[m, :, 0] + b[m, 0, 0]) - y) ** 2 for m in range(3)) / 4
+    assert out["loss_qvalue"].item() == pytest.approx(expected_q, rel=1e-10)
+    grads = [w[m, 2:, 0] for m in range(3)]
+    cosine = [[float(g @ h / (g.norm() + 1e-10) / (h.norm() + 1e-10)) for h in grads]
+              for g in grads]
+    diversity = 2.0 / 2 * sum(cosine[m][n] for m in range(3) for n in range(3) if m != n)
+    assert out["loss_diversity"].item() == pytest.approx(diversity, rel=1e-10)
+
+
+def test_edac_diversity_gradient_matches_a_per_member_reference() -> None:
+    """On ReLU critics the action gradients differ per state; loss_diversity and its gradient
+    in every weight equal a plain loop over members and pairs in float64."""
+    loss, batch = _edac((5,), eta=1.5, members=4)
+    critic = loss.critic
+    diversity = loss.value_loss(batch)["loss_diversity"]
+    # weights, then biases: the output bias leaves every dQ/da unchanged (no gradient) and
+    # the hidden bias changes it only through ReLU's piecewise-constant mask (zero gradient)
+    params = [*critic.weights, *critic.biases]
+    ours = torch.autograd.grad(diversity, params, allow_unused=True)
+    s, a = batch["observation"], batch["action"]
+    units = []
+    for m in range(4):
+        action = a.clone().requires_grad_(True)
+        hidden = torch.relu(torch.cat((s, action), -1) @ critic.weights[0][m] + critic.biases[0][m])
+        q = hidden @ critic.weights[1][m] + critic.biases[1][m]
+        g = torch.autograd.grad(q.sum(), action, create_graph=True)[0]
+        units.append(g / (g.norm(dim=-1, keepdim=True) + 1e-10))
+    pairs = sum((units[m] * units[n]).sum(-1) for m in range(4) for n in range(4) if m != n)
+    reference = 1.5 * pairs.mean() / 3
+    assert diversity.item() == pytest.approx(reference.item(), rel=1e-12)
+    theirs = torch.autograd.grad(reference, params, allow_unused=True)
+    assert [g is None for g in ours] == [g is None for g in theirs] == [False] * 3 + [True]
+    for got, want in zip(ours[:3], theirs[:3], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert ours[0].abs().sum() > 0 and ours[1].abs().sum() > 0
+
+
+def test_sac_n_has_no_diversity_term_and_edac_rejects_negative_eta() -> None:
+    loss, batch = _edac((5,), eta=0.0)
+    out = loss.value_loss(batch)
+    assert "loss_diversity" not in out and out["q_std"].item() > 0
+    with pytest.raises(ValueError, match="eta must be >= 0"):
+        EDACLoss(loss.actor, loss.critic, loss.target_critic, action_dim=2, eta=-1.0)

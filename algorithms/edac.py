@@ -1,0 +1,157 @@
+"""EDAC: SAC with a diversified ensemble of N critics (An et al., 2021); SAC-N with eta 0.
+
+Reads top to bottom: hyperparameters, their defaults, the update. Follows CORL's ``edac.py``
+(corl-team/CORL ``algorithms/offline/``) and its configs (``configs/offline/edac/<env>/``):
+SAC's tanh-Gaussian actor and automatic temperature (target entropy -action_dim on [-1, 1]
+actions), ``N`` critics in one batched ensemble fitted to ``r + gamma (min_m Q'_m(s', a') -
+alpha log pi(a'|s'))``, plus ``eta`` times the mean cosine similarity of the critics' action
+gradients at the dataset's actions, which keeps the ensemble's pessimism honest on actions
+the data never took. The temperature, then the actor, then the critics step, as in CORL
+(and the EDAC paper). 3x256 networks with EDAC's initialisation, Adam at 3e-4, batch 256,
+tau 0.005, no state or reward normalisation, 3M steps; ``N`` and ``eta`` per dataset in
+``ENV_DEFAULTS`` (50 critics on hopper). ``eta=0`` is CORL's ``sac_n.py``, whose configs
+use other ``N`` (200-500 on hopper). Not CORL's: rlbench's tanh-Gaussian actor squashes the
+log-std into [-5, 2] where CORL clips it, and the temperature's loss uses the actor
+step's sample instead of a fresh one.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import closing
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rlbench.algorithms._offline import (
+    open_dataset,
+    scaled_target_entropy,
+    state_normalization,
+)
+from rlbench.collectors import evaluate
+from rlbench.envs import Bounded, EnvBase
+from rlbench.envs.transforms import ObservationNorm
+from rlbench.modules import (
+    MLP,
+    EnsembleMLP,
+    ProbabilisticActor,
+    StateDependentNormalParams,
+    TanhNormal,
+    init_like_edac,
+)
+from rlbench.objectives import EDACLoss, SoftUpdate, backward_and_step, make_target
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+
+KIND = "offline"
+ACTION_SPACES = ("box",)
+
+
+@dataclass
+class Config:
+    """EDAC hyperparameters; defaults are CORL's script defaults (the per-dataset configs
+    change ``num_critics`` and ``eta``: ``ENV_DEFAULTS``)."""
+
+    batch_size: int = hp(256, "transitions per gradient step", ge=1)
+    actor_lr: float = hp(3e-4, "Adam step size of the actor", gt=0)
+    critic_lr: float = hp(3e-4, "Adam step size of the critics", gt=0)
+    alpha_lr: float = hp(3e-4, "Adam step size of the temperature", gt=0)
+    gamma: float = hp(0.99, "discount factor", ge=0, le=1)
+    tau: float = hp(0.005, "Polyak weight of the critics in their targets", gt=0, le=1)
+    eta: float = hp(1.0, "weight of the critics' gradient similarity (0: SAC-N)", ge=0)
+    num_critics: int = hp(10, "Q-networks; targets and the actor take their minimum", ge=1)
+    alpha_init: float = hp(1.0, "initial temperature", gt=0)
+    hidden_sizes: tuple[int, ...] = hp((256, 256, 256), "hidden layer widths of actor and "
+                                                        "critics", ge=1)
+    normalize_states: bool = hp(False, "normalise observations by the dataset's mean and std")
+    log_every: int = hp(1000, "gradient steps between logged training metrics", ge=1)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+
+FAMILY_DEFAULTS: dict[str, dict] = {
+    "mujoco": {},  # CORL edac.py defaults; N and eta come per dataset
+    "classic": {},
+}
+
+_CORL_ENSEMBLES = {  # (num_critics, eta), configs/offline/edac/<env>/*_v2.yaml
+    "hopper-medium-v2": (50, 1.0),
+    "hopper-medium-replay-v2": (50, 1.0),
+    "hopper-medium-expert-v2": (50, 1.0),
+    "halfcheetah-medium-v2": (10, 1.0),
+    "halfcheetah-medium-replay-v2": (10, 1.0),
+    "halfcheetah-medium-expert-v2": (10, 5.0),
+    "walker2d-medium-v2": (10, 1.0),
+    "walker2d-medium-replay-v2": (10, 1.0),
+    "walker2d-medium-expert-v2": (10, 5.0),
+}
+ENV_DEFAULTS: dict[str, dict] = {
+    name: {"num_critics": critics, "eta": eta}
+    for name, (critics, eta) in _CORL_ENSEMBLES.items()
+}
+# The Hopper-v5 datasets rlbench makes take the settings of the D4RL dataset of the same
+# quality: a guess (their data differs from D4RL's; nobody tuned for them).
+ENV_DEFAULTS.update({f"rlbench/hopper/{quality}-v0": ENV_DEFAULTS[f"hopper-{quality}-v2"]
+                     for quality in ("medium", "medium-replay", "medium-expert")})
+
+
+def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, EnsembleMLP]:
+    """A tanh-Gaussian actor with state-dependent std and ``num_critics`` Q-networks, with
+    EDAC's initialisation (output layers uniform in +-1e-3 for the actor, +-3e-3 for the
+    critics)."""
+    action_spec = env.action_spec
+    if not isinstance(action_spec, Bounded):
+        raise TypeError(f"EDAC needs a bounded continuous action space, not {action_spec}")
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    action_dim = action_spec.shape[-1]
+    net = MLP(obs_dim, 2 * action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    low, high = action_spec.low[0], action_spec.high[0]
+    actor = ProbabilisticActor(StateDependentNormalParams(init_like_edac(net, 1e-3)),
+                               functools.partial(TanhNormal, low=low, high=high))
+    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes)
+    return actor, init_like_edac(critic, 3e-3)
+
+
+def make_policy(env: EnvBase, cfg: Config) -> ProbabilisticActor:
+    """The module the run saves as ``policy``: the actor (its mode is the squashed mean)."""
+    return make_actor_critic(env, cfg)[0]
+
+
+def make_normalization(cfg: Config) -> ObservationNorm | None:
+    """The state normalisation the run saves beside its policy, when it normalises."""
+    return state_normalization(cfg)
+
+
+def train(spec: RunSpec, logger: RunLogger) -> None:
+    """Train for ``spec.steps`` gradient steps, evaluating every ``spec.eval_every``."""
+    cfg: Config = spec.algo
+    data = open_dataset(spec, cfg, batch_size=cfg.batch_size)
+    with closing(data.eval_env):
+        actor, critic = make_actor_critic(data.eval_env, cfg)
+        actor.to(spec.device)
+        critic.to(spec.device)
+        low, high = data.action_bounds
+        loss_fn = EDACLoss(actor, critic, make_target(critic), eta=cfg.eta,
+                           action_dim=data.eval_env.action_spec.shape[-1], gamma=cfg.gamma,
+                           alpha_init=cfg.alpha_init,
+                           target_entropy=scaled_target_entropy(low, high))
+        loss_fn.to(spec.device)
+        target_update = SoftUpdate(critic, loss_fn.target_critic, cfg.tau)
+        actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True),
+                            torch.optim.Adam([loss_fn.log_alpha], lr=cfg.alpha_lr)]
+        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, foreach=True)
+        loop = RunLoop(spec, logger, policy=actor,
+                       evaluate=lambda: evaluate(data.eval_env, actor),
+                       log_every=cfg.log_every, normalization=data.normalization,
+                       score=data.score)
+
+        for step in loop.steps():
+            batch = data.buffer.sample()
+            actor_losses = loss_fn.actor_loss(batch)
+            backward_and_step(actor_losses, actor_optimizers, step=step)
+            value_losses = loss_fn.value_loss(batch)
+            backward_and_step(value_losses, critic_optimizer, step=step)
+            target_update.step()
+            loop.metrics.add(actor_losses)
+            loop.metrics.add(value_losses)
