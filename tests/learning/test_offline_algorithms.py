@@ -54,12 +54,13 @@ def test_offline_algorithms_beat_behaviour_cloning_on_medium_replay(
         pendulum_datasets: Path, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     assert main(["run", "suite=offline_smoke", f"dataset={MEDIUM_REPLAY}",
-                 "algo=bc,td3_bc,iql,cql,rebrac,awac", "steps=10000", "eval_every=2500",
+                 "algo=bc,td3_bc,iql,cql,rebrac,awac,edac", "steps=10000", "eval_every=2500",
                  f"out_dir={out}"]) == 0
     scores = _late_scores(out)
     assert scores["bc"] < 10, scores  # cloning mostly random actions stays near random play
-    # measured when set: bc -1, td3_bc 62, iql 16, cql 95, rebrac 100, awac 51
-    thresholds = {"td3_bc": 40, "iql": 10, "cql": 60, "rebrac": 60, "awac": 25}
+    # measured when set: bc -1, td3_bc 62, iql 16, cql 95, rebrac 100, awac 51, edac 20
+    # (edac's policy dips at 5k steps before it climbs: its last evaluation scored 46)
+    thresholds = {"td3_bc": 40, "iql": 10, "cql": 60, "rebrac": 60, "awac": 25, "edac": 10}
     for algo, threshold in thresholds.items():
         assert scores[algo] >= threshold, scores
         assert scores[algo] >= scores["bc"] + 10, scores
