@@ -8,7 +8,7 @@ and cql on the same D4RL-format Hopper file, one torch thread each, hyperparamet
 The two libraries take turns, ``--rounds`` times per algorithm (d3rlpy, then ours), and the
 reported ratio is the median of the rounds' ratios: on a shared machine the speed of a core
 drifts by tens of percent over minutes, which one long run of each would read as a
-difference between the libraries.
+difference between the libraries. ``--out`` keeps the rows of algorithms not measured.
 
 Ours is the recipe's own ``train/steps_per_s`` (update time only: no loading, no
 evaluation), from ``rlbench run``; d3rlpy's is its ``fit`` time over the same steps after a
@@ -104,8 +104,9 @@ def main() -> None:
                           "round_ratios": [m / t for m, t in zip(mine, theirs, strict=True)],
                           "goal_ratio": GOAL}
             print(f"{algo:7s} median ratio {ratio:.2f} (goal >= {GOAL})", flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+    if args.out:  # the algorithms measured replace their rows; the others' stay
+        stored = json.loads(args.out.read_text()) if args.out.exists() else {}
+        args.out.write_text(json.dumps({**stored, **rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
