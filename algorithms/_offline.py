@@ -59,8 +59,11 @@ def with_next_actions(transitions: TensorDict) -> TensorDict:
     ``("next", "action")``, the dataset's action at the next step of the same episode: what
     ReBRAC's critic penalty compares the target action with. A terminal step gets zeros (its
     target never reads them); the last step of an episode cut by a time limit has no next
-    action and is dropped (CORL's ``qlearning_dataset`` drops such steps too, one row later:
-    it reads the action of the step it drops)."""
+    action and is dropped. With files that store each step's next observation (Minari's,
+    D4RL files with ``next_observations``) the rows kept are CORL's (``qlearning_dataset``
+    drops the timeout step); with D4RL files without them the loader has already dropped
+    the timeout step, whose action CORL reads as the next action of the step before it, so
+    that step is dropped too: one more row per time-limited episode (0.1% on gym-MuJoCo)."""
     episode, action = transitions.get("episode"), transitions.get("action")
     same_episode = episode[1:] == episode[:-1]
     next_action = torch.zeros_like(action)

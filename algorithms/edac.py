@@ -11,13 +11,16 @@ the data never took. The temperature, then the actor, then the critics step, as 
 tau 0.005, no state or reward normalisation, 3M steps; ``N`` and ``eta`` per dataset in
 ``ENV_DEFAULTS`` (50 critics on hopper). ``eta=0`` is CORL's ``sac_n.py``, whose configs
 use other ``N`` (200-500 on hopper). Not CORL's: rlbench's tanh-Gaussian actor squashes the
-log-std into [-5, 2] where CORL clips it, and the temperature's loss uses the actor
-step's sample instead of a fresh one.
+log-std into [-5, 2] where CORL clips it (its bias is set so that it starts near 0, as
+CORL's does), and the temperature's loss and the actor's loss come from one sample, so the
+actor's loss uses the temperature from before that step's update (CORL's uses the one
+after).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from contextlib import closing
 from dataclasses import dataclass
 
@@ -101,19 +104,28 @@ ENV_DEFAULTS.update({f"rlbench/hopper/{quality}-v0": ENV_DEFAULTS[f"hopper-{qual
 
 def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, EnsembleMLP]:
     """A tanh-Gaussian actor with state-dependent std and ``num_critics`` Q-networks, with
-    EDAC's initialisation (output layers uniform in +-1e-3 for the actor, +-3e-3 for the
-    critics)."""
+    EDAC's initialisation as CORL applies it (output layers uniform in +-1e-3 for the actor,
+    +-3e-3 for the critics; the critics' first layer in +-1/sqrt(width))."""
     action_spec = env.action_spec
     if not isinstance(action_spec, Bounded):
         raise TypeError(f"EDAC needs a bounded continuous action space, not {action_spec}")
     obs_dim = env.observation_spec["observation"].shape[-1]
     action_dim = action_spec.shape[-1]
-    net = MLP(obs_dim, 2 * action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    net = init_like_edac(MLP(obs_dim, 2 * action_dim, cfg.hidden_sizes, nn.ReLU,
+                             orthogonal_init=False), 1e-3)
+    params = StateDependentNormalParams(net)
+    with torch.no_grad():  # log-std starts near 0, as CORL's clipped head does, not mid-range
+        middle = (params.min_log_std + params.max_log_std) / 2
+        half = (params.max_log_std - params.min_log_std) / 2
+        net[-1].bias[action_dim:] += math.atanh((0.0 - middle) / half)
     low, high = action_spec.low[0], action_spec.high[0]
-    actor = ProbabilisticActor(StateDependentNormalParams(init_like_edac(net, 1e-3)),
-                               functools.partial(TanhNormal, low=low, high=high))
-    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes)
-    return actor, init_like_edac(critic, 3e-3)
+    actor = ProbabilisticActor(params, functools.partial(TanhNormal, low=low, high=high))
+    critic = init_like_edac(EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics,
+                                        cfg.hidden_sizes), 3e-3)
+    with torch.no_grad():  # CORL's VectorizedLinear takes the fan-in from the [in, out]
+        bound = cfg.hidden_sizes[0] ** -0.5  # weight's second dim: 1/sqrt(256) here too
+        critic.weights[0].uniform_(-bound, bound)
+    return actor, critic
 
 
 def make_policy(env: EnvBase, cfg: Config) -> ProbabilisticActor:

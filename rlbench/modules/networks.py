@@ -87,8 +87,7 @@ class EnsembleMLP(nn.Module):
     Input ``[..., in]`` is shared by all members; with ``per_member=True`` the input is
     ``[members, ..., in]`` and each member gets its own slice. The output is
     ``[members, ..., out]``. With ``layer_norm`` every hidden layer is ``linear ->
-    activation -> LayerNorm`` (each member with its own scale and shift), the critics of
-    ReBRAC and of CORL's SAC-N / EDAC.
+    activation -> LayerNorm`` (each member with its own scale and shift), ReBRAC's critics.
     """
 
     def __init__(

@@ -330,7 +330,8 @@ class EDACLoss(SACLoss):
       ``dQ_m(s, a) / da`` normalised to unit length (``+ 1e-10``), differentiated through.
       The critic must be an ``EnsembleMLP`` (it is called with ``per_member=True``).
 
-    Diagnostics: ``q_mean``, ``q_std`` (the spread of the N critics at the data's actions).
+    Diagnostics: ``q_mean``, ``q_std`` (the population std of the N critics at the data's
+    actions, 0 for one critic).
     """
 
     def __init__(self, actor: ProbabilisticActor, critic: nn.Module, target_critic: nn.Module,
@@ -364,7 +365,7 @@ class EDACLoss(SACLoss):
             cosines = grads @ grads.transpose(1, 2)  # [B, N, N]
             off_diagonal = cosines.sum((1, 2)) - cosines.diagonal(dim1=1, dim2=2).sum(-1)
             out["loss_diversity"] = self.eta * off_diagonal.mean() / (members - 1)
-        out.update(q_mean=q.detach().mean(), q_std=q.detach().std(0).mean())
+        out.update(q_mean=q.detach().mean(), q_std=q.detach().std(0, correction=0).mean())
         return TensorDict(out, batch_size=[])
 
 

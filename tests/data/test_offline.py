@@ -298,3 +298,32 @@ def test_next_actions_stay_inside_episodes() -> None:
                                                                       False, False]
     empty = with_next_actions(transitions[:0])
     assert empty.shape == (0,) and empty.get(("next", "action")).shape == (0, 1)
+
+
+@pytest.mark.parametrize("with_next", [False, True])
+def test_next_actions_of_a_d4rl_file_are_corls(tmp_path: Path, with_next: bool) -> None:
+    """Through the loader, against a step-by-step reference: with next_observations in the
+    file the rows kept and their next actions are CORL's (``qlearning_dataset`` drops the
+    timeout step and the file's last); without them the step before each dropped one goes
+    too, its next action being in the dropped row."""
+    from rlbench.algorithms._offline import with_next_actions
+
+    arrays = _episodes_arrays([4, 5, 1, 3], ["terminal", "timeout", "terminal", "cut"])
+    if with_next:
+        arrays["next_observations"] = RNG.normal(size=arrays["observations"].shape)
+    obs, actions = arrays["observations"], arrays["actions"]
+    terminals, timeouts, n = arrays["terminals"], arrays["timeouts"], len(obs)
+    expected = []
+    for i in range(n):
+        if terminals[i]:
+            expected.append((obs[i].tolist(), [0.0]))
+        elif not (timeouts[i] or i == n - 1):
+            dropped_next = (timeouts[i + 1] or i + 1 == n - 1) and not terminals[i + 1]
+            if with_next or not dropped_next:
+                expected.append((obs[i].tolist(), actions[i + 1].tolist()))
+    assert len(expected) == (11 if with_next else 9)
+    t = load_dataset(_write(tmp_path / "data.hdf5", arrays)).transitions
+    out = with_next_actions(t.select("observation", "action", "episode", ("next", "terminated")))
+    got = [(out["observation"][i].double().tolist(), out["next", "action"][i].double().tolist())
+           for i in range(len(out))]
+    _close(got, expected)

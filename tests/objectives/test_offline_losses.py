@@ -115,10 +115,12 @@ NEXT_ACTIONS = [-0.4, 0.9]
 
 
 def _rebrac(weight: float = 0.8, bias: float = 0.1, **kwargs) -> tuple[ReBRACLoss, TensorDict]:
-    """Actor ``tanh(weight * s + bias)``, critics ``Q_0 = s + a`` and ``Q_1 = 2 s - a``, and
-    the batch with the dataset's next actions."""
+    """Actor ``tanh(weight * s + bias)``, critics ``Q_0 = s + a`` and ``Q_1 = 2 s - a``, their
+    targets other networks (actor ``tanh(0.5 s - 0.2)``, critics ``Q'_0 = 1.5 s + 0.5 a``,
+    ``Q'_1 = s - 2 a``), and the batch with the dataset's next actions."""
     actor, critic = _actor(weight, bias), LinearEnsemble([[1.0, 1.0], [2.0, -1.0]])
-    loss = ReBRACLoss(actor, critic, make_target(actor), make_target(critic), **kwargs)
+    loss = ReBRACLoss(actor, critic, _actor(0.5, -0.2),
+                      LinearEnsemble([[1.5, 0.5], [1.0, -2.0]]), **kwargs)
     batch = _batch()
     batch.set(("next", "action"), torch.tensor(NEXT_ACTIONS, dtype=F64).reshape(2, 1))
     return loss, batch
@@ -155,14 +157,15 @@ def test_rebrac_actor_loss_and_its_gradient_by_hand(normalize_q: bool) -> None:
 
 def test_rebrac_critic_target_subtracts_the_next_action_penalty() -> None:
     """No smoothing noise: y = r + gamma (1 - terminated) (min_m Q'_m(s', mu'(s')) - c |mu'(s')
-    - a'_data|^2); loss = sum_m mean (Q_m(s, a) - y)^2. The terminal step's target is r."""
-    weight, bias, coef, gamma = 0.8, 0.1, 0.7, 0.5
-    loss, batch = _rebrac(weight, bias, critic_bc_coef=coef, gamma=gamma, policy_noise=0.0)
+    - a'_data|^2), from the target actor and critics; loss = sum_m mean (Q_m(s, a) - y)^2.
+    The terminal step's target is r."""
+    coef, gamma = 0.7, 0.5
+    loss, batch = _rebrac(critic_bc_coef=coef, gamma=gamma, policy_noise=0.0)
     out = loss.value_loss(batch)
     s_next = [1.0, 0.0]
-    a_next = [math.tanh(weight * s + bias) for s in s_next]
+    a_next = [math.tanh(0.5 * s - 0.2) for s in s_next]
     penalty = (a_next[0] - NEXT_ACTIONS[0]) ** 2
-    targets = [1 + gamma * (min(s_next[0] + a_next[0], 2 * s_next[0] - a_next[0])
+    targets = [1 + gamma * (min(1.5 * s_next[0] + 0.5 * a_next[0], s_next[0] - 2 * a_next[0])
                             - coef * penalty), -1.0]
     q = [[s + a for s, a in zip(OBS, ACTIONS, strict=True)],
          [2 * s - a for s, a in zip(OBS, ACTIONS, strict=True)]]
@@ -170,7 +173,7 @@ def test_rebrac_critic_target_subtracts_the_next_action_penalty() -> None:
                    for member in q)
     assert out["loss_qvalue"].item() == pytest.approx(expected, rel=1e-12)
     assert out["target_mean"].item() == pytest.approx(sum(targets) / 2, rel=1e-12)
-    zero_penalty = _rebrac(weight, bias, critic_bc_coef=0.0, gamma=gamma, policy_noise=0.0)
+    zero_penalty = _rebrac(critic_bc_coef=0.0, gamma=gamma, policy_noise=0.0)
     td3 = TD3BCLoss(*(getattr(zero_penalty[0], name) for name in (
         "actor", "critic", "target_actor", "target_critic")), gamma=gamma, policy_noise=0.0)
     assert zero_penalty[0].value_loss(batch)["loss_qvalue"].item() == pytest.approx(
@@ -497,7 +500,8 @@ def _awac(monkeypatch: pytest.MonkeyPatch, **kwargs) -> tuple[AWACLoss, list]:
     params = NormalParams(net, 1, -0.5).double()
     actor = ProbabilisticActor(params, IndependentNormal)
     critic = LinearEnsemble([[1.0, 1.0], [2.0, -1.0]])
-    loss = AWACLoss(actor, critic, make_target(critic), action_dim=1, **kwargs).double()
+    target = LinearEnsemble([[1.5, 0.5], [1.0, -2.0]])  # Q'_0 = 1.5 s + 0.5 a, Q'_1 = s - 2 a
+    loss = AWACLoss(actor, critic, target, action_dim=1, **kwargs).double()
     return loss, _record(monkeypatch, loss, "_policy_action")
 
 
@@ -514,12 +518,14 @@ def test_awac_policy_actions_are_clamped_samples(monkeypatch: pytest.MonkeyPatch
 
 
 def test_awac_critic_target_uses_a_policy_sample(monkeypatch: pytest.MonkeyPatch) -> None:
-    """y = r + gamma (1 - terminated) min(s' + a~', 2 s' - a~'); loss = sum_m mean (Q_m - y)^2."""
+    """y = r + gamma (1 - terminated) min_m Q'_m(s', a~'), the target critics'; loss = sum_m
+    mean (Q_m - y)^2."""
     loss, calls = _awac(monkeypatch, gamma=0.5)
     out = loss.value_loss(_batch())
     sampled = calls[0].reshape(-1).tolist()
     s_next = [1.0, 0.0]
-    targets = [1 + 0.5 * min(s_next[0] + sampled[0], 2 * s_next[0] - sampled[0]), -1.0]
+    targets = [1 + 0.5 * min(1.5 * s_next[0] + 0.5 * sampled[0], s_next[0] - 2 * sampled[0]),
+               -1.0]
     q = [[s + a for s, a in zip(OBS, ACTIONS, strict=True)],
          [2 * s - a for s, a in zip(OBS, ACTIONS, strict=True)]]
     expected = sum(sum((qi - y) ** 2 for qi, y in zip(member, targets, strict=True)) / 2
