@@ -58,8 +58,8 @@ def test_offline_algorithms_beat_behaviour_cloning_on_medium_replay(
                  f"out_dir={out}"]) == 0
     scores = _late_scores(out)
     assert scores["bc"] < 10, scores  # cloning mostly random actions stays near random play
-    # measured when set: bc -1, td3_bc 62, iql 16, cql 95, rebrac 100, awac 51, edac 20
-    # (edac's policy dips at 5k steps before it climbs: its last evaluation scored 46)
+    # measured when set: bc -1, td3_bc 62, iql 16, cql 95, rebrac 100, awac 51, edac 21
+    # (edac still climbs at 10k steps: its evaluations scored -25, 13, 23, 28)
     thresholds = {"td3_bc": 40, "iql": 10, "cql": 60, "rebrac": 60, "awac": 25, "edac": 10}
     for algo, threshold in thresholds.items():
         assert scores[algo] >= threshold, scores
