@@ -178,8 +178,8 @@ def test_d3rlpy_runs_are_scored_tracked_resumed_and_compared(
             assert score.value == pytest.approx(100 * (ret.value - low) / (high - low))
             assert low - 600 < ret.value < 0  # Pendulum's returns: a real evaluation
 
-    bad = subprocess.run([*args[:2], "algo=awac"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "unknown algorithm 'awac'" in bad.stderr
+    bad = subprocess.run([*args[:2], "algo=iqll"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown algorithm 'iqll'" in bad.stderr
     assert main(["compare", "suite=offline_smoke", f"out_dir={tmp_path / 'store'}",
                  "format=csv", "reps=50"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
