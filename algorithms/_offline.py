@@ -136,6 +136,18 @@ def return_range_scale(dataset: OfflineDataset, max_episode_steps: int = 1000) -
     return max_episode_steps / spread
 
 
+def corl_dataset_defaults(settings: dict[str, tuple], fields: tuple[str, ...]
+                          ) -> dict[str, dict]:
+    """A recipe's ``ENV_DEFAULTS`` from CORL's per-D4RL-dataset ``settings`` (values in the
+    order of ``fields``). The Hopper-v5 datasets rlbench makes take the settings of the D4RL
+    dataset of the same quality: a guess (their data differs from D4RL's; nobody tuned for
+    them)."""
+    defaults = {name: dict(zip(fields, values, strict=True)) for name, values in settings.items()}
+    defaults.update({f"rlbench/hopper/{quality}-v0": defaults[f"hopper-{quality}-v2"]
+                     for quality in ("medium", "medium-replay", "medium-expert")})
+    return defaults
+
+
 def scaled_target_entropy(low: torch.Tensor, high: torch.Tensor) -> float:
     """CORL's SAC-family target entropy, ``-action_dim`` on actions scaled to [-1, 1], in
     the env's action units (the units of rlbench's tanh-Gaussian log-prob):

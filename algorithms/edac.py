@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from rlbench.algorithms._offline import (
+    corl_dataset_defaults,
     open_dataset,
     scaled_target_entropy,
     state_normalization,
@@ -91,14 +92,7 @@ _CORL_ENSEMBLES = {  # (num_critics, eta), configs/offline/edac/<env>/*_v2.yaml
     "walker2d-medium-replay-v2": (10, 1.0),
     "walker2d-medium-expert-v2": (10, 5.0),
 }
-ENV_DEFAULTS: dict[str, dict] = {
-    name: {"num_critics": critics, "eta": eta}
-    for name, (critics, eta) in _CORL_ENSEMBLES.items()
-}
-# The Hopper-v5 datasets rlbench makes take the settings of the D4RL dataset of the same
-# quality: a guess (their data differs from D4RL's; nobody tuned for them).
-ENV_DEFAULTS.update({f"rlbench/hopper/{quality}-v0": ENV_DEFAULTS[f"hopper-{quality}-v2"]
-                     for quality in ("medium", "medium-replay", "medium-expert")})
+ENV_DEFAULTS = corl_dataset_defaults(_CORL_ENSEMBLES, ("num_critics", "eta"))
 
 
 def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, EnsembleMLP]:

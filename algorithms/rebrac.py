@@ -21,7 +21,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rlbench.algorithms._offline import open_dataset, state_normalization
+from rlbench.algorithms._offline import (
+    corl_dataset_defaults,
+    open_dataset,
+    state_normalization,
+)
 from rlbench.collectors import evaluate
 from rlbench.envs import Bounded, EnvBase
 from rlbench.envs.transforms import ObservationNorm
@@ -81,14 +85,7 @@ _CORL_PENALTIES = {  # (actor_bc_coef, critic_bc_coef), configs/offline/rebrac/<
     "walker2d-medium-replay-v2": (0.05, 0.01),
     "walker2d-medium-expert-v2": (0.01, 0.01),
 }
-ENV_DEFAULTS: dict[str, dict] = {
-    name: {"actor_bc_coef": actor, "critic_bc_coef": critic}
-    for name, (actor, critic) in _CORL_PENALTIES.items()
-}
-# The Hopper-v5 datasets rlbench makes take the weights of the D4RL dataset of the same
-# quality: a guess (their data differs from D4RL's; nobody tuned for them).
-ENV_DEFAULTS.update({f"rlbench/hopper/{quality}-v0": ENV_DEFAULTS[f"hopper-{quality}-v2"]
-                     for quality in ("medium", "medium-replay", "medium-expert")})
+ENV_DEFAULTS = corl_dataset_defaults(_CORL_PENALTIES, ("actor_bc_coef", "critic_bc_coef"))
 
 
 def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[DeterministicActor, EnsembleMLP]:

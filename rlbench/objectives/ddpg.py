@@ -47,12 +47,17 @@ class DDPGLoss(nn.Module):
     def _target_action(self, next_obs: torch.Tensor) -> torch.Tensor:
         return self.target_actor.action(next_obs)
 
+    def _next_value(self, nxt: TensorDict, next_obs: torch.Tensor,
+                    next_action: torch.Tensor) -> torch.Tensor:
+        """The value the target bootstraps from: ``min_m Q'_m(s', a')``."""
+        return self.target_critic(torch.cat((next_obs, next_action), -1)).amin(0)
+
     def value_loss(self, batch: TensorDict) -> TensorDict:
         nxt = batch.get("next")
         with torch.no_grad():
             next_obs = nxt.get(self.in_key)
             next_action = self._target_action(next_obs)
-            next_q = self.target_critic(torch.cat((next_obs, next_action), -1)).amin(0)
+            next_q = self._next_value(nxt, next_obs, next_action)
             target = nxt.get("reward") + bootstrap_discount(nxt, self.gamma) * next_q
         obs, action = batch.get(self.in_key), batch.get(self.action_key)
         q = self.critic(torch.cat((obs, action), -1))  # [members, ..., 1]

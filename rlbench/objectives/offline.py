@@ -89,20 +89,10 @@ class ReBRACLoss(TD3Loss):
         self.actor_bc_coef, self.critic_bc_coef = actor_bc_coef, critic_bc_coef
         self.normalize_q = normalize_q
 
-    def value_loss(self, batch: TensorDict) -> TensorDict:
-        nxt = batch.get("next")
-        with torch.no_grad():
-            next_obs = nxt.get(self.in_key)
-            next_action = self._target_action(next_obs)
-            penalty = (next_action - nxt.get(self.action_key)).pow(2).sum(-1, keepdim=True)
-            next_q = self.target_critic(torch.cat((next_obs, next_action), -1)).amin(0)
-            target = nxt.get("reward") + bootstrap_discount(nxt, self.gamma) * (
-                next_q - self.critic_bc_coef * penalty)
-        obs, action = batch.get(self.in_key), batch.get(self.action_key)
-        q = self.critic(torch.cat((obs, action), -1))  # [members, ..., 1]
-        loss = (q - target).pow(2).mean(tuple(range(1, q.dim()))).sum()
-        return TensorDict({"loss_qvalue": loss, "q_mean": q.detach().mean(),
-                           "target_mean": target.mean()}, batch_size=[])
+    def _next_value(self, nxt: TensorDict, next_obs: torch.Tensor,
+                    next_action: torch.Tensor) -> torch.Tensor:
+        penalty = (next_action - nxt.get(self.action_key)).pow(2).sum(-1, keepdim=True)
+        return super()._next_value(nxt, next_obs, next_action) - self.critic_bc_coef * penalty
 
     def actor_loss(self, batch: TensorDict) -> TensorDict:
         obs, action = batch.get(self.in_key), batch.get(self.action_key)
@@ -342,13 +332,7 @@ class EDACLoss(SACLoss):
         self.eta = eta
 
     def value_loss(self, batch: TensorDict) -> TensorDict:
-        nxt = batch.get("next")
-        with torch.no_grad():
-            next_obs = nxt.get(self.in_key)
-            next_action, next_log_prob = self._sample(next_obs)
-            next_q = self.target_critic(torch.cat((next_obs, next_action), -1)).amin(0)
-            soft_value = next_q - self.alpha * next_log_prob.unsqueeze(-1)
-            target = nxt.get("reward") + bootstrap_discount(nxt, self.gamma) * soft_value
+        target = self._soft_target(batch.get("next"))
         obs, action = batch.get(self.in_key), batch.get(self.action_key)
         members = self.critic.num_members
         # every member gets its own copy of the action, so that dQ_m/da is member m's alone

@@ -93,14 +93,17 @@ class SACLoss(_SACBase):
     def _sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.actor.dist(obs).rsample_and_log_prob()
 
-    def value_loss(self, batch: TensorDict) -> TensorDict:
-        nxt = batch.get("next")
+    def _soft_target(self, nxt: TensorDict) -> torch.Tensor:
+        """``r + discount * (min_m Q'_m(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi(s')``."""
         with torch.no_grad():
             next_obs = nxt.get(self.in_key)
             next_action, next_log_prob = self._sample(next_obs)
             next_q = self.target_critic(torch.cat((next_obs, next_action), -1)).amin(0)
             soft_value = next_q - self.alpha * next_log_prob.unsqueeze(-1)
-            target = nxt.get("reward") + bootstrap_discount(nxt, self.gamma) * soft_value
+            return nxt.get("reward") + bootstrap_discount(nxt, self.gamma) * soft_value
+
+    def value_loss(self, batch: TensorDict) -> TensorDict:
+        target = self._soft_target(batch.get("next"))
         q = self.critic(torch.cat((batch.get(self.in_key), batch.get(self.action_key)), -1))
         loss = 0.5 * (q - target).pow(2).mean(tuple(range(1, q.dim()))).sum()
         return TensorDict({"loss_qvalue": loss, "q_mean": q.detach().mean()}, batch_size=[])
