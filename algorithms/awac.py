@@ -18,10 +18,9 @@ from __future__ import annotations
 from contextlib import closing
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
-from rlbench.algorithms._offline import open_dataset, state_normalization
+from rlbench.algorithms._offline import adam, open_dataset, state_normalization
 from rlbench.collectors import evaluate
 from rlbench.envs import Bounded, EnvBase
 from rlbench.envs.transforms import ObservationNorm
@@ -102,8 +101,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                            max_weight=cfg.max_weight, gamma=cfg.gamma)
         loss_fn.to(spec.device)
         target_update = SoftUpdate(critic, target_critic, cfg.tau)
-        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, foreach=True)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True)
+        critic_optimizer = adam(critic.parameters(), cfg.critic_lr)
+        actor_optimizer = adam(actor.parameters(), cfg.actor_lr)
         loop = RunLoop(spec, logger, policy=actor,
                        evaluate=lambda: evaluate(data.eval_env, actor),
                        log_every=cfg.log_every, normalization=data.normalization,

@@ -11,10 +11,9 @@ from __future__ import annotations
 from contextlib import closing
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
-from rlbench.algorithms._offline import open_dataset, state_normalization
+from rlbench.algorithms._offline import adam, open_dataset, state_normalization
 from rlbench.collectors import evaluate
 from rlbench.envs import Bounded, EnvBase
 from rlbench.envs.transforms import ObservationNorm
@@ -72,7 +71,7 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
     with closing(data.eval_env):
         actor = make_actor(data.eval_env, cfg).to(spec.device)
         loss_fn = BCLoss(actor)
-        optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.learning_rate, foreach=True)
+        optimizer = adam(actor.parameters(), cfg.learning_rate)
         loop = RunLoop(spec, logger, policy=actor,
                        evaluate=lambda: evaluate(data.eval_env, actor),
                        log_every=cfg.log_every, normalization=data.normalization,

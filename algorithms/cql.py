@@ -19,10 +19,10 @@ import functools
 from contextlib import closing
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from rlbench.algorithms._offline import (
+    adam,
     open_dataset,
     scaled_target_entropy,
     state_normalization,
@@ -128,13 +128,11 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                           target_entropy=scaled_target_entropy(low, high))
         loss_fn.to(spec.device)
         target_update = SoftUpdate(critic, loss_fn.target_critic, cfg.tau)
-        actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True),
-                            torch.optim.Adam([loss_fn.log_alpha], lr=cfg.actor_lr)]
-        critic_optimizers = [torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr,
-                                              foreach=True)]
+        actor_optimizers = [adam(actor.parameters(), cfg.actor_lr),
+                            adam([loss_fn.log_alpha], cfg.actor_lr)]
+        critic_optimizers = [adam(critic.parameters(), cfg.critic_lr)]
         if cfg.lagrange:
-            critic_optimizers.append(torch.optim.Adam([loss_fn.log_alpha_prime],
-                                                      lr=cfg.critic_lr))
+            critic_optimizers.append(adam([loss_fn.log_alpha_prime], cfg.critic_lr))
         loop = RunLoop(spec, logger, policy=actor,
                        evaluate=lambda: evaluate(data.eval_env, actor),
                        log_every=cfg.log_every, normalization=data.normalization,

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from rlbench.algorithms._offline import (
+    adam,
     corl_dataset_defaults,
     open_dataset,
     scaled_target_entropy,
@@ -146,9 +147,9 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                            target_entropy=scaled_target_entropy(low, high))
         loss_fn.to(spec.device)
         target_update = SoftUpdate(critic, loss_fn.target_critic, cfg.tau)
-        actor_optimizers = [torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True),
-                            torch.optim.Adam([loss_fn.log_alpha], lr=cfg.alpha_lr)]
-        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, foreach=True)
+        actor_optimizers = [adam(actor.parameters(), cfg.actor_lr),
+                            adam([loss_fn.log_alpha], cfg.alpha_lr)]
+        critic_optimizer = adam(critic.parameters(), cfg.critic_lr)
         loop = RunLoop(spec, logger, policy=actor,
                        evaluate=lambda: evaluate(data.eval_env, actor),
                        log_every=cfg.log_every, normalization=data.normalization,

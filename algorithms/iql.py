@@ -24,6 +24,7 @@ from torch import nn
 
 from rlbench.algorithms._offline import (
     BoundedMean,
+    adam,
     open_dataset,
     return_range_scale,
     state_normalization,
@@ -116,9 +117,10 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         loss_fn = IQLLoss(actor, critic, target_critic, value, expectile=cfg.expectile,
                           beta=cfg.beta, gamma=cfg.gamma, max_weight=cfg.max_weight)
         target_update = SoftUpdate(critic, target_critic, cfg.tau)
-        value_optimizer = torch.optim.Adam(value.parameters(), lr=cfg.value_lr, foreach=True)
-        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, foreach=True)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True)
+        value_optimizer = adam(value.parameters(), cfg.value_lr)
+        critic_optimizer = adam(critic.parameters(), cfg.critic_lr)
+        actor_optimizer = adam(actor.parameters(), cfg.actor_lr)
+        optimizers = (value_optimizer, critic_optimizer, actor_optimizer)
         schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(actor_optimizer, spec.steps)
                     if cfg.cosine_schedule else None)
         loop = RunLoop(spec, logger, policy=actor,
@@ -128,15 +130,14 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
 
         for step in loop.steps():
             batch = data.buffer.sample()
-            advantage = loss_fn.advantage(batch)
-            value_losses = loss_fn.value_loss(batch)
+            value_losses, advantage = loss_fn.value_and_advantage(batch)
             q_losses = loss_fn.q_loss(batch)
-            backward_and_step(value_losses, value_optimizer, step=step)
-            backward_and_step(q_losses, critic_optimizer, step=step)
-            target_update.step()
             actor_losses = loss_fn.actor_loss(batch, advantage)
-            backward_and_step(actor_losses, actor_optimizer, step=step)
+            # The three losses share no parameters: one backward of their sum gives each
+            # network the gradient of its own loss, bit for bit, in one pass.
+            losses = value_losses.update(q_losses).update(actor_losses)
+            backward_and_step(losses, optimizers, step=step)
+            target_update.step()
             if schedule is not None:
                 schedule.step()
-            for losses in (value_losses, q_losses, actor_losses):
-                loop.metrics.add(losses)
+            loop.metrics.add(losses)

@@ -18,10 +18,10 @@ from __future__ import annotations
 from contextlib import closing
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from rlbench.algorithms._offline import (
+    adam,
     corl_dataset_defaults,
     open_dataset,
     state_normalization,
@@ -131,8 +131,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                              noise_clip=cfg.noise_clip)
         target_updates = [SoftUpdate(actor, target_actor, cfg.tau),
                           SoftUpdate(critic, target_critic, cfg.tau)]
-        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, foreach=True)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True)
+        critic_optimizer = adam(critic.parameters(), cfg.critic_lr)
+        actor_optimizer = adam(actor.parameters(), cfg.actor_lr)
         loop = RunLoop(spec, logger, policy=actor,
                        evaluate=lambda: evaluate(data.eval_env, actor),
                        log_every=cfg.log_every, normalization=data.normalization,

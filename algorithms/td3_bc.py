@@ -13,10 +13,8 @@ from __future__ import annotations
 from contextlib import closing
 from dataclasses import dataclass
 
-import torch
-
 from rlbench.algorithms._deterministic import make_actor_critic
-from rlbench.algorithms._offline import open_dataset, state_normalization
+from rlbench.algorithms._offline import adam, open_dataset, state_normalization
 from rlbench.collectors import evaluate
 from rlbench.envs import EnvBase
 from rlbench.envs.transforms import ObservationNorm
@@ -86,8 +84,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                             noise_clip=cfg.noise_clip)
         target_updates = [SoftUpdate(actor, target_actor, cfg.tau),
                           SoftUpdate(critic, target_critic, cfg.tau)]
-        critic_optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, foreach=True)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr, foreach=True)
+        critic_optimizer = adam(critic.parameters(), cfg.critic_lr)
+        actor_optimizer = adam(actor.parameters(), cfg.actor_lr)
         loop = RunLoop(spec, logger, policy=actor,
                        evaluate=lambda: evaluate(data.eval_env, actor),
                        log_every=cfg.log_every, normalization=data.normalization,

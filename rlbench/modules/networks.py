@@ -125,8 +125,14 @@ class EnsembleMLP(nn.Module):
         self.num_members, self.in_features, self.out_features = (
             num_members, in_features, out_features)
 
-    def forward(self, x: torch.Tensor, per_member: bool = False) -> torch.Tensor:
-        members = self.num_members
+    def forward(self, x: torch.Tensor, per_member: bool = False,
+                members: int | None = None) -> torch.Tensor:
+        """``members=k`` evaluates the first ``k`` members only (an actor loss that reads
+        ``Q_0`` need not pay for the others)."""
+        if members is None:
+            members = self.num_members
+        elif not 1 <= members <= self.num_members:
+            raise ValueError(f"members must be in [1, {self.num_members}], got {members}")
         if per_member:
             if x.shape[0] != members:
                 raise ValueError(f"per-member input needs leading dim {members}, got {x.shape}")
@@ -136,13 +142,23 @@ class EnsembleMLP(nn.Module):
             x = x.unsqueeze(0).expand(members, *x.shape)
         h = x.reshape(members, -1, x.shape[-1])
         last = len(self.weights) - 1
+        some = members < self.num_members  # slices only then: their backward copies
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
-            h = torch.baddbmm(bias, h, weight)
+            if some:
+                weight, bias = weight[:members], bias[:members]
+            if weight.shape[-1] == 1:
+                # A product with one output column is a slow path of batched GEMM on CPU
+                # (about 4x slower forward and backward than this multiply-and-sum).
+                h = (h * weight.mT).sum(-1, keepdim=True) + bias
+            else:
+                h = torch.baddbmm(bias, h, weight)
             if i < last:
                 h = self.activation(h)
                 if self.layer_norm:
-                    h = torch.addcmul(self.norm_shifts[i], nn.functional.layer_norm(
-                        h, h.shape[-1:]), self.norm_scales[i])
+                    shift, scale = self.norm_shifts[i], self.norm_scales[i]
+                    if some:
+                        shift, scale = shift[:members], scale[:members]
+                    h = torch.addcmul(shift, nn.functional.layer_norm(h, h.shape[-1:]), scale)
         return h.reshape(members, *batch_shape, self.out_features)
 
     def member(self, index: int) -> nn.Sequential:

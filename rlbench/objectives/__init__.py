@@ -5,6 +5,7 @@ from rlbench.objectives.common import (
     NonFiniteLossError,
     backward_and_step,
     bootstrap_discount,
+    first_member,
     frozen,
     total_loss,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "TD3Loss",
     "backward_and_step",
     "bootstrap_discount",
+    "first_member",
     "frozen",
     "make_target",
     "total_loss",

@@ -10,8 +10,10 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from rlbench.modules.networks import EnsembleMLP
+
 __all__ = ["NonFiniteLossError", "action_index", "backward_and_step", "bootstrap_discount",
-           "frozen", "total_loss"]
+           "first_member", "frozen", "total_loss"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -88,6 +90,14 @@ def backward_and_step(
     for optimizer in optimizers:
         optimizer.step()
     return norm
+
+
+def first_member(critic: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``Q_0(x)``, member 0 of a critic ensemble (TD3's actor reads it alone); an
+    ``EnsembleMLP`` evaluates only that member, half the work of twin critics."""
+    if isinstance(critic, EnsembleMLP):
+        return critic(x, members=1)[0]
+    return critic(x)[0]
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from tensordict import NestedKey, TensorDict
 from torch import nn
 
 from rlbench.modules.actors import DeterministicActor
-from rlbench.objectives.common import bootstrap_discount, frozen
+from rlbench.objectives.common import bootstrap_discount, first_member, frozen
 
 __all__ = ["DDPGLoss", "TD3Loss"]
 
@@ -68,7 +68,7 @@ class DDPGLoss(nn.Module):
     def actor_loss(self, batch: TensorDict) -> TensorDict:
         obs = batch.get(self.in_key)
         with frozen(self.critic):
-            q = self.critic(torch.cat((obs, self.actor.action(obs)), -1))[0]
+            q = first_member(self.critic, torch.cat((obs, self.actor.action(obs)), -1))
         return TensorDict({"loss_actor": -q.mean()}, batch_size=[])
 
     def forward(self, batch: TensorDict) -> TensorDict:

@@ -14,7 +14,7 @@ from tensordict import NestedKey, TensorDict
 from torch import nn
 
 from rlbench.modules.actors import DeterministicActor, ProbabilisticActor
-from rlbench.objectives.common import bootstrap_discount, frozen
+from rlbench.objectives.common import bootstrap_discount, first_member, frozen
 from rlbench.objectives.ddpg import TD3Loss
 from rlbench.objectives.sac import SACLoss
 
@@ -56,7 +56,7 @@ class TD3BCLoss(TD3Loss):
         obs, action = batch.get(self.in_key), batch.get(self.action_key)
         predicted = self.actor.action(obs)
         with frozen(self.critic):
-            q = self.critic(torch.cat((obs, predicted), -1))[0]
+            q = first_member(self.critic, torch.cat((obs, predicted), -1))
         scale = self.alpha / q.abs().mean().detach()
         bc = (predicted - action).pow(2).mean()
         return TensorDict({"loss_actor": -scale * q.mean() + bc, "bc_mse": bc.detach(),
@@ -115,7 +115,8 @@ class IQLLoss(nn.Module):
     - ``advantage(batch)``: ``min_m Q'_m(s, a) - V(s)``, no gradient. The recipe takes it
       before the value step and hands it to ``actor_loss``, as CORL does.
     - ``value_loss``: ``loss_value = E[|tau - 1(u < 0)| u^2]`` with ``u = min_m Q'_m(s, a) -
-      V(s)`` and ``tau`` the expectile (0.7).
+      V(s)`` and ``tau`` the expectile (0.7). ``value_and_advantage(batch)`` returns it with
+      ``u`` detached, the advantage, from one evaluation of the target critics and ``V``.
     - ``q_loss``: ``loss_qvalue = mean_m E[(Q_m(s, a) - y)^2]``, ``y = r + discount V(s')``.
     - ``actor_loss``: ``loss_actor = E[min(exp(beta A), max_weight) * c(s, a)]`` where ``c``
       is ``|mu(s) - a|^2`` (summed over action dimensions) for a ``DeterministicActor`` and
@@ -144,12 +145,16 @@ class IQLLoss(nn.Module):
         with torch.no_grad():
             return self._target_q(batch) - self.value(batch.get(self.in_key))
 
-    def value_loss(self, batch: TensorDict) -> TensorDict:
+    def value_and_advantage(self, batch: TensorDict) -> tuple[TensorDict, torch.Tensor]:
         v = self.value(batch.get(self.in_key))
         u = self._target_q(batch) - v
         weight = torch.abs(self.expectile - (u < 0).to(u.dtype))
-        return TensorDict({"loss_value": (weight * u.pow(2)).mean(),
-                           "v_mean": v.detach().mean()}, batch_size=[])
+        losses = TensorDict({"loss_value": (weight * u.pow(2)).mean(),
+                             "v_mean": v.detach().mean()}, batch_size=[])
+        return losses, u.detach()
+
+    def value_loss(self, batch: TensorDict) -> TensorDict:
+        return self.value_and_advantage(batch)[0]
 
     def q_loss(self, batch: TensorDict) -> TensorDict:
         nxt = batch.get("next")

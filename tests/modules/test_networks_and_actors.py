@@ -17,6 +17,7 @@ from rlbench.modules import (
     StateDependentNormalParams,
     init_like_edac,
 )
+from rlbench.objectives import first_member
 
 
 def test_ensemble_members_equal_standalone_mlps() -> None:
@@ -88,6 +89,59 @@ def test_ensemble_members_start_different_and_get_own_gradients() -> None:
     ensemble(x)[0].sum().backward()  # only member 0 in the loss
     assert ensemble.weights[0].grad[1].abs().sum() == 0
     assert ensemble.weights[0].grad[0].abs().sum() > 0
+
+
+def test_single_output_ensemble_matches_members_in_value_and_gradient() -> None:
+    """A critic's one-column output layer takes a multiply-and-sum path instead of a batched
+    product: values and every gradient (weights, biases, input) equal the stand-alone
+    members' in float64, shared and per-member inputs alike."""
+    torch.manual_seed(5)
+    ensemble = EnsembleMLP(6, 1, num_members=3, num_cells=(16, 8)).double()
+    for per_member in (False, True):
+        x = torch.randn(*((3,) if per_member else ()), 7, 6, dtype=torch.float64,
+                        requires_grad=True)
+        weights = torch.randn(3, 7, 1, dtype=torch.float64)
+        ensemble.zero_grad()
+        out = ensemble(x, per_member=per_member)
+        (out * weights).sum().backward()
+        members = [ensemble.member(m) for m in range(3)]
+        x_ref = x.detach().clone().requires_grad_()
+        expected = torch.stack([net(x_ref[m] if per_member else x_ref)
+                                for m, net in enumerate(members)])
+        (expected * weights).sum().backward()
+        torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-12, atol=1e-12)
+        for layer, (weight, bias) in enumerate(zip(ensemble.weights, ensemble.biases,
+                                                   strict=True)):
+            for m, net in enumerate(members):
+                linear = [mod for mod in net if isinstance(mod, nn.Linear)][layer]
+                torch.testing.assert_close(weight.grad[m], linear.weight.grad.T,
+                                           rtol=1e-12, atol=1e-12)
+                torch.testing.assert_close(bias.grad[m, 0], linear.bias.grad,
+                                           rtol=1e-12, atol=1e-12)
+
+
+def test_ensemble_evaluates_its_first_members_only_when_asked() -> None:
+    torch.manual_seed(6)
+    for layer_norm in (False, True):
+        ensemble = EnsembleMLP(4, 1, num_members=3, num_cells=(8,), layer_norm=layer_norm)
+        x = torch.randn(5, 4)
+        full = ensemble(x)
+        first_two = ensemble(x, members=2)
+        assert first_two.shape == (2, 5, 1)
+        torch.testing.assert_close(first_two, full[:2])
+        torch.testing.assert_close(first_member(ensemble, x), full[0])
+        first_member(ensemble, x).sum().backward()
+        assert all(p.grad[1:].abs().sum() == 0 for p in ensemble.parameters())
+        assert ensemble.weights[0].grad[0].abs().sum() > 0
+        torch.testing.assert_close(ensemble(x[None].expand(2, 5, 4), per_member=True,
+                                            members=2), full[:2])
+        for members in (0, 4):
+            with pytest.raises(ValueError, match=r"members must be in \[1, 3\]"):
+                ensemble(x, members=members)
+    other = nn.Sequential(nn.Linear(4, 2), nn.Unflatten(-1, (2, 1)))  # not an EnsembleMLP
+    x = torch.randn(4)
+    torch.testing.assert_close(first_member(other, x), other(x)[0])
 
 
 def test_dueling_head_decomposition() -> None:

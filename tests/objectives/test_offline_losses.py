@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -9,6 +10,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from rlbench.algorithms import iql
+from rlbench.envs import Bounded, Unbounded
 from rlbench.modules import (
     DeterministicActor,
     EnsembleMLP,
@@ -24,7 +27,9 @@ from rlbench.objectives import (
     EDACLoss,
     IQLLoss,
     ReBRACLoss,
+    SoftUpdate,
     TD3BCLoss,
+    backward_and_step,
     make_target,
     total_loss,
 )
@@ -32,6 +37,15 @@ from rlbench.objectives.offline import CQLLoss
 
 F64 = torch.float64
 OBS, ACTIONS = [0.5, -1.0], [0.2, 0.3]
+
+
+
+class _BoxSpecs:
+    """What ``make_networks`` reads of an env: observation and bounded action specs."""
+
+    def __init__(self, obs_dim: int, action_dim: int):
+        self.observation_spec = {"observation": Unbounded((obs_dim,))}
+        self.action_spec = Bounded(-1.0, 1.0, (action_dim,))
 
 
 class LinearEnsemble(nn.Module):
@@ -203,6 +217,10 @@ def test_iql_value_loss_is_an_expectile_regression() -> None:
     assert out["loss_value"].item() == pytest.approx((0.7 * 0.45**2 + 0.3 * 1.8**2) / 2,
                                                      rel=1e-12)
     assert loss.advantage(_batch()).flatten().tolist() == pytest.approx(ADVANTAGES)
+    together, advantage = loss.value_and_advantage(_batch())
+    assert together["loss_value"].item() == out["loss_value"].item()
+    assert advantage.flatten().tolist() == pytest.approx(ADVANTAGES)
+    assert not advantage.requires_grad
 
 
 def test_iql_critics_regress_on_the_value_of_the_next_state() -> None:
@@ -243,6 +261,48 @@ def test_iql_actor_weights_cloning_by_exponentiated_advantages() -> None:
 
 LOW, HIGH = [-0.5, -2.0], [1.5, 0.5]  # widths 2 and 2.5: log-density -log 5
 TERMINATED = [False, True, False, False, True]
+
+
+def test_iql_one_backward_of_its_three_losses_equals_corls_three_steps() -> None:
+    """The recipe sums IQL's value, critic and actor losses into one backward; CORL steps
+    the value, then the critics (their target read before the value's step), then the
+    actor (its advantage read before the value's step). The networks share no parameter,
+    so both give the same weights, bit for bit, step after step."""
+    torch.manual_seed(7)
+    actor, critic, value = iql.make_networks(_BoxSpecs(obs_dim=3, action_dim=2),
+                                             iql.Config(hidden_sizes=(16, 16)))
+    batches = [TensorDict({
+        "observation": torch.randn(32, 3), "action": torch.rand(32, 2) * 2 - 1,
+        "next": {"observation": torch.randn(32, 3), "reward": torch.randn(32, 1),
+                 "terminated": torch.rand(32, 1) < 0.2}}, batch_size=[32]) for _ in range(4)]
+
+    def setup() -> tuple[IQLLoss, list[torch.optim.Optimizer], SoftUpdate]:
+        nets = [copy.deepcopy(net) for net in (actor, critic, value)]
+        target = make_target(nets[1])
+        loss = IQLLoss(nets[0], nets[1], target, nets[2])
+        optimizers = [torch.optim.Adam(net.parameters(), lr=1e-2, foreach=True)
+                      for net in (nets[2], nets[1], nets[0])]  # value, critic, actor
+        return loss, optimizers, SoftUpdate(nets[1], target, 0.05)
+
+    merged, merged_opts, merged_target = setup()
+    corl, (value_opt, critic_opt, actor_opt), corl_target = setup()
+    for step, batch in enumerate(batches, 1):
+        value_losses, advantage = merged.value_and_advantage(batch)
+        losses = value_losses.update(merged.q_loss(batch)).update(
+            merged.actor_loss(batch, advantage))
+        backward_and_step(losses, merged_opts, step=step)
+        merged_target.step()
+
+        advantage = corl.advantage(batch)
+        q_losses = corl.q_loss(batch)
+        backward_and_step(corl.value_loss(batch), value_opt, step=step)
+        backward_and_step(q_losses, critic_opt, step=step)
+        corl_target.step()
+        backward_and_step(corl.actor_loss(batch, advantage), actor_opt, step=step)
+    for mine, theirs in zip(merged.state_dict().values(), corl.state_dict().values(),
+                            strict=True):
+        assert torch.equal(mine, theirs)
+    assert not torch.equal(corl.critic.weights[0], critic.weights[0])  # it did train
 
 
 def _cql(**kwargs) -> tuple[CQLLoss, TensorDict]:
