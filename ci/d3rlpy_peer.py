@@ -75,8 +75,8 @@ def config(algo: str, params: dict[str, Any], steps: int,
     half_range = 1.0
     if actions is not None:
         ranges = (np.asarray(bounds[1]) - np.asarray(bounds[0])) / 2
-        if algo == "td3_bc" and not np.allclose(ranges, ranges[0]):
-            raise SystemExit("d3rlpy's TD3+BC cannot match ours when the action dims' "
+        if algo in ("td3_bc", "rebrac") and not np.allclose(ranges, ranges[0]):
+            raise SystemExit(f"d3rlpy's {algo} cannot match ours when the action dims' "
                              f"ranges differ ({ranges.tolist()})")
         half_range = float(ranges[0])
     if algo == "bc":
@@ -92,6 +92,24 @@ def config(algo: str, params: dict[str, Any], steps: int,
             target_smoothing_clip=params["noise_clip"],
             update_actor_interval=params["policy_delay"],
             actor_encoder_factory=net, critic_encoder_factory=net, **scalers)
+    if algo == "rebrac":
+        # d3rlpy always scales the Q term by 1 / E|min Q|; its penalties are on scaled
+        # actions, so their weights are ours times half_range^2. Its networks start from
+        # PyTorch's default initialisation where ours use EDAC's (CORL's).
+        _refuse(algo, params, {"normalize_q": True})
+        critic_net = d3rlpy.models.VectorEncoderFactory(
+            hidden_units=list(params["hidden_sizes"]),
+            use_layer_norm=params["critic_layer_norm"])
+        return d3rlpy.algos.ReBRACConfig(
+            batch_size=params["batch_size"], actor_learning_rate=params["actor_lr"],
+            critic_learning_rate=params["critic_lr"], gamma=params["gamma"], tau=params["tau"],
+            n_critics=params["num_critics"],
+            actor_beta=params["actor_bc_coef"] * half_range**2,
+            critic_beta=params["critic_bc_coef"] * half_range**2,
+            target_smoothing_sigma=params["policy_noise"],
+            target_smoothing_clip=params["noise_clip"],
+            update_actor_interval=params["policy_delay"],
+            actor_encoder_factory=net, critic_encoder_factory=critic_net, **scalers)
     if algo == "iql":
         _refuse(algo, params, {"value_lr": params["critic_lr"]})  # one optimizer for both
         schedule = (d3rlpy.optimizers.CosineAnnealingLRFactory(T_max=steps)
@@ -125,7 +143,7 @@ def config(algo: str, params: dict[str, Any], steps: int,
             n_action_samples=params["num_sampled_actions"],
             soft_q_backup=params["backup_entropy"],
             actor_encoder_factory=net, critic_encoder_factory=net, **scalers)
-    raise SystemExit(f"no d3rlpy peer for {algo!r}: bc, td3_bc, iql or cql")
+    raise SystemExit(f"no d3rlpy peer for {algo!r}: bc, td3_bc, iql, cql or rebrac")
 
 
 def speed(args: argparse.Namespace) -> None:

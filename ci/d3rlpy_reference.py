@@ -4,7 +4,7 @@
         [dataset=minari:rlbench/hopper/medium-v0] [seeds=3] [steps=20000] [eval_every=5000] \
         [eval_episodes=10] [base_seed=0] [out_dir=<store>] [<algo>.<hyperparameter>=...]
 
-For each algorithm (bc, td3_bc, iql, cql), dataset and seed, the grid is planned exactly as
+For each algorithm (bc, td3_bc, iql, cql, rebrac), dataset and seed, the grid is planned exactly as
 ``rlbench run`` plans it (the dataset's sha256 and eval env, our recipe's resolved
 hyperparameters), then d3rlpy trains with those hyperparameters in its own environment
 (``.d3rlpy-venv``, made on first use: it pins gymnasium 1.0.0 and needs old gym) through
@@ -26,9 +26,14 @@ on. What differs, and cannot be set in d3rlpy:
 - CQL's target takes the policy's mean action at the next state (ours samples one; both
   when ``backup_entropy`` is on), d3rlpy steps the critics before the actor (ours the actor
   first), and under ``lagrange`` its multiplier's loss lacks our factor 0.5;
+- ReBRAC's networks start from PyTorch's default initialisation (ours from EDAC's, as
+  CORL's), and its Q term is always scaled by ``1 / E|min Q|`` (``normalize_q`` must stay
+  on);
 - actions outside [-1, 1] (Pendulum's) are scaled to it, so BC errors are measured on scaled
-  actions: TD3+BC's alpha is converted to weigh Q and BC as ours does (the action dims
-  must share one range).
+  actions: TD3+BC's alpha and ReBRAC's penalty weights are converted to weigh Q and BC as
+  ours do (the action dims must share one range).
+AWAC has no peer: d3rlpy's weighs advantages by a softmax over the batch, ours (CORL's) by
+``exp(A / lambda)`` capped at 100; EDAC and SAC-N have none in d3rlpy.
 A run that fails is recorded FAILED with its traceback; the others go on. A killed caller
 stops the peer within a second; its run is then recorded KILLED and reruns next time.
 """
@@ -67,7 +72,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PEER_VENV = ROOT / ".d3rlpy-venv"
 PEER_SCRIPT = ROOT / "ci" / "d3rlpy_peer.py"
 LIBRARY = "d3rlpy 2.8.1"
-ALGOS = ("bc", "td3_bc", "iql", "cql")
+ALGOS = ("bc", "td3_bc", "iql", "cql", "rebrac")
 KEYS = ("suite", "algo", "dataset", "seeds", "steps", "eval_every", "eval_episodes",
         "base_seed", "out_dir")  # the rest is the suite's, as ``rlbench run`` plans it
 

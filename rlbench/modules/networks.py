@@ -80,8 +80,9 @@ class EnsembleMLP(nn.Module):
     """``num_members`` independent MLPs evaluated in one batched call.
 
     Weights are stacked as ``[members, fan_in, fan_out]`` and every layer is one
-    ``torch.baddbmm``: the twin critics of SAC/TD3 (or a REDQ-style ensemble) cost one
-    forward pass, not a Python loop. Each member starts from PyTorch's default ``nn.Linear``
+    ``torch.baddbmm`` (a one-column output layer, a critic's, one multiply-and-sum): the
+    twin critics of SAC/TD3 (or a REDQ-style ensemble) cost one forward pass, not a Python
+    loop. Each member starts from PyTorch's default ``nn.Linear``
     init, so a member is distributed exactly like a stand-alone ``MLP(orthogonal_init=False)``.
 
     Input ``[..., in]`` is shared by all members; with ``per_member=True`` the input is

@@ -86,8 +86,8 @@ def test_the_grid_is_the_suites_and_only_offline_algorithms_have_a_peer(
     assert runs[-1].algo_params == ours.algo_params  # the suite's per-algorithm settings
     with pytest.raises(ConfigError, match="d3rlpy has no peer for ppo"):
         script.plan(["suite=smoke"])
-    with pytest.raises(ConfigError, match="d3rlpy has no peer for rebrac"):
-        script.plan([f"dataset={source}", "algo=td3_bc,rebrac"])
+    with pytest.raises(ConfigError, match="d3rlpy has no peer for edac"):
+        script.plan([f"dataset={source}", "algo=td3_bc,edac"])
     with pytest.raises(UnknownNameError, match=r"unknown algorithm 'iqll'.*iql"):
         script.plan([f"dataset={source}", "algo=iqll"])
     with pytest.raises(UnknownNameError, match="unknown key 'frames'"):
@@ -96,7 +96,8 @@ def test_the_grid_is_the_suites_and_only_offline_algorithms_have_a_peer(
 
 @pytest.mark.slow
 def test_d3rlpy_configs_carry_our_hyperparameters(peer_python: Path) -> None:
-    params = {algo: resolve_algo_config(algo, "mujoco") for algo in ("bc", "td3_bc", "iql", "cql")}
+    params = {algo: resolve_algo_config(algo, "mujoco")
+              for algo in ("bc", "td3_bc", "iql", "cql", "rebrac")}
     params["iql"]["expectile"], params["cql"]["cql_alpha"] = 0.8, 7.0  # not the defaults
     probe = f"""
 import json, sys
@@ -109,6 +110,9 @@ td3_pendulum = config("td3_bc", params["td3_bc"], 100, ([-2.0], [2.0]))
 iql = config("iql", params["iql"], 100)
 cql = config("cql", params["cql"], 100)
 tuned = config("cql", dict(params["cql"], lagrange=True, target_action_gap=5.0), 100)
+rebrac_params = dict(params["rebrac"], actor_bc_coef=0.05, critic_bc_coef=0.5)
+rebrac = config("rebrac", rebrac_params, 100)
+rebrac_pendulum = config("rebrac", rebrac_params, 100, ([-2.0], [2.0]))
 print(json.dumps({{
     "bc": [bc.learning_rate, bc.batch_size, bc.encoder_factory.hidden_units,
            bc.action_scaler.minimum.tolist(), bc.action_scaler.maximum.tolist()],
@@ -121,6 +125,12 @@ print(json.dumps({{
             cql.alpha_learning_rate, cql.initial_alpha, cql.initial_temperature,
             cql.soft_q_backup, cql.n_action_samples, cql.critic_encoder_factory.hidden_units],
     "cql_lagrange": [tuned.alpha_learning_rate, tuned.initial_alpha, tuned.alpha_threshold],
+    "rebrac": [rebrac.batch_size, rebrac.actor_learning_rate, rebrac.critic_learning_rate,
+               rebrac.actor_beta, rebrac.critic_beta, rebrac.update_actor_interval,
+               rebrac.target_smoothing_sigma, rebrac.critic_encoder_factory.use_layer_norm,
+               rebrac.actor_encoder_factory.use_layer_norm,
+               rebrac.critic_encoder_factory.hidden_units, rebrac.observation_scaler,
+               rebrac_pendulum.actor_beta, rebrac_pendulum.critic_beta],
 }}))
 """
     result = subprocess.run([str(peer_python), "-c", probe], capture_output=True, text=True,
@@ -133,11 +143,20 @@ print(json.dumps({{
     assert got["iql"] == [0.8, 3.0, 100.0, 1000.0, 100]
     assert got["cql"] == [7.0, 3e-5, 3e-5, 0.0, 1.0, 1.0, False, 10, [256, 256, 256]]
     assert got["cql_lagrange"] == [3e-4, pytest.approx(np.e), 5.0]  # log alpha' starts at 1
+    # ReBRAC's penalties on Pendulum's [-2, 2] actions: d3rlpy's squared distances are 1/4
+    # of ours, so its weights are 4 times ours
+    assert got["rebrac"] == [1024, 1e-3, 1e-3, 0.05, 0.5, 2, 0.2, True, False,
+                             [256, 256, 256], None, 0.2, 2.0]
     refused = dict(params["iql"], value_lr=1e-3)
     bad = subprocess.run([str(peer_python), "-c", f"import sys; sys.path.insert(0, {str(CI)!r})"
                           f"\nfrom d3rlpy_peer import config\nconfig('iql', {refused!r}, 10)"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "cannot take value_lr=0.001" in bad.stderr
+    unscaled = dict(params["rebrac"], normalize_q=False)
+    bad = subprocess.run([str(peer_python), "-c", f"import sys; sys.path.insert(0, {str(CI)!r})"
+                          f"\nfrom d3rlpy_peer import config\nconfig('rebrac', {unscaled!r}, 10)"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "cannot take normalize_q=False" in bad.stderr
 
 
 @pytest.mark.slow
