@@ -34,18 +34,18 @@ def pendulum_datasets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
 
 
 def _late_scores(out: Path) -> dict[str, float]:
-    """Per algorithm, the mean normalized score of its last three evaluations: a single
-    10-episode evaluation of a policy still moving swings by tens of points."""
+    """Per algorithm, the mean normalized score of its last three evaluations (a single
+    10-episode evaluation of a policy still moving swings by tens of points), averaged over
+    the algorithm's seeds."""
     runs = rlbench.results.load(out, suite="offline_smoke")
     assert (runs.status == "FINISHED").all(), runs[["algorithm", "status", "error"]]
+    low, high = (float(runs[f"tag.ref_{end}_score"].iloc[0]) for end in ("min", "max"))
+    curves = rlbench.results.curves(out, suite="offline_smoke")
     scores = {}
-    for algo, refs in zip(runs.algorithm, zip(runs["tag.ref_min_score"],
-                                              runs["tag.ref_max_score"], strict=True),
-                          strict=True):
-        curve = rlbench.results.curves(out, suite="offline_smoke", algorithm=algo)
-        low, high = (float(v) for v in refs)
-        late = curve.sort_values("step").return_mean.to_numpy()[-3:]
-        scores[algo] = float(np.mean(100 * (late - low) / (high - low)))
+    for algo, curve in curves.groupby("algorithm"):
+        late = [group.sort_values("step").return_mean.to_numpy()[-3:]
+                for _, group in curve.groupby("run_id")]
+        scores[algo] = float(np.mean(100 * (np.array(late) - low) / (high - low)))
     return scores
 
 
@@ -54,13 +54,18 @@ def test_offline_algorithms_beat_behaviour_cloning_on_medium_replay(
         pendulum_datasets: Path, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     assert main(["run", "suite=offline_smoke", f"dataset={MEDIUM_REPLAY}",
-                 "algo=bc,td3_bc,iql,cql,rebrac,awac,edac", "steps=10000", "eval_every=2500",
+                 "algo=bc,td3_bc,cql,rebrac,awac,edac", "steps=10000", "eval_every=2500",
                  f"out_dir={out}"]) == 0
+    # IQL never evaluates an action outside the data, so its values climb above the
+    # random behaviour's only as fast as expectile regression propagates them: at 10k steps
+    # its three seeds averaged 0.5 (bc -3), at 30k they scored 69, 77 and 57
+    assert main(["run", "suite=offline_smoke", f"dataset={MEDIUM_REPLAY}", "algo=iql",
+                 "steps=30000", "eval_every=2500", f"out_dir={out}"]) == 0
     scores = _late_scores(out)
     assert scores["bc"] < 10, scores  # cloning mostly random actions stays near random play
-    # measured when set: bc -1, td3_bc 62, iql 16, cql 95, rebrac 100, awac 51, edac 21
-    # (edac still climbs at 10k steps: its evaluations scored -25, 13, 23, 28)
-    thresholds = {"td3_bc": 40, "iql": 10, "cql": 60, "rebrac": 60, "awac": 25, "edac": 10}
+    # measured when set: bc -3, td3_bc 62, iql 69, cql 95, rebrac 100, awac 53, edac 18
+    # (edac still climbs at 10k steps)
+    thresholds = {"td3_bc": 40, "iql": 35, "cql": 60, "rebrac": 60, "awac": 25, "edac": 10}
     for algo, threshold in thresholds.items():
         assert scores[algo] >= threshold, scores
         assert scores[algo] >= scores["bc"] + 10, scores
