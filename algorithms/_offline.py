@@ -120,9 +120,9 @@ def open_dataset(spec: RunSpec, cfg: Any, *, batch_size: int,
 
 def adam(params: Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
     """Adam as every offline recipe steps it: PyTorch's fused kernel, one pass over each
-    parameter, its gradient and both moments. An offline update on CPU is bound by memory
-    traffic, and the multi-tensor step's ten passes took 12% of an IQL step (1.3 ms; 0.5 ms
-    fused). Its rounding differs from the per-tensor step's by a few units in the last
+    parameter, its gradient and both moments, where the multi-tensor step makes ten (an
+    offline update on CPU is bound by memory traffic; README's speed section has the
+    figures). Its rounding differs from the per-tensor step's by a few units in the last
     place; it is deterministic, so a run still reproduces bit for bit."""
     return torch.optim.Adam(params, lr=lr, fused=True)
 

@@ -9,8 +9,9 @@ dataset's next action, the actor's against the dataset's action, with the Q term
 EDAC's initialisation, batch 1024, Adam at 1e-3, the actor and the targets updated every 2
 critic steps, no state or reward normalisation, 1M steps. The two penalty weights are tuned
 per dataset (``ENV_DEFAULTS``). Not CORL's: the last step of an episode cut by a time limit
-is left out (its next action is not in rlbench's transitions), and the penalties are in the
-env's action units (the same as CORL's on gym-MuJoCo's [-1, 1] actions).
+is left out (its next action is not in rlbench's transitions), the penalties are in the
+env's action units (the same as CORL's on gym-MuJoCo's [-1, 1] actions), and the actor moves
+on steps 2, 4, ... as TD3+BC's does, where CORL's moves on steps 1, 3, ...
 """
 
 from __future__ import annotations

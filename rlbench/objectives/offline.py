@@ -112,8 +112,9 @@ class IQLLoss(nn.Module):
     actions weighted by ``exp(beta * advantage)`` (advantage-weighted regression), so no
     action outside the dataset is ever evaluated.
 
-    - ``advantage(batch)``: ``min_m Q'_m(s, a) - V(s)``, no gradient. The recipe takes it
-      before the value step and hands it to ``actor_loss``, as CORL does.
+    - ``advantage(batch)``: ``min_m Q'_m(s, a) - V(s)``, no gradient, taken before the
+      value step and handed to ``actor_loss``, as CORL does (the recipe gets it from
+      ``value_and_advantage``).
     - ``value_loss``: ``loss_value = E[|tau - 1(u < 0)| u^2]`` with ``u = min_m Q'_m(s, a) -
       V(s)`` and ``tau`` the expectile (0.7). ``value_and_advantage(batch)`` returns it with
       ``u`` detached, the advantage, from one evaluation of the target critics and ``V``.

@@ -1,4 +1,5 @@
-"""The order of each offline recipe's update, step by step, as CORL's scripts do it.
+"""The order of each offline recipe's update, step by step, as CORL's scripts do it (one
+phase aside: ReBRAC's actor moves on even steps, CORL's on odd ones).
 
 A recipe's order is part of its algorithm: TD3+BC's actor reads the critics after their
 step and moves only every ``policy_delay`` steps, with both targets right after it; IQL
@@ -114,6 +115,8 @@ DELAYED_ACTOR = [
 CASES = {
     "td3_bc": (td3_bc, TD3BCLoss, ("value_loss", "actor_loss"),
                td3_bc.Config(batch_size=32, hidden_sizes=(16, 16)), DELAYED_ACTOR),
+    # CORL's rebrac.py moves the actor on steps 1, 3, ...; ours on 2, 4, ... as TD3+BC
+    # (the recipe's docstring says so): the order within a step is CORL's
     "rebrac": (rebrac, ReBRACLoss, ("value_loss", "actor_loss"),
                rebrac.Config(batch_size=32, hidden_sizes=(16, 16)), DELAYED_ACTOR),
     "iql": (iql, IQLLoss, ("value_and_advantage", "q_loss", "actor_loss"),

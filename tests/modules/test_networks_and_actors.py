@@ -125,6 +125,10 @@ def test_ensemble_evaluates_its_first_members_only_when_asked() -> None:
     torch.manual_seed(6)
     for layer_norm in (False, True):
         ensemble = EnsembleMLP(4, 1, num_members=3, num_cells=(8,), layer_norm=layer_norm)
+        with torch.no_grad():  # members' LayerNorms differ, so a wrong slice would show
+            for scale, shift in zip(ensemble.norm_scales, ensemble.norm_shifts, strict=True):
+                scale.uniform_(0.5, 1.5)
+                shift.uniform_(-0.5, 0.5)
         x = torch.randn(5, 4)
         full = ensemble(x)
         first_two = ensemble(x, members=2)

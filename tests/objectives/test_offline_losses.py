@@ -11,6 +11,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlbench.algorithms import iql
+from rlbench.algorithms._offline import adam
 from rlbench.envs import Bounded, Unbounded
 from rlbench.modules import (
     DeterministicActor,
@@ -37,7 +38,6 @@ from rlbench.objectives.offline import CQLLoss
 
 F64 = torch.float64
 OBS, ACTIONS = [0.5, -1.0], [0.2, 0.3]
-
 
 
 class _BoxSpecs:
@@ -280,7 +280,7 @@ def test_iql_one_backward_of_its_three_losses_equals_corls_three_steps() -> None
         nets = [copy.deepcopy(net) for net in (actor, critic, value)]
         target = make_target(nets[1])
         loss = IQLLoss(nets[0], nets[1], target, nets[2])
-        optimizers = [torch.optim.Adam(net.parameters(), lr=1e-2, foreach=True)
+        optimizers = [adam(net.parameters(), 1e-2)
                       for net in (nets[2], nets[1], nets[0])]  # value, critic, actor
         return loss, optimizers, SoftUpdate(nets[1], target, 0.05)
 
