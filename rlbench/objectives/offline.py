@@ -144,7 +144,7 @@ class IQLLoss(nn.Module):
 
     def advantage(self, batch: TensorDict) -> torch.Tensor:
         with torch.no_grad():
-            return self._target_q(batch) - self.value(batch.get(self.in_key))
+            return self.value_and_advantage(batch)[1]
 
     def value_and_advantage(self, batch: TensorDict) -> tuple[TensorDict, torch.Tensor]:
         v = self.value(batch.get(self.in_key))
