@@ -80,7 +80,7 @@ def open_dataset(spec: RunSpec, cfg: Any, *, batch_size: int,
     normalise its states as ``cfg.normalize_states`` says, multiply its rewards by
     ``reward_scale(dataset)`` when given, add the next actions (``with_next_actions``)
     when asked and put it on ``spec.device``; make the evaluation env."""
-    dataset = load_dataset(spec.dataset)
+    dataset = load_dataset(spec.dataset, trusted_envs=(spec.env,))
     sha256 = dataset.provenance.get("sha256")
     if spec.dataset_sha256 is not None and sha256 != spec.dataset_sha256:
         raise ConfigError(f"{spec.dataset} changed since the sweep was planned (sha256 "

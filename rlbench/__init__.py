@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,16 +15,18 @@ __all__ = ["__version__", "load_policy"]
 
 def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
                 tracking_uri: str | None = None, device: str = "cpu",
-                snapshot: int | None = None) -> Policy:
+                snapshot: int | None = None, trusted_envs: Collection[str] = ()) -> Policy:
     """The deterministic policy of a finished run, normalisation included: a module that
     maps raw observations to actions (``rlbench.harness.policy.load_policy``).
 
     ``run`` is a run directory or an MLflow run id in the store of ``out_dir`` (default
     ``rlbench_runs``) or at ``tracking_uri``; ``snapshot`` picks the policy the run kept at
-    that evaluation (``save_snapshots=true``). Imported on first call, so that ``import
+    that evaluation (``save_snapshots=true``). A run whose stored env is a
+    ``module:EnvId`` (which would import that module) loads only when ``trusted_envs``
+    names that id: the stored run is untrusted input. Imported on first call, so that ``import
     rlbench.envs`` and the rest of the RL stack never load the harness.
     """
     from rlbench.harness.policy import load_policy as load
 
     return load(run, out_dir=out_dir, tracking_uri=tracking_uri, device=device,
-                snapshot=snapshot)
+                snapshot=snapshot, trusted_envs=trusted_envs)

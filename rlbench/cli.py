@@ -3,6 +3,7 @@ with key=value words."""
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Sequence
 
@@ -11,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 import rlbench
-from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.errors import ConfigError, UnknownNameError, one_line, quote
 
 USAGE = """\
 usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
@@ -80,19 +81,23 @@ keys: run (required), snapshot (a frame count at which the run kept its policy, 
       episode's env seed; default: the run's eval env seed), video (a .mp4 or .gif file:
       the first episode, rendered; headless MuJoCo uses MUJOCO_GL=egl, picked when unset),
       device (default cpu), out_dir (the store to find a run id in; default rlbench_runs,
-      MLFLOW_TRACKING_URI overrides it)
+      MLFLOW_TRACKING_URI overrides it), env (the run's env id, named by you: a stored
+      run whose env is a module:EnvId, which would import that module, is refused
+      without it; it vouches for the run's env, it picks no other)
 In Python: rlbench.load_policy(run) gives the same policy as a module.
 example: rlbench eval run=rlbench_runs/runs/mujoco/sac-Hopper-v5-seed0-1a2b3c4d5e6f7a8b
          rlbench eval run=4f1c... episodes=20 video=hopper.mp4
 """,
     "dataset": """\
-usage: rlbench dataset info <d4rl:name | minari:dataset id | path>
+usage: rlbench dataset info <d4rl:name | minari:dataset id | path> [env=<id>]
        rlbench dataset make quality=<q[,q...]> steps=<n> out=<dir> [policy=<run>] [env=<id>]
                             [format=minari,d4rl] [seed=0] [ref_episodes=100]
 info: load an offline dataset (a D4RL-format .hdf5 file or a Minari dataset; d4rl: looks in
 $D4RL_DATASET_DIR, default ~/.d4rl/datasets, minari: in $MINARI_DATASETS_PATH, default
 ~/.minari/datasets) and print its size, spaces, episodes and their returns, reference
-scores and provenance. A file that is malformed is refused naming the file and key.
+scores and provenance. A file that is malformed is refused naming the file and key. A
+file naming its env as module:EnvId (which would import that module) is refused unless
+env= names the same id.
 make: datasets from a finished run (policy=<run id or run directory>) as D4RL defines them:
 random (no run needed; env=), expert (the run's final policy), medium (its snapshot closest
 to a third of the expert's return; the run needs save_snapshots=true), medium-replay (what
@@ -111,6 +116,9 @@ dependency is missing here says so beside its id), or the offline datasets prese
 locally and the known remote names.
 """,
 }
+SHOWN_RUNS = 200  # rows of `show`'s grid table; the caption counts the rest
+BAD_PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
+ERROR_LIMIT = 2000  # characters of an error line; the message is cut, never wrapped
 COMMANDS = ("run", "show", "compare", "eval", "dataset", "list")
 LISTABLE = ("suites", "algorithms", "envs", "datasets")
 
@@ -123,7 +131,7 @@ def _grid_table(sweep) -> Table:
     headers += ["eval env"] if offline else []
     for header in (*headers, "device", "identity"):
         table.add_column(header)
-    for run in sweep.runs:
+    for run in sweep.runs[:SHOWN_RUNS]:
         budget = f"{run.steps:,} steps" if run.offline else f"{run.frames:,}"
         if offline and not run.offline:
             budget += " frames"
@@ -132,6 +140,8 @@ def _grid_table(sweep) -> Table:
         table.add_row(*(Text(cell) for cell in (
             run.name, budget, f"{run.eval_every:,}", str(run.eval_episodes), *eval_env,
             run.device, identity)))
+    if len(sweep.runs) > SHOWN_RUNS:
+        table.caption = Text(f"{len(sweep.runs) - SHOWN_RUNS:,} more runs not listed")
     return table
 
 
@@ -245,7 +255,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         result = run_sweep(sweep, console)  # an unreachable tracking server or Ray cluster
     except ConfigError as err:               # raises before any run starts
-        print(f"rlbench: error: {err}", file=sys.stderr)
+        print(f"rlbench: error: {one_line(err, limit=ERROR_LIMIT)}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a path in the user's words the OS cannot look up
+        if err.errno not in BAD_PATH_ERRNOS:
+            raise
+        print(f"rlbench: error: {quote(str(err.filename))}: {err.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
         from rlbench.harness.sweep import Terminated

@@ -7,7 +7,7 @@ import reprlib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ConfigError", "UnknownNameError", "near_matches", "quote"]
+__all__ = ["ConfigError", "UnknownNameError", "near_matches", "one_line", "quote"]
 
 _QUOTE = reprlib.Repr()
 _QUOTE.maxlevel = 3
@@ -24,6 +24,15 @@ def quote(value: Any) -> str:
     """
     text = _QUOTE.repr(value)
     return text if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT - 3] + "..."
+
+
+def one_line(err: BaseException | str, limit: int = 300) -> str:
+    """A message (an exception's, often a library's) as one line of at most ``limit``
+    characters: line breaks and runs of spaces become one space, control characters
+    (terminal escape codes included) are dropped."""
+    text = " ".join(str(err).split())
+    text = "".join(ch for ch in text if ch.isprintable())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def near_matches(name: Any, choices: Iterable[str], n: int = 3) -> list[str]:

@@ -49,16 +49,19 @@ def open_store(out_dir: str | Path | None = None, *,
     was never completely made or cannot be read, and a tracking server that does not
     answer, are ``ConfigError``s; nothing is written."""
     from rlbench.harness.store import INCOMPLETE, MISSING, inspect_store, sqlite_path
-    from rlbench.harness.tracking import check_reachable
+    from rlbench.harness.tracking import check_reachable, check_tracking_uri
     from rlbench.harness.tracking import tracking_uri as uri_of
 
+    out_dir = Path(out_dir if out_dir is not None else "rlbench_runs")
     if tracking_uri is None:
-        tracking_uri = uri_of(Path(out_dir if out_dir is not None else "rlbench_runs"))
+        tracking_uri = uri_of(out_dir)
+    else:
+        check_tracking_uri(tracking_uri)
     database = sqlite_path(tracking_uri)
     state = None if database is None else inspect_store(database)  # raises if unreadable
     if state == MISSING:
-        raise ConfigError(f"no tracking store at {database}: run `rlbench run` with "
-                          f"out_dir={out_dir} first, or set MLFLOW_TRACKING_URI")
+        raise ConfigError(f"no tracking store at {database}: give the out_dir= your runs "
+                          f"were made with (it is {out_dir}), or set MLFLOW_TRACKING_URI")
     if state == INCOMPLETE:
         raise ConfigError(f"the store at {database} was never completely made (a sweep was "
                           "stopped while making it) and holds no runs: `rlbench run` with "

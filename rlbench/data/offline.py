@@ -19,13 +19,17 @@ terminated (a terminated step never reads its next observation).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
+import math
 import os
+import re
+import stat
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,9 +38,19 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlbench.data.hdf5_arrays import (
+    FLAG_KINDS,
+    NUMBER_KINDS,
+    check_fits_memory,
+    check_kind,
+    flags,
+    small_value,
+    stored_array,
+)
 from rlbench.data.replay_buffer import ReplayBuffer
 from rlbench.data.storages import Storage, TensorStorage
-from rlbench.errors import ConfigError, quote
+from rlbench.envs.registry import check_stored_env_id
+from rlbench.errors import ConfigError, one_line, quote
 
 __all__ = ["D4RL_ENVS", "D4RL_LOCOMOTION", "OfflineDataset", "d4rl_dir", "d4rl_file_name",
            "d4rl_path", "d4rl_url", "load_dataset", "minari_root", "read_d4rl", "read_minari"]
@@ -123,33 +137,54 @@ def minari_root() -> Path:
     return Path(os.environ.get("MINARI_DATASETS_PATH", Path.home() / ".minari" / "datasets"))
 
 
-def load_dataset(source: str | os.PathLike, *, download: bool = False) -> OfflineDataset:
+def load_dataset(source: str | os.PathLike, *, download: bool = False,
+                 trusted_envs: Collection[str] = ()) -> OfflineDataset:
     """The dataset ``source`` names (see the module docstring); ``download=True`` fetches a
-    missing ``d4rl:`` file from D4RL's URL or a missing ``minari:`` dataset with Minari."""
+    missing ``d4rl:`` file from D4RL's URL or a missing ``minari:`` dataset with Minari.
+
+    Files are untrusted input (see ``read_d4rl``, ``read_minari``): an eval env the file
+    names in gymnasium's ``module:EnvId`` form is refused unless it is one of
+    ``trusted_envs``, the ids the caller named itself.
+    """
     text = os.fspath(source)
     if text.startswith("d4rl:"):
         name = text.removeprefix("d4rl:")
         path = d4rl_path(name)
-        if not path.is_file():
+        if not _is(path, "file"):
             _fetch_d4rl(name, path, download)
-        return _checked(read_d4rl(path, name=name))
+        return _checked(read_d4rl(path, name=name, trusted_envs=trusted_envs))
     if text.startswith("minari:"):
         dataset_id = text.removeprefix("minari:")
         path = minari_root() / dataset_id
-        if not (path / "data" / "metadata.json").is_file():
+        if not _is(path / "data" / "metadata.json", "file"):
             _fetch_minari(dataset_id, path, download)
-        return _checked(read_minari(path))
+        return _checked(read_minari(path, trusted_envs=trusted_envs))
     path = Path(text)
-    if path.is_file() and path.suffix in (".hdf5", ".h5"):
-        return _checked(read_d4rl(path))
-    if path.is_dir() and ((path / "data" / "metadata.json").is_file()
-                          or (path / "metadata.json").is_file()):
-        return _checked(read_minari(path))
-    if path.exists():
+    if _is(path, "file") and path.suffix in (".hdf5", ".h5"):
+        return _checked(read_d4rl(path, trusted_envs=trusted_envs))
+    if _is(path, "dir") and (_is(path / "data" / "metadata.json", "file")
+                             or _is(path / "metadata.json", "file")):
+        return _checked(read_minari(path, trusted_envs=trusted_envs))
+    if os.path.lexists(path):
         raise ConfigError(f"dataset {quote(text)} is neither a D4RL-format .hdf5 file nor a "
                           "Minari dataset directory (data/metadata.json)")
     raise ConfigError(f"dataset {quote(text)} does not exist: give d4rl:<name>, "
                       "minari:<dataset id>, or a path to a .hdf5 file or Minari directory")
+
+
+def _is(path: Path, kind: str) -> bool:
+    """Whether ``path`` is a file (``kind="file"``) or directory, following links; a path
+    the OS cannot look up (too long, a link loop, no permission) is a ``ConfigError``."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return False
+    except OSError as err:
+        raise ConfigError(f"dataset path {quote(str(path))} cannot be looked up "
+                          f"({err.strerror or one_line(err)})") from err
+    return stat.S_ISREG(mode) if kind == "file" else stat.S_ISDIR(mode)
 
 
 def _checked(dataset: OfflineDataset) -> OfflineDataset:
@@ -220,7 +255,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_finite(path: Path, key: str, values: np.ndarray) -> None:
+def _check_finite(path: Path | str, key: str, values: np.ndarray) -> None:
     if values.dtype.kind == "f" and not np.isfinite(values).all():
         bad = np.argwhere(~np.isfinite(values))[0]
         raise ConfigError(f"{path}: {key} holds {values[tuple(bad)]} at index "
@@ -239,11 +274,28 @@ def _read_float32(item: Any) -> np.ndarray:
     return item[()]
 
 
-def _flag(path: Path, key: str, values: np.ndarray, n: int) -> np.ndarray:
+def _flag(path: Path | str, key: str, values: np.ndarray, n: int) -> np.ndarray:
     """A per-step array of shape ``(n,)`` or ``(n, 1)`` as ``(n,)``."""
     if values.shape not in ((n,), (n, 1)):
         raise ConfigError(f"{path}: {key} has shape {values.shape}, expected ({n},) or ({n}, 1)")
     return values.reshape(n)
+
+
+def _reference_scores(where: str, ref_min: Any, ref_max: Any) -> tuple[float | None,
+                                                                        float | None]:
+    """A file's own reference scores: finite numbers, and distinct (the normalized score
+    divides by their difference). A file stating one of them alone (rlbench's random
+    datasets once did) has no normalized score: ``(None, None)``."""
+    for name, value in (("ref_min_score", ref_min), ("ref_max_score", ref_max)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not math.isfinite(value)):
+            raise ConfigError(f"{where}: {name} {quote(value)} is not a finite number")
+    if ref_min is None or ref_max is None:
+        return None, None
+    if ref_min == ref_max:
+        raise ConfigError(f"{where}: ref_min_score and ref_max_score are both {ref_min}: a "
+                          f"normalized score needs them apart")
+    return float(ref_min), float(ref_max)
 
 
 def _d4rl_name(path: Path) -> str:
@@ -261,9 +313,15 @@ def _d4rl_refs(name: str) -> tuple[float | None, float | None, str | None]:
     return None, None, None
 
 
-def read_d4rl(path: str | os.PathLike, *, name: str | None = None) -> OfflineDataset:
+def read_d4rl(path: str | os.PathLike, *, name: str | None = None,
+              trusted_envs: Collection[str] = ()) -> OfflineDataset:
     """A D4RL-format HDF5 file: ``observations``, ``actions``, ``rewards``, ``terminals``,
-    optional ``timeouts``, ``next_observations``, ``infos/*`` and ``metadata/*``."""
+    optional ``timeouts``, ``next_observations``, ``infos/*`` and ``metadata/*``.
+
+    The file is untrusted: links, foreign storage, dtypes and sizes are checked before its
+    arrays are read (``hdf5_arrays``), and an env id it names in ``module:EnvId`` form is
+    refused unless it is one of ``trusted_envs`` (see ``check_stored_env_id``).
+    """
     import h5py
 
     path = Path(path)
@@ -271,81 +329,118 @@ def read_d4rl(path: str | os.PathLike, *, name: str | None = None) -> OfflineDat
     try:
         handle = h5py.File(path, "r")
     except OSError as err:
-        raise ConfigError(f"{path} is not a readable HDF5 file ({err})") from err
-    with handle:
-        for key in _D4RL_KEYS:
-            if key not in handle or not isinstance(handle[key], h5py.Dataset):
-                raise ConfigError(f"{path}: no {key!r} array (a D4RL file holds "
-                                  f"{', '.join(_D4RL_KEYS)} and timeouts)")
-        n = handle["observations"].shape[0]
-        optional = [k for k in ("timeouts", "next_observations") if k in handle]
-        for key in (*_D4RL_KEYS, *optional):
-            if handle[key].shape[:1] != (n,):
-                raise ConfigError(f"{path}: {key} has {handle[key].shape[0]} rows, "
-                                  f"observations has {n}: every array needs one row per step")
-        obs = _read_float32(handle["observations"])
-        actions = _read_float32(handle["actions"])
-        rewards = _float32(_flag(path, "rewards", handle["rewards"][()], n))
-        terminals = _flag(path, "terminals", handle["terminals"][()], n).astype(bool)
-        timeouts = (_flag(path, "timeouts", handle["timeouts"][()], n).astype(bool)
-                    if "timeouts" in handle else np.zeros(n, dtype=bool))
-        next_obs = (_read_float32(handle["next_observations"])
-                    if "next_observations" in handle else None)
-        metadata = {key: _scalar(handle[key][()]) for key in _walk(handle, "metadata")}
-        attrs = {key: _scalar(value) for key, value in handle.attrs.items()}
+        raise ConfigError(f"{path} is not a readable HDF5 file ({one_line(err)})") from err
+    with _unreadable_as_config_error(path), handle:
+        arrays, metadata, attrs = _read_d4rl_arrays(path, handle)
+    obs, actions, next_obs = arrays["observations"], arrays["actions"], arrays["next_observations"]
     if obs.ndim != 2 or actions.ndim not in (1, 2):
         raise ConfigError(f"{path}: observations {obs.shape} must be (N, size) and actions "
                           f"{actions.shape} (N, size), or (N,) for discrete actions")
     if next_obs is not None and next_obs.shape != obs.shape:
         raise ConfigError(f"{path}: next_observations has shape {next_obs.shape}, expected "
                           f"{obs.shape} like observations")
-    for key, values in (("observations", obs), ("actions", actions), ("rewards", rewards),
-                        ("next_observations", next_obs)):
-        if values is not None:
-            _check_finite(path, key, values)
-    transitions = _d4rl_transitions(obs, actions, rewards, terminals, timeouts, next_obs)
-    env_id = attrs.get("env_id") or metadata.get("metadata/env_id") or D4RL_ENVS.get(
-        name.split("-")[0])
-    if "ref_min_score" in attrs:  # a file that states its own references (rlbench's do)
-        ref_min, ref_max = attrs["ref_min_score"], attrs.get("ref_max_score")
-        ref_source = "the file"
+    for key in ("observations", "actions", "rewards", "next_observations"):
+        if arrays[key] is not None:
+            _check_finite(path, key, arrays[key])
+    steps_in_file, timeouts_stored = len(obs), arrays["timeouts_stored"]
+    transitions = _d4rl_transitions(obs, actions, arrays["rewards"], arrays["terminals"],
+                                    arrays["timeouts"], next_obs)
+    default_env = D4RL_ENVS.get(name.split("-")[0])
+    stored_env = attrs.get("env_id", metadata.get("metadata/env_id"))
+    env_id = (default_env if stored_env is None else
+              check_stored_env_id(stored_env, str(path), trusted=trusted_envs))
+    if "ref_min_score" in attrs or "ref_max_score" in attrs:  # the file's own (rlbench's)
+        ref_min, ref_max = _reference_scores(str(path), attrs.get("ref_min_score"),
+                                             attrs.get("ref_max_score"))
+        ref_source = "the file" if ref_min is not None else None
     else:
         ref_min, ref_max, ref_source = _d4rl_refs(name)
     provenance = {
         "source": str(path), "name": name, "format": "d4rl-hdf5", "sha256": _sha256(path),
-        "steps_in_file": n, "next_observations_stored": next_obs is not None,
-        "timeouts_stored": "timeouts" in optional, "env_id": env_id,
-        "reference_scores": ref_source,
+        "steps_in_file": steps_in_file, "next_observations_stored": next_obs is not None,
+        "timeouts_stored": timeouts_stored, "env_id": env_id, "reference_scores": ref_source,
         **({"attrs": attrs} if attrs else {}), **({"metadata": metadata} if metadata else {}),
     }
-    if env_id == D4RL_ENVS.get(name.split("-")[0]) and "env_id" not in attrs:
+    if env_id == default_env and stored_env is None:
         provenance["eval_env_note"] = (f"D4RL's data came from mujoco-py {name.split('-')[0]} "
                                        f"v3 envs, which gymnasium 1.x cannot make; evaluated "
                                        f"in {env_id}, the same model, observations and actions")
     return OfflineDataset(transitions, env_id, ref_min, ref_max, provenance)
 
 
-def _walk(handle: Any, group: str) -> list[str]:
-    """The dataset paths under ``group`` (none when it is absent)."""
+@contextlib.contextmanager
+def _unreadable_as_config_error(path: Path) -> Iterator[None]:
+    """What h5py raises on a damaged file while reading (a bad chunk, an unknown filter, a
+    datatype numpy has no name for) as one ``ConfigError`` line naming the file."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (OSError, KeyError, TypeError, ValueError, RuntimeError, RecursionError) as err:
+        raise ConfigError(f"{path}: cannot be read ({type(err).__name__}: "
+                          f"{one_line(err)})") from err
+
+
+def _read_d4rl_arrays(path: Path, handle: Any) -> tuple[dict[str, Any], dict[str, Any],
+                                                        dict[str, Any]]:
+    """The arrays of an open D4RL file, checked (see ``read_d4rl``), with its metadata and
+    attributes as small plain values."""
+    where = str(path)
+    items = {key: stored_array(where, handle, key) for key in _D4RL_KEYS}
+    for key in ("timeouts", "next_observations"):
+        if key in handle or handle.get(key, getlink=True) is not None:
+            items[key] = stored_array(where, handle, key)
+    for key, item in items.items():
+        check_kind(where, key, item, FLAG_KINDS if key in ("terminals", "timeouts")
+                   else NUMBER_KINDS)
+    n = items["observations"].shape[0]
+    for key, item in items.items():
+        if item.shape[0] != n:
+            raise ConfigError(f"{path}: {key} has {item.shape[0]} rows, observations has {n}: "
+                              f"every array needs one row per step")
+    check_fits_memory(where, items.values())
+    metadata = {key: small_value(handle[key]) for key in _walk(where, handle, "metadata")}
+    attrs = {key: small_value(handle.attrs[key]) for key in handle.attrs}
+    return {
+        "observations": _read_float32(items["observations"]),
+        "actions": _read_float32(items["actions"]),
+        "rewards": _float32(_flag(path, "rewards", items["rewards"][()], n)),
+        "terminals": flags(where, "terminals", _flag(path, "terminals",
+                                                     items["terminals"][()], n)),
+        "timeouts": (flags(where, "timeouts", _flag(path, "timeouts", items["timeouts"][()], n))
+                     if "timeouts" in items else np.zeros(n, dtype=bool)),
+        "next_observations": (_read_float32(items["next_observations"])
+                              if "next_observations" in items else None),
+        "timeouts_stored": "timeouts" in items,
+    }, metadata, attrs
+
+
+_WALK_LIMIT = 1000  # metadata entries listed at most; a file may declare millions
+
+
+def _walk(where: str, handle: Any, group: str) -> list[str]:
+    """The array paths under ``group`` reachable by the file's own hard links (none when it
+    is absent); soft and external links are refused, not followed."""
     import h5py
 
-    if group not in handle:
+    if handle.get(group, getlink=True) is None:
         return []
     found: list[str] = []
-    handle[group].visititems(lambda key, item: found.append(f"{group}/{key}")
-                             if isinstance(item, h5py.Dataset) else None)
-    return found
-
-
-def _scalar(value: Any) -> Any:
-    """An HDF5 attribute or small dataset as plain JSON-able Python (bytes decoded)."""
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist() if value.size <= 64 else f"array{value.shape}"
-    return value
+    pending = [group]
+    while pending:
+        current = pending.pop()
+        link = handle.get(current, getlink=True)
+        if not isinstance(link, h5py.HardLink):
+            raise ConfigError(f"{where}: {current} is a {type(link).__name__}: rlbench reads "
+                              f"only what the file itself stores")
+        item = handle[current]
+        if isinstance(item, h5py.Group):
+            pending.extend(f"{current}/{key}" for key in item)
+        elif isinstance(item, h5py.Dataset):
+            found.append(current)
+        if len(found) + len(pending) > _WALK_LIMIT:
+            raise ConfigError(f"{where}: {group}/ holds more than {_WALK_LIMIT} entries")
+    return sorted(found)
 
 
 def _compact(values: np.ndarray, keep: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
@@ -400,38 +495,51 @@ def _d4rl_transitions(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
     }, batch_size=[len(keep)])
 
 
-def read_minari(path: str | os.PathLike) -> OfflineDataset:
+_METADATA_LIMIT = 1 << 24  # bytes of metadata.json read at most (Minari's are a few KiB)
+_EPISODE_NAME = re.compile(r"episode_(0|[1-9][0-9]*)")
+
+
+def read_minari(path: str | os.PathLike, *,
+                trusted_envs: Collection[str] = ()) -> OfflineDataset:
     """A Minari dataset directory (``<id>/`` holding ``data/``, or ``data/`` itself): one HDF5
     group per episode with T+1 observations and T actions, rewards, terminations and
-    truncations; Dict and Tuple observations become nested entries of ``observation``."""
+    truncations; Dict and Tuple observations become nested entries of ``observation``.
+
+    The directory is untrusted: ``metadata.json`` must be a JSON object of bounded size and
+    depth, every array is checked as ``read_d4rl`` checks them, episodes must agree in
+    their observation and action layout, and the env it names goes through
+    ``check_stored_env_id`` (only its ``id`` is read from ``env_spec``: the spec's entry
+    point and kwargs are never used).
+    """
     import h5py
 
     path = Path(path)
-    data = path / "data" if (path / "data" / "metadata.json").is_file() else path
+    data = path / "data" if _is(path / "data" / "metadata.json", "file") else path
     meta_path, main = data / "metadata.json", data / "main_data.hdf5"
-    try:
-        metadata = json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ConfigError(f"{meta_path} is not readable Minari metadata ({err})") from err
+    metadata = _minari_metadata(meta_path)
     _check_minari_version(meta_path, metadata.get("minari_version"))
-    if metadata.get("data_format", "hdf5") != "hdf5" or not main.is_file():
+    if metadata.get("data_format", "hdf5") != "hdf5" or not _is(main, "file"):
         raise ConfigError(f"{data}: rlbench reads Minari's hdf5 format (main_data.hdf5); this "
-                          f"dataset is {metadata.get('data_format')!r}")
-    episodes = []
+                          f"dataset is {quote(metadata.get('data_format'))}")
+    env_spec = _json_field(meta_path, metadata, "eval_env_spec") or _json_field(
+        meta_path, metadata, "env_spec")
+    stored_env = env_spec.get("id") if isinstance(env_spec, dict) else None
+    env_id = None if stored_env is None else check_stored_env_id(stored_env, str(meta_path),
+                                                                trusted=trusted_envs)
+    ref_min, ref_max = _reference_scores(str(meta_path), metadata.get("ref_min_score"),
+                                         metadata.get("ref_max_score"))
     try:
         handle = h5py.File(main, "r")
     except OSError as err:
-        raise ConfigError(f"{main} is not a readable HDF5 file ({err})") from err
-    with handle:
-        names = sorted((k for k in handle if k.startswith("episode_")),
-                       key=lambda k: int(k.removeprefix("episode_")))
-        for number, name in enumerate(names):
-            episodes.append(_minari_episode(main, name, handle[name], number))
-    if not episodes:
-        raise ConfigError(f"{main} holds no episode_* groups")
+        raise ConfigError(f"{main} is not a readable HDF5 file ({one_line(err)})") from err
+    with _unreadable_as_config_error(main), handle:
+        groups = _minari_groups(main, handle)
+        check_fits_memory(str(main), (item for group in groups.values()
+                                      for item in _arrays_of(group, _EPISODE_KEYS)))
+        episodes = [_minari_episode(main, name, group, number)
+                    for number, (name, group) in enumerate(groups.items())]
+    _check_same_layout(main, list(groups), episodes)
     transitions = torch.cat(episodes, dim=0)
-    env_spec = _json_field(metadata, "eval_env_spec") or _json_field(metadata, "env_spec")
-    env_id = env_spec.get("id") if isinstance(env_spec, dict) else None
     provenance = {
         "source": str(path), "name": metadata.get("dataset_id"), "format": "minari-hdf5",
         "minari_version": metadata.get("minari_version"), "sha256": _sha256(main),
@@ -439,24 +547,54 @@ def read_minari(path: str | os.PathLike) -> OfflineDataset:
         **{key: metadata[key] for key in ("algorithm_name", "author", "code_permalink",
                                           "description", "total_episodes", "total_steps",
                                           "num_episodes_average_score") if key in metadata},
-        "reference_scores": "the dataset's metadata" if "ref_min_score" in metadata else None,
+        "reference_scores": "the dataset's metadata" if ref_min is not None else None,
     }
-    return OfflineDataset(transitions, env_id, metadata.get("ref_min_score"),
-                          metadata.get("ref_max_score"), provenance)
+    return OfflineDataset(transitions, env_id, ref_min, ref_max, provenance)
 
 
-def _json_field(metadata: Mapping[str, Any], key: str) -> Any:
+def _minari_metadata(meta_path: Path) -> dict[str, Any]:
+    """``metadata.json`` as a dict: bounded in size, UTF-8, JSON, an object."""
+    try:
+        with meta_path.open("rb") as handle:
+            raw = handle.read(_METADATA_LIMIT + 1)
+    except OSError as err:
+        raise ConfigError(f"{meta_path} cannot be read ({err.strerror or one_line(err)})"
+                          ) from err
+    if len(raw) > _METADATA_LIMIT:
+        raise ConfigError(f"{meta_path} is larger than {_METADATA_LIMIT >> 20} MiB: not "
+                          f"Minari metadata")
+    metadata = _json(meta_path, raw)
+    if not isinstance(metadata, dict):
+        raise ConfigError(f"{meta_path} holds a JSON {type(metadata).__name__}, not the object "
+                          f"of Minari metadata")
+    return metadata
+
+
+def _json(where: Path, raw: bytes | str) -> Any:
+    """JSON text from a file, any failure (bad UTF-8, bad syntax, nesting too deep for the
+    parser) one ``ConfigError`` naming ``where``."""
+    try:
+        return json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError
+        what = "nested too deeply" if isinstance(err, RecursionError) else one_line(err)
+        raise ConfigError(f"{where} is not readable JSON ({what})") from err
+
+
+def _json_field(meta_path: Path, metadata: Mapping[str, Any], key: str) -> Any:
+    """A metadata field Minari stores as JSON text inside the JSON (``env_spec``)."""
     value = metadata.get(key)
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except ValueError:
             return value
+        except RecursionError as err:
+            raise ConfigError(f"{meta_path}: {key} is nested too deeply") from err
     return value
 
 
 def _check_minari_version(meta_path: Path, version: Any) -> None:
-    parts = str(version).split(".")
+    parts = str(version).split(".") if isinstance(version, str) else []
     try:
         major_minor = (int(parts[0]), int(parts[1]))
     except (IndexError, ValueError):
@@ -467,21 +605,68 @@ def _check_minari_version(meta_path: Path, version: Any) -> None:
                           f"reads ({supported})")
 
 
+def _minari_groups(main: Path, handle: Any) -> dict[str, Any]:
+    """The file's episode groups in episode order, each checked to be a group stored in
+    the file and named ``episode_<number>``."""
+    import h5py
+
+    numbered = []
+    for name in handle:
+        if not name.startswith("episode_"):
+            continue
+        if not _EPISODE_NAME.fullmatch(name):
+            raise ConfigError(f"{main}: group {quote(name)} is not named episode_<number>")
+        link = handle.get(name, getlink=True)
+        if not isinstance(link, h5py.HardLink) or not isinstance(handle[name], h5py.Group):
+            raise ConfigError(f"{main}: {name} is not an episode group stored in the file")
+        numbered.append((int(name.removeprefix("episode_")), name))
+    if not numbered:
+        raise ConfigError(f"{main} holds no episode_* groups")
+    return {name: handle[name] for _, name in sorted(numbered)}
+
+
+_EPISODE_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")
+
+
+def _arrays_of(group: Any, keys: Sequence[str] | None = None) -> list[Any]:
+    """The arrays reading an episode group loads (``_EPISODE_KEYS``, nested groups walked),
+    each checked by ``stored_array``: their sizes are known before any is read."""
+    import h5py
+
+    where = f"{group.file.filename}: {group.name.lstrip('/')}"
+    found = []
+    for key in keys or list(group):
+        if group.get(key, getlink=True) is None:
+            continue  # missing keys are named when the episode is read
+        if isinstance(group.get(key, getlink=True), h5py.HardLink) and isinstance(
+                group[key], h5py.Group):
+            found.extend(_arrays_of(group[key]))
+        else:
+            found.append(stored_array(where, group, key))
+    return found
+
+
 def _minari_episode(main: Path, name: str, group: Any, number: int) -> TensorDict:
     where = f"{main}: {name}"
-    for key in ("observations", "actions", "rewards", "terminations", "truncations"):
-        if key not in group:
+    items = {key: stored_array(where, group, key)
+             for key in ("rewards", "terminations", "truncations")}
+    for key in ("observations", "actions"):
+        if group.get(key, getlink=True) is None:
             raise ConfigError(f"{where} has no {key!r}")
-    rewards = group["rewards"][()]
-    steps = rewards.shape[0]
-    observations = _nested(group["observations"], where, "observations", steps + 1)
-    actions = _nested(group["actions"], where, "actions", steps)
-    for key, values in (("rewards", rewards), ("terminations", group["terminations"][()]),
-                        ("truncations", group["truncations"][()])):
-        _flag(Path(where), key, values, steps)
-    terminated = group["terminations"][()].reshape(steps, 1).astype(bool)
-    truncated = group["truncations"][()].reshape(steps, 1).astype(bool)
-    _check_finite(Path(where), "rewards", rewards)
+    check_kind(where, "rewards", items["rewards"], NUMBER_KINDS)
+    for key in ("terminations", "truncations"):
+        check_kind(where, key, items[key], FLAG_KINDS)
+    steps = items["rewards"].shape[0]
+    if steps == 0:
+        raise ConfigError(f"{where} has 0 steps: every episode needs at least one")
+    observations = _nested(group, where, "observations", steps + 1)
+    actions = _nested(group, where, "actions", steps)
+    rewards = _flag(where, "rewards", items["rewards"][()], steps)
+    ended = {key: flags(where, key, _flag(where, key, items[key][()], steps))
+             for key in ("terminations", "truncations")}
+    _check_finite(where, "rewards", rewards)
+    terminated = ended["terminations"].reshape(steps, 1)
+    truncated = ended["truncations"].reshape(steps, 1)
     return TensorDict({
         "observation": observations[:-1],
         "action": actions,
@@ -489,22 +674,49 @@ def _minari_episode(main: Path, name: str, group: Any, number: int) -> TensorDic
         "next": {
             "observation": observations[1:],
             "reward": torch.from_numpy(_float32(rewards).reshape(steps, 1).copy()),
-            "terminated": torch.from_numpy(terminated),
-            "truncated": torch.from_numpy(truncated),
+            "terminated": torch.from_numpy(terminated.copy()),
+            "truncated": torch.from_numpy(truncated.copy()),
             "done": torch.from_numpy(terminated | truncated),
         },
     }, batch_size=[steps])
 
 
-def _nested(item: Any, where: str, key: str, length: int) -> torch.Tensor | TensorDict:
-    """An HDF5 dataset as a tensor, or a group (Dict/Tuple space) as a TensorDict of them."""
+def _nested(parent: Any, where: str, key: str, length: int) -> torch.Tensor | TensorDict:
+    """``parent[key]``: an array as a tensor, or a group (a Dict or Tuple space) as a
+    TensorDict of them; links out of the file are refused (``stored_array``)."""
     import h5py
 
-    if isinstance(item, h5py.Group):
-        return TensorDict({name: _nested(item[name], where, f"{key}/{name}", length)
-                           for name in item}, batch_size=[length])
-    values = _float32(item[()])
-    if values.shape[:1] != (length,):
-        raise ConfigError(f"{where}: {key} has {values.shape[0]} rows, expected {length}")
-    _check_finite(Path(where), key, values)
+    link = parent.get(key, getlink=True)
+    if isinstance(link, h5py.HardLink) and isinstance(parent[key], h5py.Group):
+        group = parent[key]
+        return TensorDict({name: _nested(group, where, f"{key}/{name}", length)
+                           for name in group}, batch_size=[length])
+    item = stored_array(where, parent, key)
+    check_kind(where, key, item, NUMBER_KINDS + "b")
+    if item.shape[0] != length:
+        raise ConfigError(f"{where}: {key} has {item.shape[0]} rows, expected {length}")
+    values = _read_float32(item)
+    _check_finite(where, key, values)
     return torch.from_numpy(np.ascontiguousarray(values))
+
+
+def _layout(episode: TensorDict) -> dict[Any, tuple]:
+    return {key: (tuple(value.shape[1:]), value.dtype)
+            for key, value in episode.items(include_nested=True, leaves_only=True)}
+
+
+def _check_same_layout(main: Path, names: list[str], episodes: list[TensorDict]) -> None:
+    """Every episode's observations and actions have the first episode's keys, shapes and
+    dtypes (concatenating them would fail or, worse, broadcast)."""
+    first = _layout(episodes[0])
+    for name, episode in zip(names[1:], episodes[1:], strict=True):
+        layout = _layout(episode)
+        if layout != first:
+            key = next(k for k in [*first, *layout] if first.get(k) != layout.get(k))
+            shown = "/".join(key) if isinstance(key, tuple) else key
+            raise ConfigError(f"{main}: {name}'s {shown} is {_shown(layout.get(key))}, and "
+                              f"{names[0]}'s is {_shown(first.get(key))}: episodes must agree")
+
+
+def _shown(entry: tuple | None) -> str:
+    return "missing" if entry is None else f"{entry[0]} {str(entry[1]).removeprefix('torch.')}"

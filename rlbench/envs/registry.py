@@ -14,7 +14,7 @@ import functools
 import importlib
 import os
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,13 +23,15 @@ import torch
 
 from rlbench.envs.common import EnvBase
 from rlbench.envs.specs import Bounded, Categorical
-from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.errors import ConfigError, UnknownNameError, quote
 
 __all__ = [
     "EnvFamily",
     "EnvProbe",
     "action_space_kind",
+    "check_stored_env_id",
     "env_family",
+    "env_module",
     "gym_name",
     "is_gymnasium",
     "list_envs",
@@ -161,6 +163,40 @@ def _registered_by_module(env_id: str) -> bool:
         raise ConfigError(f"env {env_id}: its module {module!r} does not import "
                           f"({type(err).__name__}: {err})") from err
     return name in gym.registry
+
+
+MAX_ENV_ID_LENGTH = 200
+
+
+def env_module(env_id: str) -> str | None:
+    """The Python module a gymnasium ``module:EnvId`` id imports when it is validated or
+    made; None for a plain id or a registered family's (``dmc:...``)."""
+    if ":" not in env_id or _family_of(env_id) is not None:
+        return None
+    return env_id.partition(":")[0]
+
+
+def check_stored_env_id(value: Any, where: str, *, trusted: Collection[str] = ()) -> str:
+    """An env id read from a file (a dataset's ``env_id``, a Minari ``env_spec``, a stored
+    run's ``config.yaml``), checked before anything validates or makes it.
+
+    Files are untrusted input: an id of the form ``module:EnvId`` would import ``module``,
+    running whatever code the file's author put on the import path. Such an id is refused
+    unless the caller vouches for it in ``trusted`` (the user named that exact id on the
+    command line, in a suite file or in a Python call). Anything that is not a short line
+    of printable text is refused too. ``where`` names the file in the one-line error.
+    """
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: env id {quote(value)} is not text")
+    if not value or len(value) > MAX_ENV_ID_LENGTH or not value.isprintable():
+        raise ConfigError(f"{where}: env id {quote(value)} is not an env id (printable text "
+                          f"of 1 to {MAX_ENV_ID_LENGTH} characters)")
+    module = env_module(value)
+    if module is not None and value not in trusted:
+        raise ConfigError(f"{where} names env {quote(value)}, whose module {quote(module)} "
+                          f"rlbench will not import on a file's say-so; to allow it, name "
+                          f"the env yourself: env={value}")
+    return value
 
 
 @dataclass(frozen=True)

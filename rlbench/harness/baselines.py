@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import rlbench
-from rlbench.errors import ConfigError
+from rlbench.errors import ConfigError, one_line
 from rlbench.harness.statistics import Interval
 
 __all__ = ["OUR_OFFLINE_METRIC", "PublishedScore", "Reference", "Verdict",
@@ -140,16 +140,23 @@ def load_published(directory: Path) -> list[PublishedScore]:
 def _parse_rows(path: Path, parse: Callable[[dict[str, str]], T]) -> list[T]:
     """``parse`` of every row of the CSV file at ``path``; a missing column or a bad value
     is a ConfigError naming the file and the line."""
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        parsed = []
-        for row in reader:
-            try:
-                parsed.append(parse(row))
-            except KeyError as err:
-                raise ConfigError(f"{path}: no column {err}") from err
-            except (TypeError, ValueError) as err:
-                raise ConfigError(f"{path}, line {reader.line_num}: {err}") from err
+    parsed = []
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            for row in reader:
+                try:
+                    parsed.append(parse(row))
+                except KeyError as err:
+                    raise ConfigError(f"{path}: no column {err}") from err
+                except (TypeError, ValueError) as err:
+                    raise ConfigError(f"{path}, line {reader.line_num}: {one_line(err)}"
+                                      ) from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: "
+                          f"{err.reason})") from err
+    except (csv.Error, OSError) as err:
+        raise ConfigError(f"{path} is not a readable CSV file ({one_line(err)})") from err
     return parsed
 
 

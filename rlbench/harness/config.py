@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +35,7 @@ from rlbench.harness.suites import SUITE_SETTINGS, Suite, load_suite
 from rlbench.harness.words import split_words
 
 if TYPE_CHECKING:
-    from rlbench.harness.dataset_plan import MadeFamily
+    from rlbench.harness.dataset_plan import MadeFamily, PlannedDataset
 
 __all__ = ["Overrides", "RunConfig", "SweepConfig", "check_device_here", "check_devices_here",
            "parse_overrides", "resolve_sweep"]
@@ -233,9 +233,11 @@ class SweepConfig:
 
 # Upper bounds on sizes, far past any real sweep but small enough that no counter, index or
 # progress bar overflows and that a typo (frames=1e30, seeds=1e20) fails at once.
-LIMITS = {"frames": 10**12, "steps": 10**12, "eval_every": 10**12, "eval_episodes": 10**6,
-          "seeds": 10**6, "base_seed": 2**63 - 1, "threads": 1024, "jobs": 1024}
-MAX_RUNS = 10**6  # runs in one grid
+# eval_episodes: one env per episode is built at each evaluation (``rlbench eval``'s cap);
+# runs: a grid plans 10^5 runs in about a second and 0.5 GB, and ``show`` lists a few
+LIMITS = {"frames": 10**12, "steps": 10**12, "eval_every": 10**12, "eval_episodes": 10**4,
+          "seeds": 10**5, "base_seed": 2**63 - 1, "threads": 1024, "jobs": 1024}
+MAX_RUNS = 10**5  # runs in one grid
 
 
 def _size(value: int) -> str:
@@ -381,15 +383,24 @@ def _tasks(base: dict[str, Any], overrides: Overrides, algos: Sequence[str]
         raise ConfigError(f"{', '.join(online)} collect{'s' if len(online) == 1 else ''} its "
                           f"own data in an env: give env=<id> (datasets are for offline "
                           f"algorithms: {', '.join(_offline_algorithms()) or 'none'})")
-    if not online and "envs" in overrides.settings:
-        raise ConfigError(f"env= is not used by offline algorithms ({', '.join(offline)}): "
-                          "each is evaluated in its dataset's env")
     if not offline and "datasets" in overrides.settings:
         raise ConfigError(f"dataset= is not used by online algorithms ({', '.join(online)}); "
                           f"offline algorithms: {', '.join(_offline_algorithms()) or 'none'}")
     envs = _names(base, "envs") if online else []
     datasets = _names(base, "datasets") if offline else []
     return envs, datasets
+
+
+def _check_vouched_envs(named: Sequence[str], planned: Mapping[str, PlannedDataset]) -> None:
+    """``env=`` in an offline-only grid names the eval envs the user vouches for (a dataset
+    naming a ``module:EnvId`` env is refused without it, see ``check_stored_env_id``): each
+    must be one that a dataset names, never an env to run in instead."""
+    evaluated = sorted({p.env for p in planned.values() if p.env})
+    for env in named:
+        if env not in evaluated:
+            raise ConfigError(f"env={env}: offline algorithms are evaluated in the env their "
+                              f"dataset names ({', '.join(evaluated) or 'none'}), and env= only "
+                              f"vouches for one of those")
 
 
 def _check_offline_settings(algo: str, settings: dict[str, Any], overrides: Overrides,
@@ -428,7 +439,10 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
         if algo not in known_algos:
             raise UnknownNameError("algorithm", algo, known_algos)
     envs, datasets = _tasks(base, overrides, algos)
-    planned = {source: plan_dataset(source) for source in datasets}
+    named_envs = tuple(_names(base, "envs")) if base.get("envs") else ()
+    planned = {source: plan_dataset(source, trusted_envs=named_envs) for source in datasets}
+    if not envs and "envs" in overrides.settings:
+        _check_vouched_envs(named_envs, planned)
     action_spaces = {}
     for env in [*envs, *{p.env for p in planned.values()}]:
         action_spaces[env] = action_space_kind(env)  # an env that cannot be made: refused

@@ -5,23 +5,32 @@ final policy), ``medium`` (the policy the run kept at the evaluation whose retur
 to a third of the final one; ``save_snapshots=true``), ``medium-replay`` (every transition
 the run collected up to that snapshot; ``save_transitions=true``) and ``medium-expert``
 (``medium`` followed by ``expert``). Policies act by sampling from their distribution, as
-D4RL's behaviour policies did. Every dataset records its reference scores: ``ref_min_score``
-the mean return of a uniform random policy and ``ref_max_score`` that of the expert policy
-acting deterministically, each over ``ref_episodes`` episodes (100 by default), with how
-they were measured, the seeds, the env and library versions and the policy's run.
+D4RL's behaviour policies did. Every dataset made from a policy records its reference
+scores: ``ref_min_score`` the mean return of a uniform random policy and ``ref_max_score``
+that of the expert policy acting deterministically, each over ``ref_episodes`` episodes (100
+by default), with how they were measured, the seeds, the env and library versions and the
+policy's run. A random dataset made from ``env=`` alone has none: a normalised score needs
+the pair.
 
 Episode ``k`` of a dataset starts from ``env.reset(seed=seed + k)`` and actions are drawn
 from generators seeded with ``seed``: the same command gives byte-identical arrays.
+
+Every output is written whole into a hidden staging directory beside its place (same
+filesystem), flushed to disk, and renamed into place: a reader of a dataset's path finds
+the dataset that was there before or the new one, never a part (see ``staging_dir`` and
+``install_dir``). The outputs' places are checked before any episode is played, and the
+run's files (``curve.csv``, ``transitions/``) are read as untrusted input: bounded, and
+checked against their own layout.
 """
 
 from __future__ import annotations
 
 import copy
-import csv
 import dataclasses
 import json
 import math
 import os
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,14 +41,21 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 import rlbench
 from rlbench.data.offline import d4rl_file_name
 from rlbench.envs import validate_env_id
 from rlbench.envs.registry import gym_name, is_gymnasium
 from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.harness.atomic_install import (
+    STAGING,
+    fsync_path,
+    install_dir,
+    install_namespace_metadata,
+    staging_dir,
+)
 from rlbench.harness.policy import Policy, load_policy
+from rlbench.harness.run_artifacts import read_curve, read_transitions
 from rlbench.harness.words import int_word, split_words
 
 __all__ = ["FORMATS", "QUALITIES", "Episode", "MakeRequest", "env_stem", "make_datasets",
@@ -239,9 +255,10 @@ def _medium_snapshot(details: dict[str, Any], random_return: float) -> tuple[int
     return min(candidates, key=lambda fv: (abs(fv[1] - target), fv[0]))
 
 
-def _run_details(policy_source: str, out_dir: str | None) -> dict[str, Any]:
-    """The run's curve, kept snapshots and transitions directory (a run directory is read in
-    place; a run id through its ``run_dir`` tag)."""
+def _run_details(policy_source: str, out_dir: str | None, space: gym.Space, *,
+                 transitions: bool) -> dict[str, Any]:
+    """The run's curve, kept snapshots and (when asked) transitions, each checked (a run
+    directory is read in place; a run id through its ``run_dir`` tag)."""
     path = Path(policy_source)
     if not path.is_dir():
         from rlbench.results import open_store
@@ -259,47 +276,45 @@ def _run_details(policy_source: str, out_dir: str | None) -> dict[str, Any]:
                               "machine; pass the run directory as policy=")
     if not (path / "curve.csv").is_file():
         raise ConfigError(f"{path} holds no curve.csv: not a finished rlbench run")
-    curve = []
-    with (path / "curve.csv").open() as handle:
-        for row in csv.DictReader(handle):
-            curve.append((int(row["frames"]), float(row["eval/return_mean"])))
-    snapshots = ([int(p.name) for p in (path / "snapshots").iterdir() if p.name.isdigit()]
+    snapshots = ([int(p.name) for p in (path / "snapshots").iterdir()
+                  if p.name.isascii() and p.name.isdigit() and len(p.name) <= 13]
                  if (path / "snapshots").is_dir() else [])
-    return {"source": str(path), "curve": curve, "snapshots": sorted(snapshots),
-            "transitions": path / "transitions"}
+    return {"source": str(path), "curve": read_curve(path / "curve.csv"),
+            "snapshots": sorted(snapshots),
+            "transitions": (read_transitions(path / "transitions", str(path), space)
+                            if transitions else None)}
 
 
-def _replay_episodes(transitions_dir: Path, until_frames: int, source: str,
-                     space: gym.Space) -> list[Episode]:
+def _replay_episodes(arrays: dict[tuple[str, ...], np.ndarray], until_frames: int,
+                     source: str, space: gym.Space) -> list[Episode]:
     """The transitions a run collected up to ``until_frames`` (all its envs), as episodes:
     each env's stream cut where its episodes end (and at the cut, truncated). Box actions
     are clipped to the bounds, as the env executed them (a Gaussian policy's samples are
     not bounded)."""
-    if not (transitions_dir / "meta.json").is_file():
-        raise ConfigError(f"{source} kept no transitions: medium-replay needs a run made with "
-                          "save_transitions=true")
-    data = TensorDict.load_memmap(transitions_dir)
-    num_envs = data.shape[0]
-    per_env = math.ceil(until_frames / num_envs)
+    num_envs, stored = arrays[("observation",)].shape[:2]
+    per_env = min(math.ceil(until_frames / num_envs), stored)
+    if per_env * num_envs > MAX_STEPS:
+        raise ConfigError(f"{source}: medium-replay would hold {per_env * num_envs:,} "
+                          f"transitions, more than {MAX_STEPS:,}")
     episodes: list[Episode] = []
     for env_index in range(num_envs):
-        stream = data[env_index, :per_env]
-        done = stream["next", "done"].squeeze(-1)
-        starts = [0, *(torch.nonzero(done).squeeze(-1) + 1).tolist()]
-        for begin, end in zip(starts, [*starts[1:], stream.shape[0]], strict=True):
+        stream = {key: np.array(value[env_index, :per_env]) for key, value in arrays.items()}
+        flags = {key[-1]: stream[key].reshape(per_env) for key in stream
+                 if key[-1] in ("reward", "terminated", "truncated", "done")}
+        starts = [0, *(np.flatnonzero(flags["done"]) + 1).tolist()]
+        for begin, end in zip(starts, [*starts[1:], per_env], strict=True):
             if end <= begin:
                 continue
-            part = stream[begin:end]
             episode = Episode()
-            episode.observations = [*part["observation"].numpy(),
-                                    part["next", "observation"][-1].numpy()]
-            actions = part["action"].numpy()
+            episode.observations = [*stream[("observation",)][begin:end],
+                                    stream[("next", "observation")][end - 1]]
+            actions = stream[("action",)][begin:end]
             if isinstance(space, gym.spaces.Box):
                 actions = np.clip(actions, space.low, space.high).astype(space.dtype)
             episode.actions = list(actions)
-            episode.rewards = part["next", "reward"].squeeze(-1).double().tolist()
-            episode.terminations = part["next", "terminated"].squeeze(-1).tolist()
-            truncated = part["next", "truncated"].squeeze(-1).tolist()
+            episode.rewards = flags["reward"][begin:end].astype(np.float64).tolist()
+            episode.terminations = flags["terminated"][begin:end].astype(bool).tolist()
+            truncated = flags["truncated"][begin:end].astype(bool).tolist()
             truncated[-1] = truncated[-1] or not (episode.terminations[-1] or truncated[-1])
             episode.truncations = truncated
             episodes.append(episode)
@@ -308,19 +323,27 @@ def _replay_episodes(transitions_dir: Path, until_frames: int, source: str,
 
 def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path]:
     """Every requested quality, in every requested format, under ``request.out``."""
-    expert = load_policy(request.policy, out_dir=request.out_dir) if request.policy else None
+    trusted = (request.env,) if request.env else ()  # an env the user named may be imported
+    expert = (load_policy(request.policy, out_dir=request.out_dir, trusted_envs=trusted)
+              if request.policy else None)
     env_id = request.env or expert.env
     if expert is not None and expert.env != env_id:
         raise ConfigError(f"policy={request.policy} was trained on {expert.env}, not {env_id}")
+    _check_outputs(request, env_id)
     probe = gym.make(gym_name(env_id))
     space = probe.action_space
     probe.close()
-    log(f"reference scores: {request.ref_episodes} episodes each")
+    details = (_run_details(request.policy, request.out_dir, space,
+                            transitions="medium-replay" in request.qualities)
+               if expert is not None and any(q.startswith("medium") for q in request.qualities)
+               else None)
     reference_seed = request.seed + 2**32  # apart from every dataset episode's seed
-    random_ref = mean_return(rollout(env_id, _random_actor(space, reference_seed), steps=None,
-                                     episodes=request.ref_episodes, seed=reference_seed))
-    expert_ref = None
+    random_ref = expert_ref = None
     if expert is not None:
+        log(f"reference scores: {request.ref_episodes} episodes each")
+        random_ref = mean_return(rollout(env_id, _random_actor(space, reference_seed),
+                                         steps=None, episodes=request.ref_episodes,
+                                         seed=reference_seed))
         with _seeded_torch(request.seed):
             expert_ref = mean_return(rollout(
                 env_id, _policy_actor(expert, space, deterministic=True), steps=None,
@@ -328,9 +351,9 @@ def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path
     common = {
         "env_id": env_id, "seed": request.seed, "versions": _versions(),
         "ref_min_score": random_ref, "ref_max_score": expert_ref,
-        "ref_episodes": request.ref_episodes,
-        "ref_min_measured": f"uniform random actions, {request.ref_episodes} episodes, "
-                            f"reset seeds {reference_seed} + k",
+        "ref_episodes": request.ref_episodes if expert is not None else None,
+        "ref_min_measured": (f"uniform random actions, {request.ref_episodes} episodes, "
+                             f"reset seeds {reference_seed} + k") if expert is not None else None,
         "ref_max_measured": (f"the expert policy acting deterministically, "
                              f"{request.ref_episodes} episodes, reset seeds {reference_seed} "
                              f"+ k") if expert is not None else None,
@@ -339,9 +362,6 @@ def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path
         "policy_algo": expert.algo if expert else None,
         "command": "rlbench dataset make " + " ".join(_command_words(request)),
     }
-    details = (_run_details(request.policy, request.out_dir)
-               if expert is not None and any(q.startswith("medium") for q in request.qualities)
-               else None)
     written: list[Path] = []
     cache: dict[str, list[Episode]] = {}
 
@@ -361,7 +381,8 @@ def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path
         frames, logged = _medium_snapshot(details, random_ref)
         if quality == "medium":
             if "medium" not in cache:
-                medium = load_policy(request.policy, out_dir=request.out_dir, snapshot=frames)
+                medium = load_policy(request.policy, out_dir=request.out_dir, snapshot=frames,
+                                     trusted_envs=trusted)
                 with _seeded_torch(request.seed):
                     cache["medium"] = rollout(env_id, _policy_actor(medium, space,
                                                                     deterministic=False),
@@ -384,16 +405,56 @@ def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path
         episodes, info = episodes_of(quality)
         provenance = {**common, "quality": quality, **info,
                       "steps": sum(e.steps for e in episodes), "episodes": len(episodes)}
-        name = f"rlbench-{env_stem(env_id)}-{quality}-v0"  # apart from D4RL's own names
-        if "d4rl" in request.formats:
-            written.append(write_d4rl(request.out / "d4rl" / d4rl_file_name(name), episodes,
-                                      provenance))
-        if "minari" in request.formats:
-            written.append(write_minari(request.out / "minari", f"rlbench/{env_stem(env_id)}/"
-                                        f"{quality}-v0", env_id, episodes, provenance))
+        places = _output_places(request, env_id, quality)
+        if "d4rl" in places:
+            written.append(write_d4rl(places["d4rl"], episodes, provenance))
+        if "minari" in places:
+            root = request.out / "minari"
+            written.append(write_minari(root, places["minari"].relative_to(root).as_posix(),
+                                        env_id, episodes, provenance))
         log(f"{quality}: {provenance['steps']:,} steps in {len(episodes):,} episodes, mean "
             f"return {mean_return(episodes):.6g}")
     return written
+
+
+def _output_places(request: MakeRequest, env_id: str, quality: str) -> dict[str, Path]:
+    """Where each requested format of ``quality`` goes: the D4RL file, the Minari dataset
+    directory (``rlbench-`` and ``rlbench/`` keep them apart from D4RL's and Minari's own)."""
+    places = {}
+    if "d4rl" in request.formats:
+        name = f"rlbench-{env_stem(env_id)}-{quality}-v0"
+        places["d4rl"] = request.out / "d4rl" / d4rl_file_name(name)
+    if "minari" in request.formats:
+        places["minari"] = request.out / "minari" / "rlbench" / env_stem(env_id) / f"{quality}-v0"
+    return places
+
+
+def _check_outputs(request: MakeRequest, env_id: str) -> None:
+    """A ``ConfigError`` naming the path, before any episode is played, where an output
+    cannot be written: its place is taken by the wrong kind of entry, or the nearest
+    existing directory above it refuses a new entry (tried by making and removing one;
+    permission bits alone say nothing to root)."""
+    tried: set[Path] = set()
+    for quality in request.qualities:
+        for form, final in _output_places(request, env_id, quality).items():
+            if os.path.lexists(final) and final.is_dir() != (form == "minari"):
+                kind = "a directory" if form == "d4rl" else "not a directory"
+                raise ConfigError(f"out={request.out}: {final} is {kind}: move it away, or "
+                                  "name another out=")
+            existing = final.parent
+            while not os.path.lexists(existing):
+                existing = existing.parent
+            if existing in tried:
+                continue
+            tried.add(existing)
+            if not existing.is_dir():
+                raise ConfigError(f"out={request.out} cannot be written: {existing} is not a "
+                                  "directory")
+            try:
+                os.rmdir(tempfile.mkdtemp(prefix=STAGING, dir=existing))
+            except OSError as err:
+                raise ConfigError(f"out={request.out} cannot be written: no new entry can be "
+                                  f"made in {existing} ({err.strerror})") from err
 
 
 def env_stem(env_id: str) -> str:
@@ -424,7 +485,6 @@ def write_d4rl(path: Path, episodes: Sequence[Episode], provenance: dict[str, An
     float32 arrays and bool flags; the provenance as file attributes."""
     import h5py
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {
         "observations": _stack(episodes, lambda e: e.observations[:-1]).astype(np.float32),
         "next_observations": _stack(episodes, lambda e: e.observations[1:]).astype(np.float32),
@@ -436,54 +496,56 @@ def write_d4rl(path: Path, episodes: Sequence[Episode], provenance: dict[str, An
     if episodes and episodes[0].qpos:
         arrays["infos/qpos"] = _stack(episodes, lambda e: e.qpos).astype(np.float64)
         arrays["infos/qvel"] = _stack(episodes, lambda e: e.qvel).astype(np.float64)
-    partial = path.with_name(path.name + ".part")
-    with h5py.File(partial, "w") as handle:
-        for key, value in arrays.items():
-            handle.create_dataset(key, data=value)
-        for key, value in provenance.items():
-            if value is not None:
-                handle.attrs[key] = json.dumps(value) if isinstance(value, dict) else value
-    os.replace(partial, path)
+    with staging_dir(path) as staging:
+        staged = staging / path.name
+        with h5py.File(staged, "w") as handle:
+            for key, value in arrays.items():
+                handle.create_dataset(key, data=value)
+            for key, value in provenance.items():
+                if value is not None:
+                    handle.attrs[key] = json.dumps(value) if isinstance(value, dict) else value
+        fsync_path(staged)
+        os.replace(staged, path)
+        fsync_path(path.parent)
     return path
 
 
 def write_minari(root: Path, dataset_id: str, env_id: str, episodes: Sequence[Episode],
                  provenance: dict[str, Any]) -> Path:
-    """A Minari dataset written by Minari's own writer under ``root`` (replacing one of the
-    same id there)."""
+    """A Minari dataset written by Minari's own writer into a staging directory, then put
+    in place under ``root`` (replacing one of the same id there) with its namespaces'
+    metadata."""
     try:
         import minari
         from minari.data_collector import EpisodeBuffer
     except ImportError as err:
         raise ConfigError("writing Minari datasets needs minari: pip install 'rlbench[minari]'"
                           ) from err
-    import shutil
 
     target = root / dataset_id
-    if target.exists():
-        shutil.rmtree(target)
     buffers = [EpisodeBuffer(id=i, seed=e.seed, observations=np.asarray(e.observations),
                              actions=np.asarray(e.actions), rewards=list(e.rewards),
                              terminations=list(e.terminations), truncations=list(e.truncations))
                for i, e in enumerate(episodes)]
-    saved = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    try:
-        minari.create_dataset_from_buffers(
-            dataset_id, buffers, env=gym_name(env_id), eval_env=gym_name(env_id),
-            algorithm_name=str(
-                provenance.get("policy_algo") or "uniform random"),
-            author="rlbench", author_email="rlbench@users.noreply.github.com",
-            code_permalink="https://github.com/rlbench/rlbench",
-            **({"ref_min_score": provenance["ref_min_score"],
-                "ref_max_score": provenance["ref_max_score"],
-                "num_episodes_average_score": provenance["ref_episodes"]}
-               if provenance["ref_max_score"] is not None else {}),
-            description=json.dumps(provenance, default=str))
-    finally:
-        if saved is None:
-            del os.environ["MINARI_DATASETS_PATH"]
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = saved
+    with staging_dir(target) as staging:
+        saved = os.environ.get("MINARI_DATASETS_PATH")
+        os.environ["MINARI_DATASETS_PATH"] = str(staging)
+        try:
+            minari.create_dataset_from_buffers(
+                dataset_id, buffers, env=gym_name(env_id), eval_env=gym_name(env_id),
+                algorithm_name=str(provenance.get("policy_algo") or "uniform random"),
+                author="rlbench", author_email="rlbench@users.noreply.github.com",
+                code_permalink="https://github.com/rlbench/rlbench",
+                **({"ref_min_score": provenance["ref_min_score"],
+                    "ref_max_score": provenance["ref_max_score"],
+                    "num_episodes_average_score": provenance["ref_episodes"]}
+                   if provenance["ref_max_score"] is not None else {}),
+                description=json.dumps(provenance, default=str))
+        finally:
+            if saved is None:
+                del os.environ["MINARI_DATASETS_PATH"]
+            else:
+                os.environ["MINARI_DATASETS_PATH"] = saved
+        install_namespace_metadata(staging, root)
+        install_dir(staging / dataset_id, target)
     return target
-

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlbench.data.offline import load_dataset, minari_root
-from rlbench.errors import ConfigError
+from rlbench.errors import ConfigError, one_line, quote
 
 __all__ = ["MADE_ON_FIRST_USE", "MadeFamily", "PlannedDataset", "dataset_label",
            "make_family", "own_family", "plan_dataset"]
@@ -86,13 +84,17 @@ def own_family(source: str) -> tuple[str, str] | None:
     return parts[0], parts[1][:-3]
 
 
-_CACHE: dict[tuple[str, float, int], PlannedDataset] = {}
+_CACHE: dict[tuple[tuple[str, float, int], frozenset[str]], PlannedDataset] = {}
+MIN_TRANSITIONS = 2  # fewer cannot be normalised or sampled without replacement
 
 
-def plan_dataset(source: str) -> PlannedDataset:
+def plan_dataset(source: str, *, trusted_envs: Collection[str] = ()) -> PlannedDataset:
     """What the plan needs of ``source`` (loading it once per file version); a missing
     dataset of rlbench's own families comes back with ``family`` set when it is made on
-    first use, and is a ``ConfigError`` naming the command that makes it otherwise."""
+    first use, and is a ``ConfigError`` naming the command that makes it otherwise.
+    ``trusted_envs``: the env ids the user named, which the file may name in
+    ``module:EnvId`` form (see ``load_dataset``). A dataset with no eval env or fewer than
+    ``MIN_TRANSITIONS`` transitions is refused here, before a run or a store is made."""
     own = own_family(source)
     if own is not None and not (minari_root() / source.removeprefix("minari:")).exists():
         stem, _ = own
@@ -103,15 +105,20 @@ def plan_dataset(source: str) -> PlannedDataset:
             raise ConfigError(f"{source} is not in {minari_root()}: it is made by the two "
                               f"commands in {MADE_BY_COMMAND[stem]} (hours on 2 cores); set "
                               f"MINARI_DATASETS_PATH to the <datasets>/minari they write")
-    key = _file_key(source)
+    file_key = _file_key(source)
+    key = None if file_key is None else (file_key, frozenset(trusted_envs))
     if key is not None and key in _CACHE:
         return _CACHE[key]
     if not source.startswith(("d4rl:", "minari:")):
-        source = str(Path(source).resolve())  # a path: the same file from any worker's cwd
-    dataset = load_dataset(source)
+        source = _resolved(source)  # a path: the same file from any worker's cwd
+    dataset = load_dataset(source, trusted_envs=trusted_envs)
     if dataset.env_id is None:
         raise ConfigError(f"{source} names no env to evaluate in, so offline runs cannot score "
                           "it (D4RL's ant files match no gymnasium Ant)")
+    if len(dataset) < MIN_TRANSITIONS:
+        raise ConfigError(f"{source} holds {len(dataset)} transition"
+                          f"{'' if len(dataset) == 1 else 's'}: offline runs need at least "
+                          f"{MIN_TRANSITIONS}")
     refs = None
     if dataset.ref_min_score is not None and dataset.ref_max_score is not None:
         refs = (float(dataset.ref_min_score), float(dataset.ref_max_score))
@@ -120,6 +127,16 @@ def plan_dataset(source: str) -> PlannedDataset:
     if key is not None:
         _CACHE[key] = planned
     return planned
+
+
+def _resolved(source: str) -> str:
+    """The absolute path of ``source`` with its links followed; a link loop or a path the
+    OS refuses is a ``ConfigError``."""
+    try:
+        return str(Path(source).resolve())
+    except (OSError, RuntimeError) as err:  # RuntimeError: a link loop, before Python 3.13
+        raise ConfigError(f"dataset {quote(source)} cannot be resolved "
+                          f"({getattr(err, 'strerror', None) or one_line(err)})") from err
 
 
 def _file_key(source: str) -> tuple[str, float, int] | None:
@@ -132,14 +149,14 @@ def _file_key(source: str) -> tuple[str, float, int] | None:
         path = minari_root() / source.removeprefix("minari:") / "data" / "main_data.hdf5"
     else:
         path = Path(source)
+    try:
         if path.is_dir():
             path = next((p for p in (path / "data" / "main_data.hdf5", path / "main_data.hdf5")
                          if p.is_file()), path)
-    try:
         stat = path.stat()
-    except OSError:
+        return str(path.resolve()), stat.st_mtime, stat.st_size
+    except (OSError, RuntimeError):  # load_dataset says what is wrong with the path
         return None
-    return str(path.resolve()), stat.st_mtime, stat.st_size
 
 
 def behaviour_runs_dir() -> Path:
@@ -163,9 +180,16 @@ def _private_store() -> Iterator[None]:
 
 def make_family(family: MadeFamily, log: Callable[[str], None]) -> None:
     """Make every quality of ``family`` into ``minari_root()/rlbench/<stem>/`` (a behaviour
-    run, then ``dataset make``), under a lock: two sweeps never make one family at once."""
+    run, then ``dataset make`` of them all beside it), under a lock: two sweeps never make
+    one family at once. Each quality is then renamed into place whole (``install_dir``):
+    a kill leaves every dataset there either as it was or new."""
     from filelock import FileLock
 
+    from rlbench.harness.atomic_install import (
+        install_dir,
+        install_namespace_metadata,
+        staging_dir,
+    )
     from rlbench.harness.config import resolve_sweep
     from rlbench.harness.dataset_make import QUALITIES, MakeRequest, make_datasets
     from rlbench.harness.runner import run_dir_for
@@ -189,17 +213,11 @@ def make_family(family: MadeFamily, log: Callable[[str], None]) -> None:
             raise ConfigError(f"the behaviour run of the {family.stem} datasets failed: "
                               f"{result.failed[0].error}")
         run_dir = run_dir_for(runs, sweep.runs[0])
-        with tempfile.TemporaryDirectory(dir=runs) as scratch:
+        with staging_dir(target) as scratch:  # beside the datasets: each moves in by a rename
             make_datasets(MakeRequest(env=None, policy=str(run_dir), qualities=QUALITIES,
-                                      steps=family.steps, out=Path(scratch),
-                                      formats=("minari",), seed=0, ref_episodes=100,
-                                      out_dir=None), log)
-            made = Path(scratch) / "minari" / "rlbench"
-            target.mkdir(parents=True, exist_ok=True)
-            namespace = made / "namespace_metadata.json"
-            if namespace.is_file() and not (target.parent / namespace.name).exists():
-                shutil.copy(namespace, target.parent / namespace.name)
+                                      steps=family.steps, out=scratch, formats=("minari",),
+                                      seed=0, ref_episodes=100, out_dir=None), log)
+            install_namespace_metadata(scratch / "minari", minari_root())
             for quality in QUALITIES:
-                if (target / f"{quality}-v0").exists():
-                    shutil.rmtree(target / f"{quality}-v0")
-                shutil.move(made / family.stem / f"{quality}-v0", target / f"{quality}-v0")
+                install_dir(scratch / "minari" / "rlbench" / family.stem / f"{quality}-v0",
+                            target / f"{quality}-v0")

@@ -17,13 +17,14 @@ from rlbench.data.offline import (
     load_dataset,
     minari_root,
 )
-from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.errors import ConfigError, UnknownNameError, one_line
 
 __all__ = ["DATASET_COMMANDS", "known_datasets", "print_datasets", "run_dataset"]
 
 DATASET_COMMANDS = ("info", "make")
 _D4RL_DATASETS = ("random", "medium", "expert", "medium-replay", "medium-expert", "full-replay")
 _MINARI_MUJOCO = ("simple", "medium", "expert")
+_SHOWN_LIMIT = 2000  # characters of a provenance value shown (a file's text may be huge)
 
 
 def run_dataset(args: Sequence[str], console: Console) -> int:
@@ -40,11 +41,21 @@ def run_dataset(args: Sequence[str], console: Console) -> int:
         for path in make_datasets(request, lambda line: console.print(Text(line))):
             console.print(Text(f"wrote {path}"))
         return 0
-    if len(args) != 2:
-        raise ConfigError("usage: rlbench dataset info <d4rl:name | minari:id | path>")
-    dataset = load_dataset(args[1])
-    console.print(_info_table(args[1], dataset))
+    source, trusted = _info_words(args[1:])
+    dataset = load_dataset(source, trusted_envs=trusted)
+    console.print(_info_table(source, dataset))
     return 0
+
+
+def _info_words(words: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """``<source> [env=<id>]``: the dataset, and the env id the user vouches for (a file
+    naming a ``module:EnvId`` env is refused without it)."""
+    usage = "usage: rlbench dataset info <d4rl:name | minari:id | path> [env=<env id>]"
+    sources = [w for w in words if not w.startswith("env=")]
+    envs = [w.removeprefix("env=") for w in words if w.startswith("env=")]
+    if len(sources) != 1 or len(envs) > 1 or (envs and not envs[0]):
+        raise ConfigError(usage)
+    return sources[0], tuple(envs)
 
 
 def _episode_returns(dataset: OfflineDataset) -> np.ndarray:
@@ -88,7 +99,7 @@ def _info_table(source: str, dataset: OfflineDataset) -> Table:
         if key not in ("format", "sha256", "env_id", "reference_scores"):
             rows.append((key, str(value)))
     for name, value in rows:
-        table.add_row(Text(name), Text(str(value)))
+        table.add_row(Text(name), Text(one_line(value, limit=_SHOWN_LIMIT)))
     return table
 
 
@@ -117,6 +128,8 @@ def known_datasets() -> list[tuple[str, str]]:
     if root.is_dir():
         for meta in sorted(root.glob("**/data/metadata.json")):
             dataset_dir = meta.parent.parent
+            if any(part.startswith(".") for part in dataset_dir.relative_to(root).parts):
+                continue  # a dataset make's staging or set-aside directory
             found[f"minari:{dataset_dir.relative_to(root).as_posix()}"] = str(dataset_dir)
     return sorted(found.items(), key=lambda item: (item[1].startswith("remote"), item[0]))
 

@@ -356,9 +356,14 @@ def run_compare(args: Sequence[str], console: Console) -> int:
                         config=request.config)
     stored = stored_algorithms(client, request.suite) if request.algos else set()
     for algo in request.algos:  # recipes and anything else tracked, e.g. sb3-sac
-        if algo not in stored:
-            raise UnknownNameError(f"algorithm in suite {request.suite}", algo,
-                                   sorted(stored | set(list_algorithms())))
+        if algo in stored:
+            continue
+        if algo in list_algorithms():
+            raise ConfigError(f"suite {request.suite} has no {algo} runs in "
+                              f"{client.tracking_uri} (it has runs of "
+                              f"{', '.join(sorted(stored)) or 'no algorithm'})")
+        raise UnknownNameError(f"algorithm in suite {request.suite}", algo,
+                               sorted(stored | set(list_algorithms())))
     if not records:
         raise ConfigError(f"suite {request.suite} has no runs matching "
                           f"{_describe_filters(request)} in {client.tracking_uri}")

@@ -194,6 +194,8 @@ def load_suite(name_or_path: str) -> Suite:
     except yaml.YAMLError as err:
         message = " ".join(str(err).split())
         raise ConfigError(f"suite {path}: not valid YAML ({message})") from err
+    except RecursionError as err:
+        raise ConfigError(f"suite {path}: nested too deeply to be a suite") from err
     if not isinstance(raw, dict):
         raise ConfigError(f"suite {path}: expected a mapping at the top level")
     for key in raw:

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ from tensordict import TensorDict
 from torch import nn
 
 import rlbench
-from rlbench.errors import ConfigError
+from rlbench.errors import ConfigError, quote
 from rlbench.harness.config import RunConfig
 from rlbench.harness.store import READY, check_out_dir, inspect_store, prepare_store, sqlite_path
 
@@ -79,11 +80,33 @@ def with_retry(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def tracking_uri(out_dir: Path) -> str:
-    """``MLFLOW_TRACKING_URI`` if set, else the embedded SQLite store under ``out_dir``."""
+    """``MLFLOW_TRACKING_URI`` if set (checked by ``check_tracking_uri``), else the embedded
+    SQLite store under ``out_dir``."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
+        check_tracking_uri(uri, "MLFLOW_TRACKING_URI")
         return uri
     return f"sqlite:///{(out_dir / 'mlflow.db').resolve()}"
+
+
+def check_tracking_uri(uri: str, what: str = "the tracking URI") -> None:
+    """Refuse, before anything is opened or written, a URI whose scheme MLflow has no store
+    for (its registry of stores, plugins included, is the authority), and MLflow's plain
+    file store, which MLflow 3 refuses unless ``MLFLOW_ALLOW_FILE_STORE`` is set."""
+    from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    scheme = urllib.parse.urlparse(uri).scheme
+    if len(scheme) == 1:  # a Windows drive letter: a path
+        scheme = ""
+    schemes = sorted(s for s in _tracking_store_registry._registry if s)
+    if scheme not in _tracking_store_registry._registry:
+        raise ConfigError(f"{what}={quote(uri)}: MLflow has no store for scheme "
+                          f"{quote(scheme)} (it takes {', '.join(schemes)})")
+    if scheme in ("", "file") and not MLFLOW_ALLOW_FILE_STORE.get():
+        raise ConfigError(f"{what}={quote(uri)} is MLflow's file store, which this MLflow "
+                          f"refuses: use sqlite:///<path>/mlflow.db, a server's http:// "
+                          f"address, or unset it for rlbench's embedded store")
 
 
 @contextmanager

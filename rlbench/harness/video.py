@@ -9,6 +9,7 @@ ships its own ffmpeg), ``.gif`` through Pillow.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +26,30 @@ VIDEO_SUFFIXES = (".mp4", ".gif")
 
 
 def check_video_path(path: Path) -> None:
-    """Refuse, before anything plays, a path rlbench cannot write a video to."""
+    """Refuse, before anything plays, a path rlbench cannot write a video to. Whether its
+    directory takes a new file is tried (one empty file, removed at once): permissions
+    alone do not say it for root, nor for a read-only or virtual file system (``/proc``)."""
     if path.suffix.lower() not in VIDEO_SUFFIXES:
         raise ConfigError(f"video={path}: the file must end in {' or '.join(VIDEO_SUFFIXES)}")
     if path.is_dir():
         raise ConfigError(f"video={path} is a directory: name a file")
-    parent = path.parent if str(path.parent) else Path(".")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"video={path} exists and is not a regular file")
+    parent = path.parent
     if not parent.is_dir():
+        blocker = next((p for p in (parent, *parent.parents) if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            raise ConfigError(f"video={path}: {blocker} is a file, not a directory")
         raise ConfigError(f"video={path}: its directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(f"video={path}: its directory {parent} is not writable")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".rlbench-video-check-", dir=parent)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise ConfigError(f"video={path}: its directory {parent} cannot be written in "
+                          f"({err.strerror or type(err).__name__})") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"video={path} exists and is not writable")
     _writer()  # imageio present?
 
 

@@ -55,9 +55,20 @@ def test_bad_values_are_refused_before_anything_starts(capsys, word: str,
     assert not Path("out").exists()
 
 
-def test_a_grid_of_more_than_a_million_runs_is_refused_with_its_size(capsys) -> None:
-    line = _refused(capsys, "show", "seeds=600000", "env=CartPole-v1,Acrobot-v1")
-    assert "more than 1,000,000 runs" in line and "600,000 seeds" in line
+def test_a_grid_of_more_than_a_hundred_thousand_runs_is_refused_with_its_size(capsys) -> None:
+    line = _refused(capsys, "show", "seeds=60000", "env=CartPole-v1,Acrobot-v1")
+    assert "more than 100,000 runs" in line and "60,000 seeds" in line
+    assert "seeds=100,001 is beyond" in _refused(capsys, "show", "seeds=100001")
+    assert "eval_episodes=10,001 is beyond" in _refused(capsys, "show", "eval_episodes=10001")
+
+
+def test_show_lists_a_large_grid_in_bounded_time_and_lines(capsys) -> None:
+    """The limit itself is planned and shown: the table lists the first runs and counts
+    the rest (listing 10^5 rows took minutes and gigabytes)."""
+    assert main(["show", "suite=smoke", "env=CartPole-v1", "seeds=100000"]) == 0
+    out = capsys.readouterr().out
+    assert "100000 runs" in out and "99,800 more runs not listed" in out
+    assert out.count("seed") < 400
 
 
 def test_more_threads_than_cores_needs_force(capsys, tmp_path: Path) -> None:
@@ -160,6 +171,56 @@ def test_compare_checks_output_and_reps_before_any_work(tmp_path: Path, capsys) 
     assert report.read_text() == "mine"
     assert "reps=1e12 is beyond" in _refused(capsys, "compare", "suite=tiny",
                                              f"out_dir={out}", "reps=1e12")
+
+
+def test_compare_names_what_the_store_lacks_and_refuses_a_bad_baselines_file(
+        tmp_path: Path, capsys) -> None:
+    """A known algorithm with no runs is not an unknown name ("did you mean dqn?"); a
+    baselines CSV that is not UTF-8 text is one line naming the file."""
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(TINY)
+    out = tmp_path / "out"
+    assert main(["run", f"suite={suite}", f"out_dir={out}"]) == 0
+    capsys.readouterr()
+    line = _refused(capsys, "compare", "suite=tiny", f"out_dir={out}", "algo=dqn")
+    assert "suite tiny has no dqn runs in sqlite:" in line and "(it has runs of ppo)" in line
+    assert "did you mean" not in line
+    assert "did you mean ppo?" in _refused(capsys, "compare", "suite=tiny", f"out_dir={out}",
+                                           "algo=ppp")
+    baselines = tmp_path / "baselines"
+    baselines.mkdir()
+    (baselines / "normalization.csv").write_bytes(b"env,random\n\xff\xfeCartPole,1\n")
+    line = _refused(capsys, "compare", "suite=tiny", f"out_dir={out}",
+                    f"baselines={baselines}")
+    assert "normalization.csv is not UTF-8 text (byte " in line
+
+
+@pytest.mark.parametrize(("uri", "message"), [
+    ("file:///tmp/mlruns", "is MLflow's file store, which this MLflow refuses"),
+    ("mlruns", "is MLflow's file store"),
+    ("bogus://x", "MLflow has no store for scheme 'bogus' (it takes databricks"),
+])
+def test_a_tracking_uri_mlflow_cannot_use_is_refused_before_anything(
+        tmp_path: Path, capsys, monkeypatch, uri: str, message: str) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    out = tmp_path / "never"
+    for words in (["run", f"out_dir={out}"], ["compare", "suite=smoke", f"out_dir={out}"],
+                  ["eval", "run=0123456789abcdef0123456789abcdef", f"out_dir={out}"]):
+        line = _refused(capsys, *words)
+        assert f"MLFLOW_TRACKING_URI={uri!r}" in line and message in line
+    assert not out.exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_paths_the_os_refuses_and_suites_nested_too_deep_are_one_line(
+        tmp_path: Path, capsys) -> None:
+    long = tmp_path / ("x" * 300)
+    for words in (["run", f"out_dir={long}"], ["show", f"suite={long}.yaml"],
+                  ["dataset", "info", f"{long}.hdf5"]):
+        line = _refused(capsys, *words)
+        assert "File name too long" in line or "cannot be looked up" in line
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("algos: " + "[" * 30_000 + "]" * 30_000 + "\n")
+    assert "nested too deeply" in _refused(capsys, "show", f"suite={deep}")
 
 
 def test_compare_escapes_html_that_another_tool_put_in_the_store(tmp_path: Path,

@@ -107,8 +107,9 @@ def test_online_runs_keep_their_identity_fields() -> None:
     (["suite=smoke", "algo=ppo", "dataset={file}"], "dataset= is not used by online"),
     (["suite=smoke", "algo=bc"], "bc learns from a dataset: give dataset="),
     (["suite=offline_smoke", "dataset={file}", "steps=0"], "steps must be an integer >= 1"),
-    (["suite=offline_smoke", "dataset={file}", "env=Pendulum-v1"],
-     "env= is not used by offline algorithms"),
+    (["suite=offline_smoke", "dataset={file}", "env=CartPole-v1"],
+     r"env=CartPole-v1: offline algorithms are evaluated in the env their dataset names "
+     r"\(Pendulum-v1\), and env= only vouches for one of those"),
     (["suite=offline_smoke", "dataset={missing}"], "does not exist"),
     (["suite=offline_smoke", "dataset={wide}"], r"observations have shape \(5,\), and "
                                                 r"Pendulum-v1's are \(3,\)"),

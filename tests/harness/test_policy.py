@@ -26,8 +26,12 @@ from rlbench.harness.algorithms import load_algorithm
 from rlbench.harness.policy import load_policy, play
 from rlbench.harness.tracking import tracking_uri
 
+PPO_PENDULUM = ("algo=ppo", "env=Pendulum-v1", "ppo.normalize_observation=true",
+                "ppo.use_sde=false", "ppo.num_envs=2", "ppo.rollout_steps=100", "ppo.epochs=2",
+                "ppo.minibatch_size=50")
 
-def _train(out: Path, *words: str) -> Path:
+
+def train_run(out: Path, *words: str) -> Path:
     """One finished run into ``out`` (a single evaluation, at the end); its run directory."""
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -40,9 +44,7 @@ def _train(out: Path, *words: str) -> Path:
 @pytest.fixture(scope="module")
 def ppo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """PPO on Pendulum with observation normalisation: it saves normalization.pt."""
-    return _train(tmp_path_factory.mktemp("ppo"), "algo=ppo", "env=Pendulum-v1",
-                  "ppo.normalize_observation=true", "ppo.use_sde=false", "ppo.num_envs=2",
-                  "ppo.rollout_steps=100", "ppo.epochs=2", "ppo.minibatch_size=50")
+    return train_run(tmp_path_factory.mktemp("ppo"), *PPO_PENDULUM)
 
 
 def _logged_return(run_dir: Path) -> float:
@@ -186,6 +188,9 @@ def test_eval_prints_the_runs_returns(ppo_run: Path, capsys: pytest.CaptureFixtu
     (["run=RUN", "episodes=many"], "episodes must be an integer, got 'many'"),
     (["run=RUN", "video=clip.avi"], "the file must end in .mp4 or .gif"),
     (["run=RUN", "video=nowhere/clip.mp4"], "its directory nowhere does not exist"),
+    (["run=RUN", "env="], "env= needs the run's env id"),
+    (["run=RUN", "env=CartPole-v1"], "but RUN was trained on Pendulum-v1: env= vouches for "
+                                     "the run's env, it picks no other"),
     (["run=RUN", "device=gpu"], "device must be cpu, cuda, cuda:N or mps"),
     (["run=RUN", "run=RUN"], "run is given twice"),
 ])
@@ -194,7 +199,7 @@ def test_eval_refuses_bad_words(ppo_run: Path, capsys: pytest.CaptureFixture,
     words = [word.replace("RUN", str(ppo_run)) for word in words]
     assert main(["eval", *words]) == 2
     captured = capsys.readouterr()
-    assert message in captured.err and captured.out == ""
+    assert message.replace("RUN", str(ppo_run)) in captured.err and captured.out == ""
     assert not list(Path.cwd().glob("*.mp4"))
 
 
@@ -235,8 +240,9 @@ def test_video_of_a_mujoco_env_renders_headless(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture) -> None:
     """MuJoCo renders with EGL (Mesa's software rasteriser on a machine with no GPU): an
     MP4 with one frame per step plus the reset, of the episode ``play`` plays first."""
-    run_dir = _train(tmp_path / "out", "algo=sac", "env=Hopper-v5", "sac.learning_starts=200",
-                     "sac.batch_size=32", "sac.hidden_sizes=[16,16]")
+    run_dir = train_run(tmp_path / "out", "algo=sac", "env=Hopper-v5",
+                        "sac.learning_starts=200", "sac.batch_size=32",
+                        "sac.hidden_sizes=[16,16]")
     video = tmp_path / "hopper.mp4"
     assert main(["eval", f"run={run_dir}", "episodes=1", f"video={video}"]) == 0
     out = capsys.readouterr().out
@@ -258,8 +264,9 @@ def test_video_of_a_mujoco_env_renders_headless(tmp_path: Path,
 @pytest.mark.slow  # a 1000-step episode, rendered in software
 def test_video_of_a_dm_control_task(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """dm_control frames come from ``physics.render`` at 480x640, one per control step."""
-    run_dir = _train(tmp_path / "out", "algo=td3", "env=dmc:cartpole-balance",
-                     "td3.learning_starts=200", "td3.batch_size=32", "td3.hidden_sizes=[16,16]")
+    run_dir = train_run(tmp_path / "out", "algo=td3", "env=dmc:cartpole-balance",
+                        "td3.learning_starts=200", "td3.batch_size=32",
+                        "td3.hidden_sizes=[16,16]")
     video = tmp_path / "cartpole.mp4"
     assert main(["eval", f"run={run_dir}", "episodes=1", f"video={video}"]) == 0
     out = capsys.readouterr().out
