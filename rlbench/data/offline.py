@@ -51,6 +51,7 @@ from rlbench.data.replay_buffer import ReplayBuffer
 from rlbench.data.storages import Storage, TensorStorage
 from rlbench.envs.registry import check_stored_env_id
 from rlbench.errors import ConfigError, one_line, quote
+from rlbench.untrusted_files import read_json
 
 __all__ = ["D4RL_ENVS", "D4RL_LOCOMOTION", "OfflineDataset", "d4rl_dir", "d4rl_file_name",
            "d4rl_path", "d4rl_url", "load_dataset", "minari_root", "read_d4rl", "read_minari"]
@@ -554,30 +555,11 @@ def read_minari(path: str | os.PathLike, *,
 
 def _minari_metadata(meta_path: Path) -> dict[str, Any]:
     """``metadata.json`` as a dict: bounded in size, UTF-8, JSON, an object."""
-    try:
-        with meta_path.open("rb") as handle:
-            raw = handle.read(_METADATA_LIMIT + 1)
-    except OSError as err:
-        raise ConfigError(f"{meta_path} cannot be read ({err.strerror or one_line(err)})"
-                          ) from err
-    if len(raw) > _METADATA_LIMIT:
-        raise ConfigError(f"{meta_path} is larger than {_METADATA_LIMIT >> 20} MiB: not "
-                          f"Minari metadata")
-    metadata = _json(meta_path, raw)
+    metadata = read_json(meta_path, _METADATA_LIMIT)
     if not isinstance(metadata, dict):
         raise ConfigError(f"{meta_path} holds a JSON {type(metadata).__name__}, not the object "
                           f"of Minari metadata")
     return metadata
-
-
-def _json(where: Path, raw: bytes | str) -> Any:
-    """JSON text from a file, any failure (bad UTF-8, bad syntax, nesting too deep for the
-    parser) one ``ConfigError`` naming ``where``."""
-    try:
-        return json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError
-        what = "nested too deeply" if isinstance(err, RecursionError) else one_line(err)
-        raise ConfigError(f"{where} is not readable JSON ({what})") from err
 
 
 def _json_field(meta_path: Path, metadata: Mapping[str, Any], key: str) -> Any:

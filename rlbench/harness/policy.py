@@ -41,6 +41,7 @@ from rlbench.envs.transforms import ObservationNorm, VecNorm
 from rlbench.errors import ConfigError, one_line, quote
 from rlbench.harness.algorithms import load_algorithm, resolve_algo_config
 from rlbench.modules.exploration import set_exploration_type
+from rlbench.untrusted_files import read_text
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -277,15 +278,7 @@ def _member(root: Path, name: str, source: str, *, directory: bool = False) -> P
 
 def _read_config(path: Path, where: str) -> Any:
     """The YAML document of ``path``, read as plain data (no tags that build objects)."""
-    with path.open("rb") as file:
-        data = file.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{where} is larger than {MAX_CONFIG_BYTES:,} bytes: not an rlbench "
-                          f"run config")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{where} is not UTF-8 text (byte {err.start} is not)") from None
+    text = read_text(path, MAX_CONFIG_BYTES, where)
     try:
         return yaml.safe_load(text)
     except RecursionError:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -20,32 +19,15 @@ import gymnasium as gym
 import numpy as np
 
 from rlbench.errors import ConfigError, quote
+from rlbench.untrusted_files import read_json, read_text
 
 __all__ = ["MAX_CURVE_BYTES", "MAX_FRAMES", "MAX_META_BYTES", "MAX_RUN_ENVS", "read_curve",
-           "read_text", "read_transitions"]
+           "read_transitions"]
 
 MAX_FRAMES = 10**12  # the largest frame count a run's curve.csv may name
 MAX_CURVE_BYTES = 16 << 20
 MAX_META_BYTES = 1 << 20
 MAX_RUN_ENVS = 1 << 16
-
-
-def read_text(path: Path, limit: int) -> str:
-    """The UTF-8 text of the regular file ``path``, refused past ``limit`` bytes (read no
-    further: a file may claim any size, or none)."""
-    if not path.is_file():
-        raise ConfigError(f"{path} is missing or not a regular file")
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(limit + 1)
-    except OSError as err:
-        raise ConfigError(f"{path} cannot be read ({err.strerror})") from err
-    if len(data) > limit:
-        raise ConfigError(f"{path} is larger than {limit:,} bytes: not one rlbench wrote")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start:,})") from err
 
 
 def read_curve(path: Path) -> list[tuple[int, float]]:
@@ -111,14 +93,7 @@ _MAX_DIM = 1 << 40
 
 def _read_json(path: Path) -> dict[str, Any]:
     """The JSON object in ``path`` (at most ``MAX_META_BYTES``)."""
-    text = read_text(path, MAX_META_BYTES)
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path} is not JSON ({err.msg} at line {err.lineno} column "
-                          f"{err.colno})") from err
-    except RecursionError as err:
-        raise ConfigError(f"{path} is not JSON rlbench reads (nested too deeply)") from err
+    value = read_json(path, MAX_META_BYTES)
     if not isinstance(value, dict):
         raise ConfigError(f"{path} holds {type(value).__name__}, not a JSON object")
     return value
