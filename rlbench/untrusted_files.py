@@ -29,9 +29,10 @@ def read_text(path: Path, limit: int, where: str | None = None) -> str:
         raise ConfigError(f"{where} is missing or not a regular file") from err
     except OSError as err:
         raise ConfigError(f"{where} cannot be read ({err.strerror or one_line(err)})") from err
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{where} is missing or not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(f"{where} is missing or not a regular file")
         try:
             data = handle.read(limit + 1)
         except OSError as err:

@@ -19,7 +19,6 @@ import os
 import pickle
 import re
 import tempfile
-import warnings
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -325,9 +324,7 @@ def _load_weights(path: Path, where: str) -> dict[str, torch.Tensor]:
     """A state dict of named tensors; anything else, tensors-only unpickling included, is
     refused without what torch would advise."""
     try:
-        with warnings.catch_warnings():  # e.g. an unusual pickle protocol: the error says it
-            warnings.simplefilter("ignore")
-            state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise ConfigError(f"{where} holds objects other than tensors, which rlbench does not "
                           f"load") from None
