@@ -14,9 +14,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from rlbench.errors import ConfigError, one_line
+from rlbench.errors import ConfigError, one_line, quote
 
-__all__ = ["read_json", "read_text"]
+__all__ = ["path_is", "read_json", "read_text"]
 
 
 def read_text(path: Path, limit: int, where: str | None = None) -> str:
@@ -58,3 +58,18 @@ def read_json(path: Path, limit: int, where: str | None = None) -> Any:
                           f"{err.colno})") from err
     except RecursionError as err:
         raise ConfigError(f"{where} is not JSON rlbench reads (nested too deeply)") from err
+
+
+def path_is(path: Path, kind: str) -> bool:
+    """Whether ``path`` is a file (``kind="file"``) or directory, following links; a path
+    the OS cannot look up (too long, a link loop, no permission) is a ``ConfigError``."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return False
+    except OSError as err:
+        raise ConfigError(f"path {quote(str(path))} cannot be looked up "
+                          f"({err.strerror or one_line(err)})") from err
+    return stat.S_ISREG(mode) if kind == "file" else stat.S_ISDIR(mode)

@@ -12,17 +12,20 @@ a set of arrays that could not be held in this machine's memory, before reading 
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
-from rlbench.errors import ConfigError, quote
+from rlbench.errors import ConfigError, one_line, quote
 
-__all__ = ["FLAG_KINDS", "NUMBER_KINDS", "check_fits_memory", "check_kind", "flags",
-           "in_memory_bytes", "small_value", "stored_array"]
+__all__ = ["FLAG_KINDS", "NUMBER_KINDS", "as_float32", "check_finite", "check_fits_memory",
+           "check_kind", "flags", "in_memory_bytes", "per_step", "read_float32", "small_value",
+           "stored_array", "unreadable_as_config_error"]
 
 NUMBER_KINDS = "fiu"  # floats, signed and unsigned integers
 FLAG_KINDS = "biuf"  # booleans, or numbers that are all 0 or 1
@@ -114,3 +117,44 @@ def small_value(item: h5py.Dataset | Any) -> Any:
     if isinstance(item, np.ndarray):
         return item.tolist() if item.size <= SMALL_VALUE_ELEMENTS else f"array{item.shape}"
     return item
+
+
+@contextlib.contextmanager
+def unreadable_as_config_error(path: Path) -> Iterator[None]:
+    """What h5py raises on a damaged file while reading (a bad chunk, an unknown filter, a
+    datatype numpy has no name for) as one ``ConfigError`` line naming the file."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (OSError, KeyError, TypeError, ValueError, RuntimeError, RecursionError) as err:
+        raise ConfigError(f"{path}: cannot be read ({type(err).__name__}: "
+                          f"{one_line(err)})") from err
+
+
+def check_finite(path: Path | str, key: str, values: np.ndarray) -> None:
+    """Refuse a NaN or an infinity among floats, naming its index."""
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        bad = np.argwhere(~np.isfinite(values))[0]
+        raise ConfigError(f"{path}: {key} holds {values[tuple(bad)]} at index "
+                          f"{tuple(int(i) for i in bad)}: datasets must be finite")
+
+
+def as_float32(values: np.ndarray) -> np.ndarray:
+    """Floats as float32 (rlbench's dtype for them); other dtypes as they are."""
+    return values.astype(np.float32, copy=False) if values.dtype.kind == "f" else values
+
+
+def read_float32(item: Any) -> np.ndarray:
+    """An HDF5 dataset read into memory, floats converted to float32 as they are read (a
+    float64 file never has a float64 copy in memory)."""
+    if item.dtype.kind == "f" and item.dtype != np.float32:
+        return item.astype(np.float32)[()]
+    return item[()]
+
+
+def per_step(path: Path | str, key: str, values: np.ndarray, n: int) -> np.ndarray:
+    """A per-step array of shape ``(n,)`` or ``(n, 1)`` as ``(n,)``."""
+    if values.shape not in ((n,), (n, 1)):
+        raise ConfigError(f"{path}: {key} has shape {values.shape}, expected ({n},) or ({n}, 1)")
+    return values.reshape(n)

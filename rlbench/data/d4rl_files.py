@@ -1,0 +1,232 @@
+"""D4RL's HDF5 format: flat per-step arrays (``observations``, ``actions``, ``rewards``,
+``terminals``, ``timeouts``, optional ``next_observations``) read as transitions.
+
+No transition is made across an episode boundary: where a file does not store the
+observation after the last step of an episode, that step is dropped when the episode was
+cut by a time limit (as ``d4rl.qlearning_dataset`` does), and kept with a zero next
+observation when it terminated (a terminated step never reads its next observation).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlbench.data.hdf5_arrays import (
+    FLAG_KINDS,
+    NUMBER_KINDS,
+    as_float32,
+    check_finite,
+    check_fits_memory,
+    check_kind,
+    flags,
+    per_step,
+    read_float32,
+    small_value,
+    stored_array,
+    unreadable_as_config_error,
+)
+from rlbench.data.offline_dataset import OfflineDataset, reference_scores, sha256_of
+from rlbench.envs.registry import check_stored_env_id
+from rlbench.errors import ConfigError, one_line
+
+__all__ = ["D4RL_ENVS", "read_d4rl"]
+
+# D4RL's gym-MuJoCo data came from mujoco-py v3 envs, which gymnasium 1.x cannot make: each
+# is evaluated in the gymnasium env of the same model, observations and actions. D4RL's ant
+# observations (111 numbers, contact forces included) match no gymnasium Ant default, so its
+# files load with no eval env.
+D4RL_ENVS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5"}
+_D4RL_KEYS = ("observations", "actions", "rewards", "terminals")
+_REF_SCORES = Path(__file__).resolve().parents[2] / "results" / "baselines" / "d4rl_ref_scores.csv"
+
+
+def _d4rl_name(path: Path) -> str:
+    """``hopper_medium_replay-v2.hdf5`` -> ``hopper-medium-replay-v2``."""
+    return path.stem.replace("_", "-")
+
+
+def _d4rl_refs(name: str) -> tuple[float | None, float | None, str | None]:
+    if not _REF_SCORES.is_file():
+        return None, None, None
+    with _REF_SCORES.open() as handle:
+        for row in csv.DictReader(handle):
+            if row["dataset"] == name:
+                return float(row["ref_min_score"]), float(row["ref_max_score"]), row["source"]
+    return None, None, None
+
+
+def read_d4rl(path: str | os.PathLike, *, name: str | None = None,
+              trusted_envs: Collection[str] = ()) -> OfflineDataset:
+    """A D4RL-format HDF5 file: ``observations``, ``actions``, ``rewards``, ``terminals``,
+    optional ``timeouts``, ``next_observations``, ``infos/*`` and ``metadata/*``.
+
+    The file is untrusted: links, foreign storage, dtypes and sizes are checked before its
+    arrays are read (``hdf5_arrays``), and an env id it names in ``module:EnvId`` form is
+    refused unless it is one of ``trusted_envs`` (see ``check_stored_env_id``).
+    """
+    import h5py
+
+    path = Path(path)
+    name = name or _d4rl_name(path)
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as err:
+        raise ConfigError(f"{path} is not a readable HDF5 file ({one_line(err)})") from err
+    with unreadable_as_config_error(path), handle:
+        arrays, metadata, attrs = _read_d4rl_arrays(path, handle)
+    obs, actions, next_obs = arrays["observations"], arrays["actions"], arrays["next_observations"]
+    if obs.ndim != 2 or actions.ndim not in (1, 2):
+        raise ConfigError(f"{path}: observations {obs.shape} must be (N, size) and actions "
+                          f"{actions.shape} (N, size), or (N,) for discrete actions")
+    if next_obs is not None and next_obs.shape != obs.shape:
+        raise ConfigError(f"{path}: next_observations has shape {next_obs.shape}, expected "
+                          f"{obs.shape} like observations")
+    for key in ("observations", "actions", "rewards", "next_observations"):
+        if arrays[key] is not None:
+            check_finite(path, key, arrays[key])
+    steps_in_file, timeouts_stored = len(obs), arrays["timeouts_stored"]
+    transitions = _d4rl_transitions(obs, actions, arrays["rewards"], arrays["terminals"],
+                                    arrays["timeouts"], next_obs)
+    default_env = D4RL_ENVS.get(name.split("-")[0])
+    stored_env = attrs.get("env_id", metadata.get("metadata/env_id"))
+    env_id = (default_env if stored_env is None else
+              check_stored_env_id(stored_env, str(path), trusted=trusted_envs))
+    if "ref_min_score" in attrs or "ref_max_score" in attrs:  # the file's own (rlbench's)
+        ref_min, ref_max = reference_scores(str(path), attrs.get("ref_min_score"),
+                                             attrs.get("ref_max_score"))
+        ref_source = "the file" if ref_min is not None else None
+    else:
+        ref_min, ref_max, ref_source = _d4rl_refs(name)
+    provenance = {
+        "source": str(path), "name": name, "format": "d4rl-hdf5", "sha256": sha256_of(path),
+        "steps_in_file": steps_in_file, "next_observations_stored": next_obs is not None,
+        "timeouts_stored": timeouts_stored, "env_id": env_id, "reference_scores": ref_source,
+        **({"attrs": attrs} if attrs else {}), **({"metadata": metadata} if metadata else {}),
+    }
+    if env_id == default_env and stored_env is None:
+        provenance["eval_env_note"] = (f"D4RL's data came from mujoco-py {name.split('-')[0]} "
+                                       f"v3 envs, which gymnasium 1.x cannot make; evaluated "
+                                       f"in {env_id}, the same model, observations and actions")
+    return OfflineDataset(transitions, env_id, ref_min, ref_max, provenance)
+
+
+def _read_d4rl_arrays(path: Path, handle: Any) -> tuple[dict[str, Any], dict[str, Any],
+                                                        dict[str, Any]]:
+    """The arrays of an open D4RL file, checked (see ``read_d4rl``), with its metadata and
+    attributes as small plain values."""
+    where = str(path)
+    items = {key: stored_array(where, handle, key) for key in _D4RL_KEYS}
+    for key in ("timeouts", "next_observations"):
+        if key in handle or handle.get(key, getlink=True) is not None:
+            items[key] = stored_array(where, handle, key)
+    for key, item in items.items():
+        check_kind(where, key, item, FLAG_KINDS if key in ("terminals", "timeouts")
+                   else NUMBER_KINDS)
+    n = items["observations"].shape[0]
+    for key, item in items.items():
+        if item.shape[0] != n:
+            raise ConfigError(f"{path}: {key} has {item.shape[0]} rows, observations has {n}: "
+                              f"every array needs one row per step")
+    check_fits_memory(where, items.values())
+    metadata = {key: small_value(handle[key]) for key in _walk(where, handle, "metadata")}
+    attrs = {key: small_value(handle.attrs[key]) for key in handle.attrs}
+    return {
+        "observations": read_float32(items["observations"]),
+        "actions": read_float32(items["actions"]),
+        "rewards": as_float32(per_step(path, "rewards", items["rewards"][()], n)),
+        "terminals": flags(where, "terminals", per_step(path, "terminals",
+                                                     items["terminals"][()], n)),
+        "timeouts": (flags(where, "timeouts", per_step(path, "timeouts", items["timeouts"][()], n))
+                     if "timeouts" in items else np.zeros(n, dtype=bool)),
+        "next_observations": (read_float32(items["next_observations"])
+                              if "next_observations" in items else None),
+        "timeouts_stored": "timeouts" in items,
+    }, metadata, attrs
+
+
+_WALK_LIMIT = 1000  # metadata entries listed at most; a file may declare millions
+
+
+def _walk(where: str, handle: Any, group: str) -> list[str]:
+    """The array paths under ``group`` reachable by the file's own hard links (none when it
+    is absent); soft and external links are refused, not followed."""
+    import h5py
+
+    if handle.get(group, getlink=True) is None:
+        return []
+    found: list[str] = []
+    pending = [group]
+    while pending:
+        current = pending.pop()
+        link = handle.get(current, getlink=True)
+        if not isinstance(link, h5py.HardLink):
+            raise ConfigError(f"{where}: {current} is a {type(link).__name__}: rlbench reads "
+                              f"only what the file itself stores")
+        item = handle[current]
+        if isinstance(item, h5py.Group):
+            pending.extend(f"{current}/{key}" for key in item)
+        elif isinstance(item, h5py.Dataset):
+            found.append(current)
+        if len(found) + len(pending) > _WALK_LIMIT:
+            raise ConfigError(f"{where}: {group}/ holds more than {_WALK_LIMIT} entries")
+    return sorted(found)
+
+
+def _compact(values: np.ndarray, keep: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """``values[keep]`` for ascending ``keep`` with ``keep[i] >= i``, written over the front
+    of ``values`` chunk by chunk (a chunk reads rows at or past the rows it writes), so that
+    no second copy of a large array is made; ``values`` itself when nothing is dropped."""
+    if len(keep) == len(values):
+        return values
+    for start in range(0, len(keep), chunk):
+        end = min(start + chunk, len(keep))
+        values[start:end] = values[keep[start:end]]
+    return values[:len(keep)]
+
+
+def _d4rl_transitions(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+                      terminals: np.ndarray, timeouts: np.ndarray,
+                      next_obs: np.ndarray | None) -> TensorDict:
+    """The file's arrays as transitions; ``obs`` and ``actions`` are reused in place."""
+    n = obs.shape[0]
+    ends = terminals | timeouts
+    episode = np.concatenate([[0], np.cumsum(ends[:-1])]) if n else np.zeros(0, np.int64)
+    if next_obs is not None:  # every step has its next observation: keep them all
+        keep = np.arange(n)
+        following = next_obs
+        truncated = timeouts.copy()
+        if n:
+            truncated[-1] |= not terminals[-1]  # the file cuts the last episode
+    else:  # the next observation is the next row, within an episode only
+        last = np.zeros(n, dtype=bool)
+        if n:
+            last[-1] = True
+        keep = np.flatnonzero(~((timeouts | last) & ~terminals))
+        following = np.zeros((len(keep), *obs.shape[1:]), dtype=obs.dtype)
+        for start in range(0, len(keep), 1 << 16):  # chunks: no full-size temporary
+            rows = keep[start:start + (1 << 16)]
+            inside = ~terminals[rows]
+            following[start:start + len(rows)][inside] = obs[rows[inside] + 1]
+        truncated = np.zeros(n, dtype=bool)
+    terminated = terminals[keep]
+    truncated = truncated[keep]
+    return TensorDict({
+        "observation": torch.from_numpy(_compact(obs, keep)),
+        "action": torch.from_numpy(_compact(actions, keep)),
+        "episode": torch.from_numpy(episode[keep].astype(np.int64)),
+        "next": {
+            "observation": torch.from_numpy(following),
+            "reward": torch.from_numpy(rewards[keep].reshape(-1, 1).copy()),
+            "terminated": torch.from_numpy(terminated.reshape(-1, 1).copy()),
+            "truncated": torch.from_numpy(truncated.reshape(-1, 1).copy()),
+            "done": torch.from_numpy((terminated | truncated).reshape(-1, 1)),
+        },
+    }, batch_size=[len(keep)])
