@@ -209,7 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         console = Console(width=160)
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
-        return 0 if args else 2
+        if args:
+            return 0
+        print(f"rlbench: error: give a command ({', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
     if args[0] == "--version":
         print(f"rlbench {rlbench.__version__}")
         return 0

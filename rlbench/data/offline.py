@@ -28,6 +28,7 @@ import torch
 from rlbench.data.d4rl_files import D4RL_ENVS, read_d4rl
 from rlbench.data.minari_files import read_minari
 from rlbench.data.offline_dataset import OfflineDataset
+from rlbench.envs.registry import make_to_inspect, probe_env
 from rlbench.errors import ConfigError, quote
 from rlbench.untrusted_files import path_is
 
@@ -105,11 +106,9 @@ def load_dataset(source: str | os.PathLike, *, download: bool = False,
 def _checked(dataset: OfflineDataset) -> OfflineDataset:
     """Refuse a dataset whose observation or action size differs from its eval env's (when it
     names one that can be made here)."""
-    from rlbench.envs import make, probe_env
-
     if dataset.env_id is None or probe_env(dataset.env_id).unavailable is not None:
         return dataset
-    env = make(dataset.env_id)
+    env = make_to_inspect(dataset.env_id)
     try:
         batch = len(env.batch_size)
         expected = {"observation": env.observation_spec["observation"].shape[batch:],

@@ -10,11 +10,13 @@ id is validated or built, or ids are listed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
+import sys
 import warnings
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +30,7 @@ from rlbench.errors import ConfigError, UnknownNameError, quote
 __all__ = [
     "EnvFamily",
     "EnvProbe",
+    "action_kind",
     "action_space_kind",
     "check_stored_env_id",
     "env_family",
@@ -36,6 +39,7 @@ __all__ = [
     "is_gymnasium",
     "list_envs",
     "make",
+    "make_to_inspect",
     "make_train_and_eval",
     "probe_env",
     "register_env_family",
@@ -218,21 +222,59 @@ def probe_env(env_id: str) -> EnvProbe:
     family = _family_of(env_id)
     if family is not None and family.action_space is not None:
         return EnvProbe(family.action_space, None)
-    with warnings.catch_warnings():
-        # the run itself warns about an old env version; the probe need not say it twice
-        warnings.filterwarnings("ignore", message=r".*is out of date",
-                                category=DeprecationWarning)
-        try:
-            env = make(env_id)
-        except Exception as err:
-            return EnvProbe(None, " ".join(f"{type(err).__name__}: {err}".split())[:300])
     try:
-        spec = env.action_spec
-        kind = ("discrete" if isinstance(spec, Categorical) else
-                "box" if isinstance(spec, Bounded) else type(spec).__name__.lower())
-        return EnvProbe(kind, None)
+        env = make_to_inspect(env_id)
+    except Exception as err:
+        return EnvProbe(None, " ".join(f"{type(err).__name__}: {err}".split())[:300])
+    try:
+        return EnvProbe(action_kind(env), None)
     finally:
         env.close()
+
+
+def make_to_inspect(env_id: str) -> EnvBase:
+    """One env of ``env_id``, made to read its specs (the caller closes it). Gymnasium's
+    notice that an id is out of date, and MuJoCo's that a model's XML uses a deprecated
+    attribute (gymnasium's HalfCheetah and Walker2d say ``settotalmass``), are left to the
+    run that steps the env, which gives them once, instead of at every check."""
+    with warnings.catch_warnings(), _mujoco_compiler_notices_dropped(env_id):
+        warnings.filterwarnings("ignore", message=r".*is out of date",
+                                category=DeprecationWarning)
+        return make(env_id)
+
+
+@contextlib.contextmanager
+def _mujoco_compiler_notices_dropped(env_id: str) -> Iterator[None]:
+    """MuJoCo's warnings that start ``compiler attribute`` dropped while a gymnasium MuJoCo
+    env is made; any other MuJoCo warning goes where it went before."""
+    if not is_gymnasium(env_id) or env_family(env_id) != "mujoco":
+        yield
+        return
+    import mujoco
+
+    previous = mujoco.get_mju_user_warning()
+
+    def forward(message: str) -> None:
+        if message.startswith("compiler attribute"):
+            return
+        if previous is not None:
+            previous(message)
+        else:  # what MuJoCo prints without a callback
+            print(f"WARNING: {message}", file=sys.stderr)
+
+    mujoco.set_mju_user_warning(forward)
+    try:
+        yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
+
+
+def action_kind(env: EnvBase) -> str:
+    """The kind of ``env``'s action space as recipes name them: ``"discrete"``, ``"box"``,
+    or the spec's class name in lower case."""
+    spec = env.action_spec
+    return ("discrete" if isinstance(spec, Categorical) else
+            "box" if isinstance(spec, Bounded) else type(spec).__name__.lower())
 
 
 def action_space_kind(env_id: str) -> str:

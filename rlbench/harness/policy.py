@@ -36,6 +36,7 @@ from torch import nn
 
 from rlbench.collectors import evaluate
 from rlbench.envs import EnvBase, TransformedEnv, check_stored_env_id, make
+from rlbench.envs.registry import action_kind
 from rlbench.envs.transforms import ObservationNorm, VecNorm
 from rlbench.errors import ConfigError, one_line, quote
 from rlbench.harness.algorithms import load_algorithm, resolve_algo_config
@@ -377,6 +378,7 @@ def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
     recipe = load_algorithm(config["algo"])
     cfg = recipe.Config(**files.params)
     env = _make_env(config["env"], files.source)
+    _check_action_space(recipe, config, env, files.source)
     try:
         normalization = _normalization(recipe, cfg, env, files)
         actor = recipe.make_policy(env if normalization is None else TransformedEnv(
@@ -386,6 +388,18 @@ def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
     _load_strict(actor, files.policy, f"{files.source}: policy.pt")
     policy = Policy(actor, normalization, config, files.source)
     return policy.to(device).eval()
+
+
+def _check_action_space(recipe: Any, config: dict[str, Any], env: EnvBase, source: str
+                        ) -> None:
+    """A config pairing a recipe with an env whose actions it does not take (a hand-edited
+    file) is refused before the recipe builds anything on it."""
+    kind = action_kind(env)
+    if kind not in recipe.ACTION_SPACES:
+        env.close()
+        raise ConfigError(f"{source}: config.yaml pairs {config['algo']}, which takes "
+                          f"{' or '.join(recipe.ACTION_SPACES)} actions, with {config['env']}, "
+                          f"whose actions are {kind}")
 
 
 def _make_env(env_id: str, source: str) -> EnvBase:

@@ -388,3 +388,15 @@ def test_a_link_loop_and_a_path_too_long_are_one_line(tmp_path: Path,
                       f"out_dir={tmp_path / 'runs'}"]):
             refused(args, capsys, "cannot be (looked up|resolved)|does not exist")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "CartPole-v0"])
+def test_checking_a_dataset_against_its_env_adds_no_library_notice(
+        tmp_path: Path, capfd: pytest.CaptureFixture, env_id: str) -> None:
+    """Making the eval env to check sizes is not a run: MuJoCo's XML notice (printed by its
+    C library) and gymnasium's out-of-date notice are left to the run, so a refusal stays
+    one line."""
+    path = write_d4rl(tmp_path / "other.hdf5", env_id=env_id)
+    assert main(["dataset", "info", str(path)]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "observations have shape (3,)" in err, err
