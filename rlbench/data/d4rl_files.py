@@ -141,7 +141,8 @@ def _read_d4rl_arrays(path: Path, handle: Any) -> tuple[dict[str, Any], dict[str
     return {
         "observations": read_float32(items["observations"]),
         "actions": read_float32(items["actions"]),
-        "rewards": as_float32(per_step(path, "rewards", items["rewards"][()], n)),
+        "rewards": as_float32(_finite(path, "rewards", per_step(path, "rewards",
+                                                                items["rewards"][()], n))),
         "terminals": flags(where, "terminals", per_step(path, "terminals",
                                                      items["terminals"][()], n)),
         "timeouts": (flags(where, "timeouts", per_step(path, "timeouts", items["timeouts"][()], n))
@@ -150,6 +151,11 @@ def _read_d4rl_arrays(path: Path, handle: Any) -> tuple[dict[str, Any], dict[str
                               if "next_observations" in items else None),
         "timeouts_stored": "timeouts" in items,
     }, metadata, attrs
+
+
+def _finite(path: Path, key: str, values: np.ndarray) -> np.ndarray:
+    check_finite(path, key, values)
+    return values
 
 
 _WALK_LIMIT = 1000  # metadata entries listed at most; a file may declare millions

@@ -132,12 +132,21 @@ def unreadable_as_config_error(path: Path) -> Iterator[None]:
                           f"{one_line(err)})") from err
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def check_finite(path: Path | str, key: str, values: np.ndarray) -> None:
-    """Refuse a NaN or an infinity among floats, naming its index."""
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
-        bad = np.argwhere(~np.isfinite(values))[0]
-        raise ConfigError(f"{path}: {key} holds {values[tuple(bad)]} at index "
-                          f"{tuple(int(i) for i in bad)}: datasets must be finite")
+    """Refuse, naming its index, a NaN, an infinity, or a number too large for float32
+    (rlbench keeps floats as float32: 1e300 would become an infinity)."""
+    if values.dtype.kind != "f":
+        return
+    bad = ~np.isfinite(values)
+    if values.dtype.itemsize > 4:
+        bad |= np.abs(np.where(bad, 0, values)) > _FLOAT32_MAX
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ConfigError(f"{path}: {key} holds {values[index]} at index {index}: datasets "
+                          f"must be finite and within float32's range")
 
 
 def as_float32(values: np.ndarray) -> np.ndarray:
