@@ -216,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[0] == "--version":
         print(f"rlbench {rlbench.__version__}")
         return 0
+    bad = next((word for word in args if "\x00" in word), None)
+    if bad is not None:  # no path or name holds one; the OS refuses it in paths
+        print(f"rlbench: error: the word {quote(bad)} holds a NUL character", file=sys.stderr)
+        return 2
     command, rest = args[0], args[1:]
     if command in HELP and any(word in ("-h", "--help") for word in rest):
         print(HELP[command], end="")

@@ -69,7 +69,7 @@ def path_is(path: Path, kind: str) -> bool:
         return False
     except NotADirectoryError:
         return False
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: a NUL character in the path
         raise ConfigError(f"path {quote(str(path))} cannot be looked up "
-                          f"({err.strerror or one_line(err)})") from err
+                          f"({getattr(err, 'strerror', None) or one_line(err)})") from err
     return stat.S_ISREG(mode) if kind == "file" else stat.S_ISDIR(mode)

@@ -211,6 +211,13 @@ def test_a_tracking_uri_mlflow_cannot_use_is_refused_before_anything(
     assert not out.exists() and not (tmp_path / "mlruns").exists()
 
 
+def test_a_word_holding_a_nul_character_is_one_line(capsys) -> None:
+    """Found by the property tests: a NUL in a path made the OS call raise ValueError."""
+    for words in (["dataset", "info", "\x00"], ["eval", "run=x", "video=\x00.mp4"],
+                  ["show", "out_dir=a\x00b"]):
+        assert "holds a NUL character" in _refused(capsys, *words)
+
+
 def test_paths_the_os_refuses_and_suites_nested_too_deep_are_one_line(
         tmp_path: Path, capsys) -> None:
     long = tmp_path / ("x" * 300)
