@@ -68,7 +68,7 @@ def reference_scores(where: str, ref_min: Any, ref_max: Any) -> tuple[float | No
     datasets once did) has no normalized score: ``(None, None)``."""
     for name, value in (("ref_min_score", ref_min), ("ref_max_score", ref_max)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or not math.isfinite(value)):
+                                  or not _finite_float(value)):
             raise ConfigError(f"{where}: {name} {quote(value)} is not a finite number")
     if ref_min is None or ref_max is None:
         return None, None
@@ -76,6 +76,15 @@ def reference_scores(where: str, ref_min: Any, ref_max: Any) -> tuple[float | No
         raise ConfigError(f"{where}: ref_min_score and ref_max_score are both {ref_min}: a "
                           f"normalized score needs them apart")
     return float(ref_min), float(ref_max)
+
+
+def _finite_float(value: int | float) -> bool:
+    """Whether ``value`` is a finite float or an integer a float can hold (JSON integers
+    have no size limit)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def sha256_of(path: Path) -> str:

@@ -19,6 +19,7 @@ import os
 import pickle
 import re
 import tempfile
+import warnings
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -325,7 +326,12 @@ def _load_weights(path: Path, where: str) -> dict[str, torch.Tensor]:
     """A state dict of named tensors; anything else, tensors-only unpickling included, is
     refused without what torch would advise."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # torch asks the reader of an old pickle protocol to file an issue with torch:
+            # not advice for rlbench's users; the file is read or refused all the same
+            warnings.filterwarnings("ignore", message="Detected pickle protocol",
+                                    category=UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise ConfigError(f"{where} holds objects other than tensors, which rlbench does not "
                           f"load") from None

@@ -314,6 +314,15 @@ def test_reference_scores_must_be_two_distinct_numbers(tmp_path: Path, attrs: di
             **attrs}))
 
 
+def test_a_reference_score_no_float_holds_is_refused(tmp_path: Path) -> None:
+    """JSON integers have no size limit (found by the property tests: an OverflowError)."""
+    path = write_minari(tmp_path / "huge", metadata={
+        "minari_version": "0.5.4", "env_spec": json.dumps({"id": "Pendulum-v1"}),
+        "ref_min_score": 10**400, "ref_max_score": 0})
+    with pytest.raises(ConfigError, match=r"ref_min_score 1000.* is not a finite number"):
+        load_dataset(path)
+
+
 def test_a_lone_reference_score_gives_no_normalized_score(tmp_path: Path) -> None:
     dataset = load_dataset(write_d4rl(tmp_path / "lone.hdf5", env_id="Pendulum-v1",
                                       ref_min_score=-1200.0))
