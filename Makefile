@@ -29,5 +29,9 @@ bench: $(STAMP)  ## throughput benchmarks, saved under results/benchmarks/, then
 		--benchmark-save=$(BENCH_NAME) $(ARGS)
 	$(BIN)/python ci/bench_report.py
 
+.PHONY: nightly
+nightly: $(STAMP)  ## the property tests of hostile inputs at 10,000 examples per target
+	HYPOTHESIS_PROFILE=nightly $(BIN)/python -m pytest -m "not bench" tests/properties $(ARGS)
+
 clean:
 	rm -rf $(VENV) rlbench_runs .pytest_cache .ruff_cache
