@@ -134,7 +134,7 @@ def _resolved(source: str) -> str:
     OS refuses is a ``ConfigError``."""
     try:
         return str(Path(source).resolve())
-    except (OSError, RuntimeError) as err:  # RuntimeError: a link loop, before Python 3.13
+    except (OSError, RuntimeError, ValueError) as err:  # a link loop (3.11), a NUL character
         raise ConfigError(f"dataset {quote(source)} cannot be resolved "
                           f"({getattr(err, 'strerror', None) or one_line(err)})") from err
 
@@ -155,7 +155,7 @@ def _file_key(source: str) -> tuple[str, float, int] | None:
                          if p.is_file()), path)
         stat = path.stat()
         return str(path.resolve()), stat.st_mtime, stat.st_size
-    except (OSError, RuntimeError):  # load_dataset says what is wrong with the path
+    except (OSError, RuntimeError, ValueError):  # load_dataset says what is wrong with it
         return None
 
 

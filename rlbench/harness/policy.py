@@ -37,7 +37,7 @@ from torch import nn
 
 from rlbench.collectors import evaluate
 from rlbench.envs import EnvBase, TransformedEnv, check_stored_env_id, make
-from rlbench.envs.registry import action_kind
+from rlbench.envs.registry import action_kind, make_to_inspect
 from rlbench.envs.transforms import ObservationNorm, VecNorm
 from rlbench.errors import ConfigError, one_line, quote
 from rlbench.harness.algorithms import load_algorithm, resolve_algo_config
@@ -412,7 +412,7 @@ def _make_env(env_id: str, source: str) -> EnvBase:
     """One env of the run's id (checked by ``check_stored_env_id``); one that is unknown or
     cannot be made here is a ``ConfigError`` naming the run."""
     try:
-        return make(env_id, num_envs=1)
+        return make_to_inspect(env_id)  # built to size the policy, never stepped
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
     except Exception as err:  # a missing dependency, an env that fails to build
