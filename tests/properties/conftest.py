@@ -50,10 +50,27 @@ ATTACKER = "rlbench_property_attacker"  # a module of the tests' own on sys.path
 
 
 @pytest.fixture(scope="session")
-def attacker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attacker]:
+def temp_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The property tests' own temporary tree, watched for changes by every example: the
+    examples' directories (each example's working directory), the attacker's module, the
+    datasets and the finished run's store. It holds nothing of the other tests, whose
+    stores and datasets would make hashing the tree before and after each example cost
+    seconds in a full session."""
+    return tmp_path_factory.mktemp("properties")
+
+
+def _home(root: Path, name: str) -> Path:
+    """A new directory ``name`` under the property tests' tree."""
+    path = root / name
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(scope="session")
+def attacker(temp_root: Path) -> Iterator[Attacker]:
     """The attacker's module, importable for the whole session (checked: a refusal must
     not be vacuous because the module could not have been found anyway)."""
-    home = tmp_path_factory.mktemp("attacker")
+    home = _home(temp_root, "attacker")
     marker = home / "imported.marker"
     (home / f"{ATTACKER}.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\n")
@@ -66,24 +83,16 @@ def attacker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attacker]:
 
 
 @pytest.fixture(scope="session")
-def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def scratch(temp_root: Path) -> Path:
     """Where each example gets its own directory (``contract.example_dir``)."""
-    return tmp_path_factory.mktemp("examples")
+    return _home(temp_root, "examples")
 
 
 @pytest.fixture(scope="session")
-def temp_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's whole temporary tree, watched for changes by every example: the
-    examples' directories, the tests' working directories, the attacker's module, the
-    datasets and the finished run's store."""
-    return tmp_path_factory.getbasetemp()
-
-
-@pytest.fixture(scope="session")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
+def finished_run(temp_root: Path) -> FinishedRun:
     """One short PPO run on Pendulum with observation normalisation (so it saves
     normalization.pt), as tests/harness/test_policy.py makes it: a single evaluation."""
-    home = tmp_path_factory.mktemp("finished")
+    home = _home(temp_root, "finished")
     out_dir = home / "store"
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -101,10 +110,10 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
 
 
 @pytest.fixture(scope="session")
-def datasets(tmp_path_factory: pytest.TempPathFactory, attacker: Attacker) -> Datasets:
+def datasets(temp_root: Path, attacker: Attacker) -> Datasets:
     """A valid D4RL file and Minari dataset for Pendulum-v1 where ``d4rl:`` and
     ``minari:`` names look, and a D4RL file naming the attacker's module as its env."""
-    home = tmp_path_factory.mktemp("datasets")
+    home = _home(temp_root, "datasets")
     d4rl_dir, minari_root = home / "d4rl", home / "minari"
     d4rl_dir.mkdir()
     return Datasets(
