@@ -6,10 +6,11 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from rlbench.harness.policy import Policy
+from rlbench.version import __version__
 
-__version__ = "0.2.0"
+if TYPE_CHECKING:
+    from rlbench.harness.policy.load import Policy
+
 __all__ = ["__version__", "load_policy"]
 
 
@@ -17,7 +18,7 @@ def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
                 tracking_uri: str | None = None, device: str = "cpu",
                 snapshot: int | None = None, trusted_envs: Collection[str] = ()) -> Policy:
     """The deterministic policy of a finished run, normalisation included: a module that
-    maps raw observations to actions (``rlbench.harness.policy.load_policy``).
+    maps raw observations to actions (``rlbench.harness.policy.load.load_policy``).
 
     ``run`` is a run directory or an MLflow run id in the store of ``out_dir`` (default
     ``rlbench_runs``) or at ``tracking_uri``; ``snapshot`` picks the policy the run kept at
@@ -26,7 +27,8 @@ def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
     names that id: the stored run is untrusted input. Imported on first call, so that ``import
     rlbench.envs`` and the rest of the RL stack never load the harness.
     """
-    from rlbench.harness.policy import load_policy as load
+    # deferred: the RL stack never loads the harness (see the docstring)
+    from rlbench.harness.policy.load import load_policy as load
 
     return load(run, out_dir=out_dir, tracking_uri=tracking_uri, device=device,
                 snapshot=snapshot, trusted_envs=trusted_envs)

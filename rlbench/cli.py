@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-import rlbench
 from rlbench.errors import ConfigError, UnknownNameError, one_line, quote
+from rlbench.version import __version__
 
 USAGE = """\
 usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
@@ -148,7 +148,8 @@ def _grid_table(sweep) -> Table:
 def _print_hyperparameters(sweep, console: Console) -> None:
     """With one algorithm in the grid: its resolved hyperparameters per env, each with the
     layer it came from and its help."""
-    from rlbench.harness.algorithms import algorithm_fields
+    # deferred: a command's modules (torch, MLflow) load only when it runs
+    from rlbench.harness.plan.algorithms import algorithm_fields
     from rlbench.recipe import help_of
 
     algos = sorted({run.algo for run in sweep.runs})
@@ -175,23 +176,27 @@ def _list(what: Sequence[str], console: Console) -> int:
     if what[0] not in LISTABLE:
         raise UnknownNameError("list target", what[0], LISTABLE)
     if what[0] == "suites":
-        from rlbench.harness.suites import list_suites, load_suite
+        # deferred: a command's modules (torch, MLflow) load only when it runs
+        from rlbench.harness.plan.suites import list_suites, load_suite
 
         for name in list_suites():
             console.print(f"{name:12} {load_suite(name).description}", highlight=False,
                           markup=False)
     elif what[0] == "algorithms":
-        from rlbench.harness.algorithms import list_algorithms, load_algorithm
+        # deferred: a command's modules (torch, MLflow) load only when it runs
+        from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm
 
         for name in list_algorithms():
             recipe = load_algorithm(name)
             console.print(f"{name:8} {recipe.KIND:8} {', '.join(recipe.ACTION_SPACES)} actions",
                           highlight=False)
     elif what[0] == "datasets":
-        from rlbench.harness.datasets import print_datasets
+        # deferred: a command's modules (torch, MLflow) load only when it runs
+        from rlbench.harness.datasets.info import print_datasets
 
         print_datasets(console)
     else:
+        # deferred: a command's modules (torch, MLflow) load only when it runs
         from rlbench.envs import list_envs, probe_env
 
         for env_id in list_envs():
@@ -214,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlbench: error: give a command ({', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     if args[0] == "--version":
-        print(f"rlbench {rlbench.__version__}")
+        print(f"rlbench {__version__}")
         return 0
     bad = next((word for word in args if "\x00" in word), None)
     if bad is not None:  # no path or name holds one; the OS refuses it in paths
@@ -230,18 +235,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "list":
             return _list(rest, console)
         if command == "compare":
-            from rlbench.harness.report import run_compare
+            # deferred: a command's modules (torch, MLflow) load only when it runs
+            from rlbench.harness.analysis.compare import run_compare
 
             return run_compare(rest, console)
         if command == "eval":
-            from rlbench.harness.playback import run_eval
+            # deferred: a command's modules (torch, MLflow) load only when it runs
+            from rlbench.harness.policy.eval import run_eval
 
             return run_eval(rest, console)
         if command == "dataset":
-            from rlbench.harness.datasets import run_dataset
+            # deferred: a command's modules (torch, MLflow) load only when it runs
+            from rlbench.harness.datasets.info import run_dataset
 
             return run_dataset(rest, console)
-        from rlbench.harness.config import check_devices_here, resolve_sweep
+        # deferred: a command's modules (torch, MLflow) load only when it runs
+        from rlbench.harness.plan.config import check_devices_here, resolve_sweep
 
         sweep = resolve_sweep(rest)
         if sweep.launcher == "local":  # Ray workers may have devices and cores this lacks
@@ -253,12 +262,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_hyperparameters(sweep, console)
             return 0
         if sweep.to_make:  # rlbench's own small datasets, made on first use
-            from rlbench.harness.dataset_plan import make_family
+            from rlbench.harness.datasets.families import make_family
 
             for family in sweep.to_make:
                 make_family(family, lambda line: console.print(Text(line)))
             sweep = resolve_sweep(rest)
-        from rlbench.harness.sweep import run_sweep
+        # deferred: a command's modules (torch, MLflow) load only when it runs
+        from rlbench.harness.run.sweep import run_sweep
 
         result = run_sweep(sweep, console)  # an unreachable tracking server or Ray cluster
     except ConfigError as err:               # raises before any run starts
@@ -270,7 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlbench: error: {quote(str(err.filename))}: {err.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
-        from rlbench.harness.sweep import Terminated
+        # deferred: a command's modules (torch, MLflow) load only when it runs
+        from rlbench.harness.run.sweep import Terminated
 
         what = "terminated" if isinstance(stop, Terminated) else "interrupted"
         if command == "run":

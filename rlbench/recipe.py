@@ -42,6 +42,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from rlbench.envs.transforms import VecNorm
 from rlbench.errors import quote
 
 __all__ = ["FrameSchedule", "MetricMean", "RunLogger", "RunLoop", "RunSpec", "Seeds",
@@ -310,8 +311,6 @@ class RunLoop:
 
 def _rewrites_transitions(normalization: nn.Module | None) -> bool:
     """Whether a normalisation transform rewrites observations or rewards in the batches."""
-    from rlbench.envs.transforms import VecNorm
-
     if normalization is None:
         return False
     return any(isinstance(module, VecNorm) and (module.keys or module.normalize_reward)

@@ -1,1 +1,1 @@
-"""Benchmark suites, one YAML file each; see rlbench.harness.suites for the schema."""
+"""Benchmark suites, one YAML file each; see rlbench.harness.plan.suites for the schema."""

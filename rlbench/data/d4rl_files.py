@@ -15,6 +15,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import torch
 from tensordict import TensorDict
@@ -72,8 +73,6 @@ def read_d4rl(path: str | os.PathLike, *, name: str | None = None,
     arrays are read (``hdf5_arrays``), and an env id it names in ``module:EnvId`` form is
     refused unless it is one of ``trusted_envs`` (see ``check_stored_env_id``).
     """
-    import h5py
-
     path = Path(path)
     name = name or _d4rl_name(path)
     try:
@@ -164,8 +163,6 @@ _WALK_LIMIT = 1000  # metadata entries listed at most; a file may declare millio
 def _walk(where: str, handle: Any, group: str) -> list[str]:
     """The array paths under ``group`` reachable by the file's own hard links (none when it
     is absent); soft and external links are refused, not followed."""
-    import h5py
-
     if handle.get(group, getlink=True) is None:
         return []
     found: list[str] = []

@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import torch
 from tensordict import TensorDict
@@ -52,8 +53,6 @@ def read_minari(path: str | os.PathLike, *,
     ``check_stored_env_id`` (only its ``id`` is read from ``env_spec``: the spec's entry
     point and kwargs are never used).
     """
-    import h5py
-
     path = Path(path)
     data = path / "data" if path_is(path / "data" / "metadata.json", "file") else path
     meta_path, main = data / "metadata.json", data / "main_data.hdf5"
@@ -130,8 +129,6 @@ def _check_minari_version(meta_path: Path, version: Any) -> None:
 def _minari_groups(main: Path, handle: Any) -> dict[str, Any]:
     """The file's episode groups in episode order, each checked to be a group stored in
     the file and named ``episode_<number>``."""
-    import h5py
-
     numbered = []
     for name in handle:
         if not name.startswith("episode_"):
@@ -153,8 +150,6 @@ _EPISODE_KEYS = ("observations", "actions", "rewards", "terminations", "truncati
 def _arrays_of(group: Any, keys: Sequence[str] | None = None) -> list[Any]:
     """The arrays reading an episode group loads (``_EPISODE_KEYS``, nested groups walked),
     each checked by ``stored_array``: their sizes are known before any is read."""
-    import h5py
-
     where = f"{group.file.filename}: {group.name.lstrip('/')}"
     found = []
     for key in keys or list(group):
@@ -206,8 +201,6 @@ def _minari_episode(main: Path, name: str, group: Any, number: int) -> TensorDic
 def _nested(parent: Any, where: str, key: str, length: int) -> torch.Tensor | TensorDict:
     """``parent[key]``: an array as a tensor, or a group (a Dict or Tuple space) as a
     TensorDict of them; links out of the file are refused (``stored_array``)."""
-    import h5py
-
     link = parent.get(key, getlink=True)
     if isinstance(link, h5py.HardLink) and isinstance(parent[key], h5py.Group):
         group = parent[key]

@@ -150,6 +150,7 @@ def _fetch_minari(dataset_id: str, path: Path, download: bool) -> None:
         raise ConfigError(f"minari:{dataset_id}: no dataset at {path} (set MINARI_DATASETS_PATH, "
                           f"or pass download=True, or run `minari download {dataset_id}`)")
     try:
+        # deferred: minari is the optional `minari` extra
         import minari
     except ImportError as err:
         raise ConfigError("downloading Minari datasets needs minari: pip install "

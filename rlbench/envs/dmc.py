@@ -51,7 +51,7 @@ _MODEL_FROM_SEED = frozenset({"lqr"})
 def import_suite() -> ModuleType:
     """``dm_control.suite``, or a ``ConfigError`` saying how to install or configure it."""
     default_render_backends()
-    try:
+    try:  # deferred: dm_control is the optional `dmc` extra, slow to import
         from dm_control import suite
     except ModuleNotFoundError as exc:
         raise ConfigError(
@@ -247,6 +247,7 @@ class DMControlEnv(EnvBase):
         try:
             return env.physics.render(height, width, camera_id=self.camera_id)
         except Exception as exc:
+            # deferred: dm_control is the optional `dmc` extra, slow to import
             from dm_control import _render
 
             raise RuntimeError(

@@ -23,7 +23,10 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 
+from rlbench.envs.batched import ParallelEnv
 from rlbench.envs.common import EnvBase
+from rlbench.envs.dmc import DMControlEnv, dmc_tasks
+from rlbench.envs.gym import GymEnv
 from rlbench.envs.specs import Bounded, Categorical
 from rlbench.errors import ConfigError, UnknownNameError, quote
 
@@ -94,14 +97,10 @@ def _family_of(env_id: str) -> EnvFamily | None:
 
 
 def _dmc_ids() -> Iterable[str]:
-    from rlbench.envs.dmc import dmc_tasks
-
     return dmc_tasks().keys()
 
 
 def _make_dmc(env_id: str, **kwargs: Any) -> EnvBase:
-    from rlbench.envs.dmc import DMControlEnv, dmc_tasks
-
     domain, task = dmc_tasks()[env_id]
     return DMControlEnv(domain, task, **kwargs)
 
@@ -250,6 +249,7 @@ def _mujoco_compiler_notices_dropped(env_id: str) -> Iterator[None]:
     if not is_gymnasium(env_id) or env_family(env_id) != "mujoco":
         yield
         return
+    # deferred: MuJoCo loads only for a MuJoCo env
     import mujoco
 
     previous = mujoco.get_mju_user_warning()
@@ -350,8 +350,6 @@ def make(
     """
     validate_env_id(env_id)
     if vectorization == "async":
-        from rlbench.envs.batched import ParallelEnv
-
         workers = num_workers or min(num_envs, os.cpu_count() or 1)
         if num_envs % workers:
             raise ValueError(f"num_envs ({num_envs}) must be a multiple of num_workers "
@@ -363,8 +361,6 @@ def make(
     family = _family_of(env_id)
     if family is not None:
         return family.make(env_id, num_envs=num_envs, seed=seed, device=device, **kwargs)
-    from rlbench.envs.gym import GymEnv
-
     return GymEnv(env_id, num_envs=num_envs, seed=seed, device=device, **kwargs)
 
 

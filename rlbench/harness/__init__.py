@@ -1,5 +1,11 @@
-"""The harness: suites, config, seeding, tracking, sweeps and the tables they produce.
+"""The harness, by job, each package importing only those before it:
 
-Submodules are imported where used: ``rlbench.harness.config``, ``.suites``, ``.seeding``,
-``.tracking``, ``.runner``, ``.sweep``, ``.table``, ``.progress``.
+- ``plan``: words, suites, algorithms, seeding, resolved configs, dataset planning;
+- ``store``: the embedded SQLite store, MLflow tracking, stored runs' files, results;
+- ``run``: one run, the launchers, the sweep, run locks, resume, progress, summary;
+- ``analysis``: statistics, comparisons, baselines, reports, plots (``rlbench compare``);
+- ``policy``: loading, playing and filming a stored policy (``rlbench eval``);
+- ``datasets``: ``rlbench dataset info|make`` and the families made on first use.
+
+``render`` (text tables in every format) serves both a sweep's summary and the reports.
 """

@@ -1,6 +1,8 @@
 """Loss modules: each reads named keys and returns a TensorDict of named scalars."""
 
 from rlbench.objectives.a2c import A2CLoss
+from rlbench.objectives.awac import AWACLoss
+from rlbench.objectives.bc import BCLoss
 from rlbench.objectives.common import (
     NonFiniteLossError,
     backward_and_step,
@@ -9,20 +11,16 @@ from rlbench.objectives.common import (
     frozen,
     total_loss,
 )
+from rlbench.objectives.cql import CQLLoss
 from rlbench.objectives.ddpg import DDPGLoss, TD3Loss
 from rlbench.objectives.dqn import DQNLoss
-from rlbench.objectives.offline import (
-    AWACLoss,
-    BCLoss,
-    CQLLoss,
-    EDACLoss,
-    IQLLoss,
-    ReBRACLoss,
-    TD3BCLoss,
-)
+from rlbench.objectives.edac import EDACLoss
+from rlbench.objectives.iql import IQLLoss
 from rlbench.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
+from rlbench.objectives.rebrac import ReBRACLoss
 from rlbench.objectives.sac import DiscreteSACLoss, SACLoss
 from rlbench.objectives.targets import HardUpdate, SoftUpdate, make_target
+from rlbench.objectives.td3_bc import TD3BCLoss
 
 __all__ = [
     "A2CLoss",

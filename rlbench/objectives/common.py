@@ -12,8 +12,8 @@ from torch import nn
 
 from rlbench.modules.networks import EnsembleMLP
 
-__all__ = ["NonFiniteLossError", "action_index", "backward_and_step", "bootstrap_discount",
-           "first_member", "frozen", "total_loss"]
+__all__ = ["NonFiniteLossError", "action_bound", "action_index", "backward_and_step",
+           "bootstrap_discount", "first_member", "frozen", "total_loss"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -129,3 +129,11 @@ def action_index(action: torch.Tensor, batch_dims: int, num_actions: int) -> tor
         return action.argmax(-1, keepdim=True)
     raise ValueError(f"discrete actions must be indices or one-hot over {num_actions} actions, "
                      f"got shape {tuple(action.shape)}")
+
+
+def action_bound(value: torch.Tensor | float, action_dim: int) -> torch.Tensor:
+    """An action bound (a number or a tensor) as a float tensor of ``action_dim`` values."""
+    bound = torch.as_tensor(value)
+    if not bound.is_floating_point():
+        bound = bound.to(torch.get_default_dtype())
+    return bound.broadcast_to((action_dim,)).clone()

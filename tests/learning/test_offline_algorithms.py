@@ -17,7 +17,8 @@ import pytest
 
 import rlbench.results
 from rlbench.cli import main
-from rlbench.harness.dataset_plan import MADE_ON_FIRST_USE, make_family
+from rlbench.harness.datasets.families import make_family
+from rlbench.harness.plan.datasets import MADE_ON_FIRST_USE
 
 MEDIUM_REPLAY = "minari:rlbench/pendulum/medium-replay-v0"
 EXPERT = "minari:rlbench/pendulum/expert-v0"

@@ -34,7 +34,7 @@ from rlbench.objectives import (
     make_target,
     total_loss,
 )
-from rlbench.objectives.offline import CQLLoss
+from rlbench.objectives.cql import CQLLoss
 
 F64 = torch.float64
 OBS, ACTIONS = [0.5, -1.0], [0.2, 0.3]

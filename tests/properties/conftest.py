@@ -21,7 +21,7 @@ from hypothesis import Phase, settings
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
-from rlbench.harness.tracking import tracking_uri
+from rlbench.harness.store.tracking import tracking_uri
 from tests.properties.contract import Attacker, Datasets, FinishedRun
 from tests.properties.hdf5_files import pendulum_d4rl, pendulum_minari
 
@@ -91,7 +91,7 @@ def scratch(temp_root: Path) -> Path:
 @pytest.fixture(scope="session")
 def finished_run(temp_root: Path) -> FinishedRun:
     """One short PPO run on Pendulum with observation normalisation (so it saves
-    normalization.pt), as tests/harness/test_policy.py makes it: a single evaluation."""
+    normalization.pt), as tests/harness/policy/test_policy.py makes it: a single evaluation."""
     home = _home(temp_root, "finished")
     out_dir = home / "store"
     with pytest.MonkeyPatch.context() as patch:

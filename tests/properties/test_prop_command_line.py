@@ -23,12 +23,12 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from rlbench.cli import HELP
-from rlbench.harness.algorithms import list_algorithms, load_algorithm
-from rlbench.harness.config import ALIASES, SWEEP_KEYS
-from rlbench.harness.playback import EVAL_KEYS
-from rlbench.harness.report import FORMATS
-from rlbench.harness.report import KEYS as COMPARE_KEYS
-from rlbench.harness.suites import SUITE_SETTINGS, list_suites
+from rlbench.harness.analysis.compare import FORMATS
+from rlbench.harness.analysis.compare import KEYS as COMPARE_KEYS
+from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm
+from rlbench.harness.plan.config import ALIASES, SWEEP_KEYS
+from rlbench.harness.plan.suites import SUITE_SETTINGS, list_suites
+from rlbench.harness.policy.eval import EVAL_KEYS
 from tests.properties.contract import (
     Attacker,
     Datasets,

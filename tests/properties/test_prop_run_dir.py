@@ -22,7 +22,7 @@ import yaml
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from rlbench.harness.algorithms import list_algorithms
+from rlbench.harness.plan.algorithms import list_algorithms
 from tests.properties.contract import Attacker, FinishedRun, check_cli, example_dir, for_target
 from tests.properties.strategies import (
     OUTSIDE,

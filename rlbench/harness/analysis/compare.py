@@ -1,0 +1,383 @@
+"""The ``rlbench compare`` command: parse its words, read the store, format and write a report.
+
+    rlbench compare suite=mujoco [algo=ppo,sac] [env=Hopper-v5] [frames=1000000]
+        [tag.git_commit=abc123] [format=table|markdown|csv|json|latex|html] [output=DIR]
+        [out_dir=rlbench_runs] [baselines=results/baselines] [seed=0] [reps=2000]
+
+``output=DIR`` writes every format and the plots (learning curves, aggregate intervals,
+performance profiles; PNG and SVG) there: ``compare.md``, ``.tex``, ``.html`` (tables),
+``compare.csv`` (one row per group, plain numbers), ``compare.json`` (everything) and
+``runs.csv`` (one row per run, its final score).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from rlbench.envs import validate_env_id
+from rlbench.errors import ConfigError, UnknownNameError, quote
+from rlbench.harness.analysis.baselines import default_baseline_dir
+from rlbench.harness.analysis.comparison import (
+    MIN_BOOTSTRAP_SEEDS,
+    Comparison,
+    Group,
+    compare,
+    load_runs,
+    stored_algorithms,
+)
+from rlbench.harness.analysis.comparison_data import groups_frame, runs_frame, to_json
+from rlbench.harness.analysis.statistics import AGGREGATES, Interval
+from rlbench.harness.plan.algorithms import list_algorithms
+from rlbench.harness.plan.words import split_words
+from rlbench.harness.render import TextTable, render, to_rich
+from rlbench.harness.store.results import open_store
+from rlbench.harness.store.sqlite import check_out_dir
+
+__all__ = ["CompareRequest", "build_tables", "parse_compare_args", "run_compare",
+           "write_report"]
+PLOTS = ("curves", "aggregates", "profiles")
+FORMATS = ("table", "markdown", "csv", "json", "latex", "html")
+SUFFIXES = {"markdown": ".md", "csv": ".csv", "json": ".json", "latex": ".tex", "html": ".html"}
+
+KEYS = ("suite", "algos", "envs", "frames", "tag.<name>", "param.<name>", "config", "format",
+        "output", "out_dir", "baselines", "seed", "reps")
+ALIASES = {"algo": "algos", "env": "envs"}
+
+
+@dataclass
+class CompareRequest:
+    suite: str = "smoke"
+    algos: list[str] = field(default_factory=list)
+    envs: list[str] = field(default_factory=list)
+    frames: int | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    config: str | None = None
+    format: str = "table"
+    output: Path | None = None
+    out_dir: Path = Path("rlbench_runs")
+    baselines: Path = field(default_factory=default_baseline_dir)
+    seed: int = 0
+    reps: int = 2000
+
+
+# Bootstrap resamples: rliable uses 2,000 to 50,000; each costs memory for every run.
+MAX_REPS = 100_000
+_LIMITS = {"frames": 10**12, "seed": 2**63 - 1, "reps": MAX_REPS}
+
+
+def _int(key: str, text: str, minimum: int) -> int:
+    try:
+        value = int(float(text)) if float(text).is_integer() else None
+    except (ValueError, OverflowError):
+        value = None
+    if value is None or value < minimum:
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {quote(text)}")
+    if value > _LIMITS[key]:
+        raise ConfigError(f"{key}={text[:40]} is beyond what compare takes (at most "
+                          f"{_LIMITS[key]:,})")
+    return value
+
+
+def parse_compare_args(args: Sequence[str]) -> CompareRequest:
+    """``key=value`` words to a request; unknown keys and names raise with near matches."""
+    request = CompareRequest()
+    for key, text in split_words(args, ALIASES):
+        if key.startswith("tag.") and len(key) > 4:
+            request.tags[key[4:]] = text
+        elif key.startswith("param.") and len(key) > 6:
+            request.params[key[6:]] = text
+        elif key == "config":
+            if not re.fullmatch(r"#?[0-9a-f]{1,8}", text):
+                raise ConfigError(f"config must be a prefix of a config key (hex, as the "
+                                  f"tables show it), got {quote(text)}")
+            request.config = text
+        elif key in ("algos", "envs"):
+            setattr(request, key, [n.strip() for n in text.split(",") if n.strip()])
+        elif key == "frames":
+            request.frames = _int(key, text, 1)
+        elif key in ("seed", "reps"):
+            setattr(request, key, _int(key, text, 0 if key == "seed" else 1))
+        elif key == "format":
+            if text not in FORMATS:
+                raise UnknownNameError("format", text, FORMATS)
+            request.format = text
+        elif key in ("output", "out_dir", "baselines"):
+            setattr(request, key, Path(text))
+        elif key == "suite":  # a suite file's runs are stored under the file's name
+            request.suite = Path(text).stem if text.endswith((".yaml", ".yml")) else text
+        else:
+            raise UnknownNameError("compare key", key, [*KEYS, *ALIASES])
+    for env in request.envs:
+        validate_env_id(env)
+    if request.output is not None:  # before the work: not after the tables are printed
+        check_out_dir(request.output, key="output")
+    if not (request.baselines / "normalization.csv").is_file():
+        raise ConfigError(f"baselines={request.baselines}: no normalization.csv there")
+    return request
+
+
+def _ci(interval: Interval | None, digits: int) -> str:
+    if interval is None:
+        return "—"
+    if not interval.has_bounds:
+        return f"{interval.value:,.{digits}f}"
+    return (f"{interval.value:,.{digits}f} [{interval.low:,.{digits}f}, "
+            f"{interval.high:,.{digits}f}]")
+
+
+def _seeds_cell(group: Group) -> str:
+    extra = [f"{n} {word}" for n, word in ((group.failed, "failed"), (group.killed, "killed"),
+                                           (group.running, "running")) if n]
+    return f"{len(group.runs)}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _budgets(frames: Sequence[int]) -> str:
+    low, high = min(frames), max(frames)
+    return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
+
+def _runs_by_envs(scores: Sequence[np.ndarray]) -> str:
+    """``3 × 2`` (runs × envs), or ``3+1 × 2`` when the envs ran different seed counts."""
+    counts = [len(s) for s in scores]
+    runs = str(counts[0]) if len(set(counts)) == 1 else "+".join(map(str, counts))
+    return f"{runs} × {len(counts)}"
+
+
+_EXPANDED = ("intervals: percentile bootstrap CIs (runs resampled within each env) with the "
+             "percentiles widened for few seeds per env (expanded percentile bootstrap, "
+             "Hesterberg 2015): at 3-10 seeds over 5 envs a plain one, as rliable computes "
+             "it, covers 87-91% of the time instead of 95% in simulation, the expanded one "
+             "about 95%")
+
+
+def _words(comparison: Comparison) -> dict[str, str]:
+    """The tables' words for what they hold: envs and frames (online), datasets, gradient
+    steps and D4RL normalized scores (offline), or both."""
+    kinds = {g.runs[0].offline for g in (s.group for s in comparison.summaries)}
+    if kinds == {True}:
+        return {"task": "dataset", "budget": "steps", "score": "score", "tasks": "datasets",
+                "what": "final D4RL normalized score per dataset and algorithm"}
+    if kinds == {True, False}:
+        return {"task": "env or dataset", "budget": "frames or steps", "score": "return or score",
+                "tasks": "envs or datasets",
+                "what": "final return (env) or normalized score (dataset) per algorithm"}
+    return {"task": "env", "budget": "frames", "score": "return", "tasks": "envs",
+            "what": "final return per env and algorithm"}
+
+
+_OFFLINE_SCORE = ("offline runs: the D4RL normalized score of each seed's final evaluation, "
+                  "100 * (return - min) / (max - min) with the dataset's reference scores "
+                  "(the raw return where a dataset has none; the notes say which); published "
+                  "rows are CORL's last-checkpoint (judged) and best-checkpoint (shown, not "
+                  "judged: another metric) scores")
+
+
+def build_tables(comparison: Comparison) -> list[TextTable]:
+    """The per-group table, then (when there is anything to show) the published baselines,
+    the per-algorithm aggregates and the probabilities of improvement."""
+    suite = comparison.suite
+    words = _words(comparison)
+    offline = words["task"] != "env"
+    rows = [[s.group.env, s.group.label, f"{s.group.frames:,}", _seeds_cell(s.group),
+             f"{s.mean:,.1f}" + ("" if s.std is None else f" ± {s.std:,.1f}"),
+             _ci(s.mean_ci, 1), _ci(s.iqm, 1),
+             "—" if s.group.fps is None else f"{s.group.fps:,.0f}"]
+            for s in comparison.summaries]
+    rows += [[g.env, g.label, f"{g.frames:,}", _seeds_cell(g), "—", "—", "—", "—"]
+             for g in comparison.empty_groups]
+    rows.sort(key=lambda r: (r[0], r[1], int(r[2].replace(",", ""))))
+    tables = [TextTable(
+        title=f"{suite}: {words['what']}",
+        headers=[words["task"], "algorithm", words["budget"], "seeds",
+                 f"{words['score']} (mean ± std)", "mean [95% t-CI]", "IQM [95% bootstrap CI]",
+                 f"{words['budget']}/s"],
+        rows=rows,
+        notes=[*([_OFFLINE_SCORE] if offline else []),
+               "the final deterministic eval return of each seed; std and the t-CI need 2 "
+               f"seeds; an IQM CI needs {MIN_BOOTSTRAP_SEEDS} ({comparison.reps} percentile "
+               "bootstrap resamples): with fewer, a bootstrap \"95%\" CI covers far less "
+               "(75% at 3 seeds in simulation), so read the t-CI",
+               *comparison.group_notes])]
+    published = [(s, score, judged) for s in comparison.summaries
+                 for score, judged in s.baselines]
+    if published:
+        tables.append(TextTable(
+            title=f"{suite}: published baselines beside ours",
+            headers=[words["task"], "algorithm", words["budget"], "ours: mean [95% t-CI]",
+                     "published by",
+                     "published mean (± its std)", "verdict", "differences"],
+            rows=[[s.group.env, s.group.label, f"{s.group.frames:,}", _ci(s.mean_ci, 1),
+                   score.library, f"{score.mean:,.1f}" + (
+                       f" ± {score.std:,.1f}" if score.std is not None else ""),
+                   judged.word, "; ".join(judged.caveats) or "none"]
+                  for s, score, judged in published],
+            notes=["verdict: our 95% t-CI of the mean against the published mean (± 1.96 "
+                   "std / sqrt(n) when the source states its seed count n): above, within "
+                   "(overlap) or below; none where the env version, the budget or the "
+                   "metric differ (unless the baseline file declares that difference "
+                   "negligible for its row); read it with the differences beside it",
+                   "a published std is what its source reports: over seeds, or over one "
+                   "agent's episodes for single runs; sources: results/baselines/SOURCES.md"],
+            align="llrrlrll"))
+    if comparison.aggregates:
+        envs = {algo: ", ".join(e) for algo, e in comparison.aggregate_envs.items()}
+        tables.append(TextTable(
+            title=f"{suite}: normalized scores per algorithm (95% expanded stratified bootstrap "
+                  "CIs)",
+            headers=["algorithm", words["tasks"], words["budget"], f"runs × {words['tasks']}",
+                     *(n.replace("_", " ") for n in AGGREGATES)],
+            rows=[[algo, envs[algo], _budgets(comparison.aggregate_frames[algo]),
+                   _runs_by_envs(comparison.normalized[algo]),
+                   *(_ci(values[n], 3) for n in AGGREGATES)]
+                  for algo, values in comparison.aggregates.items()],
+            notes=["median: of the per-env mean scores; optimality gap: lower is better",
+                   _EXPANDED, *comparison.aggregate_notes],
+            align="llrr" + "r" * len(AGGREGATES)))
+    elif comparison.aggregate_notes:
+        tables[0].notes += comparison.aggregate_notes
+    if comparison.improvement:
+        tables.append(TextTable(
+            title=f"{suite}: probability of improvement",
+            headers=["X", "Y", words["tasks"], "P(X > Y) [95% expanded bootstrap CI]",
+                     "seeds to detect"],
+            rows=[[p.x, p.y, _plural(len(p.envs), "env"), _ci(p.probability, 2),
+                   _seeds_needed(p.seeds_needed)]
+                  for p in comparison.improvement],
+            notes=["per env, the chance a run of X beats a run of Y (ties count half), "
+                   "averaged over the envs both ran; the CI resamples each one's runs, "
+                   "its percentiles expanded as above",
+                   "seeds to detect: the seeds per algorithm and env a two-sided 5% test "
+                   "would need to find a difference of the observed size (the standardized "
+                   "mean difference, averaged over the envs) 80% of the time; with fewer, "
+                   "a real difference of this size is often missed, and a chance one of "
+                   "this size is often seen (normal approximation; ∞: no difference; —: "
+                   "fewer than 2 seeds)",
+                   *(f"{p.x} vs {p.y}: {note}" for p in comparison.improvement
+                     for note in p.notes)]))
+    return tables
+
+
+def _seeds_needed(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return "∞" if np.isinf(value) else f"{value:,.0f}"
+
+
+def _describe_filters(request: CompareRequest) -> str:
+    parts = [f"algo={','.join(request.algos)}" if request.algos else "",
+             f"env={','.join(request.envs)}" if request.envs else "",
+             f"frames={request.frames}" if request.frames else "",
+             *(f"tag.{k}={v}" for k, v in request.tags.items()),
+             *(f"param.{k}={v}" for k, v in request.params.items()),
+             f"config={request.config}" if request.config else ""]
+    return " ".join(p for p in parts if p) or "no filter"
+
+
+def format_comparison(comparison: Comparison, tables: Sequence[TextTable], fmt: str) -> str:
+    """The report in ``fmt``: tables for people (markdown, latex, html) or data for
+    programs (csv: one row per group, plain numbers; json: everything)."""
+    if fmt == "csv":
+        return groups_frame(comparison).to_csv(index=False, lineterminator="\n")
+    if fmt == "json":
+        return to_json(comparison)
+    return render(tables, fmt)
+
+
+def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
+                 reps: int = 2000) -> list[Path]:
+    """Every table format, ``runs.csv`` and the plots under ``output``. Plots of an
+    earlier report there that this one does not make are removed."""
+    # deferred: matplotlib loads only when plots are asked for
+    from rlbench.harness.analysis import plots
+
+    output.mkdir(parents=True, exist_ok=True)
+    for name in PLOTS:
+        for suffix in (".png", ".svg"):
+            (output / f"{name}{suffix}").unlink(missing_ok=True)
+    tables = build_tables(comparison)
+    written = []
+    for fmt in ("markdown", "latex", "html", "csv", "json"):
+        path = output / f"compare{SUFFIXES[fmt]}"
+        path.write_text(format_comparison(comparison, tables, fmt))
+        written.append(path)
+    runs = output / "runs.csv"
+    runs_frame(comparison).to_csv(runs, index=False, lineterminator="\n")
+    written.append(runs)
+    curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    seeds: dict[str, list[str]] = {}
+    for summary in comparison.summaries:  # a panel per env and budget: no squeezed axis
+        group = summary.group
+        panel = f"{group.env}, {group.frames:,} frames"
+        curves.setdefault(panel, {})[group.label] = group.curves()
+        seeds.setdefault(panel, []).append(f"{group.label} {len(group.runs)}")
+    if curves:
+        written += plots.plot_learning_curves(
+            curves, output / "curves", seed=seed, reps=reps,
+            title=f"{comparison.suite}: learning curves",
+            subtitles={panel: "seeds: " + ", ".join(n) for panel, n in seeds.items()},
+            caption="lines: mean deterministic eval return over seeds; bands: 95% percentile "
+                    f"bootstrap CI of that mean ({reps:,} resamples of the seeds; none for "
+                    "one seed, and few seeds make it narrow)")
+    if comparison.aggregates:
+        envs = [f"{algo}: {', '.join(e)}" for algo, e in comparison.aggregate_envs.items()]
+        differ = len({tuple(e) for e in comparison.aggregate_envs.values()}) > 1
+        warning = ("; the algorithms ran different envs, so compare only those with the "
+                   f"same envs ({'; '.join(envs)})") if differ else ""
+        written += plots.plot_aggregate_intervals(
+            comparison.aggregates, output / "aggregates",
+            title=f"{comparison.suite}: normalized scores",
+            caption=f"bars: 95% expanded stratified bootstrap CIs ({reps:,} resamples), "
+                    f"ticks: point estimates{warning}")
+        written += plots.plot_performance_profiles(
+            comparison.normalized, output / "profiles", seed=seed, reps=reps,
+            title=f"{comparison.suite}: performance profiles",
+            caption=f"bands: 95% percentile stratified bootstrap CIs ({reps:,} resamples; "
+                    f"few seeds make them narrow){warning}")
+    return written
+
+
+def run_compare(args: Sequence[str], console: Console) -> int:
+    """The command; returns the exit code. Bad input raises ``ConfigError`` (exit 2)."""
+    request = parse_compare_args(args)
+    client = open_store(request.out_dir)  # read only: a missing or damaged store is refused
+    records = load_runs(client, request.suite, algos=request.algos, envs=request.envs,
+                        frames=request.frames, tags=request.tags, params=request.params,
+                        config=request.config)
+    stored = stored_algorithms(client, request.suite) if request.algos else set()
+    for algo in request.algos:  # recipes and anything else tracked, e.g. sb3-sac
+        if algo in stored:
+            continue
+        if algo in list_algorithms():
+            raise ConfigError(f"suite {request.suite} has no {algo} runs in "
+                              f"{client.tracking_uri} (it has runs of "
+                              f"{', '.join(sorted(stored)) or 'no algorithm'})")
+        raise UnknownNameError(f"algorithm in suite {request.suite}", algo,
+                               sorted(stored | set(list_algorithms())))
+    if not records:
+        raise ConfigError(f"suite {request.suite} has no runs matching "
+                          f"{_describe_filters(request)} in {client.tracking_uri}")
+    comparison = compare(records, request.suite, request.baselines, seed=request.seed,
+                         reps=request.reps, requested_algos=request.algos)
+    tables = build_tables(comparison)
+    if request.format == "table":
+        for table in tables:
+            console.print(to_rich(table))
+    else:
+        print(format_comparison(comparison, tables, request.format), end="")
+    if request.output is not None:
+        written = write_report(comparison, request.output, seed=request.seed,
+                               reps=request.reps)
+        print(f"rlbench: wrote {len(written)} files under {request.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,532 @@
+"""The statistics of ``rlbench compare``: finished runs from MLflow, per group and overall.
+
+A group is one (env, algorithm, budget, config): runs whose resolved configs differ only in
+their seeds. Per group: mean ± std of the final deterministic eval return over seeds, the
+Student-t 95% CI of the mean, IQM with its 95% bootstrap CI, frames/s, and the published
+baselines with a verdict. Per algorithm across envs: IQM, median, mean and optimality gap
+of normalized scores with stratified bootstrap CIs. Per pair of algorithms: the
+probability that one beats the other. Every bootstrap draws from a generator seeded by
+``seed`` and the statistic's labels, so the same store gives the same report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from mlflow.tracking import MlflowClient
+
+from rlbench.errors import UnknownNameError
+from rlbench.harness.analysis.baselines import (
+    OUR_METRIC,
+    OUR_OFFLINE_METRIC,
+    PublishedScore,
+    Reference,
+    Verdict,
+    load_published,
+    load_references,
+    matching,
+    verdict,
+)
+from rlbench.harness.analysis.statistics import (
+    AGGREGATES,
+    Interval,
+    mean_ci_t,
+    normalize,
+    probability_of_improvement_ci,
+    seeds_to_detect,
+    stratified_bootstrap_ci,
+)
+from rlbench.harness.plan.datasets import own_family
+from rlbench.harness.store import results
+from rlbench.harness.store.results import RUN_COLUMNS, SEED_PARAMS, latest_attempts
+
+__all__ = ["MIN_BOOTSTRAP_SEEDS", "Comparison", "Group", "GroupSummary", "Improvement",
+           "RunRecord", "compare", "group_runs", "load_runs", "stored_algorithms",
+           "summarize_group"]
+
+_SEED_PARAMS = SEED_PARAMS
+# Below this many seeds a percentile bootstrap "95%" CI covers far less than 95%: in
+# simulation (normal scores, tests/harness/analysis/test_statistics.py) 51% at 2 seeds, 75% at 3,
+# 91% at 5, 93-95% from 8 on. A group's IQM gets one only from here; the Student-t CI of
+# the mean keeps its level at any count from 2.
+MIN_BOOTSTRAP_SEEDS = 8
+
+
+@dataclass
+class RunRecord:
+    """A run as the store holds it: finished, failed, killed or still running."""
+
+    run_id: str
+    algo: str
+    env: str
+    seed: int
+    frames: int
+    status: str
+    config: str  # hash of the resolved config without its seeds, and the rlbench version
+    curve: dict[int, float]  # eval frames -> mean eval return
+    fps: float | None
+    params: dict[str, str] = field(default_factory=dict)
+    code: str = "unknown"  # the commit that ran it (7 digits), "+dirty" with local changes
+    # an offline run: its eval env and dataset reference scores (min, max); with references
+    # its curve holds D4RL normalized scores, 100 * (return - min) / (max - min)
+    eval_env: str | None = None
+    refs: tuple[float, float] | None = None
+
+    @property
+    def offline(self) -> bool:
+        return self.eval_env is not None
+
+    @property
+    def final_return(self) -> float | None:
+        return self.curve[max(self.curve)] if self.curve else None
+
+
+def stored_algorithms(client: MlflowClient, suite: str) -> set[str]:
+    """The algorithm tags of the suite's runs (one search, no metric histories)."""
+    return {run.data.tags["algorithm"] for run in latest_attempts(client, suite)}
+
+
+def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
+              envs: Sequence[str] = (), frames: int | None = None,
+              tags: Mapping[str, str] | None = None, params: Mapping[str, str] | None = None,
+              config: str | None = None) -> list[RunRecord]:
+    """The suite's runs matching the filters (empty filters match all), read through
+    ``rlbench.results``: each config identity once, its latest finished attempt (or its
+    latest attempt if none finished), with the eval curve of a finished one.
+
+    ``params`` match a param by its full name or a hyperparameter by its own
+    (``learning_rate`` for ``algo_params.learning_rate``), as text or number; ``config``
+    is a prefix of the config key the tables show."""
+    filters: dict[str, object] = {}
+    if algos:
+        filters["algorithm"] = list(algos)
+    if envs:
+        filters["env"] = list(envs)
+    if frames is not None:
+        filters["frames"] = frames
+    for key, value in (tags or {}).items():
+        filters[key if key in RUN_COLUMNS else f"tag.{key}"] = value
+    try:
+        runs = results.load(client, suite=suite, **filters)
+    except UnknownNameError as err:  # a tag no run carries: no run matches
+        if not err.name.startswith("tag."):
+            raise
+        return []
+    for key, value in (params or {}).items():
+        column = next((c for c in (f"param.{key}", f"param.algo_params.{key}")
+                       if c in runs.columns), None)
+        if column is None:
+            raise UnknownNameError("param", key, sorted(
+                c.removeprefix("param.") for c in runs.columns if c.startswith("param.")))
+        runs = results.load_filter(runs, **{column: value})
+    if config is not None:
+        runs = runs[runs.config.str.startswith(config.removeprefix("#"))]
+    finished = runs[runs.status == "FINISHED"]
+    evals = results.curves_of(client, finished)
+    by_run = {run_id: dict(zip(rows.step, rows.return_mean, strict=True))
+              for run_id, rows in evals.groupby("run_id")}
+    params = [c for c in runs.columns if c.startswith("param.")]
+    records = []
+    for _, row in runs.iterrows():
+        refs = _refs(row)
+        curve = {int(k): float(v) for k, v in by_run.get(row.run_id, {}).items()}
+        if refs is not None:
+            curve = {k: d4rl_score(v, refs) for k, v in curve.items()}
+        eval_env = row.get("tag.eval_env")
+        records.append(RunRecord(
+            run_id=row.run_id, algo=row.algorithm, env=row.env, seed=int(row.seed),
+            frames=int(row.frames), status=row.status, config=row.config, curve=curve,
+            fps=None if np.isnan(row.fps) else float(row.fps),
+            params={c.removeprefix("param."): row[c] for c in params if isinstance(row[c], str)},
+            code=_code_version(row.git_commit, row.git_dirty),
+            eval_env=eval_env if isinstance(eval_env, str) and eval_env else None, refs=refs))
+    return records
+
+
+def d4rl_score(value: float, refs: tuple[float, float]) -> float:
+    """D4RL's normalized score of a return, ``100 * (x - min) / (max - min)``."""
+    low, high = refs
+    return 100 * (value - low) / (high - low)
+
+
+def _refs(row: object) -> tuple[float, float] | None:
+    """An offline run's dataset reference scores (its ``ref_min_score`` and
+    ``ref_max_score`` tags), when it has both."""
+    low, high = row.get("tag.ref_min_score"), row.get("tag.ref_max_score")
+    if not (isinstance(low, str) and low and isinstance(high, str) and high):
+        return None
+    return float(low), float(high)
+
+
+def _code_version(commit: object, dirty: object) -> str:
+    """A run's code as the tables name it: its commit's first 7 digits, ``+dirty`` when the
+    checkout had uncommitted changes (the commit alone does not say what ran)."""
+    name = commit[:7] if isinstance(commit, str) and commit != "unknown" else "unknown"
+    return f"{name}+dirty" if dirty == "true" else name
+
+
+@dataclass
+class Group:
+    """The runs of one (env, algorithm, budget, config); finished ones ordered by seed."""
+
+    env: str
+    algo: str
+    frames: int
+    config: str
+    runs: list[RunRecord]
+    failed: int = 0  # failed, or finished without an evaluation
+    killed: int = 0
+    running: int = 0  # still running, or left RUNNING by a killed sweep
+    label: str = ""  # the algorithm, with the config key when one budget has several
+
+    @property
+    def finals(self) -> np.ndarray:
+        return np.array([r.final_return for r in self.runs], dtype=np.float64)
+
+    @property
+    def fps(self) -> float | None:
+        values = [r.fps for r in self.runs if r.fps is not None]
+        return float(np.mean(values)) if values else None
+
+    def curves(self) -> tuple[np.ndarray, np.ndarray]:
+        """Eval frames common to every seed, and the returns ``[seeds, frames]`` there."""
+        common = sorted(set.intersection(*(set(r.curve) for r in self.runs)))
+        return (np.array(common, dtype=np.int64),
+                np.array([[r.curve[f] for f in common] for r in self.runs]))
+
+
+# Params that are not part of what a config is compared as: the budget has its own column.
+_NOT_CONFIG = {"frames"}
+
+
+def _differing_params(records: Sequence[RunRecord]) -> list[str]:
+    keys = sorted({k for r in records for k in r.params} - set(_SEED_PARAMS))
+    return [k for k in keys if not k.startswith("seeds.")
+            and len({r.params.get(k) for r in records}) > 1]
+
+
+def _short(param: str) -> str:
+    return param.removeprefix("algo_params.")
+
+
+def _config_labels(groups: Sequence[Group], records: Sequence[RunRecord]) -> list[str]:
+    """Label each group by the params its algorithm varies: ``ppo`` when it ran one config
+    per env, ``ppo[learning_rate=0.0005]`` when some env ran several. A param counts when
+    it differs among one env's configs of the algorithm (not between envs, whose family
+    defaults differ anyway); the label gives it for every env, so one config is one entry
+    across envs. Configs alike in every such param (another code version) add their key."""
+    varying: dict[str, set[str]] = {}
+    for env, algo in {(g.env, g.algo) for g in groups}:
+        members = [r for r in records if (r.env, r.algo) == (env, algo)]
+        varying.setdefault(algo, set()).update(set(_differing_params(members)) - _NOT_CONFIG)
+    labels = {}
+    for group in groups:
+        member = next(r for r in records if (r.env, r.algo, r.frames, r.config) ==
+                      (group.env, group.algo, group.frames, group.config))
+        keys = sorted(varying[group.algo])
+        shown = ", ".join(f"{_short(k)}={member.params.get(k, '—')}" for k in keys
+                          if not k.startswith("rlbench"))
+        labels[id(group)] = f"{group.algo}[{shown}]" if shown else group.algo
+    by_label: dict[tuple[str, str, int], list[Group]] = {}
+    for group in groups:
+        by_label.setdefault((group.env, labels[id(group)], group.frames), []).append(group)
+    for same in by_label.values():
+        if len(same) > 1:  # alike in every param: another code version
+            for group in same:
+                labels[id(group)] += f" #{group.config}"
+    return [labels[id(group)] for group in groups]
+
+
+def group_runs(records: Sequence[RunRecord]) -> tuple[list[Group], list[str]]:
+    """Groups in (env, algo, budget, config) order, each labelled by its config
+    (``_config_labels``), and a note for each budget that holds several configs (naming
+    the params that differ)."""
+    groups: dict[tuple[str, str, int, str], Group] = {}
+    for record in records:
+        key = (record.env, record.algo, record.frames, record.config)
+        group = groups.setdefault(key, Group(*key, runs=[], label=record.algo))
+        if record.status == "FINISHED" and record.final_return is not None:
+            group.runs.append(record)
+        elif record.status == "RUNNING":
+            group.running += 1
+        elif record.status == "KILLED":
+            group.killed += 1
+        else:
+            group.failed += 1
+    ordered = [groups[key] for key in sorted(groups)]
+    for group, label in zip(ordered, _config_labels(ordered, records), strict=True):
+        group.label = label
+    notes = []
+    by_budget: dict[tuple[str, str, int], list[Group]] = {}
+    for group in ordered:
+        by_budget.setdefault((group.env, group.algo, group.frames), []).append(group)
+    for (env, algo, frames), same in by_budget.items():
+        if len(same) > 1:
+            members = [r for r in records if (r.env, r.algo, r.frames) == (env, algo, frames)]
+            differ = [_short(k) for k in _differing_params(members)]
+            notes.append(f"{algo} on {env} at {frames:,} frames ran {len(same)} configs "
+                         f"({', '.join(g.label for g in same)}), each its own entry; they "
+                         f"differ in {', '.join(differ) or 'code version'}")
+    notes += [note for group in ordered if (note := _code_note(group))]
+    return ordered, notes
+
+
+def _code_note(group: Group) -> str | None:
+    """Says when a group's scores come from more than one code version, or from code that
+    was never committed. Finished runs are kept across commits (a run's identity is its
+    config and the rlbench version), so a resumed sweep can mix them."""
+    versions = Counter(run.code for run in group.runs)
+    dirty = sum(n for code, n in versions.items() if code.endswith("+dirty"))
+    if len(versions) < 2 and not dirty:
+        return None
+    where = f"{group.label} on {group.env} at {group.frames:,} frames"
+    shown = ", ".join(f"{code} ×{n}" for code, n in sorted(versions.items()))
+    if len(versions) > 1:
+        return (f"{where}: its {len(group.runs)} seeds ran {len(versions)} code versions "
+                f"({shown}); tag.git_commit=<commit> compares one of them")
+    return (f"{where}: its {len(group.runs)} seeds ran with uncommitted changes ({shown}): "
+            f"the commit alone does not say which code made them")
+
+
+@dataclass
+class GroupSummary:
+    """The statistics of one group; below 2 seeds ``std`` and ``mean_ci`` are None and
+    ``iqm`` has no bounds (NaN)."""
+
+    group: Group
+    mean: float
+    std: float | None
+    mean_ci: Interval | None  # Student-t
+    iqm: Interval
+    baselines: list[tuple[PublishedScore, Verdict]] = field(default_factory=list)
+
+
+def _rng(seed: int, *labels: str) -> np.random.Generator:
+    """A generator per statistic, so adding a group never shifts another's bootstrap."""
+    digest = hashlib.sha256("\0".join(labels).encode()).digest()
+    return np.random.default_rng([seed, int.from_bytes(digest[:8], "little")])
+
+
+def d4rl_counterpart(task: str) -> str | None:
+    """The D4RL-style name of the same env and quality as a dataset rlbench makes
+    (``rlbench/hopper/medium-replay-v0`` -> ``hopper-medium-replay-v2``; a name D4RL may not
+    have, which then matches no published row): D4RL's data comes from another policy in
+    another simulator, so its published scores are a sanity band for ours, never a
+    verdict."""
+    own = own_family(f"minari:{task}")
+    return None if own is None else f"{own[0]}-{own[1]}-v2"
+
+
+def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: int,
+                    reps: int) -> GroupSummary:
+    finals = group.finals
+    labels = (group.env, group.algo, str(group.frames), group.config)
+    mean_ci = mean_ci_t(finals)
+    summary = GroupSummary(
+        group=group,
+        mean=float(finals.mean()),
+        std=float(finals.std(ddof=1)) if finals.size > 1 else None,
+        mean_ci=mean_ci,
+        iqm=(stratified_bootstrap_ci(finals, AGGREGATES["iqm"],
+                                     rng=_rng(seed, "iqm", *labels), reps=reps)
+             if finals.size >= MIN_BOOTSTRAP_SEEDS
+             else Interval(AGGREGATES["iqm"](finals), float("nan"), float("nan"))),
+    )
+    point = Interval(summary.mean, summary.mean, summary.mean)
+    offline = group.runs[0].offline
+    scores = matching(list(published), group.env, group.algo)
+    band = d4rl_counterpart(group.env) if offline and not scores else None
+    if band is not None:
+        scores = matching(list(published), band, group.algo)
+    for score in scores:
+        if offline != score.metric.startswith("d4rl_"):
+            continue  # an offline table's row is about a dataset, an online one's an env
+        judged = verdict(mean_ci or point, group.frames, group.env, score,
+                         metric=OUR_OFFLINE_METRIC if offline else OUR_METRIC,
+                         unit="steps" if offline else "frames")
+        if mean_ci is None:  # no CI: the differences still hold, the verdict does not
+            judged = Verdict("n/a (1 seed)", judged.caveats)
+        if band is not None:
+            judged = Verdict(f"none: different data ({band}, D4RL's); a sanity band",
+                             judged.caveats)
+        if offline and group.runs[0].refs is None:
+            judged = Verdict("none: no reference scores, so ours are raw returns",
+                             judged.caveats)
+        elif offline and group.runs[0].eval_env:
+            judged = Verdict(judged.word, [*judged.caveats, f"evaluated in "
+                                           f"{group.runs[0].eval_env}, {score.library} in "
+                                           f"mujoco-py's v3 env"])
+        summary.baselines.append((score, judged))
+    return summary
+
+
+@dataclass
+class Improvement:
+    """``P(X > Y)`` over the envs both algorithms ran, with what to know about it."""
+
+    x: str
+    y: str
+    envs: list[str]
+    probability: Interval
+    notes: list[str]
+    # seeds per algorithm and env a 5% two-sided test needs to find a difference of the
+    # observed size 80% of the time (statistics.seeds_to_detect); None: not computable
+    seeds_needed: float | None = None
+
+
+@dataclass
+class Comparison:
+    """Everything ``rlbench compare`` reports, before formatting."""
+
+    suite: str
+    summaries: list[GroupSummary]
+    empty_groups: list[Group]
+    group_notes: list[str]
+    aggregates: dict[str, dict[str, Interval]]
+    normalized: dict[str, list[np.ndarray]]  # algo -> each env's normalized final returns
+    aggregate_envs: dict[str, list[str]]  # algo -> the envs its aggregate covers
+    aggregate_frames: dict[str, list[int]]  # algo -> the budgets of those envs
+    aggregate_notes: list[str]
+    improvement: list[Improvement]
+    reps: int
+
+
+def _representatives(summaries: Sequence[GroupSummary]
+                     ) -> tuple[dict[tuple[str, str], GroupSummary], list[str]]:
+    """One group per (env, config label) for the cross-env statistics, where every config
+    is its own entry: the largest budget, then the most seeds; a note for each that had a
+    choice of budgets."""
+    choices: dict[tuple[str, str], list[GroupSummary]] = {}
+    for summary in summaries:
+        choices.setdefault((summary.group.env, summary.group.label), []).append(summary)
+    chosen, notes = {}, []
+    for key, options in choices.items():
+        best = max(options, key=lambda s: (s.group.frames, len(s.group.runs)))
+        chosen[key] = best
+        if len(options) > 1:
+            notes.append(f"{key[1]} on {key[0]}: {len(options)} budgets; the cross-env "
+                         f"statistics use {best.group.frames:,} frames")
+    return chosen, notes
+
+
+def _finals_by_env(chosen: Mapping[tuple[str, str], GroupSummary], algo: str,
+                   envs: Sequence[str], notes: list[str]) -> list[np.ndarray]:
+    """The final returns of every seed of ``algo`` on each of ``envs``; a note when the
+    envs ran different numbers of seeds (each env still weighs the same)."""
+    finals = [chosen[(env, algo)].group.finals for env in envs]
+    counts = {env: f.size for env, f in zip(envs, finals, strict=True)}
+    if len(set(counts.values())) > 1:
+        shown = ", ".join(f"{env} {n}" for env, n in counts.items())
+        notes.append(f"{algo}: seeds per env differ ({shown}): every seed is used, and each "
+                     "env weighs the same")
+    return finals
+
+
+def _offline_references(records: Sequence[RunRecord], published: Sequence[PublishedScore]
+                        ) -> tuple[dict[str, Reference], list[str]]:
+    """Each offline dataset's scores are already D4RL-normalized (0 random, 100 expert, by
+    its own references): they enter the aggregates as they are. Notes say, per dataset,
+    what its scores are and why it has no published row to judge against."""
+    references, notes = {}, []
+    offline = {r.env: r for r in records if r.offline}
+    with_rows = {s.env for s in published if s.metric.startswith("d4rl_")}
+    for task, record in sorted(offline.items()):
+        if record.refs is None:
+            notes.append(f"{task}: raw returns in {record.eval_env} (its dataset has no "
+                         "reference scores), left out of the normalized aggregates")
+            continue
+        low, high = record.refs
+        references[task] = Reference(task, 0.0, 100.0, f"D4RL normalized score: returns "
+                                      f"{low:g} and {high:g} in {record.eval_env} are 0 and 100")
+        if task in with_rows:
+            notes.append(f"{task}: evaluated in {record.eval_env}; the dataset came from "
+                         "mujoco-py's v3 env, which gymnasium cannot make (same model, "
+                         "observations and actions; the simulators differ slightly)")
+        elif d4rl_counterpart(task) in with_rows:
+            notes.append(f"{task}: no published score for this dataset; where CORL reports "
+                         f"an algorithm on {d4rl_counterpart(task)} (D4RL's data of the same "
+                         "quality, made by another policy in mujoco-py), its numbers sit "
+                         "beside ours as a sanity band, not judged")
+        else:
+            notes.append(f"{task}: no published score for this dataset (CORL reports D4RL's "
+                         "own files), so no verdict")
+    return references, notes
+
+
+def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, seed: int = 0,
+            reps: int = 2000, requested_algos: Sequence[str] = ()) -> Comparison:
+    """The statistics of every group, per-algorithm aggregates and pairwise improvement.
+
+    An algorithm's aggregates cover the envs it ran that have a normalization reference;
+    when algorithms ran different envs, the table says which. The probability of
+    improvement of X over Y covers the envs both ran.
+    """
+    published = load_published(baseline_dir)
+    references: dict[str, Reference] = load_references(baseline_dir)
+    offline_references, offline_notes = _offline_references(records, published)
+    references.update(offline_references)
+    groups, group_notes = group_runs(records)
+    group_notes += offline_notes
+    group_notes += [f"run {r.run_id} ({r.algo} on {r.env}, seed {r.seed}) has a NaN final "
+                    "score: the statistics that include it are NaN"
+                    for r in records if r.final_return is not None
+                    and np.isnan(r.final_return)]
+    present = {r.algo for r in records}
+    group_notes += [f"{algo}: asked for, but no run matches the filters"
+                    for algo in requested_algos if algo not in present]
+    summaries = [summarize_group(g, published, seed=seed, reps=reps) for g in groups if g.runs]
+    chosen, notes = _representatives(summaries)
+    algos = sorted({algo for _, algo in chosen})
+    ran = {algo: sorted(env for env, a in chosen if a == algo) for algo in algos}
+    unreferenced = sorted({env for env, _ in chosen if env not in references})
+    if unreferenced:
+        notes.append("left out of the aggregates (no normalization reference): "
+                     + ", ".join(unreferenced))
+    aggregate_envs = {algo: [e for e in ran[algo] if e in references] for algo in algos}
+    aggregate_envs = {algo: envs for algo, envs in aggregate_envs.items() if envs}
+    if len({tuple(envs) for envs in aggregate_envs.values()}) > 1:
+        notes.append("the algorithms ran different envs: compare aggregates only between "
+                     "rows with the same envs")
+    normalized, aggregates, aggregate_frames = {}, {}, {}
+    for algo, envs in aggregate_envs.items():
+        raw = _finals_by_env(chosen, algo, envs, notes)
+        normalized[algo] = [normalize(finals, references[env].random_score,
+                                      references[env].reference_score)
+                            for env, finals in zip(envs, raw, strict=True)]
+        aggregates[algo] = {
+            name: stratified_bootstrap_ci(normalized[algo], statistic,
+                                          rng=_rng(seed, algo, name), reps=reps, expand=True)
+            for name, statistic in AGGREGATES.items()}
+        aggregate_frames[algo] = [chosen[(env, algo)].group.frames for env in envs]
+    used = sorted({env for envs in aggregate_envs.values() for env in envs})
+    notes += [f"{env}: 0 = {references[env].random_score:g}, 1 = "
+              f"{references[env].reference_score:g} ({references[env].source})" for env in used]
+    improvement = []
+    for i, x in enumerate(algos):
+        for y in algos[i + 1:]:
+            shared = [env for env in ran[x] if env in ran[y]]
+            if not shared:
+                continue
+            pair_notes: list[str] = []
+            for env in shared:
+                fx, fy = chosen[(env, x)].group.frames, chosen[(env, y)].group.frames
+                if fx != fy:
+                    pair_notes.append(f"{env}: {x} at {fx:,} frames, {y} at {fy:,}")
+            x_finals = _finals_by_env(chosen, x, shared, pair_notes)
+            y_finals = _finals_by_env(chosen, y, shared, pair_notes)
+            probability = probability_of_improvement_ci(x_finals, y_finals,
+                                                        rng=_rng(seed, "poi", x, y), reps=reps,
+                                                        expand=True)
+            if np.isnan(probability.value):
+                pair_notes.append("no probability: a final score is NaN (see the notes "
+                                  "above)")
+            improvement.append(Improvement(x, y, shared, probability, pair_notes,
+                                           seeds_to_detect(x_finals, y_finals)))
+    return Comparison(suite, summaries, [g for g in groups if not g.runs], group_notes,
+                      aggregates, normalized, aggregate_envs, aggregate_frames, notes,
+                      improvement, reps)

@@ -1,0 +1,288 @@
+"""The plots of ``rlbench compare``: learning curves, aggregate intervals, performance profiles.
+
+Each plot is written twice, ``stem.png`` and ``stem.svg``, through matplotlib's object-oriented
+API only (``Figure`` and ``Figure.savefig``): no ``pyplot``, so no global figure registry and
+no GUI backend, and it runs headless. Output is reproducible: every bootstrap draw comes from
+a generator seeded by the caller, the SVG keeps text as text (``svg.fonttype: none``), its ids
+come from a fixed salt and neither file carries a date or software stamp, so the same inputs
+give byte-identical SVG files. An algorithm has the same colour in every figure (colours go
+to the sorted algorithm names).
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from rlbench.harness.analysis.statistics import (
+    AGGREGATES,
+    Interval,
+    Scores,
+    as_tasks,
+    percentile_bounds,
+    performance_profile,
+)
+
+__all__ = [
+    "curve_band",
+    "performance_profile_band",
+    "plot_aggregate_intervals",
+    "plot_learning_curves",
+    "plot_performance_profiles",
+]
+
+_RC = {"svg.fonttype": "none", "svg.hashsalt": "rlbench"}
+_BAND_ALPHA = 0.2
+
+
+def curve_band(
+    returns: np.ndarray,
+    *,
+    rng: np.random.Generator,
+    reps: int = 2000,
+    confidence: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds of ``returns`` ``[seeds, T]`` and its percentile bootstrap CI per frame.
+
+    Seeds are resampled whole (one draw ``rng.integers(0, seeds, size=(reps, seeds))`` serves
+    every frame), so at each frame the interval is what
+    ``stratified_bootstrap_ci(returns[:, t], np.mean, rng=...)`` gives from the same generator
+    state, computed for all frames at once. One seed gives ``low == high == mean``.
+    """
+    matrix = np.asarray(returns, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] < 1:
+        raise ValueError(f"returns must be [seeds, frames], got shape {matrix.shape}")
+    seeds = matrix.shape[0]
+    index = rng.integers(0, seeds, size=(reps, seeds))
+    counts = (index[:, :, None] == np.arange(seeds)).sum(axis=1)  # [reps, seeds]
+    means = counts @ matrix / seeds  # [reps, T]: the mean of each resample at each frame
+    low, high = percentile_bounds(means, confidence, axis=0)
+    return matrix.mean(axis=0), low, high
+
+
+def performance_profile_band(
+    scores: Scores,
+    thresholds: np.ndarray,
+    *,
+    rng: np.random.Generator,
+    reps: int = 2000,
+    confidence: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Performance profile of ``scores`` (``[runs, tasks]`` or ragged) at ``thresholds``,
+    with its CI.
+
+    The band is a stratified percentile bootstrap (runs resampled within each task) with the
+    draws of ``stratified_bootstrap_ci``: at each threshold it gives what that function gives
+    for the statistic "fraction of runs above the threshold" from the same generator state.
+    """
+    taus = np.asarray(thresholds, dtype=np.float64)
+    tasks = as_tasks(scores)
+    if len({t.size for t in tasks}) > 1:  # ragged: each task's runs resampled on their own
+        draws = [t[rng.integers(0, t.size, size=(reps, t.size))] for t in tasks]
+        profiles = np.stack([performance_profile([d[i] for d in draws], taus)
+                             for i in range(reps)])
+        low, high = percentile_bounds(profiles, confidence, axis=0)
+        return performance_profile(tasks, taus), low, high
+    matrix = np.stack(tasks, axis=1)
+    runs, n_tasks = matrix.shape
+    index = rng.integers(0, runs, size=(reps, runs, n_tasks))
+    resampled = np.take_along_axis(matrix[None], index, axis=1)
+    profiles = np.stack([performance_profile(sample, taus) for sample in resampled])
+    low, high = percentile_bounds(profiles, confidence, axis=0)
+    return performance_profile(matrix, taus), low, high
+
+
+def plot_learning_curves(
+    curves: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]],
+    stem: Path,
+    *,
+    seed: int = 0,
+    reps: int = 2000,
+    title: str | None = None,
+    subtitles: Mapping[str, str] | None = None,
+    caption: str | None = None,
+) -> list[Path]:
+    """Eval return against frames: a subplot per env, a mean line and 95% CI band per algorithm.
+
+    ``curves[env][algo] = (frames [T], returns [seeds, T])``; ``subtitles[env]`` goes under
+    a subplot's title, ``caption`` under the figure (what the bands are). Bands are drawn
+    from one generator seeded with ``seed``, envs and algorithms taken in sorted order.
+    Writes ``stem.png`` and ``stem.svg`` and returns their paths.
+    """
+    if not curves:
+        raise ValueError("no learning curves to plot: no envs given")
+    checked: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    for env in sorted(curves):
+        if not curves[env]:
+            raise ValueError(f"no learning curves to plot for env {env!r}: no algorithms given")
+        checked[env] = {}
+        for algo in sorted(curves[env]):
+            frames, returns = curves[env][algo]
+            frames = np.asarray(frames, dtype=np.float64)
+            returns = np.atleast_2d(np.asarray(returns, dtype=np.float64))
+            if frames.ndim != 1 or returns.ndim != 2 or frames.shape[0] != returns.shape[1]:
+                raise ValueError(
+                    f"env {env!r}, algorithm {algo!r}: frames of shape {frames.shape} do not "
+                    f"match returns of shape {returns.shape} (want [T] and [seeds, T])"
+                )
+            checked[env][algo] = frames, returns
+
+    colours = _colours(algo for per_env in checked.values() for algo in per_env)
+    rng = np.random.default_rng(seed)
+    ncols = min(3, len(checked))
+    nrows = math.ceil(len(checked) / ncols)
+    fig = Figure(figsize=(4.5 * ncols, 3.2 * nrows + 0.6), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, (env, per_algo) in zip(axes, checked.items(), strict=False):
+        for algo, (frames, returns) in per_algo.items():
+            mean, low, high = curve_band(returns, rng=rng, reps=reps)
+            ax.plot(frames, mean, color=colours[algo], label=algo)
+            ax.fill_between(frames, low, high, color=colours[algo], alpha=_BAND_ALPHA, lw=0)
+        subtitle = (subtitles or {}).get(env)
+        ax.set_title(f"{env}\n{subtitle}" if subtitle else env, fontsize=9)
+        ax.set_xlabel("frames")
+        ax.set_ylabel("eval return")
+        ax.grid(alpha=0.3)
+    for ax in axes[len(checked):]:
+        ax.set_visible(False)
+    _shared_legend(fig, colours, caption)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, stem)
+
+
+def _caption(fig: Figure, caption: str | None) -> None:
+    """``caption`` in small type at the foot of ``fig``, wrapped to its width."""
+    if caption:
+        width = int(fig.get_figwidth() * 16)
+        fig.supxlabel(textwrap.fill(caption, width), fontsize=7, ha="center")
+
+
+def plot_aggregate_intervals(
+    intervals: Mapping[str, Mapping[str, Interval]],
+    stem: Path,
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+) -> list[Path]:
+    """Aggregate metrics with their CIs, rliable style: a panel per metric, a bar per algorithm.
+
+    ``intervals[algo][metric]`` is an ``Interval``; each bar spans ``low`` to ``high`` with a
+    tick at ``value`` (only the tick when it has no bounds). Every algorithm must give every
+    metric. Known metrics (``AGGREGATES``) come first in that order, others after them
+    sorted. Writes ``stem.png`` and ``stem.svg``.
+    """
+    if not intervals:
+        raise ValueError("no aggregate intervals to plot: no algorithms given")
+    algos = sorted(intervals)
+    names = {metric for algo in algos for metric in intervals[algo]}
+    if not names:
+        raise ValueError("no aggregate intervals to plot: no metrics given")
+    for algo in algos:
+        missing = names - set(intervals[algo])
+        if missing:
+            raise ValueError(f"algorithm {algo!r} lacks the metrics {sorted(missing)}")
+    metrics = [m for m in AGGREGATES if m in names] + sorted(names - set(AGGREGATES))
+
+    colours = _colours(algos)
+    fig = Figure(
+        figsize=(3.2 * len(metrics), 0.5 * len(algos) + 1.6 + (0.4 if title else 0)),
+        layout="constrained",
+    )
+    axes = fig.subplots(1, len(metrics), sharey=True, squeeze=False)[0]
+    rows = np.arange(len(algos))[::-1]  # the first algorithm on top
+    for ax, metric in zip(axes, metrics, strict=True):
+        for row, algo in zip(rows, algos, strict=True):
+            interval = intervals[algo][metric]
+            if interval.has_bounds:
+                ax.barh(row, interval.high - interval.low, left=interval.low, height=0.6,
+                        color=colours[algo], alpha=0.75)
+            ax.vlines(interval.value, row - 0.3, row + 0.3, color="black", lw=2)
+        ax.set_title(metric)
+        lower = " (lower is better)" if metric == "optimality_gap" else ""
+        ax.set_xlabel(f"normalized score{lower}")
+        ax.grid(axis="x", alpha=0.3)
+        ax.use_sticky_edges = False  # leave a margin beside the bars' ends
+    axes[0].set_yticks(rows, algos)
+    _caption(fig, caption)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, stem)
+
+
+def plot_performance_profiles(
+    scores: Mapping[str, Scores],
+    stem: Path,
+    *,
+    thresholds: np.ndarray | None = None,
+    seed: int = 0,
+    reps: int = 2000,
+    title: str | None = None,
+    caption: str | None = None,
+) -> list[Path]:
+    """Fraction of runs scoring above tau, against tau, per algorithm with a 95% CI band.
+
+    ``scores[algo]`` is ``[runs, tasks]`` of normalized scores, or one array per task. The
+    default thresholds are 101 points from ``min(0, lowest score)`` to ``max(1, highest
+    score)`` over all algorithms. Bands come from one generator seeded with ``seed``,
+    algorithms in sorted order. Writes ``stem.png`` and ``stem.svg`` and returns their paths.
+    """
+    if not scores:
+        raise ValueError("no performance profiles to plot: no algorithms given")
+    matrices = {algo: as_tasks(scores[algo], f"algorithm {algo!r}") for algo in sorted(scores)}
+    if thresholds is None:
+        lowest = min(0.0, *(float(np.concatenate(m).min()) for m in matrices.values()))
+        highest = max(1.0, *(float(np.concatenate(m).max()) for m in matrices.values()))
+        thresholds = np.linspace(lowest, highest, 101)
+    taus = np.asarray(thresholds, dtype=np.float64)
+
+    colours = _colours(matrices)
+    rng = np.random.default_rng(seed)
+    fig = Figure(figsize=(6.0, 4.2), layout="constrained")
+    ax: Axes = fig.subplots()
+    for algo, matrix in matrices.items():
+        profile, low, high = performance_profile_band(matrix, taus, rng=rng, reps=reps)
+        ax.plot(taus, profile, color=colours[algo], label=algo)
+        ax.fill_between(taus, low, high, color=colours[algo], alpha=_BAND_ALPHA, lw=0)
+    ax.set_xlabel("normalized score τ")
+    ax.set_ylabel("fraction of runs with score > τ")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _caption(fig, caption)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, stem)
+
+
+def _colours(algos: Iterable[str]) -> dict[str, str]:
+    """The same colour for an algorithm in every figure: the colour cycle over sorted names."""
+    return {algo: f"C{i % 10}" for i, algo in enumerate(sorted(set(algos)))}
+
+
+def _shared_legend(fig: Figure, colours: Mapping[str, str], caption: str | None = None) -> None:
+    """One legend under the subplots, with ``caption`` (what lines and bands are) above its
+    entries."""
+    handles = [Line2D([], [], color=c, label=a) for a, c in colours.items()]
+    title = textwrap.fill(caption, int(fig.get_figwidth() * 16)) if caption else None
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
+               title=title, title_fontsize=7)
+
+
+def _save(fig: Figure, stem: Path) -> list[Path]:
+    """Write ``fig`` as ``stem.png`` and ``stem.svg`` with no dates or software stamps."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    png, svg = stem.with_suffix(".png"), stem.with_suffix(".svg")
+    with matplotlib.rc_context(_RC):
+        fig.savefig(png, dpi=120, metadata={"Software": None})
+        fig.savefig(svg, metadata={"Date": None, "Creator": None})
+    return [png, svg]

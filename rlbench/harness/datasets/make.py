@@ -1,0 +1,544 @@
+"""``rlbench dataset make``: offline datasets from rlbench's own runs, in Minari and D4RL form.
+
+Qualities, as D4RL defines them: ``random`` (uniform random actions), ``expert`` (the run's
+final policy), ``medium`` (the policy the run kept at the evaluation whose return is closest
+to a third of the final one; ``save_snapshots=true``), ``medium-replay`` (every transition
+the run collected up to that snapshot; ``save_transitions=true``) and ``medium-expert``
+(``medium`` followed by ``expert``). Policies act by sampling from their distribution, as
+D4RL's behaviour policies did. Every dataset made from a policy records its reference
+scores: ``ref_min_score`` the mean return of a uniform random policy and ``ref_max_score``
+that of the expert policy acting deterministically, each over ``ref_episodes`` episodes (100
+by default), with how they were measured, the seeds, the env and library versions and the
+policy's run. A random dataset made from ``env=`` alone has none: a normalised score needs
+the pair.
+
+Episode ``k`` of a dataset starts from ``env.reset(seed=seed + k)`` and actions are drawn
+from generators seeded with ``seed``: the same command gives byte-identical arrays.
+
+Every output is written whole into a hidden staging directory beside its place (same
+filesystem), flushed to disk, and renamed into place: a reader of a dataset's path finds
+the dataset that was there before or the new one, never a part (see ``staging_dir`` and
+``install_dir``). The outputs' places are checked before any episode is played, and the
+run's files (``curve.csv``, ``transitions/``) are read as untrusted input: bounded, and
+checked against their own layout.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import h5py
+import numpy as np
+import torch
+
+from rlbench.data.offline import d4rl_file_name
+from rlbench.envs import validate_env_id
+from rlbench.envs.registry import gym_name, is_gymnasium
+from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.harness.datasets.atomic_install import (
+    STAGING,
+    fsync_path,
+    install_dir,
+    install_namespace_metadata,
+    staging_dir,
+)
+from rlbench.harness.plan.datasets import QUALITIES, env_stem
+from rlbench.harness.plan.words import int_word, split_words
+from rlbench.harness.policy.load import Policy, load_policy
+from rlbench.harness.store.results import open_store
+from rlbench.harness.store.run_artifacts import read_curve, read_transitions
+from rlbench.version import __version__
+
+__all__ = ["FORMATS", "Episode", "MakeRequest", "make_datasets", "parse_make"]
+
+FORMATS = ("minari", "d4rl")
+MAKE_KEYS = ("env", "policy", "quality", "steps", "out", "format", "seed", "ref_episodes",
+             "out_dir")
+MAX_STEPS = 10**8
+
+
+@dataclass
+class Episode:
+    """One episode as the writers want it: T+1 observations, T of everything else."""
+
+    observations: list[np.ndarray] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    terminations: list[bool] = field(default_factory=list)
+    truncations: list[bool] = field(default_factory=list)
+    qpos: list[np.ndarray] = field(default_factory=list)
+    qvel: list[np.ndarray] = field(default_factory=list)
+    seed: int | None = None
+
+    @property
+    def steps(self) -> int:
+        return len(self.actions)
+
+
+@dataclass(frozen=True)
+class MakeRequest:
+    env: str | None
+    policy: str | None
+    qualities: tuple[str, ...]
+    steps: int
+    out: Path
+    formats: tuple[str, ...]
+    seed: int
+    ref_episodes: int
+    out_dir: str | None
+
+
+def _names(key: str, text: str, known: Sequence[str]) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    for name in names:
+        if name not in known:
+            raise UnknownNameError(key, name, known)
+    if not names:
+        raise ConfigError(f"{key} needs at least one of {', '.join(known)}")
+    return names
+
+
+def parse_make(args: Sequence[str]) -> MakeRequest:
+    """The request of ``rlbench dataset make`` words; bad words are ``ConfigError``s."""
+    values = dict(split_words(args, {}))
+    for key in values:
+        if key not in MAKE_KEYS:
+            raise UnknownNameError("dataset make key", key, MAKE_KEYS)
+    for key in ("quality", "steps", "out"):
+        if key not in values:
+            raise ConfigError(f"rlbench dataset make needs {key}=...")
+    qualities = _names("quality", values["quality"], QUALITIES)
+    policy = values.get("policy")
+    if policy is None and qualities != ("random",):
+        raise ConfigError("policy=<run id or run directory> is needed for every quality but "
+                          "random")
+    env = values.get("env")
+    if env is None and policy is None:
+        raise ConfigError("quality=random needs env=<id> (or a policy= whose env it takes)")
+    if env is not None:
+        validate_env_id(env)
+        _check_gymnasium(env)
+    out = Path(values["out"])
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={out} is a file: name a directory")
+    return MakeRequest(
+        env=env, policy=policy, qualities=qualities,
+        steps=int_word("steps", values["steps"], 1, MAX_STEPS), out=out,
+        formats=_names("format", values.get("format", "minari,d4rl"), FORMATS),
+        seed=int_word("seed", values.get("seed", "0"), 0, 2**31 - 1),
+        ref_episodes=int_word("ref_episodes", values.get("ref_episodes", "100"), 1, 10**6),
+        out_dir=values.get("out_dir"))
+
+
+def _check_gymnasium(env_id: str) -> None:
+    """Datasets are collected with gymnasium's own env (its ``qpos``/``qvel`` for D4RL's
+    ``infos``); other families (``dmc:``) are not made that way."""
+    if not is_gymnasium(env_id):
+        raise ConfigError(f"env={env_id}: rlbench dataset make collects gymnasium envs only")
+
+
+Actor = Callable[[np.ndarray], np.ndarray]
+
+
+def _random_actor(space: gym.Space, seed: int) -> Actor:
+    """Uniform random actions from a copy of ``space`` seeded with ``seed``."""
+    space = copy.deepcopy(space)
+    space.seed(seed)
+    return lambda observation: space.sample()
+
+
+def _policy_actor(policy: Policy, space: gym.Space, *, deterministic: bool) -> Actor:
+    start = getattr(space, "start", 0)
+
+    def act(observation: np.ndarray) -> np.ndarray:
+        policy.deterministic = deterministic
+        action = policy.act(observation).cpu().numpy()
+        if isinstance(space, gym.spaces.Discrete):
+            return np.asarray(int(action) + int(start))
+        return np.clip(action, space.low, space.high).astype(space.dtype)
+
+    return act
+
+
+def rollout(env_id: str, act: Actor, *, steps: int | None, episodes: int | None,
+            seed: int) -> list[Episode]:
+    """Whole episodes of ``act`` in ``env_id`` until ``steps`` transitions (the last episode
+    cut there, marked truncated) or ``episodes`` episodes; episode k resets with seed + k."""
+    env = gym.make(gym_name(env_id))
+    mujoco = hasattr(env.unwrapped, "data") and hasattr(env.unwrapped.data, "qpos")
+    found: list[Episode] = []
+    total = 0
+    try:
+        while (steps is None or total < steps) and (episodes is None or len(found) < episodes):
+            episode = Episode(seed=seed + len(found))
+            observation, _ = env.reset(seed=episode.seed)
+            episode.observations.append(observation)
+            while True:
+                if mujoco:
+                    episode.qpos.append(env.unwrapped.data.qpos.copy())
+                    episode.qvel.append(env.unwrapped.data.qvel.copy())
+                action = act(observation)
+                observation, reward, terminated, truncated, _ = env.step(action)
+                total += 1
+                cut = steps is not None and total >= steps
+                episode.actions.append(_stored_action(env.action_space, action))
+                episode.observations.append(observation)
+                episode.rewards.append(float(reward))
+                episode.terminations.append(bool(terminated))
+                episode.truncations.append(bool(truncated) or (cut and not terminated))
+                if terminated or truncated or cut:
+                    break
+            found.append(episode)
+    finally:
+        env.close()
+    return found
+
+
+def _stored_action(space: gym.Space, action: Any) -> np.ndarray:
+    """An action as rlbench's data model keeps it: a discrete one as an index from 0
+    (gymnasium's ``Discrete(n, start)`` counts from ``start``), a box one as executed."""
+    if isinstance(space, gym.spaces.Discrete):
+        return np.asarray(int(action) - int(space.start))
+    return np.asarray(action)
+
+
+def mean_return(episodes: Sequence[Episode]) -> float:
+    return float(np.mean([sum(e.rewards) for e in episodes]))
+
+
+@contextmanager
+def _seeded_torch(seed: int) -> Iterator[None]:
+    """Torch's global generator seeded for the body (a sampling policy draws from it), and
+    put back as it was afterwards."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def _versions() -> dict[str, str]:
+    found = {"rlbench": __version__}
+    for package in ("gymnasium", "mujoco", "torch", "minari", "h5py"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "not installed"
+    return found
+
+
+def _medium_snapshot(details: dict[str, Any], random_return: float) -> tuple[int, float]:
+    """The kept snapshot before the last whose logged evaluation is closest to a third of
+    the way from random play to the run's final evaluation (D4RL's "medium": a policy at
+    about a third of the expert's performance; a third of the return itself means nothing
+    where returns are negative)."""
+    curve = details["curve"]
+    kept = set(details["snapshots"])
+    candidates = [(frames, value) for frames, value in curve[:-1] if frames in kept]
+    if not candidates:
+        raise ConfigError(f"{details['source']} kept no policy snapshot before its last "
+                          "evaluation: medium datasets need a run made with "
+                          "save_snapshots=true and several evaluations")
+    target = random_return + (curve[-1][1] - random_return) / 3
+    return min(candidates, key=lambda fv: (abs(fv[1] - target), fv[0]))
+
+
+def _run_details(policy_source: str, out_dir: str | None, space: gym.Space, *,
+                 transitions: bool) -> dict[str, Any]:
+    """The run's curve, kept snapshots and (when asked) transitions, each checked (a run
+    directory is read in place; a run id through its ``run_dir`` tag)."""
+    path = Path(policy_source)
+    if not path.is_dir():
+        client = open_store(out_dir)
+        try:
+            run = client.get_run(policy_source)
+        except Exception as err:
+            raise ConfigError(f"no run {policy_source} in the store at {client.tracking_uri}"
+                              ) from err
+        tag = run.data.tags.get("run_dir")
+        path = Path(tag) if tag else None
+        if path is None or not path.is_dir():
+            raise ConfigError(f"run {policy_source}: its run directory {path} is not on this "
+                              "machine; pass the run directory as policy=")
+    if not (path / "curve.csv").is_file():
+        raise ConfigError(f"{path} holds no curve.csv: not a finished rlbench run")
+    snapshots = ([int(p.name) for p in (path / "snapshots").iterdir()
+                  if p.name.isascii() and p.name.isdigit() and len(p.name) <= 13]
+                 if (path / "snapshots").is_dir() else [])
+    return {"source": str(path), "curve": read_curve(path / "curve.csv"),
+            "snapshots": sorted(snapshots),
+            "transitions": (read_transitions(path / "transitions", str(path), space)
+                            if transitions else None)}
+
+
+def _replay_episodes(arrays: dict[tuple[str, ...], np.ndarray], until_frames: int,
+                     source: str, space: gym.Space) -> list[Episode]:
+    """The transitions a run collected up to ``until_frames`` (all its envs), as episodes:
+    each env's stream cut where its episodes end (and at the cut, truncated). Box actions
+    are clipped to the bounds, as the env executed them (a Gaussian policy's samples are
+    not bounded)."""
+    num_envs, stored = arrays[("observation",)].shape[:2]
+    per_env = min(math.ceil(until_frames / num_envs), stored)
+    if per_env * num_envs > MAX_STEPS:
+        raise ConfigError(f"{source}: medium-replay would hold {per_env * num_envs:,} "
+                          f"transitions, more than {MAX_STEPS:,}")
+    episodes: list[Episode] = []
+    for env_index in range(num_envs):
+        stream = {key: np.array(value[env_index, :per_env]) for key, value in arrays.items()}
+        flags = {key[-1]: stream[key].reshape(per_env) for key in stream
+                 if key[-1] in ("reward", "terminated", "truncated", "done")}
+        starts = [0, *(np.flatnonzero(flags["done"]) + 1).tolist()]
+        for begin, end in zip(starts, [*starts[1:], per_env], strict=True):
+            if end <= begin:
+                continue
+            episode = Episode()
+            episode.observations = [*stream[("observation",)][begin:end],
+                                    stream[("next", "observation")][end - 1]]
+            actions = stream[("action",)][begin:end]
+            if isinstance(space, gym.spaces.Box):
+                actions = np.clip(actions, space.low, space.high).astype(space.dtype)
+            episode.actions = list(actions)
+            episode.rewards = flags["reward"][begin:end].astype(np.float64).tolist()
+            episode.terminations = flags["terminated"][begin:end].astype(bool).tolist()
+            truncated = flags["truncated"][begin:end].astype(bool).tolist()
+            truncated[-1] = truncated[-1] or not (episode.terminations[-1] or truncated[-1])
+            episode.truncations = truncated
+            episodes.append(episode)
+    return episodes
+
+
+def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path]:
+    """Every requested quality, in every requested format, under ``request.out``."""
+    trusted = (request.env,) if request.env else ()  # an env the user named may be imported
+    expert = (load_policy(request.policy, out_dir=request.out_dir, trusted_envs=trusted)
+              if request.policy else None)
+    env_id = request.env or expert.env
+    if expert is not None and expert.env != env_id:
+        raise ConfigError(f"policy={request.policy} was trained on {expert.env}, not {env_id}")
+    _check_outputs(request, env_id)
+    probe = gym.make(gym_name(env_id))
+    space = probe.action_space
+    probe.close()
+    details = (_run_details(request.policy, request.out_dir, space,
+                            transitions="medium-replay" in request.qualities)
+               if expert is not None and any(q.startswith("medium") for q in request.qualities)
+               else None)
+    reference_seed = request.seed + 2**32  # apart from every dataset episode's seed
+    random_ref = expert_ref = None
+    if expert is not None:
+        log(f"reference scores: {request.ref_episodes} episodes each")
+        random_ref = mean_return(rollout(env_id, _random_actor(space, reference_seed),
+                                         steps=None, episodes=request.ref_episodes,
+                                         seed=reference_seed))
+        with _seeded_torch(request.seed):
+            expert_ref = mean_return(rollout(
+                env_id, _policy_actor(expert, space, deterministic=True), steps=None,
+                episodes=request.ref_episodes, seed=reference_seed))
+    common = {
+        "env_id": env_id, "seed": request.seed, "versions": _versions(),
+        "ref_min_score": random_ref, "ref_max_score": expert_ref,
+        "ref_episodes": request.ref_episodes if expert is not None else None,
+        "ref_min_measured": (f"uniform random actions, {request.ref_episodes} episodes, "
+                             f"reset seeds {reference_seed} + k") if expert is not None else None,
+        "ref_max_measured": (f"the expert policy acting deterministically, "
+                             f"{request.ref_episodes} episodes, reset seeds {reference_seed} "
+                             f"+ k") if expert is not None else None,
+        "policy_source": expert.source if expert else None,
+        "policy_config_identity": expert.config.get("identity") if expert else None,
+        "policy_algo": expert.algo if expert else None,
+        "command": "rlbench dataset make " + " ".join(_command_words(request)),
+    }
+    written: list[Path] = []
+    cache: dict[str, list[Episode]] = {}
+
+    def episodes_of(quality: str) -> tuple[list[Episode], dict[str, Any]]:
+        if quality == "random":
+            return rollout(env_id, _random_actor(space, request.seed), steps=request.steps,
+                           episodes=None, seed=request.seed), {"behaviour": "uniform random "
+                                                                            "actions"}
+        if quality == "expert":
+            if "expert" not in cache:
+                with _seeded_torch(request.seed):
+                    cache["expert"] = rollout(env_id, _policy_actor(expert, space,
+                                                                    deterministic=False),
+                                              steps=request.steps, episodes=None,
+                                              seed=request.seed)
+            return cache["expert"], {"behaviour": "the run's final policy, sampling"}
+        frames, logged = _medium_snapshot(details, random_ref)
+        if quality == "medium":
+            if "medium" not in cache:
+                medium = load_policy(request.policy, out_dir=request.out_dir, snapshot=frames,
+                                     trusted_envs=trusted)
+                with _seeded_torch(request.seed):
+                    cache["medium"] = rollout(env_id, _policy_actor(medium, space,
+                                                                    deterministic=False),
+                                              steps=request.steps, episodes=None,
+                                              seed=request.seed)
+            return cache["medium"], {"behaviour": f"the run's policy at {frames:,} frames "
+                                                  f"(its evaluation: {logged:.6g}), sampling",
+                                     "snapshot_frames": frames}
+        if quality == "medium-replay":
+            return (_replay_episodes(details["transitions"], frames, details["source"], space),
+                    {"behaviour": f"every transition the run collected up to {frames:,} "
+                                  f"frames (the medium snapshot)", "snapshot_frames": frames})
+        medium, medium_info = episodes_of("medium")
+        expert_episodes, _ = episodes_of("expert")
+        return [*medium, *expert_episodes], {**medium_info,
+                                             "behaviour": "medium followed by expert"}
+
+    for quality in request.qualities:
+        log(f"{quality}: collecting")
+        episodes, info = episodes_of(quality)
+        provenance = {**common, "quality": quality, **info,
+                      "steps": sum(e.steps for e in episodes), "episodes": len(episodes)}
+        places = _output_places(request, env_id, quality)
+        if "d4rl" in places:
+            written.append(write_d4rl(places["d4rl"], episodes, provenance))
+        if "minari" in places:
+            root = request.out / "minari"
+            written.append(write_minari(root, places["minari"].relative_to(root).as_posix(),
+                                        env_id, episodes, provenance))
+        log(f"{quality}: {provenance['steps']:,} steps in {len(episodes):,} episodes, mean "
+            f"return {mean_return(episodes):.6g}")
+    return written
+
+
+def _output_places(request: MakeRequest, env_id: str, quality: str) -> dict[str, Path]:
+    """Where each requested format of ``quality`` goes: the D4RL file, the Minari dataset
+    directory (``rlbench-`` and ``rlbench/`` keep them apart from D4RL's and Minari's own)."""
+    places = {}
+    if "d4rl" in request.formats:
+        name = f"rlbench-{env_stem(env_id)}-{quality}-v0"
+        places["d4rl"] = request.out / "d4rl" / d4rl_file_name(name)
+    if "minari" in request.formats:
+        places["minari"] = request.out / "minari" / "rlbench" / env_stem(env_id) / f"{quality}-v0"
+    return places
+
+
+def _check_outputs(request: MakeRequest, env_id: str) -> None:
+    """A ``ConfigError`` naming the path, before any episode is played, where an output
+    cannot be written: its place is taken by the wrong kind of entry, or the nearest
+    existing directory above it refuses a new entry (tried by making and removing one;
+    permission bits alone say nothing to root)."""
+    tried: set[Path] = set()
+    for quality in request.qualities:
+        for form, final in _output_places(request, env_id, quality).items():
+            if os.path.lexists(final) and final.is_dir() != (form == "minari"):
+                kind = "a directory" if form == "d4rl" else "not a directory"
+                raise ConfigError(f"out={request.out}: {final} is {kind}: move it away, or "
+                                  "name another out=")
+            existing = final.parent
+            while not os.path.lexists(existing):
+                existing = existing.parent
+            if existing in tried:
+                continue
+            tried.add(existing)
+            if not existing.is_dir():
+                raise ConfigError(f"out={request.out} cannot be written: {existing} is not a "
+                                  "directory")
+            try:
+                os.rmdir(tempfile.mkdtemp(prefix=STAGING, dir=existing))
+            except OSError as err:
+                raise ConfigError(f"out={request.out} cannot be written: no new entry can be "
+                                  f"made in {existing} ({err.strerror})") from err
+
+
+def _command_words(request: MakeRequest) -> list[str]:
+    words = {**dataclasses.asdict(request), "quality": ",".join(request.qualities),
+             "format": ",".join(request.formats)}
+    del words["qualities"], words["formats"]
+    return [f"{k}={v}" for k, v in words.items() if v is not None and k != "out_dir"]
+
+
+def _stack(episodes: Sequence[Episode], pick: Callable[[Episode], list]) -> np.ndarray:
+    parts = [part for part in (np.asarray(pick(e)) for e in episodes) if part.size]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _actions(actions: np.ndarray) -> np.ndarray:
+    """Box actions as float32 (D4RL's dtype); discrete ones stay integers."""
+    return actions.astype(np.int64 if actions.dtype.kind in "iu" else np.float32)
+
+
+def write_d4rl(path: Path, episodes: Sequence[Episode], provenance: dict[str, Any]) -> Path:
+    """D4RL's keys (``observations``, ``actions``, ``rewards``, ``terminals``, ``timeouts``,
+    ``next_observations``, ``infos/qpos`` and ``infos/qvel`` for MuJoCo envs, ``metadata/*``),
+    float32 arrays and bool flags; the provenance as file attributes."""
+    arrays = {
+        "observations": _stack(episodes, lambda e: e.observations[:-1]).astype(np.float32),
+        "next_observations": _stack(episodes, lambda e: e.observations[1:]).astype(np.float32),
+        "actions": _actions(_stack(episodes, lambda e: e.actions)),
+        "rewards": _stack(episodes, lambda e: e.rewards).astype(np.float32),
+        "terminals": _stack(episodes, lambda e: e.terminations).astype(bool),
+        "timeouts": _stack(episodes, lambda e: e.truncations).astype(bool),
+    }
+    if episodes and episodes[0].qpos:
+        arrays["infos/qpos"] = _stack(episodes, lambda e: e.qpos).astype(np.float64)
+        arrays["infos/qvel"] = _stack(episodes, lambda e: e.qvel).astype(np.float64)
+    with staging_dir(path) as staging:
+        staged = staging / path.name
+        with h5py.File(staged, "w") as handle:
+            for key, value in arrays.items():
+                handle.create_dataset(key, data=value)
+            for key, value in provenance.items():
+                if value is not None:
+                    handle.attrs[key] = json.dumps(value) if isinstance(value, dict) else value
+        fsync_path(staged)
+        os.replace(staged, path)
+        fsync_path(path.parent)
+    return path
+
+
+def write_minari(root: Path, dataset_id: str, env_id: str, episodes: Sequence[Episode],
+                 provenance: dict[str, Any]) -> Path:
+    """A Minari dataset written by Minari's own writer into a staging directory, then put
+    in place under ``root`` (replacing one of the same id there) with its namespaces'
+    metadata."""
+    try:
+        # deferred: minari is the optional `minari` extra
+        import minari
+        from minari.data_collector import EpisodeBuffer
+    except ImportError as err:
+        raise ConfigError("writing Minari datasets needs minari: pip install 'rlbench[minari]'"
+                          ) from err
+
+    target = root / dataset_id
+    buffers = [EpisodeBuffer(id=i, seed=e.seed, observations=np.asarray(e.observations),
+                             actions=np.asarray(e.actions), rewards=list(e.rewards),
+                             terminations=list(e.terminations), truncations=list(e.truncations))
+               for i, e in enumerate(episodes)]
+    with staging_dir(target) as staging:
+        saved = os.environ.get("MINARI_DATASETS_PATH")
+        os.environ["MINARI_DATASETS_PATH"] = str(staging)
+        try:
+            minari.create_dataset_from_buffers(
+                dataset_id, buffers, env=gym_name(env_id), eval_env=gym_name(env_id),
+                algorithm_name=str(provenance.get("policy_algo") or "uniform random"),
+                author="rlbench", author_email="rlbench@users.noreply.github.com",
+                code_permalink="https://github.com/rlbench/rlbench",
+                **({"ref_min_score": provenance["ref_min_score"],
+                    "ref_max_score": provenance["ref_max_score"],
+                    "num_episodes_average_score": provenance["ref_episodes"]}
+                   if provenance["ref_max_score"] is not None else {}),
+                description=json.dumps(provenance, default=str))
+        finally:
+            if saved is None:
+                del os.environ["MINARI_DATASETS_PATH"]
+            else:
+                os.environ["MINARI_DATASETS_PATH"] = saved
+        install_namespace_metadata(staging, root)
+        install_dir(staging / dataset_id, target)
+    return target

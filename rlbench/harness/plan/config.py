@@ -1,0 +1,557 @@
+"""Command-line overrides and the resolved grid of run configs.
+
+Precedence, lowest first: harness defaults < suite settings < suite ``per_env`` settings <
+command line. A suite's ``per_env[env].algos`` restricts the algorithms run on that env
+(e.g. DQN only where actions are discrete), whatever ``algos`` the command line names.
+Hyperparameters: recipe defaults < recipe family defaults < suite ``per_algo`` < suite
+``per_env[env][algo]`` < command line ``<algo>.<field>=value``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from rlbench.envs import action_space_kind, env_family, list_envs
+from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
+from rlbench.harness.plan.algorithms import (
+    list_algorithms,
+    load_algorithm,
+    missing_defaults,
+    resolve_algo_config,
+    resolve_with_sources,
+)
+from rlbench.harness.plan.datasets import MadeFamily, PlannedDataset, plan_dataset
+from rlbench.harness.plan.suites import SUITE_SETTINGS, Suite, load_suite
+from rlbench.harness.plan.words import split_words
+from rlbench.version import __version__
+
+__all__ = ["Overrides", "RunConfig", "SweepConfig", "check_device_here", "check_devices_here",
+           "parse_overrides", "resolve_sweep"]
+
+ALIASES = {"algo": "algos", "env": "envs", "dataset": "datasets"}
+SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
+              "launcher": "local", "ray.address": None, "force_threads": False}
+LAUNCHERS = ("local", "ray")
+LIST_KEYS = {"algos", "envs", "datasets"}
+# Settings whose value is a name or a path: taken as typed, never as a YAML number or null.
+TEXT_KEYS = {"suite", "out_dir", "launcher", "ray.address", "device"}
+DEVICE_PATTERN = re.compile(r"(cpu|mps)(:0)?|cuda(:\d+)?")
+
+
+@dataclass
+class Overrides:
+    """Parsed ``key=value`` arguments: harness settings and per-algorithm hyperparameters."""
+
+    sweep: dict[str, Any]
+    settings: dict[str, Any]
+    algo_params: dict[str, dict[str, Any]]
+
+
+def _parse_value(key: str, text: str) -> Any:
+    """A command-line value: a list, a number, true/false/null, a YAML list, else text.
+
+    Numbers are Python's (``1e5``, ``3e-4``); YAML 1.1's other number forms (``1:30`` is
+    90 there, base 60) stay text, so they fail the type check instead of changing a value.
+    """
+    if key in LIST_KEYS:
+        return [item.strip() for item in text.split(",") if item.strip()]
+    if key in TEXT_KEYS:
+        if not text:
+            raise ConfigError(f"{key} needs a value: {key}=...")
+        return text
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"cannot parse the value of {key}: {quote(text)}") from err
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return text
+    return value
+
+
+def valid_keys() -> list[str]:
+    """Every key the command line accepts, hyperparameters included."""
+    keys = [*SWEEP_KEYS, *SUITE_SETTINGS, *ALIASES]
+    for algo in list_algorithms():
+        keys += [f"{algo}.{f}" for f in load_algorithm(algo).Config.__dataclass_fields__]
+    return keys
+
+
+# Names of one meaning in different recipes and libraries: a typo of one finds the others.
+_SYNONYMS = ({"learning_rate", "lr"}, {"gamma", "discount"}, {"hidden_sizes", "net_arch"},
+             {"num_envs", "n_envs"}, {"rollout_steps", "n_steps"}, {"epochs", "n_epochs"},
+             {"entropy_coef", "ent_coef"}, {"critic_coef", "vf_coef"},
+             {"gae_lambda", "lmbda"})
+
+
+def field_suggestions(name: str, fields: Sequence[str]) -> list[str]:
+    """The fields of one recipe closest to ``name``: those sharing its meaning through a
+    synonym (``learning_rate`` -> ``actor_lr``, ``critic_lr``; ``lr`` ->
+    ``learning_rate``), then the closest spellings."""
+    words = next((group for group in _SYNONYMS if name in group), set())
+    related = [f for f in fields for w in words
+               if f == w or f.endswith(f"_{w}") or f.startswith(f"{w}_")]
+    return list(dict.fromkeys([*related, *near_matches(name, fields)]))[:4]
+
+
+def parse_overrides(args: Sequence[str]) -> Overrides:
+    """Parse ``key=value`` words; unknown keys raise with near matches."""
+    sweep: dict[str, Any] = {}
+    settings: dict[str, Any] = {}
+    algo_params: dict[str, dict[str, Any]] = {}
+    for key, text in split_words(args, ALIASES):
+        value = _parse_value(key, text)
+        if key in SWEEP_KEYS:
+            sweep[key] = value
+        elif key in SUITE_SETTINGS:
+            settings[key] = value
+        elif "." in key:
+            algo, _, param = key.partition(".")
+            if algo not in list_algorithms():
+                raise UnknownNameError("override key", key, valid_keys())
+            fields = load_algorithm(algo).Config.__dataclass_fields__
+            if param not in fields:  # suggest this algorithm's own fields, not others'
+                raise UnknownNameError(f"{algo} hyperparameter", key, [],
+                                       [f"{algo}.{name}" for name in
+                                        field_suggestions(param, list(fields))])
+            algo_params.setdefault(algo, {})[param] = value
+        else:
+            raise UnknownNameError("override key", key, valid_keys())
+    return Overrides(sweep, settings, algo_params)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run of a sweep, fully resolved: its identity is a hash of these fields."""
+
+    suite: str
+    algo: str
+    env: str
+    env_family: str
+    seed_index: int
+    base_seed: int
+    frames: int
+    eval_every: int
+    eval_episodes: int
+    threads: int
+    device: str
+    algo_params: dict[str, Any]
+    save_snapshots: bool = False
+    save_transitions: bool = False
+    # an offline run: ``steps`` gradient steps on ``dataset`` (``frames`` is 0), evaluated in
+    # ``env``, the dataset's eval env; the file's sha256 and reference scores are its own
+    dataset: str | None = None
+    dataset_label: str | None = None
+    dataset_sha256: str | None = None
+    dataset_refs: tuple[float, float] | None = None
+    steps: int = 0
+
+    @property
+    def offline(self) -> bool:
+        return self.dataset is not None
+
+    @property
+    def task(self) -> str:
+        """What the run learns: its dataset's name (offline), else its env."""
+        return (self.dataset_label or self.env) if self.offline else self.env
+
+    @property
+    def name(self) -> str:
+        return f"{self.algo}/{self.task}/seed{self.seed_index}"
+
+    @property
+    def budget(self) -> int:
+        """Gradient steps (offline) or frames (online)."""
+        return self.steps if self.offline else self.frames
+
+    @property
+    def unit(self) -> str:
+        return "steps" if self.offline else "frames"
+
+    @property
+    def throughput_metric(self) -> str:
+        return "train/steps_per_s" if self.offline else "train/fps"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields, but the options that are off: a run that keeps no snapshots or
+        transitions, or an online run, is the run it was before those options existed (the
+        same identity, so it resumes); an offline run has no ``frames``."""
+        fields = asdict(self)
+        for option in _ARTIFACT_OPTIONS:
+            if not fields[option]:
+                del fields[option]
+        for option in _OFFLINE_FIELDS:
+            if fields[option] is None or (option == "steps" and not self.offline):
+                del fields[option]
+        if self.offline:
+            del fields["frames"]
+        return fields
+
+    @property
+    def identity(self) -> str:
+        """Hash of the resolved config and the rlbench version (16 hex digits)."""
+        payload = json.dumps({"config": self.as_dict(), "rlbench": __version__},
+                             sort_keys=True, default=list)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+_ARTIFACT_OPTIONS = ("save_snapshots", "save_transitions")
+_OFFLINE_FIELDS = ("dataset", "dataset_label", "dataset_sha256", "dataset_refs", "steps")
+
+
+@dataclass
+class SweepConfig:
+    suite: Suite
+    out_dir: Path
+    dry_run: bool
+    runs: list[RunConfig]
+    jobs: int = 1
+    launcher: str = "local"
+    ray_address: str | None = None
+    force_threads: bool = False
+    # per (algo, env): the layer each hyperparameter came from (see resolve_with_sources)
+    sources: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the plan should say (show, run)
+    to_make: list[MadeFamily] = field(default_factory=list)  # datasets to make before running
+
+
+# Upper bounds on sizes, far past any real sweep but small enough that no counter, index or
+# progress bar overflows and that a typo (frames=1e30, seeds=1e20) fails at once.
+# eval_episodes: one env per episode is built at each evaluation (``rlbench eval``'s cap);
+# runs: a grid plans 10^5 runs in about a second and 0.5 GB, and ``show`` lists a few
+LIMITS = {"frames": 10**12, "steps": 10**12, "eval_every": 10**12, "eval_episodes": 10**4,
+          "seeds": 10**5, "base_seed": 2**63 - 1, "threads": 1024, "jobs": 1024}
+MAX_RUNS = 10**5  # runs in one grid
+
+
+def _size(value: int) -> str:
+    return f"{value:,}" if value < 10**15 else f"{value:.3g}"
+
+
+def _positive_int(settings: dict[str, Any], key: str, minimum: int = 1) -> int:
+    """``settings[key]`` as an integer in ``[minimum, LIMITS[key]]``."""
+    value = settings.get(key)
+    if value is None:
+        raise ConfigError(f"{key} is not set: give it in the suite or as {key}=...")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {quote(value)}")
+    if value > LIMITS[key]:
+        raise ConfigError(f"{key}={_size(value)} is beyond what rlbench runs (at most "
+                          f"{LIMITS[key]:,})")
+    return value
+
+
+def _check_device(device: Any) -> str:
+    if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
+        raise ConfigError(f"device must be cpu, cuda, cuda:N or mps, got {quote(device)}")
+    return device
+
+
+def check_devices_here(sweep: SweepConfig) -> None:
+    """Raise unless every run's device exists on this machine and its threads fit this
+    machine's cores (unless ``force_threads=true``): before a local sweep starts (``show``
+    and dry runs plan without it; Ray workers may have devices and cores this machine
+    lacks)."""
+    for device in sorted({run.device for run in sweep.runs}):
+        check_device_here(device)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(run.threads for run in sweep.runs)
+    if cores and threads > cores and not sweep.force_threads:
+        raise ConfigError(f"threads={threads}, but this machine gives rlbench {cores} cores: "
+                          "more threads than cores only slow a run down (add "
+                          "force_threads=true to run it all the same)")
+
+
+def check_device_here(device: Any) -> None:
+    """Raise unless ``device`` is a device name that exists on this machine."""
+    _check_device(device)
+    kind, _, number = device.partition(":")
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device={device}, but this machine has no CUDA device")
+        if number and int(number) >= count:
+            raise ConfigError(f"device={device}, but this machine has {count} CUDA "
+                              f"device(s): cuda:0 to cuda:{count - 1}")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device=mps, but MPS is not available on this machine")
+
+
+def _names(settings: dict[str, Any], key: str) -> list[str]:
+    """The names of ``key``, in order, each once (a repeated name would run twice)."""
+    value = settings.get(key)
+    if isinstance(value, str):
+        value = [value]
+    if not value:
+        raise ConfigError(f"{key} is empty: give it in the suite or as {key}=a,b")
+    return list(dict.fromkeys(value))
+
+
+def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list[str],
+                                  runs: list[RunConfig], eval_envs: dict[str, str]) -> None:
+    """Hyperparameters given for an algorithm on an env where nothing runs (``sac.tau=abc``
+    with ``algo=ppo``, a suite's ``per_env`` entry for an algorithm that env does not take)
+    are checked all the same: a typo must not wait for the day its algorithm runs.
+    ``eval_envs`` maps each dataset (source and name) to its eval env."""
+    ran = {(run.algo, run.env) for run in runs} | {(run.algo, run.task) for run in runs}
+    ran |= {(run.algo, run.dataset) for run in runs if run.offline}
+    given = set(overrides.algo_params) | set(suite.per_algo)
+    for algo in sorted(given):
+        for env in envs:
+            if (algo, env) in ran:
+                continue
+            per_env = suite.per_env.get(env, {}).get(algo, {})
+            resolve_algo_config(algo, env_family(env), suite.per_algo.get(algo, {}),
+                                per_env if isinstance(per_env, dict) else {},
+                                overrides.algo_params.get(algo, {}), env=env)
+    for env, env_settings in suite.per_env.items():
+        for algo, params in env_settings.items():
+            if algo in list_algorithms() and (algo, env) not in ran:
+                if not isinstance(params, dict):
+                    raise ConfigError(f"suite {suite.name}: per_env {env}.{algo} must be a "
+                                      f"mapping of hyperparameters, got {quote(params)}")
+                resolve_algo_config(algo, env_family(eval_envs.get(env, env)),
+                                    suite.per_algo.get(algo, {}), params, env=env)
+
+
+def _artifact_options(settings: dict[str, Any], algo: str, params: dict[str, Any]
+                      ) -> dict[str, bool]:
+    """``save_snapshots`` and ``save_transitions``, checked: transitions are kept as the
+    agent saw them, so a run that normalises observations or rewards cannot keep them."""
+    options = {}
+    for option in _ARTIFACT_OPTIONS:
+        value = settings.get(option, False)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{option} must be true or false, got {quote(value)}")
+        options[option] = value
+    normalised = [key for key in ("normalize_observation", "normalize_reward") if params.get(key)]
+    if options["save_transitions"] and normalised:
+        raise ConfigError(f"save_transitions keeps transitions as the agent saw them, and "
+                          f"{algo} normalises them here: add "
+                          f"{' '.join(f'{algo}.{key}=false' for key in normalised)} or leave "
+                          f"save_transitions out")
+    return options
+
+
+def _check_action_space(algo: str, env: str, kind: str, known_algos: Sequence[str]) -> None:
+    """Refuse to plan ``algo`` on ``env`` when it does not take that kind of action space."""
+    if kind in load_algorithm(algo).ACTION_SPACES:
+        return
+    algo_kind = load_algorithm(algo).KIND  # envs take online algorithms, datasets offline
+    takers = [name for name in known_algos if kind in load_algorithm(name).ACTION_SPACES
+              and algo_kind == load_algorithm(name).KIND]
+    raise ConfigError(f"{algo} takes {' or '.join(load_algorithm(algo).ACTION_SPACES)} actions, "
+                      f"and {env}'s are {kind}: leave one of them out (algorithms for {env}: "
+                      f"{', '.join(takers) or 'none'})")
+
+
+def _kinds(algos: Sequence[str]) -> dict[str, str]:
+    return {algo: load_algorithm(algo).KIND for algo in algos}
+
+
+def _tasks(base: dict[str, Any], overrides: Overrides, algos: Sequence[str]
+           ) -> tuple[list[str], list[str]]:
+    """The envs of the grid's online algorithms and the datasets of its offline ones;
+    refuses an algorithm given only what it cannot learn from."""
+    kinds = _kinds(algos)
+    online = [a for a in algos if kinds[a] == "online"]
+    offline = [a for a in algos if kinds[a] == "offline"]
+    has_envs, has_datasets = bool(base.get("envs")), bool(base.get("datasets"))
+    if offline and not has_datasets:
+        raise ConfigError(f"{', '.join(offline)} learn{'s' if len(offline) == 1 else ''} from "
+                          f"a dataset: give dataset=<d4rl:name|minari:id|path> (the dataset "
+                          f"names the env it is evaluated in)")
+    if online and not has_envs:
+        raise ConfigError(f"{', '.join(online)} collect{'s' if len(online) == 1 else ''} its "
+                          f"own data in an env: give env=<id> (datasets are for offline "
+                          f"algorithms: {', '.join(_offline_algorithms()) or 'none'})")
+    if not offline and "datasets" in overrides.settings:
+        raise ConfigError(f"dataset= is not used by online algorithms ({', '.join(online)}); "
+                          f"offline algorithms: {', '.join(_offline_algorithms()) or 'none'}")
+    envs = _names(base, "envs") if online else []
+    datasets = _names(base, "datasets") if offline else []
+    return envs, datasets
+
+
+def _check_vouched_envs(named: Sequence[str], planned: Mapping[str, PlannedDataset]) -> None:
+    """``env=`` in an offline-only grid names the eval envs the user vouches for (a dataset
+    naming a ``module:EnvId`` env is refused without it, see ``check_stored_env_id``): each
+    must be one that a dataset names, never an env to run in instead."""
+    evaluated = sorted({p.env for p in planned.values() if p.env})
+    for env in named:
+        if env not in evaluated:
+            raise ConfigError(f"env={env}: offline algorithms are evaluated in the env their "
+                              f"dataset names ({', '.join(evaluated) or 'none'}), and env= only "
+                              f"vouches for one of those")
+
+
+def _check_offline_settings(algo: str, settings: dict[str, Any], overrides: Overrides,
+                            grid_has_online: bool) -> None:
+    """Refuse what an offline run cannot use: a frame budget given for an offline-only grid,
+    and ``save_transitions`` (it collects none)."""
+    if "frames" in overrides.settings and not grid_has_online:
+        raise ConfigError(f"frames= is not used by offline algorithms ({algo}): their budget "
+                          "is gradient steps, steps=...")
+    if settings.get("save_transitions"):
+        raise ConfigError(f"save_transitions keeps the transitions a run collects, and {algo} "
+                          "collects none: it learns from its dataset")
+
+
+def _offline_algorithms() -> list[str]:
+    return [a for a in list_algorithms() if load_algorithm(a).KIND == "offline"]
+
+
+def resolve_sweep(args: Sequence[str]) -> SweepConfig:
+    """Parse the command line and resolve every run of the grid; raises on any bad input.
+
+    Online algorithms run on each env, offline ones on each dataset (evaluated in the
+    dataset's env). A dataset of rlbench's own that is made on first use and not made yet
+    is planned with no sha256 (``SweepConfig.to_make``): ``rlbench run`` makes it, then
+    plans again.
+    """
+    overrides = parse_overrides(args)
+    sweep = {**SWEEP_KEYS, **overrides.sweep}
+    suite = load_suite(str(sweep["suite"]))
+    base = {**suite.settings, **overrides.settings}
+    algos = _names(base, "algos")
+    known_algos = list_algorithms()
+    for algo in algos:
+        if algo not in known_algos:
+            raise UnknownNameError("algorithm", algo, known_algos)
+    envs, datasets = _tasks(base, overrides, algos)
+    named_envs = tuple(_names(base, "envs")) if base.get("envs") else ()
+    planned = {source: plan_dataset(source, trusted_envs=named_envs) for source in datasets}
+    if not envs and "envs" in overrides.settings:
+        _check_vouched_envs(named_envs, planned)
+    action_spaces = {}
+    for env in [*envs, *{p.env for p in planned.values()}]:
+        action_spaces[env] = action_space_kind(env)  # an env that cannot be made: refused
+    for algo in suite.per_algo:
+        if algo not in known_algos:
+            raise UnknownNameError(f"algorithm in per_algo of suite {suite.name}", algo,
+                                   known_algos)
+    task_names = {*envs, *datasets, *(p.label for p in planned.values())}
+    for env, env_settings in suite.per_env.items():
+        if env not in task_names and env not in list_envs():
+            raise UnknownNameError(f"env in per_env of suite {suite.name}", env, list_envs())
+        env_algos = env_settings.get("algos", algos)
+        if not isinstance(env_algos, list) or not env_algos:
+            raise ConfigError(f"suite {suite.name}: per_env {env}.algos must be a non-empty "
+                              f"list of algorithms, got {quote(env_algos)}")
+        for algo in env_algos:
+            if algo not in known_algos:
+                raise UnknownNameError(f"algorithm in per_env {env}.algos of suite "
+                                       f"{suite.name}", algo, known_algos)
+    runs = []
+    sources: dict[tuple[str, str], dict[str, str]] = {}
+    notes: list[str] = []
+    kinds = _kinds(algos)
+    for algo in algos:
+        tasks = envs if kinds[algo] == "online" else datasets
+        for task in tasks:
+            dataset = planned.get(task) if kinds[algo] == "offline" else None
+            env = dataset.env if dataset else task
+            per_env = dict(suite.per_env.get(task, suite.per_env.get(
+                dataset.label if dataset else task, {})))
+            if algo not in per_env.pop("algos", algos):
+                continue  # the suite does not run this algorithm on this env
+            _check_action_space(algo, env, action_spaces[env], known_algos)
+            env_algo_params = per_env.pop(algo, {})
+            if not isinstance(env_algo_params, dict):
+                raise ConfigError(f"suite {suite.name}: per_env {task}.{algo} must be a mapping "
+                                  f"of hyperparameters, got {quote(env_algo_params)}")
+            for other in list(per_env):
+                if other in known_algos:
+                    per_env.pop(other)
+                elif other not in SUITE_SETTINGS:
+                    raise UnknownNameError(f"per_env key for {task}", other,
+                                           [*SUITE_SETTINGS, *known_algos])
+            settings = {**base, **per_env, **overrides.settings}
+            family = env_family(env)
+            defaults_key = dataset.label if dataset else env
+            resolved = resolve_with_sources(algo, family, [
+                (f"suite {suite.name} per_algo", suite.per_algo.get(algo, {})),
+                (f"suite {suite.name} per_env", env_algo_params),
+                ("command line", overrides.algo_params.get(algo, {}))], env=defaults_key)
+            params = {key: value for key, (value, _) in resolved.items()}
+            sources[(algo, dataset.label if dataset else env)] = {
+                key: source for key, (_, source) in resolved.items()}
+            note = missing_defaults(algo, family, defaults_key)
+            if note and note not in notes:
+                notes.append(note)
+            options = _artifact_options(settings, algo, params)
+            if dataset:
+                _check_offline_settings(algo, settings, overrides,
+                                        grid_has_online="online" in kinds.values())
+                budget = {"frames": 0, "steps": _positive_int(settings, "steps"),
+                          "dataset": dataset.source, "dataset_label": dataset.label,
+                          "dataset_sha256": dataset.sha256, "dataset_refs": dataset.refs}
+            else:
+                budget = {"frames": _positive_int(settings, "frames")}
+            seeds = _positive_int(settings, "seeds")
+            if len(runs) + seeds > MAX_RUNS:
+                raise ConfigError(f"the grid has more than {MAX_RUNS:,} runs ({len(algos)} "
+                                  f"algorithms × {len(envs) + len(datasets)} envs and datasets "
+                                  f"× {seeds:,} seeds): split it")
+            for seed_index in range(seeds):
+                runs.append(RunConfig(
+                    suite=suite.name,
+                    algo=algo,
+                    env=env,
+                    env_family=family,
+                    seed_index=seed_index,
+                    base_seed=_positive_int(settings, "base_seed", minimum=0),
+                    eval_every=_positive_int(settings, "eval_every"),
+                    eval_episodes=_positive_int(settings, "eval_episodes"),
+                    threads=_positive_int(settings, "threads"),
+                    device=_check_device(settings["device"]),
+                    algo_params=params,
+                    **budget,
+                    **options,
+                ))
+    to_make = sorted({p.family for p in planned.values() if p.family is not None},
+                     key=lambda f: f.env)
+    notes += [f"{p.source} is not made yet: `rlbench run` makes it first (about "
+              f"{p.family.minutes} min for its family)" for p in planned.values() if p.family]
+    eval_envs = {name: p.env for p in planned.values() for name in (p.source, p.label)}
+    _check_unused_hyperparameters(suite, overrides, list(action_spaces), runs, eval_envs)
+    if not runs:
+        tasks = [f"envs {', '.join(envs)}"] if envs else []
+        tasks += [f"datasets {', '.join(datasets)}"] if datasets else []
+        raise ConfigError(f"suite {suite.name} runs none of algos {', '.join(algos)} on "
+                          f"{' and '.join(tasks)}: its per_env algos lists say which "
+                          f"algorithms each env takes")
+    dry_run, force_threads = sweep["dry_run"], sweep["force_threads"]
+    for key, value in (("dry_run", dry_run), ("force_threads", force_threads)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {quote(value)}")
+    launcher = sweep["launcher"]
+    if launcher not in LAUNCHERS:
+        raise UnknownNameError("launcher", str(launcher), LAUNCHERS)
+    address = sweep["ray.address"]
+    if address is not None and launcher != "ray":
+        raise ConfigError("ray.address is only used with launcher=ray")
+    jobs = _positive_int(sweep, "jobs")
+    if launcher == "ray" and "jobs" in overrides.sweep:
+        raise ConfigError("jobs is for launcher=local; Ray runs as many runs at once as its "
+                          "cluster has CPUs for")
+    return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
+                       runs=runs, jobs=jobs, launcher=launcher, force_threads=force_threads,
+                       ray_address=None if address is None else str(address),
+                       sources=sources, notes=notes, to_make=to_make)

@@ -1,0 +1,104 @@
+"""``rlbench eval``: play a finished run's policy again and print its returns."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from rlbench.errors import ConfigError, UnknownNameError, quote
+from rlbench.harness.plan.config import check_device_here
+from rlbench.harness.plan.words import int_word, split_words
+from rlbench.harness.policy.load import Policy, load_policy, play
+from rlbench.harness.policy.video import check_video_path, record_video
+
+__all__ = ["EVAL_KEYS", "EvalRequest", "parse_eval", "run_eval"]
+
+EVAL_KEYS = ("run", "env", "snapshot", "episodes", "seed", "video", "device", "out_dir")
+MAX_EPISODES = 10_000
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    run: str
+    env: str | None  # the run's env, vouched for: a module:EnvId id is then imported
+    snapshot: int | None  # None: the final policy
+    episodes: int | None  # None: the run's own eval_episodes
+    seed: int | None  # None: the run's eval env seed
+    video: Path | None
+    device: str
+    out_dir: str | None
+
+
+def parse_eval(args: Sequence[str]) -> EvalRequest:
+    """The request of ``rlbench eval`` words; bad words are ``ConfigError``s."""
+    values = dict(split_words(args, {}))
+    for key in values:
+        if key not in EVAL_KEYS:
+            raise UnknownNameError("eval key", key, EVAL_KEYS)
+    if not values.get("run"):
+        raise ConfigError("rlbench eval needs run=<MLflow run id or run directory>")
+    env = values.get("env")
+    if env == "":
+        raise ConfigError("env= needs the run's env id")
+    episodes = values.get("episodes")
+    seed = values.get("seed")
+    video = values.get("video")
+    device = values.get("device", "cpu")
+    check_device_here(device)
+    if video:
+        check_video_path(Path(video))
+    snapshot = values.get("snapshot")
+    return EvalRequest(
+        run=values["run"],
+        env=env,
+        snapshot=None if snapshot is None else int_word("snapshot", snapshot, 0, 10**12),
+        episodes=None if episodes is None else int_word("episodes", episodes, 1, MAX_EPISODES),
+        seed=None if seed is None else int_word("seed", seed, 0, 2**31 - 1),
+        video=Path(video) if video else None,
+        device=device,
+        out_dir=values.get("out_dir"),
+    )
+
+
+def run_eval(args: Sequence[str], console: Console) -> int:
+    """Load the run's policy, play its episodes, print each return and their mean."""
+    request = parse_eval(args)
+    policy = load_policy(request.run, out_dir=request.out_dir, device=request.device,
+                         snapshot=request.snapshot,
+                         trusted_envs=() if request.env is None else (request.env,))
+    if request.env is not None and request.env != policy.env:
+        raise ConfigError(f"env={request.env}, but {policy.source} was trained on "
+                          f"{policy.env}: env= vouches for the run's env, it picks no other")
+    episodes = request.episodes or _run_episodes(policy)
+    seed = request.seed if request.seed is not None else policy.config["seeds"]["eval_env"]
+    console.print(f"{policy.algo} on {policy.env}, from {policy.source}", highlight=False,
+                  markup=False)
+    filmed = None
+    if request.video is not None:  # first: an env that cannot render fails before playing
+        filmed = record_video(policy, request.video, seed=seed)
+    returns = play(policy, episodes=episodes, seed=seed, device=request.device)
+    for index, value in enumerate(returns):
+        console.print(f"episode {index:>4}  seed {seed + index}  return {value:.6g}",
+                      highlight=False)
+    spread = statistics.pstdev(returns) if len(returns) > 1 else math.nan
+    console.print(f"mean return {statistics.fmean(returns):.6g} ± {spread:.4g} (std over "
+                  f"{len(returns)} deterministic episodes)", highlight=False)
+    if filmed is not None:
+        console.print(f"video of the episode with seed {seed} (return {filmed:.6g}): "
+                      f"{request.video}", highlight=False, markup=False)
+    return 0
+
+
+def _run_episodes(policy: Policy) -> int:
+    """The run's own ``eval_episodes`` (10 if it has none), held to the bounds of
+    ``episodes=``: the file is not trusted to size the batch of envs."""
+    value = policy.config.get("eval_episodes", 10)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_EPISODES:
+        raise ConfigError(f"{policy.source}: config.yaml's eval_episodes {quote(value)} is not "
+                          f"a number of episodes from 1 to {MAX_EPISODES:,}: give episodes=")
+    return value

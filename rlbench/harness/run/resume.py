@@ -1,0 +1,126 @@
+"""Resuming a sweep: runs already finished with the same identity are not run again.
+
+A run's identity is the hash of its resolved config and the rlbench version
+(``RunConfig.identity``), stored as the ``config_hash`` tag of its MLflow run. Before a
+sweep starts, finished runs are taken from the store as they are; failed, killed or
+interrupted attempts (a run still marked RUNNING after its process was killed) are deleted
+from the active view and run again, so each identity ends with exactly one run. A run
+that a live process is running into the same out dir (it holds the run's lock, see
+``locks``) is another sweep's work in progress: the sweep is refused before anything
+starts, and that attempt is left alone. Sweeps of this host into the same out dir whose
+process died are closed first, with their runs (``reap_dead_sweeps``).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlflow.entities import Run
+
+from rlbench.errors import ConfigError
+from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.run.locks import (
+    RunInProgressError,
+    is_running,
+    is_running_id,
+    is_sweep_alive,
+    planning,
+)
+from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, stored_result
+from rlbench.harness.store.tracking import Tracker, with_retry
+
+__all__ = ["ResumePlan", "plan_resume", "reap_dead_sweeps"]
+
+
+@dataclass
+class ResumePlan:
+    to_run: list[RunConfig]
+    finished: list[RunResult]
+    superseded: list[str]  # run ids of earlier unfinished attempts, deleted
+    deaths: list[str] = field(default_factory=list)  # runs found dead of a fatal error
+
+
+def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> ResumePlan:
+    """Split ``runs`` into those to run and those finished earlier; delete stale attempts.
+
+    Done under the out dir's planning lock, so no run starts or ends meanwhile. A run a
+    live process holds refuses the sweep (ConfigError) and its attempt is left alone.
+    """
+    try:
+        with planning(tracker.out_dir):
+            live = [config.name for config in runs if is_running(tracker.out_dir, config)]
+            if live:
+                shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5
+                                               else "")
+                raise ConfigError(f"another process is running {shown} into "
+                                  f"{tracker.out_dir} now: let it finish, or give another "
+                                  "out_dir")
+            deaths = reap_dead_sweeps(tracker)
+            plan = _plan(tracker, experiment_id, runs)
+            plan.deaths = deaths
+            return plan
+    except RunInProgressError as err:
+        raise ConfigError(str(err)) from None
+
+
+def reap_dead_sweeps(tracker: Tracker) -> list[str]:
+    """Close what sweeps into this out dir left open when their process died (SIGKILL, a
+    power cut, a fatal signal): their parent runs become KILLED, in every suite; their
+    child runs no process runs any more become FAILED with the traceback of a fatal error
+    where one was written, else KILLED. Only sweeps of this host are judged: the locks that
+    tell a live sweep from a dead one are local. Call under ``planning``. Returns one line
+    per child run that died of a fatal error."""
+    out_dir, host = str(tracker.out_dir.resolve()), socket.gethostname()
+    deaths = []
+    for experiment in with_retry(tracker.client.search_experiments):
+        for sweep in tracker.runs(experiment.experiment_id, "tags.kind = 'sweep' and "
+                                                            "attributes.status = 'RUNNING'"):
+            parent_id, tags = sweep.info.run_id, sweep.data.tags
+            if (tags.get("out_dir"), tags.get("host")) != (out_dir, host) or is_sweep_alive(
+                    tracker.out_dir, parent_id):
+                continue
+            if with_retry(tracker.client.get_run, parent_id).info.status != "RUNNING":
+                continue  # it ended between the search and the lock check
+            for child in tracker.runs(experiment.experiment_id,
+                                      f"tags.`mlflow.parentRunId` = '{parent_id}' and "
+                                      "attributes.status = 'RUNNING'"):
+                if not is_running_id(tracker.out_dir, child.data.tags.get("config_hash", "")):
+                    deaths += _record_death(tracker, child)
+            tracker.finish(parent_id, "KILLED")
+    return deaths
+
+
+def _record_death(tracker: Tracker, run: Run) -> list[str]:
+    run_dir = Path(run.data.tags.get("run_dir") or "/nonexistent")
+    fatal = run_dir / FATAL_ERROR_FILE
+    if fatal.is_file() and fatal.stat().st_size:
+        first = fatal.read_text(errors="replace").strip().splitlines()[0][:300]
+        tracker.log_artifacts(run.info.run_id, [run_dir / "config.yaml", fatal])
+        error = f"its process died: {first} (see {FATAL_ERROR_FILE})"
+        tracker.set_tags(run.info.run_id, {"error": error})
+        tracker.finish(run.info.run_id, "FAILED")
+        return [f"{run.info.run_name} ({run.info.run_id}) {error}"]
+    tracker.set_tags(run.info.run_id, {"error": "its sweep's process was killed"})
+    tracker.finish(run.info.run_id, "KILLED")
+    return []
+
+
+def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> ResumePlan:
+    by_identity: dict[str, list[Run]] = {}
+    for run in tracker.runs(experiment_id, "tags.kind = 'run'"):
+        by_identity.setdefault(run.data.tags.get("config_hash", ""), []).append(run)
+    plan = ResumePlan([], [], [])
+    for config in runs:
+        attempts = by_identity.get(config.identity, [])
+        done = [r for r in attempts if r.info.status == "FINISHED"]
+        for stale in attempts:
+            if stale.info.status != "FINISHED":
+                tracker.delete(stale.info.run_id)
+                plan.superseded.append(stale.info.run_id)
+        if done:
+            plan.finished.append(stored_result(tracker, config, done[0]))
+        else:
+            plan.to_run.append(config)
+    return plan

@@ -1,0 +1,250 @@
+"""One run: seed it, hand the recipe its spec and logger, record the outcome in MLflow."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import faulthandler
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from mlflow.entities import Run
+
+from rlbench.harness.plan.algorithms import load_algorithm
+from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.seeding import derive_seeds, seed_everything
+from rlbench.harness.run.locks import RunInProgressError, run_lock
+from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags, with_retry
+from rlbench.recipe import RunSpec, Seeds
+
+__all__ = ["FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "claimed", "execute_run", "one_line",
+           "run_dir_for", "stored_result"]
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    run_id: str
+    status: str
+    final_return: float | None
+    fps: float | None
+    frames: int
+    seconds: float
+    error: str | None = None
+    # The harness could not record the run (a full disk, a read-only out dir, a store that
+    # stopped answering): launchers start no further runs after it.
+    unrecorded: bool = False
+
+
+def run_dir_for(out_dir: Path, config: RunConfig) -> Path:
+    """Where a run keeps its files: ``<out_dir>/runs/<suite>/<algo>-<env>-seed<i>-<hash>``
+    (an offline run's dataset name in place of the env, ``/`` as ``-``)."""
+    task = config.task.replace("/", "-")
+    name = f"{config.algo}-{task}-seed{config.seed_index}-{config.identity}"
+    return out_dir / "runs" / config.suite / name
+
+
+# How long a run waits for its lock: long enough for another sweep to finish planning,
+# short of waiting out a run another process is running.
+LOCK_WAIT_S = 30.0
+
+
+def stored_result(tracker: Tracker, config: RunConfig, run: Run) -> RunResult:
+    """The result of ``config``'s finished MLflow ``run``, read back from the store."""
+    history = with_retry(tracker.client.get_metric_history, run.info.run_id,
+                         "eval/return_mean")
+    last = max(history, key=lambda m: m.step) if history else None
+    seconds = ((run.info.end_time or run.info.start_time) - run.info.start_time) / 1000
+    return RunResult(
+        config=config,
+        run_id=run.info.run_id,
+        status="FINISHED",
+        final_return=last.value if last else None,
+        fps=run.data.metrics.get(config.throughput_metric),
+        frames=int(last.step) if last else 0,
+        seconds=seconds,
+    )
+
+
+@contextmanager
+def claimed(tracker: Tracker, experiment_id: str, config: RunConfig,
+            timeout: float) -> Iterator[Run | None]:
+    """Hold ``config``'s run lock for the body (``locks.run_lock``). Yields its FINISHED
+    MLflow run if another sweep made one (nothing to run), else None, once the attempts
+    other sweeps left unfinished are deleted: with the lock held, none of them is live."""
+    with run_lock(tracker.out_dir, config, timeout):
+        attempts = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
+        finished = [run for run in attempts if run.info.status == "FINISHED"]
+        if finished:
+            yield finished[0]
+            return
+        for stale in attempts:
+            tracker.delete(stale.info.run_id)
+        yield None
+
+
+def execute_run(
+    config: RunConfig,
+    tracker: Tracker,
+    experiment_id: str,
+    parent_id: str,
+    on_update: Callable[[dict[str, float]], None] | None = None,
+) -> RunResult:
+    """Run ``config`` in this process; a crash of the recipe is recorded as a FAILED run,
+    not raised. KeyboardInterrupt marks the run KILLED and propagates.
+
+    The run holds its lock (``locks.run_lock``) throughout. If another sweep into the same
+    out dir finished the same config meanwhile, its result is returned and nothing runs;
+    if another process still holds the lock after ``LOCK_WAIT_S``, the run is left to it
+    and comes back FAILED, with no MLflow run. When the harness itself cannot write (a full
+    disk, a read-only out dir, a store that fails), the run comes back FAILED with
+    ``unrecorded`` set and what could be recorded is.
+    """
+    start = time.perf_counter()
+    try:
+        with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
+            if finished is not None:
+                return stored_result(tracker, config, finished)
+            return _execute_locked(config, tracker, experiment_id, parent_id, on_update)
+    except RunInProgressError as err:
+        return RunResult(config=config, run_id="", status="FAILED", final_return=None,
+                         fps=None, frames=0, seconds=0.0, error=str(err))
+    except Exception as err:  # raised by the harness's own writes: the recipe's are caught
+        return RunResult(config=config, run_id="", status="FAILED", final_return=None,
+                         fps=None, frames=0, seconds=time.perf_counter() - start,
+                         error=f"could not be recorded: {one_line(err)}", unrecorded=True)
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: message`` on one line, cut to 500 characters (SQL errors quote whole
+    statements)."""
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _execute_locked(
+    config: RunConfig,
+    tracker: Tracker,
+    experiment_id: str,
+    parent_id: str,
+    on_update: Callable[[dict[str, float]], None] | None,
+) -> RunResult:
+    start = time.perf_counter()
+    seeds = derive_seeds(config.base_seed, config.seed_index)
+    run_dir = run_dir_for(tracker.out_dir, config)
+    if run_dir.exists():  # a rerun: nothing of an earlier attempt may reach this MLflow run
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    run_id = tracker.start_run(experiment_id, parent_id, config,
+                               {**environment_tags(config.device), "run_dir": str(run_dir)})
+    recorder = RunRecorder(tracker, run_id, run_dir, on_update)
+    config_path = run_dir / "config.yaml"
+    status, error, unrecorded = "FAILED", None, False
+    try:  # from here on the MLflow run exists: whatever happens, it gets an end
+        tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
+        config_path.write_text(yaml.safe_dump(
+            {**config.as_dict(), "seeds": dataclasses.asdict(seeds),
+             "identity": config.identity}, sort_keys=False))
+        status, error = _train(config, seeds, run_dir, recorder)
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):  # a full disk must not swallow the interrupt
+            recorder.flush()
+        with contextlib.suppress(Exception):
+            tracker.finish(run_id, "KILLED")
+        raise
+    except Exception as exc:  # the harness's own writes (a full disk, a read-only out dir)
+        unrecorded, error = True, f"could not be recorded: {one_line(exc)}"
+    try:
+        recorder.flush()
+        curve = recorder.write_curve()
+        artifacts = [config_path, curve, *run_dir.glob("*.pt"), run_dir / "traceback.txt",
+                     run_dir / "snapshots", run_dir / "transitions"]
+        tracker.log_artifacts(run_id, artifacts)
+        if error:
+            tracker.set_tags(run_id, {"error": error[:5000]})
+        tracker.finish(run_id, status)
+    except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
+        if not unrecorded:
+            error = f"{status.lower()}, but could not be recorded: {one_line(exc)}"
+        unrecorded, status = True, "FAILED"
+        try:
+            tracker.finish(run_id, "FAILED")
+        except Exception as again:
+            error += f"; its MLflow run stays RUNNING ({one_line(again)})"
+    last = recorder.curve[-1] if recorder.curve else None
+    return RunResult(
+        config=config,
+        run_id=run_id,
+        status=status,
+        final_return=last["eval/return_mean"] if last else None,
+        fps=recorder.last_metrics.get(config.throughput_metric),
+        frames=int(last["frames"]) if last else 0,
+        seconds=time.perf_counter() - start,
+        error=error,
+        unrecorded=unrecorded,
+    )
+
+
+def _train(config: RunConfig, seeds: Seeds, run_dir: Path,
+           recorder: RunRecorder) -> tuple[str, str | None]:
+    """Seed, then run the recipe: ``("FINISHED", None)``, or ``("FAILED", error)`` with the
+    traceback in ``traceback.txt`` when the recipe raises."""
+    recipe = load_algorithm(config.algo)
+    spec = RunSpec(
+        env=config.env,
+        env_family=config.env_family,
+        frames=config.frames,
+        eval_every=config.eval_every,
+        eval_episodes=config.eval_episodes,
+        seeds=seeds,
+        device=config.device,
+        run_dir=run_dir,
+        algo=recipe.Config(**config.algo_params),
+        save_snapshots=config.save_snapshots,
+        save_transitions=config.save_transitions,
+        steps=config.steps,
+        dataset=config.dataset,
+        dataset_sha256=config.dataset_sha256,
+    )
+    seed_everything(seeds, threads=config.threads, device=config.device)
+    with _fatal_errors_into(run_dir / FATAL_ERROR_FILE):
+        try:
+            recipe.train(spec, recorder)
+        except Exception as exc:
+            error = one_line(exc)
+            try:
+                (run_dir / "traceback.txt").write_text(traceback.format_exc())
+            except OSError as again:  # the error itself is kept, in the run's tags
+                error += f" (its traceback could not be written: {one_line(again)})"
+            return "FAILED", error
+    return "FINISHED", None
+
+
+# Where a run's fatal errors (a segfault in a native library, an abort) are written by
+# Python's faulthandler: the process dies, and the launcher or the next sweep reads it.
+FATAL_ERROR_FILE = "fatal_error.txt"
+
+
+@contextmanager
+def _fatal_errors_into(path: Path) -> Iterator[None]:
+    """Python's faulthandler writes the traceback of a fatal signal to ``path`` while the
+    body runs; an empty file is removed afterwards. Whatever handled fatal errors before
+    (pytest's handler on stderr) handles them again afterwards."""
+    was_enabled = faulthandler.is_enabled()
+    with path.open("w") as handle:
+        faulthandler.enable(file=handle)
+        try:
+            yield
+        finally:
+            faulthandler.disable()
+            if was_enabled:
+                faulthandler.enable(file=sys.__stderr__)
+            if handle.tell() == 0:
+                path.unlink(missing_ok=True)

@@ -1,0 +1,189 @@
+"""A sweep: every run of the grid, tracked under one MLflow parent run, then a table."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlflow.exceptions import MlflowException
+from rich.console import Console
+from rich.text import Text
+
+from rlbench.errors import ConfigError
+from rlbench.harness.plan.config import SweepConfig, check_devices_here
+from rlbench.harness.render import TextTable, render, to_rich
+from rlbench.harness.run.launchers import run_local_pool, run_sequential
+from rlbench.harness.run.locks import SweepLock, planning
+from rlbench.harness.run.progress import SweepProgress
+from rlbench.harness.run.ray_launcher import connect, run_on_ray
+from rlbench.harness.run.resume import ResumePlan, plan_resume
+from rlbench.harness.run.runner import RunResult, one_line
+from rlbench.harness.run.summary import SummaryRow, summarize, summary_table, write_csv
+from rlbench.harness.store.tracking import Tracker, check_reachable, environment_tags, tracking_uri
+
+__all__ = ["SweepResult", "Terminated", "run_sweep"]
+
+
+@dataclass
+class SweepResult:
+    parent_run_id: str
+    results: list[RunResult]
+    summary_dir: Path
+    tracking_uri: str
+    not_recorded: list[str] = field(default_factory=list)  # what could not be written
+
+    @property
+    def failed(self) -> list[RunResult]:
+        return [r for r in self.results if r.status != "FINISHED"]
+
+
+def _mark_stopped_runs_killed(tracker: Tracker, experiment_id: str, parent_id: str) -> None:
+    """Runs of this sweep still RUNNING after an interrupt become KILLED: one stopped while
+    it was being set up or logged, outside the part of a run that marks itself."""
+    for run in tracker.runs(experiment_id, f"tags.`mlflow.parentRunId` = '{parent_id}'"):
+        if run.info.status == "RUNNING":
+            tracker.finish(run.info.run_id, "KILLED")
+
+
+def _launcher_name(sweep: SweepConfig) -> str:
+    if sweep.launcher == "ray":
+        return f"ray at {sweep.ray_address or 'a local instance'}"
+    return "sequential" if sweep.jobs == 1 else f"local pool of {sweep.jobs}"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what schedulers send before they kill): stops a sweep as Ctrl-C does."""
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While the body runs, SIGTERM raises ``Terminated`` in the main thread (once; a
+    second SIGTERM is ignored so the cleanup finishes). Elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult:
+    """Run every run of ``sweep`` not finished earlier; failed runs are recorded, the rest
+    go on. ``sweep.jobs > 1`` runs that many at a time, each in its own process;
+    ``launcher=ray`` makes each run a Ray task. Bad input (a device this machine lacks, an
+    out dir that cannot be written, a damaged store, an unreachable server) raises
+    ``ConfigError`` before anything is written. Ctrl-C and SIGTERM mark the runs in
+    progress KILLED, write the summary and raise ``KeyboardInterrupt`` (``Terminated``)."""
+    console = console or Console()
+    suite = sweep.suite.name
+    if sweep.launcher == "ray":
+        connect(sweep.ray_address)
+    else:
+        check_devices_here(sweep)
+    check_reachable(tracking_uri(sweep.out_dir))
+    with _sigterm_interrupts():
+        tracker = Tracker(sweep.out_dir)
+        try:
+            experiment_id = tracker.experiment(suite)  # before any worker opens the store
+            plan = plan_resume(tracker, experiment_id, sweep.runs)
+            devices = sorted({run.device for run in sweep.runs})
+            with planning(sweep.out_dir):  # parent run and its lock appear together
+                parent_id = tracker.start_sweep(
+                    experiment_id, suite, {**environment_tags(",".join(devices)),
+                                           "out_dir": str(sweep.out_dir.resolve())})
+                lock = SweepLock(sweep.out_dir, parent_id)
+        except (MlflowException, OSError) as err:  # a full disk, a store that fails
+            raise ConfigError(f"the sweep could not start: the store at {tracker.uri} could "
+                              f"not be written ({one_line(err)})") from err
+        for death in plan.deaths:
+            console.print(Text.assemble(("died earlier", "red"), f": {death}"))
+        try:
+            return _run_planned(sweep, plan, tracker, experiment_id, parent_id, console)
+        finally:
+            lock.release()
+
+
+def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experiment_id: str,
+                 parent_id: str, console: Console) -> SweepResult:
+    suite = sweep.suite.name
+    tracker.log_params(parent_id, {"runs": len(sweep.runs), "suite_file": str(sweep.suite.path),
+                                   "jobs": sweep.jobs})
+    console.print(Text.assemble(
+        "rlbench: suite ", (suite, "bold"),
+        f", {len(sweep.runs)} runs ({len(plan.finished)} finished earlier, "
+        f"{len(plan.to_run)} to run, launcher {_launcher_name(sweep)}), tracking at "
+        f"{tracker.uri}"))
+    progress = SweepProgress(plan.to_run, console)
+    order = {run.identity: index for index, run in enumerate(plan.to_run)}
+    status = "KILLED"
+    try:
+        with progress:
+            if sweep.launcher == "ray":
+                run_on_ray(plan.to_run, tracker, experiment_id, parent_id, progress,
+                           sweep.ray_address)
+            elif sweep.jobs == 1:
+                run_sequential(plan.to_run, tracker, experiment_id, parent_id, progress)
+            else:
+                run_local_pool(plan.to_run, tracker, experiment_id, parent_id, progress,
+                               sweep.jobs)
+        status = ("FINISHED" if all(r.status == "FINISHED" for r in progress.results)
+                  else "FAILED")
+    finally:  # after Ctrl-C and SIGTERM too: the summary has every run that ended
+        results = [*plan.finished, *sorted(progress.results,
+                                           key=lambda r: order[r.config.identity])]
+        rows = summarize(results)
+        table = summary_table(rows, f"{suite}: final deterministic eval return over seeds")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        summary_dir = sweep.out_dir / "sweeps" / f"{suite}-{stamp}-{parent_id}"
+        problems = _record_sweep(tracker, experiment_id, parent_id, status, table, rows,
+                                 summary_dir)
+        console.print(to_rich(table))
+        for result in results:
+            if result.status != "FINISHED":
+                where = f" (traceback in MLflow run {result.run_id})" if result.run_id else ""
+                console.print(Text.assemble((result.status.lower(), "red"),
+                                            f" {result.config.name}: {result.error}{where}"))
+        for problem in problems:
+            console.print(Text.assemble(("not recorded", "red"), f": {problem}"))
+    return SweepResult(parent_id, results, summary_dir, tracker.uri, problems)
+
+
+def _record_sweep(tracker: Tracker, experiment_id: str, parent_id: str, status: str,
+                  table: TextTable, rows: list[SummaryRow], summary_dir: Path) -> list[str]:
+    """Mark runs a stop left RUNNING KILLED, write the summary, end the parent run. Each
+    step that fails (a full disk, a read-only out dir) is said, not raised, and the next
+    is tried; returns what could not be recorded."""
+    problems = []
+    steps = [("the summary", lambda: _write_summary(tracker, parent_id, table, rows,
+                                                    summary_dir)),
+             (f"the sweep's end ({status})", lambda: tracker.finish(parent_id, status))]
+    if status == "KILLED":
+        steps.insert(0, ("the stopped runs' end (KILLED)", lambda: _mark_stopped_runs_killed(
+            tracker, experiment_id, parent_id)))
+    for what, step in steps:
+        try:
+            step()
+        except Exception as err:
+            problems.append(f"{what}: {one_line(err)}")
+    return problems
+
+
+def _write_summary(tracker: Tracker, parent_id: str, table: TextTable,
+                   rows: list[SummaryRow], summary_dir: Path) -> None:
+    summary_dir.mkdir(parents=True, exist_ok=True)
+    (summary_dir / "summary.md").write_text(render([table], "markdown"))
+    write_csv(rows, summary_dir / "summary.csv")
+    tracker.log_artifacts(parent_id, [summary_dir / "summary.md", summary_dir / "summary.csv"])

@@ -1,0 +1,233 @@
+"""Finished runs as pandas DataFrames: the one loader behind ``rlbench compare`` and scripts,
+public as ``rlbench.results``.
+
+    import rlbench.results
+    runs = rlbench.results.load("rlbench_runs", suite="mujoco", algorithm="ppo")
+    runs.groupby(["env", "config"]).final_return.agg(["mean", "std", "count"])
+    evals = rlbench.results.curves("rlbench_runs", suite="mujoco", env="Hopper-v5")
+
+``load`` gives one tidy row per run: each config identity once, its latest finished attempt
+(or, if none finished, its latest attempt). ``curves`` gives one row per (run, evaluation).
+A store is an ``out_dir`` (its embedded SQLite store) or any ``tracking_uri`` (a real
+``mlflow server`` included); ``MLFLOW_TRACKING_URI`` applies when neither is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
+from rlbench.harness.store.sqlite import INCOMPLETE, MISSING, inspect_store, sqlite_path
+from rlbench.harness.store.tracking import (
+    check_reachable,
+    check_tracking_uri,
+    search_all,
+    with_retry,
+)
+from rlbench.harness.store.tracking import tracking_uri as uri_of
+
+__all__ = ["CURVE_COLUMNS", "RETURN", "RUN_COLUMNS", "config_key", "curves", "curves_of",
+           "latest_attempts", "load", "load_filter", "open_store"]
+
+RETURN = "eval/return_mean"
+RETURN_STD = "eval/return_std"
+SCORE = "eval/normalized_score"
+# Params that vary between the seeds of one config: left out of the config key.
+SEED_PARAMS = ("seed_index", "base_seed")
+# Tags shown as columns of their own; every other tag but MLflow's is ``tag.<name>``.
+_TAG_COLUMNS = ("suite", "algorithm", "env", "seed", "config_hash", "git_commit", "git_dirty",
+                "rlbench_version", "torch_version", "tensordict_version", "gymnasium_version",
+                "mujoco_version", "python_version", "host", "device", "error")
+RUN_COLUMNS = ("run_id", "suite", "algorithm", "env", "seed", "frames", "config",
+               "config_hash", "status", "final_return", "final_score", "fps", "seconds",
+               "start_time", *_TAG_COLUMNS[5:])
+_ALIASES = {"algo": "algorithm"}
+
+
+def open_store(out_dir: str | Path | None = None, *,
+               tracking_uri: str | None = None) -> MlflowClient:
+    """A client of the store that holds the runs. An embedded store that does not exist,
+    was never completely made or cannot be read, and a tracking server that does not
+    answer, are ``ConfigError``s; nothing is written."""
+    out_dir = Path(out_dir if out_dir is not None else "rlbench_runs")
+    if tracking_uri is None:
+        tracking_uri = uri_of(out_dir)
+    else:
+        check_tracking_uri(tracking_uri)
+    database = sqlite_path(tracking_uri)
+    state = None if database is None else inspect_store(database)  # raises if unreadable
+    if state == MISSING:
+        raise ConfigError(f"no tracking store at {database}: give the out_dir= your runs "
+                          f"were made with (it is {out_dir}), or set MLFLOW_TRACKING_URI")
+    if state == INCOMPLETE:
+        raise ConfigError(f"the store at {database} was never completely made (a sweep was "
+                          "stopped while making it) and holds no runs: `rlbench run` with "
+                          f"out_dir={out_dir} makes it anew")
+    check_reachable(tracking_uri)
+    return MlflowClient(tracking_uri)
+
+
+def config_key(run: Run) -> str:
+    """8 hex digits naming a run's resolved config without its seeds (and the rlbench
+    version): the seeds of one config share it."""
+    kept = {k: v for k, v in run.data.params.items()
+            if k not in SEED_PARAMS and not k.startswith("seeds.")}
+    kept["rlbench_version"] = run.data.tags.get("rlbench_version", "")
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def _client(store: str | Path | MlflowClient | None, tracking_uri: str | None) -> MlflowClient:
+    if isinstance(store, MlflowClient):
+        return store
+    return open_store(store, tracking_uri=tracking_uri)
+
+
+def _experiment_id(client: MlflowClient, suite: str) -> str:
+    experiment = with_retry(client.get_experiment_by_name, suite)
+    if experiment is None:
+        names = sorted(e.name for e in with_retry(client.search_experiments)
+                       if e.name != "Default")
+        hint = near_matches(suite, names)
+        raise ConfigError(f"the store has no runs of suite {quote(suite)} (it has "
+                          f"{', '.join(names) or 'none'})"
+                          + (f"; did you mean {', '.join(hint)}?" if hint else ""))
+    return experiment.experiment_id
+
+
+def latest_attempts(client: MlflowClient, suite: str) -> list[Run]:
+    """Each config identity of the suite once: its latest finished attempt, or its latest
+    attempt if none finished."""
+    latest: dict[str, Run] = {}
+    runs = search_all(client, _experiment_id(client, suite), "tags.kind = 'run'")
+    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
+        key = run.data.tags.get("config_hash", run.info.run_id)
+        earlier = latest.get(key)
+        if earlier is None or run.info.status == "FINISHED" or earlier.info.status != "FINISHED":
+            latest[key] = run
+    return list(latest.values())
+
+
+def _row(run: Run) -> dict[str, Any]:
+    tags, params, info = run.data.tags, run.data.params, run.info
+    finished = info.status == "FINISHED"
+    final = run.data.metrics.get(RETURN) if finished else None
+    score = run.data.metrics.get(SCORE) if finished else None
+    budget = params.get("frames", params.get("steps", 0))  # offline runs count steps
+    row: dict[str, Any] = {
+        "run_id": info.run_id,
+        "suite": tags.get("suite", ""),
+        "algorithm": tags.get("algorithm", ""),
+        "env": tags.get("env", ""),
+        "seed": int(tags.get("seed", 0)),
+        "frames": int(float(budget)),
+        "config": config_key(run),
+        "config_hash": tags.get("config_hash", ""),
+        "status": info.status,
+        "final_return": float("nan") if final is None else final,
+        "final_score": float("nan") if score is None else score,
+        "fps": run.data.metrics.get("train/fps",
+                                    run.data.metrics.get("train/steps_per_s", float("nan"))),
+        "seconds": ((info.end_time - info.start_time) / 1000
+                    if info.end_time and info.start_time else float("nan")),
+        "start_time": pd.to_datetime(info.start_time, unit="ms", utc=True),
+    }
+    row.update({name: tags.get(name, "") for name in _TAG_COLUMNS[5:]})
+    row.update({f"tag.{k}": v for k, v in tags.items()
+                if not k.startswith("mlflow.") and k not in _TAG_COLUMNS and k != "kind"})
+    row.update({f"param.{k}": v for k, v in params.items()})
+    return row
+
+
+def load_filter(frame: pd.DataFrame, **filters: Any) -> pd.DataFrame:
+    """The rows of a ``load`` frame that match ``column=value`` filters, as ``load`` does."""
+    return _select(frame, filters)
+
+
+def _select(frame: pd.DataFrame, filters: dict[str, Any]) -> pd.DataFrame:
+    """Rows whose column equals each filter's value (or one of a list's values), compared
+    as text or as numbers: params and tags are text in MLflow, ``seed="1"`` means
+    ``seed=1`` and ``5e-4`` means ``0.0005``."""
+    for name, wanted in filters.items():
+        column = _ALIASES.get(name, name)
+        if column not in frame.columns:
+            raise UnknownNameError("results column", name, [*frame.columns, *_ALIASES])
+        values = list(wanted) if isinstance(wanted, Iterable) and not isinstance(
+            wanted, str) else [wanted]
+        frame = frame[_matches(frame[column], values)]
+    return frame.reset_index(drop=True)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _matches(column: pd.Series, values: list[Any]) -> pd.Series:
+    """Where ``column`` equals one of ``values`` as text, or as a number when both read as
+    numbers (``5e-4`` finds the param stored as ``0.0005``)."""
+    hit = column.astype(str).isin([str(v) for v in values])
+    numbers = [n for n in map(_number, values) if n is not None]
+    if numbers:
+        hit |= pd.to_numeric(column, errors="coerce").isin(numbers)
+    return hit
+
+
+def load(store: str | Path | MlflowClient | None = None, *, suite: str,
+         tracking_uri: str | None = None, **filters: Any) -> pd.DataFrame:
+    """One row per run of ``suite`` (columns ``RUN_COLUMNS``, then ``tag.<name>`` and
+    ``param.<name>`` for every other tag and every param), filtered by ``column=value``
+    (``algorithm="ppo"``, ``env=["Hopper-v5", "Walker2d-v5"]``, ``status="FINISHED"``,
+    ``**{"param.ppo.learning_rate": "0.0005"}``).
+
+    ``store`` is an out dir, or an ``MlflowClient``; ``final_return`` is the mean return
+    of the run's last evaluation (NaN unless it finished), ``final_score`` its D4RL
+    normalized score (offline runs whose dataset has references, else NaN), ``frames`` its
+    budget (gradient steps for an offline run, whose ``env`` is its dataset's name), ``fps``
+    its frames or gradient steps per second.
+    """
+    runs = latest_attempts(_client(store, tracking_uri), suite)
+    frame = pd.DataFrame([_row(run) for run in runs])
+    if frame.empty:
+        frame = pd.DataFrame(columns=list(RUN_COLUMNS))
+    frame = _select(frame, filters)
+    extra = sorted(c for c in frame.columns if c not in RUN_COLUMNS)
+    frame = frame[[*RUN_COLUMNS, *extra]]
+    return frame.sort_values(["env", "algorithm", "frames", "config", "seed"],
+                             kind="stable").reset_index(drop=True)
+
+
+CURVE_COLUMNS = ("run_id", "algorithm", "env", "seed", "frames", "config", "status", "step",
+                 "return_mean", "return_std")
+
+
+def curves(store: str | Path | MlflowClient | None = None, *, suite: str,
+           tracking_uri: str | None = None, **filters: Any) -> pd.DataFrame:
+    """One row per (run, evaluation) of the runs ``load`` gives with the same filters:
+    ``step`` is the frames collected at the evaluation, ``return_mean``/``return_std``
+    the deterministic episodes' mean and std there."""
+    client = _client(store, tracking_uri)
+    return curves_of(client, load(client, suite=suite, **filters))
+
+
+def curves_of(client: MlflowClient, runs: pd.DataFrame) -> pd.DataFrame:
+    """``curves`` of the runs of a ``load`` frame."""
+    rows = []
+    for run in runs.itertuples(index=False):
+        means = with_retry(client.get_metric_history, run.run_id, RETURN)
+        stds = {m.step: m.value for m in with_retry(client.get_metric_history, run.run_id,
+                                                    RETURN_STD)}
+        for metric in sorted(means, key=lambda m: m.step):
+            rows.append((run.run_id, run.algorithm, run.env, run.seed, run.frames,
+                         run.config, run.status, int(metric.step), metric.value,
+                         stds.get(metric.step, float("nan"))))
+    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))

@@ -1,0 +1,391 @@
+"""MLflow tracking: one experiment per suite, a parent run per sweep, a child run per run.
+
+The default store is embedded: a SQLite file under the output directory (MLflow >= 3.13
+refuses the plain ``./mlruns`` file store). ``MLFLOW_TRACKING_URI`` overrides it, a real
+``mlflow server`` included.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import logging
+import math
+import os
+import platform
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import torch
+from mlflow.entities import Metric, Param, Run, RunTag
+from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+from tensordict import TensorDict
+from torch import nn
+
+from rlbench.errors import ConfigError, quote
+from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.store.sqlite import (
+    READY,
+    check_out_dir,
+    inspect_store,
+    prepare_store,
+    sqlite_path,
+    store_lock,
+)
+from rlbench.version import __version__
+
+__all__ = ["RunRecorder", "Tracker", "check_reachable", "environment_tags", "flatten",
+           "search_all", "tracking_uri", "with_retry"]
+
+_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+SCORE = "eval/normalized_score"  # D4RL's normalized score of an offline run's evaluation
+
+
+class _ReRaisedDatabaseErrors(logging.Filter):
+    """Drops MLflow's log record of a database error it re-raises: the SQLite store logs
+    "SQLAlchemy database error. The following exception is caught." with the whole
+    traceback, then raises it as an ``MlflowException``, which reaches rlbench: retried
+    ("database is locked") or reported as one line per run (a full disk). Every other
+    MLflow record is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SQLAlchemy database error. The following "
+                                              "exception is caught.")
+
+
+logging.getLogger("mlflow.store.db.utils").addFilter(_ReRaisedDatabaseErrors())
+_LOCK_WAIT_SECONDS = 300.0
+
+
+def with_retry(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, retried while SQLite answers "database is locked".
+
+    Concurrent runs share one SQLite store; a writer that finds it busy backs off (50 ms,
+    doubling to 1 s) for up to five minutes instead of failing the run. A failed write is
+    rolled back by the store, so a retry never duplicates a metric.
+    """
+    delay, deadline = 0.05, time.monotonic() + _LOCK_WAIT_SECONDS
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            if "database is locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def tracking_uri(out_dir: Path) -> str:
+    """``MLFLOW_TRACKING_URI`` if set (checked by ``check_tracking_uri``), else the embedded
+    SQLite store under ``out_dir``."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        check_tracking_uri(uri, "MLFLOW_TRACKING_URI")
+        return uri
+    return f"sqlite:///{(out_dir / 'mlflow.db').resolve()}"
+
+
+def check_tracking_uri(uri: str, what: str = "the tracking URI") -> None:
+    """Refuse, before anything is opened or written, a URI whose scheme MLflow has no store
+    for (its registry of stores, plugins included, is the authority), and MLflow's plain
+    file store, which MLflow 3 refuses unless ``MLFLOW_ALLOW_FILE_STORE`` is set."""
+    scheme = urllib.parse.urlparse(uri).scheme
+    if len(scheme) == 1:  # a Windows drive letter: a path
+        scheme = ""
+    schemes = sorted(s for s in _tracking_store_registry._registry if s)
+    if scheme not in _tracking_store_registry._registry:
+        raise ConfigError(f"{what}={quote(uri)}: MLflow has no store for scheme "
+                          f"{quote(scheme)} (it takes {', '.join(schemes)})")
+    if scheme in ("", "file") and not MLFLOW_ALLOW_FILE_STORE.get():
+        raise ConfigError(f"{what}={quote(uri)} is MLflow's file store, which this MLflow "
+                          f"refuses: use sqlite:///<path>/mlflow.db, a server's http:// "
+                          f"address, or unset it for rlbench's embedded store")
+
+
+def _git(*args: str) -> str | None:
+    """``git args`` in rlbench's checkout: its output, or None outside a checkout."""
+    here = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@functools.cache
+def _git_commit() -> str:
+    return _git("rev-parse", "HEAD") or "unknown"
+
+
+@functools.cache
+def _git_dirty() -> str:
+    """"true" when tracked files of the checkout differ from its commit: the commit alone
+    then does not say which code ran."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return "unknown" if status is None else str(bool(status)).lower()
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def environment_tags(device: str) -> dict[str, str]:
+    """Code, library versions, host and device: what makes numbers comparable."""
+    return {
+        "rlbench_version": __version__,
+        "git_commit": _git_commit(),
+        "git_dirty": _git_dirty(),
+        "torch_version": torch.__version__,
+        "tensordict_version": _version("tensordict"),
+        "gymnasium_version": _version("gymnasium"),
+        "mujoco_version": _version("mujoco"),
+        "python_version": platform.python_version(),
+        "host": socket.gethostname(),
+        "device": device,
+    }
+
+
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``, values as strings."""
+    flat: dict[str, str] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+def check_reachable(uri: str, timeout: float = 10.0) -> None:
+    """For a tracking server (http/https), fail fast with a clear error when it does not
+    answer, instead of MLflow's minutes of retries in the middle of a sweep."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            response.read()
+    except (OSError, urllib.error.URLError) as err:
+        raise ConfigError(f"the MLflow tracking server at {uri} does not answer "
+                          f"({err}); start it or unset MLFLOW_TRACKING_URI") from err
+
+
+def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> list[Run]:
+    """Every active run of the experiment matching ``filter_string``, all pages."""
+    found: list[Run] = []
+    token = None
+    while True:
+        page = with_retry(client.search_runs, [experiment_id], filter_string,
+                          max_results=1000, page_token=token)
+        found.extend(page)
+        token = page.token
+        if not token:
+            return found
+
+
+class Tracker:
+    """Creates the experiment, the sweep's parent run and one child run per run."""
+
+    def __init__(self, out_dir: Path, *, prepare: bool = True):
+        """Open the store of ``out_dir`` (``tracking_uri``). With ``prepare`` (the sweep's
+        own process), first check that ``out_dir`` can be written and that an embedded
+        store is readable, then make the store if it is missing (``store.prepare_store``):
+        a bad out dir or store raises ``ConfigError`` before anything is written. Workers
+        open the store the sweep prepared with ``prepare=False``."""
+        self.uri = tracking_uri(out_dir)
+        self.out_dir = out_dir
+        database = sqlite_path(self.uri)
+        if prepare:
+            check_out_dir(out_dir)
+            # an unreadable store is refused before a file is made
+            state = READY if database is None else inspect_store(database)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if state != READY:
+                database.parent.mkdir(parents=True, exist_ok=True)
+                prepare_store(database)
+        self.client = MlflowClient(self.uri)
+
+    def check_reachable(self, timeout: float = 10.0) -> None:
+        check_reachable(self.uri, timeout)
+
+    def experiment(self, suite: str) -> str:
+        """The id of the suite's experiment, created on first use (once, however many
+        sweeps start together)."""
+        with store_lock(self.uri):
+            existing = with_retry(self.client.get_experiment_by_name, suite)
+            if existing is not None:
+                return existing.experiment_id
+            artifacts = None
+            if self.uri.startswith("sqlite:"):
+                artifacts = (self.out_dir / "mlartifacts").resolve().as_uri()
+            try:
+                return with_retry(self.client.create_experiment, suite,
+                                  artifact_location=artifacts)
+            except MlflowException as err:  # another client of the same server won
+                if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                return with_retry(self.client.get_experiment_by_name, suite).experiment_id
+
+    def start_sweep(self, experiment_id: str, suite: str, tags: Mapping[str, str]) -> str:
+        run = with_retry(self.client.create_run, experiment_id, run_name=f"{suite} sweep",
+                         tags={"suite": suite, "kind": "sweep", **tags})
+        return run.info.run_id
+
+    def runs(self, experiment_id: str, filter_string: str) -> list[Run]:
+        return search_all(self.client, experiment_id, filter_string)
+
+    def delete(self, run_id: str) -> None:
+        """Soft-delete a run (kept in the store, hidden from searches)."""
+        with_retry(self.client.delete_run, run_id)
+
+    def start_run(self, experiment_id: str, parent_id: str, config: RunConfig,
+                  tags: Mapping[str, str]) -> str:
+        run = with_retry(
+            self.client.create_run,
+            experiment_id,
+            run_name=config.name,
+            tags={
+                "mlflow.parentRunId": parent_id,
+                "kind": "run",
+                "suite": config.suite,
+                "algorithm": config.algo,
+                "env": config.task,
+                "seed": str(config.seed_index),
+                "config_hash": config.identity,
+                **_offline_tags(config),
+                **tags,
+            },
+        )
+        self.log_params(run.info.run_id, config.as_dict())
+        return run.info.run_id
+
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        items = [Param(k, v) for k, v in flatten(params).items()]
+        for start in range(0, len(items), 100):
+            with_retry(self.client.log_batch, run_id, params=items[start:start + 100])
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        with_retry(self.client.log_batch, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def log_artifacts(self, run_id: str, paths: Iterable[Path]) -> None:
+        """Log each file, and each directory as a directory of the same name; paths that do
+        not exist are left out."""
+        for path in paths:
+            if path.is_dir():
+                with_retry(self.client.log_artifacts, run_id, str(path), path.name)
+            elif path.exists():
+                with_retry(self.client.log_artifact, run_id, str(path))
+
+    def finish(self, run_id: str, status: str) -> None:
+        with_retry(self.client.set_terminated, run_id, status)
+
+
+def _offline_tags(config: RunConfig) -> dict[str, str]:
+    """An offline run's dataset, its eval env and its reference scores (the ``env`` tag is
+    the dataset's name: the task tables group by)."""
+    if not config.offline:
+        return {}
+    tags = {"dataset": config.dataset, "eval_env": config.env,
+            "dataset_sha256": config.dataset_sha256 or ""}
+    if config.dataset_refs is not None:
+        tags["ref_min_score"], tags["ref_max_score"] = (repr(v) for v in config.dataset_refs)
+    return tags
+
+
+class RunRecorder:
+    """The ``RunLogger`` the harness hands a recipe: MLflow metrics plus a curve CSV.
+
+    Metrics are buffered and written with one ``log_batch`` call per evaluation (and on
+    close), so tracking costs a few database writes per run, not one per step.
+    """
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        run_id: str,
+        run_dir: Path,
+        on_update: Callable[[dict[str, float]], None] | None = None,
+    ):
+        self.tracker, self.run_id, self.run_dir = tracker, run_id, run_dir
+        self.on_update = on_update
+        self.curve: list[dict[str, float]] = []
+        self.last_metrics: dict[str, float] = {}
+        self._pending: list[Metric] = []
+
+    def _buffer(self, frames: int, metrics: Mapping[str, float]) -> None:
+        now = int(time.time() * 1000)
+        for key, value in metrics.items():
+            value = float(value)
+            if not math.isfinite(value):
+                raise FloatingPointError(f"metric {key} is {value} at frame {frames}")
+            self._pending.append(Metric(key, value, now, int(frames)))
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for start in range(0, len(pending), _BATCH):
+            with_retry(self.tracker.client.log_batch, self.run_id,
+                       metrics=pending[start:start + _BATCH])
+
+    def log_metrics(self, frames: int, metrics: Mapping[str, float]) -> None:
+        self._buffer(frames, metrics)
+        self.last_metrics.update(metrics)
+        if self.on_update:
+            self.on_update({"frames": frames, **metrics})
+
+    def log_eval(self, frames: int, returns: Sequence[float]) -> None:
+        if not returns:
+            raise ValueError("log_eval needs at least one episode return")
+        values = torch.tensor(returns, dtype=torch.float64)
+        row = {
+            "eval/return_mean": values.mean().item(),
+            "eval/return_std": values.std(unbiased=False).item(),
+        }
+        self._buffer(frames, row)
+        self.curve.append({"frames": frames, **row, "episodes": len(returns)})
+        self.flush()
+        if self.on_update:
+            self.on_update({"frames": frames, **row})
+
+    def log_score(self, frames: int, score: float) -> None:
+        self._buffer(frames, {SCORE: score})
+        self.flush()
+        for row in reversed(self.curve):  # the evaluation this score belongs to
+            if row["frames"] == frames:
+                row[SCORE] = score
+                break
+
+    def save_model(self, name: str, module: nn.Module) -> None:
+        path = self.run_dir / f"{name}.pt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(module.state_dict(), path)
+
+    def save_tensordict(self, name: str, data: TensorDict) -> None:
+        data.memmap(self.run_dir / name)
+
+    def write_curve(self) -> Path:
+        path = self.run_dir / "curve.csv"
+        with path.open("w", newline="") as handle:
+            scored = any(SCORE in row for row in self.curve)
+            writer = csv.DictWriter(
+                handle, fieldnames=["frames", "eval/return_mean", "eval/return_std", "episodes",
+                                    *([SCORE] if scored else [])]
+            )
+            writer.writeheader()
+            writer.writerows(self.curve)
+        return path

@@ -1,0 +1,535 @@
+"""``rlbench compare`` on a real SQLite MLflow store filled with runs of known returns."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+
+from rlbench.cli import main
+from rlbench.errors import ConfigError
+from rlbench.harness.analysis.baselines import PublishedScore, env_base, load_published, verdict
+from rlbench.harness.analysis.compare import build_tables, write_report
+from rlbench.harness.analysis.comparison import (
+    Group,
+    RunRecord,
+    compare,
+    d4rl_counterpart,
+    group_runs,
+    load_runs,
+    summarize_group,
+)
+from rlbench.harness.analysis.statistics import Interval, iqm
+from rlbench.harness.render import TextTable, render, to_rich
+from rlbench.harness.store.tracking import tracking_uri
+
+# Final returns per (algo, env); every run also logs an earlier eval at frame 500.
+FINALS = {
+    ("ppo", "CartPole-v1"): [500.0, 480.0, 260.0, 400.0],
+    ("dqn", "CartPole-v1"): [300.0, 120.0, 500.0, 200.0],
+    ("ppo", "Acrobot-v1"): [-80.0, -90.0, -500.0, -100.0],
+    ("dqn", "Acrobot-v1"): [-85.0, -120.0, -95.0, -110.0],
+    ("ppo", "Humanoid-v5"): [1.0, 2.0, 3.0, 4.0],  # no normalization reference
+}
+REFERENCES = {"CartPole-v1": (20.0, 500.0), "Acrobot-v1": (-500.0, -70.0)}
+PUBLISHED = """source,library,algorithm,env,steps,return_mean,return_std,n_seeds,metric,notes
+paper A,libA,ppo,CartPole-v0,1000,200.0,20.0,4,deterministic_eval_mean,above
+paper B,libB,ppo,CartPole-v1,,700.0,,,train_return_last100,below
+paper C,libC,dqn,CartPole-v1,1000,280.0,100.0,1,deterministic_eval_mean,within
+paper C copy,libC2,dqn,CartPole-v1,1000,280.0,100.0,1,deterministic_eval_mean,duplicate
+"""
+
+
+def _log_run(client: MlflowClient, experiment_id: str, algo: str, env: str, seed: int,
+             final: float | None, status: str = "FINISHED", identity: str | None = None,
+             frames: int = 1000, start: int = 0, params: dict | None = None) -> str:
+    run = client.create_run(experiment_id, run_name=f"{algo}/{env}/seed{seed}", start_time=start,
+                            tags={"kind": "run", "suite": "unit", "algorithm": algo, "env": env,
+                                  "seed": str(seed),
+                                  "config_hash": identity or f"{algo}-{env}-{seed}-{frames}"})
+    run_id = run.info.run_id
+    client.log_param(run_id, "frames", str(frames))
+    for key, value in (params or {}).items():
+        client.log_param(run_id, key, str(value))
+    if final is not None:
+        client.log_batch(run_id, metrics=[
+            Metric("eval/return_mean", final / 2, 0, 500),
+            Metric("eval/return_mean", final, 0, frames),
+            Metric("train/fps", 100.0 + seed, 0, frames),
+        ])
+    if status != "RUNNING":
+        client.set_terminated(run_id, status)
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Read-only for every test: built once."""
+    out = tmp_path_factory.mktemp("compare") / "store"
+    out.mkdir()
+    client = MlflowClient(tracking_uri(out))
+    experiment_id = client.create_experiment("unit")
+    for (algo, env), finals in FINALS.items():
+        for seed, final in enumerate(finals):
+            _log_run(client, experiment_id, algo, env, seed, final, start=10)
+    # An earlier failed attempt of a finished identity: superseded, not counted.
+    _log_run(client, experiment_id, "ppo", "CartPole-v1", 0, None, "FAILED",
+             identity="ppo-CartPole-v1-0-1000", start=1)
+    _log_run(client, experiment_id, "dqn", "Acrobot-v1", 4, None, "FAILED")
+    _log_run(client, experiment_id, "dqn", "Acrobot-v1", 5, 3.0, "RUNNING")
+    return out
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("compare") / "baselines"
+    directory.mkdir()
+    (directory / "online_test.csv").write_text(PUBLISHED)
+    rows = ["env,random_score,reference_score,source"]
+    rows += [f"{env},{lo},{hi},test" for env, (lo, hi) in REFERENCES.items()]
+    (directory / "normalization.csv").write_text("\n".join(rows) + "\n")
+    return directory
+
+
+def _comparison(store: Path, baselines: Path, **filters):
+    records = load_runs(MlflowClient(tracking_uri(store)), "unit", **filters)
+    return records, compare(records, "unit", baselines, seed=0, reps=400)
+
+
+def test_runs_are_grouped_deduplicated_and_counted(store: Path, baselines: Path) -> None:
+    records, comparison = _comparison(store, baselines)
+    assert len(records) == 22  # 20 finished + 1 failed + 1 running; the superseded attempt gone
+    by_key = {(s.group.env, s.group.algo): s for s in comparison.summaries}
+    assert set(by_key) == {(env, algo) for algo, env in FINALS}
+    acrobot_dqn = by_key[("Acrobot-v1", "dqn")].group
+    assert (len(acrobot_dqn.runs), acrobot_dqn.failed, acrobot_dqn.running) == (4, 1, 1)
+    assert by_key[("CartPole-v1", "ppo")].group.failed == 0
+    for (algo, env), finals in FINALS.items():
+        summary = by_key[(env, algo)]
+        assert summary.mean == pytest.approx(np.mean(finals), abs=1e-12)
+        assert summary.std == pytest.approx(np.std(finals, ddof=1), abs=1e-12)
+        assert summary.iqm.value == pytest.approx(iqm(np.array(finals)), abs=1e-12)
+        half = 3.182446305284263 * np.std(finals, ddof=1) / 2  # t(0.975, 3) s / sqrt(4)
+        assert summary.mean_ci.low == pytest.approx(np.mean(finals) - half, abs=1e-9)
+        assert summary.mean_ci.high == pytest.approx(np.mean(finals) + half, abs=1e-9)
+        assert not summary.iqm.has_bounds  # 4 seeds: too few for a bootstrap CI to cover
+        assert summary.group.fps == pytest.approx(101.5)
+        frames, curves = summary.group.curves()
+        assert frames.tolist() == [500, 1000]
+        np.testing.assert_array_equal(curves, np.array([[f / 2, f] for f in finals]))
+
+
+def test_filters(store: Path, baselines: Path) -> None:
+    records, _ = _comparison(store, baselines, algos=["dqn"], envs=["Acrobot-v1"])
+    assert {(r.algo, r.env) for r in records} == {("dqn", "Acrobot-v1")}
+    assert not load_runs(MlflowClient(tracking_uri(store)), "unit", frames=5)
+    assert not load_runs(MlflowClient(tracking_uri(store)), "unit", tags={"seed": "9"})
+    assert len(load_runs(MlflowClient(tracking_uri(store)), "unit", tags={"seed": "1"})) == 5
+
+
+def test_aggregates_use_normalized_scores_of_referenced_envs(store: Path,
+                                                            baselines: Path) -> None:
+    _, comparison = _comparison(store, baselines)
+    assert comparison.aggregate_envs == {"dqn": ["Acrobot-v1", "CartPole-v1"],
+                                         "ppo": ["Acrobot-v1", "CartPole-v1"]}
+    assert comparison.aggregate_frames == {"dqn": [1000, 1000], "ppo": [1000, 1000]}
+    assert any("no normalization reference): Humanoid-v5" in note
+               for note in comparison.aggregate_notes)
+    for algo in ("dqn", "ppo"):
+        expected = np.stack([
+            (np.array(FINALS[(algo, env)]) - REFERENCES[env][0])
+            / (REFERENCES[env][1] - REFERENCES[env][0])
+            for env in ("Acrobot-v1", "CartPole-v1")], axis=1)
+        np.testing.assert_allclose(np.stack(comparison.normalized[algo], axis=1), expected,
+                                   rtol=0, atol=1e-12)
+        aggregates = comparison.aggregates[algo]
+        assert aggregates["mean"].value == pytest.approx(expected.mean(), abs=1e-12)
+        # rliable's median: of the two per-env means.
+        assert aggregates["median"].value == pytest.approx(np.median(expected.mean(0)),
+                                                           abs=1e-12)
+        # 8 scores: IQM drops the 2 lowest and 2 highest.
+        assert aggregates["iqm"].value == pytest.approx(np.sort(expected, axis=None)[2:6].mean())
+        gap = np.maximum(1 - expected, 0).mean()
+        assert aggregates["optimality_gap"].value == pytest.approx(gap, abs=1e-12)
+        for interval in aggregates.values():
+            assert interval.low <= interval.value <= interval.high
+
+
+def test_probability_of_improvement_by_hand(store: Path, baselines: Path) -> None:
+    _, comparison = _comparison(store, baselines)
+    (improvement,) = comparison.improvement
+    p = improvement.probability
+    assert (improvement.x, improvement.y) == ("dqn", "ppo")
+    assert improvement.envs == ["Acrobot-v1", "CartPole-v1"]  # Humanoid-v5 is ppo's alone
+    assert improvement.notes == []
+
+    def wins(a: list[float], b: list[float]) -> float:
+        return np.mean([(u > v) + 0.5 * (u == v) for u in a for v in b])
+
+    expected = np.mean([wins(FINALS[("dqn", env)], FINALS[("ppo", env)])
+                        for env in ("Acrobot-v1", "CartPole-v1")])
+    assert p.value == pytest.approx(expected, abs=1e-12)
+    assert 0 <= p.low <= p.value <= p.high <= 1
+
+
+def test_verdicts_and_their_stated_differences(store: Path, baselines: Path) -> None:
+    _, comparison = _comparison(store, baselines, envs=["CartPole-v1"])
+    found = {(s.group.algo, score.library): judged
+             for s in comparison.summaries for score, judged in s.baselines}
+    assert set(found) == {("ppo", "libA"), ("ppo", "libB"), ("dqn", "libC")}  # copy dropped
+    assert found[("ppo", "libA")].word == "none: env version differs"
+    assert found[("ppo", "libA")].caveats == ["env CartPole-v0 vs CartPole-v1"]
+    assert found[("ppo", "libB")].word == "none: budget not stated; metric differs"
+    assert found[("ppo", "libB")].caveats == ["budget not stated",
+                                              "metric train_return_last100",
+                                              "seed count not stated"]
+    assert found[("dqn", "libC")].word == "within"
+    assert found[("dqn", "libC")].caveats == ["a single published run"]
+
+
+def test_a_verdict_only_where_env_version_budget_and_metric_match() -> None:
+    published = PublishedScore("s", "lib", "td3", "Hopper-v5", 1_000_000, 3000.0, 100.0, 5,
+                               "deterministic_eval_mean", "")
+    ours = Interval(1300.0, 200.0, 2400.0)  # wide enough to overlap anything
+    assert verdict(ours, 1_000_000, "Hopper-v5", published).word == "below"
+    assert verdict(ours, 100_000, "Hopper-v5", published).word == "none: budget differs"
+    assert verdict(ours, 1_000_000, "Hopper-v4", published).word == (
+        "none: env version differs")
+    declared = dataclasses.replace(published, negligible=frozenset({"env"}))
+    judged = verdict(ours, 1_000_000, "Hopper-v4", declared)
+    assert judged.word == "below" and judged.caveats == ["env Hopper-v5 vs Hopper-v4"]
+
+
+def test_the_negligible_column_is_read_and_checked(tmp_path: Path) -> None:
+    (tmp_path / "online_x.csv").write_text(
+        PUBLISHED.splitlines()[0] + ",negligible\n"
+        "p,lib,ppo,CartPole-v0,1000,200.0,20.0,4,deterministic_eval_mean,,env\n")
+    (score,) = load_published(tmp_path)
+    assert score.negligible == frozenset({"env"})
+    (tmp_path / "online_x.csv").write_text(
+        PUBLISHED.splitlines()[0] + ",negligible\n"
+        "p,lib,ppo,CartPole-v0,1000,200.0,20.0,4,deterministic_eval_mean,,seeds\n")
+    with pytest.raises(ConfigError, match="line 2: negligible takes env, budget, metric"):
+        load_published(tmp_path)
+
+
+def test_verdict_uses_the_published_ci_when_the_seed_count_is_stated() -> None:
+    published = PublishedScore("s", "lib", "sac", "Hopper-v5", 100, 100.0, 10.0, 4,
+                               "deterministic_eval_mean", "")
+    assert published.interval() == Interval(100.0, 90.2, 109.8)
+    assert verdict(Interval(0, 89, 90.1), 100, "Hopper-v5", published).word == "below"
+    assert verdict(Interval(0, 89, 90.3), 100, "Hopper-v5", published).word == "within"
+    assert verdict(Interval(0, 109.9, 120), 100, "Hopper-v5", published).word == "above"
+    assert verdict(Interval(0, 0, 1), 200, "Hopper-v5", published).caveats == [
+        "budget 100 vs 200 frames"]
+    assert env_base("dmc:cheetah-run") == ("dmc:cheetah-run", None)
+    assert env_base("HalfCheetah-v5") == ("halfcheetah", "v5")
+
+
+def test_repository_baselines_load_and_dedupe() -> None:
+    scores = load_published(Path(__file__).resolve().parents[3] / "results" / "baselines")
+    keys = [(s.algorithm, s.env, s.steps, s.mean, s.std, s.metric) for s in scores]
+    assert len(keys) == len(set(keys)) > 50
+    assert any(s.library == "cleanrl" and s.env == "Hopper-v2" and s.algorithm == "ppo"
+               for s in scores)
+
+
+def test_tables_render_in_every_format(store: Path, baselines: Path) -> None:
+    _, comparison = _comparison(store, baselines)
+    tables = build_tables(comparison)
+    assert [t.title for t in tables] == ["unit: final return per env and algorithm",
+                                         "unit: published baselines beside ours",
+                                         "unit: normalized scores per algorithm (95% "
+                                         "expanded stratified bootstrap CIs)",
+                                         "unit: probability of improvement"]
+    main_rows = {(r[0], r[1]): r for r in tables[0].rows}
+    assert main_rows[("Acrobot-v1", "dqn")][3] == "4 (1 failed, 1 running)"
+    assert main_rows[("CartPole-v1", "ppo")][4] == "410.0 ± 108.9"
+    text = render(tables, "csv")
+    first = text.split("\n\n")[0].splitlines()
+    assert first[0] == "# unit: final return per env and algorithm"
+    parsed = list(csv.reader(io.StringIO("\n".join(first[1:]))))
+    assert parsed[0][:4] == ["env", "algorithm", "frames", "seeds"]
+    assert len(parsed) == 1 + len(FINALS)
+    latex = render(tables, "latex")
+    assert "\\toprule" in latex and "$\\pm$" in latex
+    assert latex.isascii(), "pdflatex takes the table without unicode setup"
+    assert render(tables, "html").count("<table>") == 4
+    assert render(tables, "markdown").count("| env | algorithm |") == 2
+
+
+def test_renderers_escape_what_their_format_needs() -> None:
+    table = TextTable("a_b & <c>", ["name", "value"],
+                      [["x|y", "1 ± 2"], ["<b>", "50%"], ["[bold]x", "√2"]], notes=["see #3"])
+    assert r"x\|y" in render([table], "markdown")
+    latex = render([table], "latex")
+    assert r"a\_b \& \textless{}c\textgreater{}" in latex
+    assert r"50\%" in latex and r"\#3" in latex and latex.isascii()
+    assert "\n{[}bold{]}x & $\\surd$2 \\\\" in latex  # no row starts with a bare [
+    console = Console(record=True, width=100)
+    console.print(to_rich(table))
+    assert "[bold]x" in console.export_text(), "cells are text, not rich markup"
+    html = render([table], "html")
+    assert "&lt;b&gt;" in html and "a_b &amp; &lt;c&gt;" in html
+    assert list(csv.reader(io.StringIO(render([table], "csv").split("\n", 1)[1])))[1] == [
+        "x|y", "1 ± 2"]
+    with pytest.raises(ValueError, match="3 cells for 2 headers"):
+        TextTable("t", ["a", "b"], [["1", "2", "3"]])
+
+
+def test_cli_writes_every_format_and_plot(store: Path, baselines: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "report"
+    args = ["compare", "suite=unit", f"out_dir={store}", f"baselines={baselines}", "reps=200",
+            "format=markdown", f"output={report}"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert "| CartPole-v1 | ppo | 1,000 | 4 | 410.0 ± 108.9 |" in first
+    names = sorted(p.name for p in report.iterdir())
+    assert names == ["aggregates.png", "aggregates.svg", "compare.csv", "compare.html",
+                     "compare.json", "compare.md", "compare.tex", "curves.png", "curves.svg",
+                     "profiles.png", "profiles.svg", "runs.csv"]
+    assert (report / "compare.md").read_text() == first
+    files = {p.name: p.read_bytes() for p in report.iterdir() if p.suffix != ".png"}
+    groups = pd.read_csv(report / "compare.csv")  # plain columns: pandas reads it as is
+    ppo = groups[(groups.env == "CartPole-v1") & (groups.algorithm == "ppo")].iloc[0]
+    assert ppo["mean"] == 410.0 and ppo["n"] == 4 and ppo["mean_t_low"] < 410.0
+    dqn = groups[(groups.env == "Acrobot-v1") & (groups.algorithm == "dqn")].iloc[0]
+    assert (dqn["failed"], dqn["running"]) == (1, 1)
+    runs = pd.read_csv(report / "runs.csv")
+    cartpole = runs[(runs.env == "CartPole-v1") & (runs.algorithm == "ppo")]
+    assert sorted(cartpole.final_return) == sorted(FINALS[("ppo", "CartPole-v1")])
+    document = json.loads((report / "compare.json").read_text())
+    assert {"groups", "runs", "baselines", "aggregates", "improvement", "notes"} <= set(document)
+    assert len(document["runs"]) == len(runs)
+    assert main(args) == 0
+    assert capsys.readouterr().out == first, "the same store gives the same report"
+    assert files == {p.name: p.read_bytes() for p in report.iterdir() if p.suffix != ".png"}
+    # A report without aggregates leaves no stale aggregate plots behind.
+    assert main([*args[:-2], "env=Humanoid-v5", f"output={report}"]) == 0
+    assert not (report / "aggregates.svg").exists()
+    assert not (report / "profiles.png").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["suite=unitt"], "the store has no runs of suite 'unitt' (it has unit); did you mean unit?"),
+    (["algo=ppp"], "unknown algorithm in suite unit 'ppp'; did you mean ppo"),
+    (["env=CartPole-v9"], "CartPole-v9"),
+    (["fromat=csv"], "unknown compare key 'fromat'; did you mean format?"),
+    (["format=pdf"], "unknown format 'pdf'"),
+    (["reps=0"], "reps must be an integer >= 1"),
+    (["env=Pendulum-v1"], "suite unit has no runs matching env=Pendulum-v1"),
+    (["suite=path/to/unitt.yaml"], "the store has no runs of suite 'unitt'"),
+])
+def test_bad_input_exits_2(args: list[str], message: str, store: Path, baselines: Path,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["compare", f"out_dir={store}", f"baselines={baselines}"]
+    if not any(a.startswith("suite=") for a in args):
+        base.append("suite=unit")
+    assert main([*base, *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_missing_store_is_an_error_not_a_new_database(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]):
+    assert main(["compare", "suite=unit", f"out_dir={tmp_path / 'none'}"]) == 2
+    assert "no tracking store at" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
+def test_a_dead_tracking_server_is_a_clear_error(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    assert main(["compare", "suite=unit"]) == 2
+    assert "does not answer" in capsys.readouterr().err
+
+
+def test_reruns_budgets_configs_and_seed_counts(tmp_path: Path, baselines: Path) -> None:
+    client = MlflowClient(tracking_uri(tmp_path))
+    exp = client.create_experiment("unit")
+    lr = {"algo_params.learning_rate": 0.001}
+    for seed, final in enumerate([100.0, 200.0, 300.0]):
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, final - 50, start=1, params=lr)
+        # The latest finished attempt of an identity wins; a later RUNNING one does not.
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, final, start=2, params=lr)
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, None, "RUNNING", start=3,
+                 identity=f"ppo-CartPole-v1-{seed}-1000", params=lr)
+        # Same seeds under another learning rate: another config, shown apart.
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, 400.0, start=4,
+                 identity=f"other-{seed}", params={"algo_params.learning_rate": 0.01})
+        # A smaller budget of the same algorithm on the same env.
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, 50.0, frames=500, start=5)
+    for seed, final in enumerate([450.0, 480.0]):  # dqn: 2 seeds at 2000 frames
+        _log_run(client, exp, "dqn", "CartPole-v1", seed, final, frames=2000, start=6)
+    _log_run(client, exp, "dqn", "Acrobot-v1", 0, -100.0, start=7)  # 1 seed
+    _log_run(client, exp, "dqn", "Acrobot-v1", 1, None, "KILLED", start=8)
+
+    records = load_runs(client, "unit")
+    comparison = compare(records, "unit", baselines, seed=0, reps=200)
+    rows = {(s.group.env, s.group.label, s.group.frames): s for s in comparison.summaries}
+    (first, second) = [s for (env, label, frames), s in rows.items()
+                       if label.startswith("ppo[") and frames == 1000]
+    assert sorted([first.mean, second.mean]) == [200.0, 400.0], "latest finished attempts"
+    assert {first.group.label, second.group.label} == {"ppo[learning_rate=0.001]",
+                                                       "ppo[learning_rate=0.01]"}
+    assert first.group.running == second.group.running == 0  # the finished attempt wins
+    assert any("ran 2 configs" in n and "differ in learning_rate" in n
+               for n in comparison.group_notes)
+    assert rows[("CartPole-v1", "ppo[learning_rate=—]", 500)].mean == 50.0
+
+    acrobot = rows[("Acrobot-v1", "dqn", 1000)]
+    assert acrobot.std is None and acrobot.mean_ci is None and acrobot.group.killed == 1
+    table = build_tables(comparison)[0]
+    acrobot_row = next(r for r in table.rows if r[0] == "Acrobot-v1")
+    assert acrobot_row[3:7] == ["1 (1 killed)", "-100.0", "—", "-100.0"]
+
+    # Cross-env statistics: every config is its own entry, labelled by what differs.
+    ppo_entries = ["ppo[learning_rate=0.001]", "ppo[learning_rate=0.01]", "ppo[learning_rate=—]"]
+    assert comparison.aggregate_envs == {"dqn": ["Acrobot-v1", "CartPole-v1"],
+                                         **{e: ["CartPole-v1"] for e in ppo_entries}}
+    assert any("ran different envs" in n for n in comparison.aggregate_notes)
+    assert any("dqn: seeds per env differ (Acrobot-v1 1, CartPole-v1 2): every seed is used"
+               in n for n in comparison.aggregate_notes)
+    # one run per env: point values, no intervals (a zero-width one would claim certainty)
+    assert not any(i.has_bounds for i in comparison.aggregates["dqn"].values())
+    assert all(i.has_bounds for i in comparison.aggregates["ppo[learning_rate=0.001]"].values())
+    aggregates = next(t for t in build_tables(comparison) if "normalized" in t.title)
+    dqn_row = next(r for r in aggregates.rows if r[0] == "dqn")
+    assert not any("[" in cell for cell in dqn_row)
+    pairs = {(p.x, p.y): p for p in comparison.improvement}
+    assert set(pairs) == {("dqn", e) for e in ppo_entries} | {
+        (ppo_entries[0], ppo_entries[1]), (ppo_entries[0], ppo_entries[2]),
+        (ppo_entries[1], ppo_entries[2])}
+    against_lr = pairs[("dqn", "ppo[learning_rate=0.001]")]
+    assert against_lr.envs == ["CartPole-v1"]
+    assert against_lr.notes == ["CartPole-v1: dqn at 2,000 frames, ppo[learning_rate=0.001] "
+                                "at 1,000"]
+    # dqn's 450 and 480 beat every run of either learning rate (100-300, and all 400).
+    assert against_lr.probability.value == 1.0
+    assert pairs[("dqn", "ppo[learning_rate=0.01]")].probability.value == 1.0
+
+
+def test_one_seed_gets_no_verdict_but_its_differences() -> None:
+    run = RunRecord("r", "ppo", "CartPole-v1", 0, 1000, "FINISHED", "c", {1000: 450.0}, None)
+    published = PublishedScore("s", "lib", "ppo", "CartPole-v0", None, 500.0, None, None,
+                               "train_return_last100", "")
+    summary = summarize_group(Group("CartPole-v1", "ppo", 1000, "c", [run]), [published],
+                              seed=0, reps=10)
+    ((_, judged),) = summary.baselines
+    assert summary.mean_ci is None and judged.word == "n/a (1 seed)"
+    assert judged.caveats == ["env CartPole-v0 vs CartPole-v1", "budget not stated",
+                              "metric train_return_last100", "seed count not stated"]
+
+
+@pytest.mark.parametrize(("file", "edit", "message"), [
+    ("normalization.csv", lambda t: t.replace(",test\n", ",test\nCartPole-v0,5,5,same\n", 1),
+     "line 3: CartPole-v0: the reference score must differ from the random score (5)"),
+    ("normalization.csv", lambda t: t.replace("random_score", "random"),
+     "normalization.csv: no column 'random_score'"),
+    ("online_test.csv", lambda t: t.replace("\n", "\nx,y,ppo,CartPole-v1,,many,,,m,\n", 1),
+     "online_test.csv, line 2: could not convert string to float: 'many'"),
+    ("online_test.csv", lambda t: t.replace("\n", "\nx,y,ppo,CartPole-v1,,nan,,,m,\n", 1),
+     "online_test.csv, line 2: return_mean must be a finite number, got nan"),
+    ("normalization.csv", lambda t: t.replace(",test\n", ",test\nCartPole-v0,nan,5,x\n", 1),
+     "line 3: CartPole-v0: the scores must be finite numbers"),
+])
+def test_a_malformed_baseline_file_exits_2(file: str, edit, message: str, store: Path,
+                                           baselines: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "baselines"
+    shutil.copytree(baselines, broken)
+    (broken / file).write_text(edit((broken / file).read_text()))
+    assert main(["compare", "suite=unit", f"out_dir={store}", f"baselines={broken}"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_plots_split_budgets_and_say_what_their_bands_are(tmp_path: Path,
+                                                         baselines: Path) -> None:
+    client = MlflowClient(tracking_uri(tmp_path / "store"))
+    exp = client.create_experiment("unit")
+    for seed in range(3):
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, 400.0 + seed, frames=100_000)
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, 480.0 + seed, frames=1_000_000)
+    _log_run(client, exp, "dqn", "Acrobot-v1", 0, -100.0, frames=1_000_000)
+    _log_run(client, exp, "dqn", "Acrobot-v1", 1, -90.0, frames=1_000_000)
+    comparison = compare(load_runs(client, "unit"), "unit", baselines, seed=0, reps=100)
+    write_report(comparison, tmp_path / "report", reps=100)
+    curves = (tmp_path / "report" / "curves.svg").read_text()
+    assert "CartPole-v1, 100,000 frames" in curves and "CartPole-v1, 1,000,000 frames" in curves
+    assert "seeds: ppo 3" in curves and "seeds: dqn 2" in curves
+    assert "95% percentile bootstrap CI of that mean" in curves
+    aggregates = (tmp_path / "report" / "aggregates.svg").read_text()
+    assert "95% expanded stratified bootstrap CIs" in aggregates
+    assert "the algorithms ran different envs" in aggregates  # as the table warns
+
+
+def test_an_iqm_ci_from_eight_seeds_on(baselines: Path) -> None:
+    finals = [100.0, 120.0, 90.0, 130.0, 110.0, 105.0, 95.0, 125.0]
+    runs = [RunRecord(f"r{i}", "ppo", "CartPole-v1", i, 1000, "FINISHED", "c", {1000: f}, None)
+            for i, f in enumerate(finals)]
+    eight = summarize_group(Group("CartPole-v1", "ppo", 1000, "c", runs), [], seed=0, reps=300)
+    assert eight.iqm.has_bounds and min(finals) <= eight.iqm.low <= eight.iqm.high
+    seven = summarize_group(Group("CartPole-v1", "ppo", 1000, "c", runs[:7]), [], seed=0,
+                            reps=300)
+    assert not seven.iqm.has_bounds and seven.mean_ci is not None
+
+
+def test_a_group_that_mixes_code_versions_is_named() -> None:
+    """Finished runs are kept across commits, so a resumed sweep can mix code versions in
+    one group; compare says which, and says when the code was never committed."""
+    def runs(*codes: str, env: str = "CartPole-v1") -> list[RunRecord]:
+        return [RunRecord(f"{env}{i}", "ppo", env, i, 1000, "FINISHED", "c", {1000: 400.0 + i},
+                          None, code=code) for i, code in enumerate(codes)]
+
+    _, notes = group_runs(runs("abc1234", "abc1234", "def5678", env="Acrobot-v1")
+                          + runs("abc1234", "abc1234+dirty", env="Pendulum-v1")
+                          + runs("abc1234", "abc1234"))
+    assert notes == [
+        "ppo on Acrobot-v1 at 1,000 frames: its 3 seeds ran 2 code versions (abc1234 ×2, "
+        "def5678 ×1); tag.git_commit=<commit> compares one of them",
+        "ppo on Pendulum-v1 at 1,000 frames: its 2 seeds ran 2 code versions (abc1234 ×1, "
+        "abc1234+dirty ×1); tag.git_commit=<commit> compares one of them",
+    ]
+    _, notes = group_runs(runs("abc1234+dirty", "abc1234+dirty"))
+    assert notes == ["ppo on CartPole-v1 at 1,000 frames: its 2 seeds ran with uncommitted "
+                     "changes (abc1234+dirty ×2): the commit alone does not say which code "
+                     "made them"]
+
+
+def test_corl_beside_rlbenchs_own_hopper_data_is_a_band_never_a_verdict() -> None:
+    """A dataset rlbench made (rlbench/hopper/medium-replay-v0) has no published row; CORL's
+    on D4RL's data of the same env and quality is shown beside it, never judged."""
+    assert d4rl_counterpart("rlbench/hopper/medium-replay-v0") == "hopper-medium-replay-v2"
+    assert d4rl_counterpart("rlbench/pendulum/medium-v0") == "pendulum-medium-v2"
+    assert d4rl_counterpart("rlbench/hopper/mixed-v0") is None
+    assert d4rl_counterpart("hopper-medium-v2") is None
+    published = load_published(Path(__file__).resolve().parents[3] / "results" / "baselines")
+    runs = [RunRecord(f"r{i}", "td3_bc", "rlbench/hopper/medium-replay-v0", i, 20_000,
+                      "FINISHED", "c", {20_000: score}, None, eval_env="Hopper-v5",
+                      refs=(-20.0, 3234.0)) for i, score in enumerate((60.0, 64.0, 70.0))]
+    summary = summarize_group(Group("rlbench/hopper/medium-replay-v0", "td3_bc", 20_000, "c",
+                                    runs), published, seed=0, reps=10)
+    rows = {score.metric: (score, judged) for score, judged in summary.baselines}
+    assert set(rows) == {"d4rl_normalized_last", "d4rl_normalized_best"}
+    score, judged = rows["d4rl_normalized_last"]
+    assert (score.env, score.mean) == ("hopper-medium-replay-v2", 64.42)  # CORL's TD3+BC
+    assert judged.word == "none: different data (hopper-medium-replay-v2, D4RL's); a sanity band"
+    assert "env hopper-medium-replay-v2 vs rlbench/hopper/medium-replay-v0" in judged.caveats
+    bc = summarize_group(Group("rlbench/pendulum/medium-v0", "bc", 20_000, "c",
+                               [dataclasses.replace(r, algo="bc", env="rlbench/pendulum/medium-v0")
+                                for r in runs]), published, seed=0, reps=10)
+    assert bc.baselines == []  # CORL has no pendulum rows

@@ -1,0 +1,97 @@
+"""Launchers: one config alone, in the local pool and on Ray gives the same metric series;
+unreachable tracking servers and Ray clusters are clear errors before anything starts."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rlbench.cli import main
+from rlbench.harness.store.tracking import tracking_uri
+
+SUITE = """
+algos: [ppo]
+envs: [CartPole-v1]
+seeds: 2
+frames: 1024
+eval_every: 512
+eval_episodes: 2
+per_algo:
+  ppo: {num_envs: 4, rollout_steps: 64, epochs: 2, minibatch_size: 128}
+"""
+KEYS = ("eval/return_mean", "loss/objective", "loss/critic", "train/entropy")
+
+
+def _series(out: Path) -> dict[str, dict[str, list]]:
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("pair")
+    runs = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
+    assert all(r.info.status == "FINISHED" for r in runs)
+    return {r.info.run_name: {k: sorted((m.step, m.value) for m in
+                                        client.get_metric_history(r.info.run_id, k))
+                              for k in KEYS} for r in runs}
+
+
+@pytest.fixture
+def ray_local():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_alone_pool_and_ray_give_identical_series(tmp_path: Path, ray_local) -> None:
+    suite = tmp_path / "pair.yaml"
+    suite.write_text(SUITE)
+    outcomes = {}
+    for name, extra in {"alone": [], "pool": ["jobs=2"], "ray": ["launcher=ray"]}.items():
+        out = tmp_path / name
+        assert main(["run", f"suite={suite}", f"out_dir={out}", *extra]) == 0
+        outcomes[name] = _series(out)
+    assert set(outcomes["alone"]) == {"ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1"}
+    assert outcomes["pool"] == outcomes["alone"]
+    assert outcomes["ray"] == outcomes["alone"]
+    assert all(len(series["eval/return_mean"]) == 2 for series in outcomes["ray"].values())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_tracking_server_is_a_clear_error(tmp_path: Path, monkeypatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    uri = f"http://127.0.0.1:{_free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    out = tmp_path / "out"
+    suite = tmp_path / "pair.yaml"
+    suite.write_text(SUITE)
+    assert main(["run", f"suite={suite}", f"out_dir={out}"]) == 2
+    err = capsys.readouterr().err
+    assert f"the MLflow tracking server at {uri} does not answer" in err
+    assert not (out / "runs").exists()
+
+
+def test_unreachable_ray_cluster_is_a_clear_error(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ray")
+    out = tmp_path / "out"
+    suite = tmp_path / "pair.yaml"
+    suite.write_text(SUITE)
+    address = f"127.0.0.1:{_free_port()}"
+    code = main(["run", f"suite={suite}", f"out_dir={out}", "launcher=ray",
+                 f"ray.address={address}"])
+    assert code == 2
+    assert f"cannot reach the Ray cluster at '{address}'" in capsys.readouterr().err
+    assert not (out / "mlflow.db").exists()
+
+
+def test_bad_launcher_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "launcher=slurm"]) == 2
+    assert "unknown launcher 'slurm'" in capsys.readouterr().err.lower()
+    assert main(["run", "ray.address=auto"]) == 2
+    assert "only used with launcher=ray" in capsys.readouterr().err

@@ -1,0 +1,334 @@
+"""End to end through the CLI: MLflow parent/child runs, artifacts, failures, reproducibility."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rlbench.cli import main
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.run import runner
+from rlbench.harness.run.runner import RunResult, execute_run
+from rlbench.harness.run.summary import summarize, summary_table
+from rlbench.harness.store.tracking import Tracker, tracking_uri
+
+TINY = """
+algos: [ppo]
+envs: [CartPole-v1, Acrobot-v1]
+seeds: 2
+frames: 1024
+eval_every: 512
+eval_episodes: 2
+per_algo:
+  ppo: {num_envs: 4, rollout_steps: 64, epochs: 2, minibatch_size: 128}
+per_env:
+  Acrobot-v1:
+    seeds: 1
+    ppo: {learning_rate: 1.0e+30}   # diverges: the run must be recorded as failed
+"""
+
+
+@pytest.fixture
+def tiny_suite(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    return path
+
+
+def _children(client: MlflowClient, experiment_id: str):
+    runs = client.search_runs([experiment_id], "tags.kind = 'run'")
+    return {run.info.run_name: run for run in runs}
+
+
+def _eval_series(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
+    history = client.get_metric_history(run_id, "eval/return_mean")
+    return sorted((m.step, m.value) for m in history)
+
+
+def test_sweep_tracks_everything_and_records_failures(tiny_suite: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code = main(["run", f"suite={tiny_suite}", f"out_dir={out}"])
+    assert code == 1, "a failed run makes the sweep exit 1"
+
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("tiny")
+    parents = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
+    children = _children(client, experiment.experiment_id)
+    assert set(children) == {"ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1",
+                             "ppo/Acrobot-v1/seed0"}
+    for name, run in children.items():
+        tags = run.data.tags
+        assert tags["mlflow.parentRunId"] == parents[0].info.run_id
+        for key in ("suite", "algorithm", "env", "seed", "config_hash", "rlbench_version",
+                    "git_commit", "torch_version", "tensordict_version", "gymnasium_version",
+                    "mujoco_version", "host", "device"):
+            assert tags.get(key), f"{name} lacks tag {key}"
+        assert run.data.params["algo_params.num_envs"] == "4"
+        assert "seeds.env" in run.data.params
+
+    failed = children["ppo/Acrobot-v1/seed0"]
+    assert failed.info.status == "FAILED"
+    assert "NonFiniteLossError" in failed.data.tags["error"]
+    artifacts = {a.path for a in client.list_artifacts(failed.info.run_id)}
+    assert "traceback.txt" in artifacts
+
+    for name in ("ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1"):
+        run = children[name]
+        assert run.info.status == "FINISHED"
+        series = _eval_series(client, run.info.run_id)
+        assert [step for step, _ in series] == [512, 1024]
+        assert all(value >= 8 for _, value in series)
+        assert run.data.metrics["train/fps"] > 0
+        assert {"loss/objective", "loss/critic", "loss/entropy"} <= set(run.data.metrics)
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"config.yaml", "curve.csv", "policy.pt"} <= artifacts
+
+    summary, = (out / "sweeps").glob("tiny-*/summary.md")
+    lines = summary.read_text().splitlines()
+    assert any(line.startswith("| Acrobot-v1 | ppo | — | 0 (1 failed) |") for line in lines)
+    assert any(line.startswith("| CartPole-v1 | ppo |") and "| 2 |" in line for line in lines)
+
+
+def test_compare_reads_what_a_sweep_wrote(tiny_suite: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["run", f"suite={tiny_suite}", f"out_dir={out}"]) == 1
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("tiny")
+    finals = sorted(_eval_series(client, r.info.run_id)[-1][1]
+                    for r in _children(client, experiment.experiment_id).values()
+                    if r.info.status == "FINISHED")
+    capsys.readouterr()
+    assert main(["compare", "suite=tiny", f"out_dir={out}", "format=csv", "reps=100"]) == 0
+    groups = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index("env")
+    assert (groups.loc["Acrobot-v1", "n"], groups.loc["Acrobot-v1", "failed"]) == (0, 1)
+    cartpole = groups.loc["CartPole-v1"]
+    assert cartpole["n"] == 2
+    assert cartpole["mean"] == pytest.approx(np.mean(finals), rel=1e-12)
+    assert cartpole["std"] == pytest.approx(np.std(finals, ddof=1), rel=1e-12)
+
+
+def test_same_command_twice_gives_identical_metrics(tiny_suite: Path, tmp_path: Path) -> None:
+    series = []
+    for attempt in ("a", "b"):
+        out = tmp_path / attempt
+        main(["run", f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1"])
+        client = MlflowClient(tracking_uri(out))
+        experiment = client.get_experiment_by_name("tiny")
+        children = _children(client, experiment.experiment_id)
+        series.append({
+            name: {key: sorted((m.step, m.value) for m in client.get_metric_history(
+                run.info.run_id, key)) for key in ("eval/return_mean", "loss/objective",
+                                                   "loss/critic", "train/kl_approx")}
+            for name, run in children.items()
+        })
+    assert series[0] == series[1], "same config must give bit-identical metric series"
+    seed0, seed1 = (series[0][f"ppo/CartPole-v1/seed{i}"] for i in (0, 1))
+    assert seed0["loss/critic"] != seed1["loss/critic"], "seeds must differ"
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "suite=smok"],
+    ["run", "env=CartPol-v1"],
+    ["run", "algo=pp"],
+    ["run", "fram=10"],
+    ["run", "seeds=0"],
+    ["list", "suits"],
+    ["runn"],
+])
+def test_bad_input_exits_2_and_starts_nothing(args: list[str], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "never"
+    assert main([*args, f"out_dir={out}"] if args[0] == "run" else args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlbench: error: ") and len(err.strip().splitlines()) == 1
+    assert not out.exists(), "no store, no MLflow run on bad input"
+
+
+def test_dry_run_and_show_start_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    out = tmp_path / "never"
+    assert main(["run", "dry_run=true", f"out_dir={out}"]) == 0
+    assert main(["show", "suite=smoke", f"out_dir={out}"]) == 0
+    assert "ppo/CartPole-v1/seed1" in capsys.readouterr().out
+    assert not out.exists()
+
+
+def test_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "algorithms"]) == 0
+    assert "ppo" in capsys.readouterr().out
+    assert main(["list", "envs"]) == 0
+    assert "Hopper-v5" in capsys.readouterr().out.split()
+
+
+def test_mlflow_tracking_uri_is_respected(tiny_suite: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    store = tmp_path / "elsewhere" / "store.db"
+    store.parent.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    out = tmp_path / "out"
+    assert main(["run", f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1",
+                 "seeds=1"]) == 0
+    assert store.exists() and not (out / "mlflow.db").exists()
+    client = MlflowClient(f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name("tiny")
+    assert set(_children(client, experiment.experiment_id)) == {"ppo/CartPole-v1/seed0"}
+
+
+def test_a_rerun_attaches_only_its_own_files(tiny_suite: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["run", f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1", "seeds=1"]
+    assert main(args) == 0
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("tiny")
+    (first,) = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
+    client.set_terminated(first.info.run_id, "KILLED")  # as if the attempt was interrupted
+    (run_dir,) = (out / "runs" / "tiny").iterdir()
+    # what an earlier, interrupted attempt of the same config could have left behind
+    (run_dir / "traceback.txt").write_text("stale")
+    (run_dir / "critic.pt").write_bytes(b"stale")
+    assert main(args) == 0
+    (rerun,) = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
+    assert rerun.info.status == "FINISHED" and rerun.info.run_id != first.info.run_id
+    assert client.get_run(first.info.run_id).info.lifecycle_stage == "deleted"
+    artifacts = {a.path for a in client.list_artifacts(rerun.info.run_id)}
+    assert artifacts == {"config.yaml", "curve.csv", "policy.pt"}
+    assert not (run_dir / "traceback.txt").exists()
+
+
+LOCK_HOLDER = """
+import sys
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.run.locks import run_lock
+sweep = resolve_sweep(sys.argv[1:])
+with run_lock(sweep.out_dir, sweep.runs[0], timeout=0):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_run_another_process_holds_is_left_alone(tiny_suite: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "LOCK_WAIT_S", 0.5)
+    out = tmp_path / "out"
+    args = [f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1", "seeds=1"]
+    (config,) = resolve_sweep(args).runs
+    tracker = Tracker(out)
+    experiment_id = tracker.experiment("tiny")
+    parent_id = tracker.start_sweep(experiment_id, "tiny", {})
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, *args], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = execute_run(config, tracker, experiment_id, parent_id)
+        assert main(["run", f"suite={tiny_suite}", f"out_dir={out}"]) == 2
+        assert ("another process is running ppo/CartPole-v1/seed0 into"
+                in capsys.readouterr().err)
+    finally:
+        holder.kill()  # SIGKILL: the OS releases the lock
+        holder.communicate()
+    assert (result.status, result.run_id) == ("FAILED", "")
+    assert "is being run by another process" in result.error
+    assert not (out / "runs").exists()
+    assert tracker.runs(experiment_id, "tags.kind = 'run'") == []
+    assert main(["run", *args]) == 0  # released with its process: the run goes ahead
+    (finished,) = tracker.runs(experiment_id, "tags.kind = 'run'")
+    # a sweep that planned the run before it finished elsewhere takes that result
+    again = execute_run(config, tracker, experiment_id, parent_id)
+    assert (again.status, again.run_id) == ("FINISHED", finished.info.run_id)
+    assert len(tracker.runs(experiment_id, "tags.kind = 'run'")) == 1
+
+
+PLANNER = """
+import sys, time
+from pathlib import Path
+from rlbench.harness.run.locks import planning
+with planning(Path(sys.argv[1])):
+    print("planning", flush=True)
+    time.sleep(2.0)
+"""
+
+
+def test_a_run_waits_for_a_planner_and_replaces_another_sweeps_dead_attempt(
+        tiny_suite: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "LOCK_WAIT_S", 0.5)  # the planner's 2 s must not count
+    out = tmp_path / "out"
+    (config,) = resolve_sweep([f"suite={tiny_suite}", f"out_dir={out}", "env=CartPole-v1",
+                               "seeds=1"]).runs
+    tracker = Tracker(out)
+    experiment_id = tracker.experiment("tiny")
+    parent_id = tracker.start_sweep(experiment_id, "tiny", {})
+    dead = tracker.start_run(experiment_id, parent_id, config, {})  # another sweep's,
+    tracker.finish(dead, "KILLED")                                   # killed
+    planner = subprocess.Popen([sys.executable, "-c", PLANNER, str(out)], text=True,
+                               stdout=subprocess.PIPE)
+    try:
+        assert planner.stdout.readline() == "planning\n"
+        result = execute_run(config, tracker, experiment_id, parent_id)
+    finally:
+        planner.communicate()
+    assert result.status == "FINISHED"
+    (run,) = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
+    assert run.info.run_id == result.run_id != dead
+
+
+def test_rerun_skips_finished_runs_and_reruns_failed_ones(tiny_suite: Path,
+                                                          tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["run", f"suite={tiny_suite}", f"out_dir={out}"]
+    assert main(args) == 1
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("tiny")
+    before = _children(client, experiment.experiment_id)
+    assert main(args) == 1  # the diverging run fails again
+    after = _children(client, experiment.experiment_id)
+    assert set(after) == set(before)  # one active run per config, no duplicates
+    for name in ("ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1"):
+        assert after[name].info.run_id == before[name].info.run_id  # skipped, not rerun
+    failed = "ppo/Acrobot-v1/seed0"
+    assert after[failed].info.run_id != before[failed].info.run_id
+    assert after[failed].info.status == "FAILED"
+    (summary,) = sorted((out / "sweeps").glob("tiny-*"))[-1:]
+    assert "CartPole-v1" in (summary / "summary.md").read_text()  # finished runs still count
+
+
+def test_local_pool_gives_the_sequential_numbers_and_loses_no_metric(tmp_path: Path) -> None:
+    suite = tmp_path / "four.yaml"
+    suite.write_text(TINY.split("per_env:")[0].replace("seeds: 2", "seeds: 4"))
+    series = []
+    for jobs in (1, 4):
+        out = tmp_path / f"jobs{jobs}"
+        assert main(["run", f"suite={suite}", f"out_dir={out}", "env=CartPole-v1",
+                     f"jobs={jobs}"]) == 0
+        client = MlflowClient(tracking_uri(out))
+        experiment = client.get_experiment_by_name("four")
+        children = _children(client, experiment.experiment_id)
+        assert len(children) == 4 and all(r.info.status == "FINISHED"
+                                          for r in children.values())
+        series.append({
+            name: {key: sorted((m.step, m.value) for m in client.get_metric_history(
+                run.info.run_id, key)) for key in ("eval/return_mean", "loss/objective",
+                                                   "train/fps")}
+            for name, run in children.items()
+        })
+    for name in series[0]:
+        for key in ("eval/return_mean", "loss/objective"):
+            assert series[1][name][key] == series[0][name][key], (name, key)
+        # fps differs between runs, but every point of it arrived
+        assert [s for s, _ in series[1][name]["train/fps"]] == \
+            [s for s, _ in series[0][name]["train/fps"]]
+
+
+def test_the_sweep_summary_shows_no_spread_for_one_seed() -> None:
+    config = resolve_sweep(["env=CartPole-v1", "seeds=1"]).runs[0]
+    rows = summarize([RunResult(config, "r", "FINISHED", 29.0, 100.0, 1000, 1.0)])
+    assert rows[0].return_std is None
+    assert summary_table(rows, "t").rows[0][2] == "29.0"

@@ -1,0 +1,1 @@
+"""Speed beside peers and bounds of what this CPU can do."""

@@ -1,0 +1,78 @@
+"""The fastest a CQL update can run on this CPU: its matrix products' FLOPs over the rate one
+core multiplies matrices of its shapes at.
+
+    python -m tools.bench.cql_gemm_bound [--obs 11] [--act 3] [--batch 256] [--samples 10] \
+        [--hidden 256,256,256] [--critics 2]
+
+CQL evaluates every critic on ``1 + 3 * samples`` actions per state (the data's, uniform
+ones, and the policy's at s and s'), with gradient, and samples the policy's actions at
+``2 * samples`` states per state without. Those products are most of an update whatever the
+library: the ratio of this bound to a peer's measured steps per second is the most any
+implementation with the same arithmetic could reach over it (one torch thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import torch
+
+
+def linear_macs(sizes: list[int], rows: int, *, backward: bool) -> int:
+    """Multiply-adds of an MLP's linear layers on ``rows`` inputs: the forward pass, plus,
+    with ``backward``, the weight gradients (as many) and every input gradient but the first
+    layer's (its input needs none)."""
+    layers = list(itertools.pairwise(sizes))
+    forward = sum(fan_in * fan_out for fan_in, fan_out in layers) * rows
+    if not backward:
+        return forward
+    return 3 * forward - sizes[0] * sizes[1] * rows
+
+
+def update_flops(obs: int, act: int, batch: int, samples: int, hidden: list[int],
+                 critics: int) -> float:
+    critic_rows = batch * (1 + 3 * samples)
+    critic = critics * linear_macs([obs + act, *hidden, 1], critic_rows, backward=True)
+    policy_samples = linear_macs([obs, *hidden, 2 * act], 2 * samples * batch, backward=False)
+    target = critics * linear_macs([obs + act, *hidden, 1], batch, backward=False)
+    actor = (linear_macs([obs, *hidden, 2 * act], batch, backward=True)
+             + critics * linear_macs([obs + act, *hidden, 1], batch, backward=True))
+    return 2.0 * (critic + policy_samples + target + actor)
+
+
+def gemm_rate(rows: int, width: int, repeats: int = 20) -> float:
+    """FLOP/s of ``[rows, width] @ [width, width]``, the critics' hidden layers, best of
+    ``repeats``."""
+    x, w = torch.randn(rows, width), torch.randn(width, width)
+    for _ in range(3):
+        x @ w
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x @ w
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * rows * width * width / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--obs", type=int, default=11)
+    parser.add_argument("--act", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--hidden", default="256,256,256")
+    parser.add_argument("--critics", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    hidden = [int(h) for h in args.hidden.split(",")]
+    flops = update_flops(args.obs, args.act, args.batch, args.samples, hidden, args.critics)
+    rate = gemm_rate(args.batch * (1 + 3 * args.samples), hidden[0])
+    print(f"CQL update: {flops / 1e9:.1f} GFLOP in matrix products; one core multiplies "
+          f"[{args.batch * (1 + 3 * args.samples)}, {hidden[0]}] x [{hidden[0]}, {hidden[0]}] "
+          f"at {rate / 1e9:.0f} GFLOP/s: at most {rate / flops:.1f} updates/s")
+
+
+if __name__ == "__main__":
+    main()

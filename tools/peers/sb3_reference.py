@@ -1,0 +1,211 @@
+"""Stable-Baselines3 2.9 runs with our recipes' hyperparameters, tracked beside ours.
+
+    python -m tools.peers.sb3_reference algo=sac env=Hopper-v5 seeds=3 frames=100000 \
+        out_dir=/work/ref_runs/mujoco [suite=mujoco] [eval_every=10000] [base_seed=0]
+
+For each seed, SB3 trains ``algo`` (sac, td3 or ppo) on ``env`` with the hyperparameters our
+recipe resolves for that env (the published tunes both follow), on CPU with one torch
+thread. Every ``eval_every`` frames its deterministic policy plays ``eval_episodes``
+episodes on a separately seeded eval env, our protocol. Runs go to the suite's MLflow
+experiment as algorithm ``sb3-<algo>`` with our tags and metrics, so ``rlbench compare``
+puts them beside ours, with the probability of improvement between the two.
+
+Seeds come from the same (base seed, seed index) derivation as ours: the same numbers do
+not make the same trajectories (the libraries draw differently), only the same protocol.
+
+What cannot be matched exactly: PPO's value clipping. SB3's ``clip_range_vf`` clips the
+prediction and takes its squared error; ours (CleanRL's, the 37-details form) takes the
+larger of the clipped and unclipped errors. The value-loss weight is converted
+(``vf_coef = critic_coef / 2``: SB3 weighs the plain MSE, we weigh half of it).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.harness.plan.algorithms import resolve_algo_config
+from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.seeding import derive_seeds, seed_everything
+from rlbench.harness.run.locks import RunInProgressError
+from rlbench.harness.run.resume import plan_resume
+from rlbench.harness.run.runner import LOCK_WAIT_S, claimed, run_dir_for
+from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags
+
+ALGOS = ("sac", "td3", "ppo")
+DEFAULTS = {"suite": "mujoco", "algo": "sac", "env": "Hopper-v5", "seeds": 3,
+            "frames": 100_000, "eval_every": 10_000, "eval_episodes": 10, "base_seed": 0,
+            "out_dir": "rlbench_runs"}
+
+
+def sb3_model(algo: str, cfg: dict[str, Any], env: Any, seed: int) -> Any:
+    """The SB3 model with ``cfg`` (our resolved recipe config) mapped to SB3's names."""
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    if algo == "sac":
+        if cfg["actor_lr"] != cfg["critic_lr"] or cfg["actor_lr"] != cfg["alpha_lr"]:
+            raise ConfigError("SB3's SAC takes one learning rate for actor, critic and alpha")
+        return sb3.SAC("MlpPolicy", env, buffer_size=cfg["buffer_size"],
+                       batch_size=cfg["batch_size"], learning_starts=cfg["learning_starts"],
+                       learning_rate=cfg["actor_lr"], gamma=cfg["gamma"], tau=cfg["tau"],
+                       train_freq=cfg["train_every"], gradient_steps=cfg["gradient_steps"],
+                       ent_coef=f"auto_{cfg['alpha_init']}",
+                       policy_kwargs={"net_arch": list(cfg["hidden_sizes"])}, seed=seed,
+                       device="cpu")
+    if algo == "td3":
+        if cfg["actor_lr"] != cfg["critic_lr"] or cfg["exploration_noise"] != "gaussian":
+            raise ConfigError("SB3's TD3 takes one learning rate and Gaussian noise here")
+        actions = env.action_space.shape[0]
+        noise = NormalActionNoise(np.zeros(actions), cfg["exploration_sigma"] * np.ones(actions))
+        return sb3.TD3("MlpPolicy", env, buffer_size=cfg["buffer_size"],
+                       batch_size=cfg["batch_size"], learning_starts=cfg["learning_starts"],
+                       learning_rate=cfg["actor_lr"], gamma=cfg["gamma"], tau=cfg["tau"],
+                       train_freq=cfg["train_every"], gradient_steps=cfg["gradient_steps"],
+                       policy_delay=cfg["policy_delay"],
+                       target_policy_noise=cfg["policy_noise"],
+                       target_noise_clip=cfg["noise_clip"], action_noise=noise,
+                       policy_kwargs={"net_arch": list(cfg["hidden_sizes"])}, seed=seed,
+                       device="cpu")
+    if cfg["objective"] != "clip" or cfg["anneal_clip"] or not cfg["orthogonal_init"]:
+        raise ConfigError("SB3's PPO has the clipped objective, a fixed clip range and "
+                          "orthogonal init")
+    rate = cfg["learning_rate"]
+    return sb3.PPO("MlpPolicy", env, n_steps=cfg["rollout_steps"],
+                   batch_size=cfg["minibatch_size"], n_epochs=cfg["epochs"],
+                   learning_rate=(lambda remaining: rate * remaining) if cfg["anneal_lr"]
+                   else rate,
+                   gamma=cfg["gamma"], gae_lambda=cfg["gae_lambda"],
+                   clip_range=cfg["clip_epsilon"], clip_range_vf=cfg["clip_value"],
+                   normalize_advantage=cfg["normalize_advantage"],
+                   # SB3's value loss is vf_coef * MSE, ours critic_coef * 0.5 * MSE
+                   ent_coef=cfg["entropy_coef"], vf_coef=cfg["critic_coef"] / 2,
+                   max_grad_norm=cfg["max_grad_norm"], use_sde=cfg["use_sde"],
+                   sde_sample_freq=cfg["sde_sample_freq"] if cfg["use_sde"] else -1,
+                   policy_kwargs={"net_arch": list(cfg["hidden_sizes"]),
+                                  "activation_fn": {"tanh": torch.nn.Tanh,
+                                                    "relu": torch.nn.ReLU}[cfg["activation"]],
+                                  "log_std_init": cfg["init_log_std"],
+                                  "optimizer_kwargs": {"eps": cfg["adam_eps"]}},
+                   seed=seed, device="cpu")
+
+
+def run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig) -> float:
+    """Train, evaluate and track one seed; returns the final mean eval return."""
+    import gymnasium as gym
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    algo = config.algo.removeprefix("sb3-")
+    seeds = derive_seeds(config.base_seed, config.seed_index)
+    seed_everything(seeds, threads=config.threads, device="cpu")
+    run_dir = run_dir_for(tracker.out_dir, config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = tracker.start_run(experiment_id, parent_id, config, {
+        **environment_tags("cpu"), "library": "stable-baselines3 2.9"})
+    recorder = RunRecorder(tracker, run_id, run_dir)
+    cfg = config.algo_params
+    def make() -> gym.Env:
+        return Monitor(gym.make(config.env))
+
+    env = DummyVecEnv([make] * cfg.get("num_envs", 1))
+    env.seed(seeds.env)
+    eval_env = DummyVecEnv([make])
+    eval_env.seed(seeds.eval_env)
+    normalized = algo == "ppo" and cfg.get("normalize_observation")
+    if normalized:
+        env = VecNormalize(env, gamma=cfg["gamma"], norm_reward=cfg["normalize_reward"])
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
+    model = sb3_model(algo, cfg, env, seeds.torch)
+    start = time.perf_counter()
+
+    class Evaluate(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_eval = config.eval_every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_eval:
+                self.next_eval += config.eval_every
+                seconds = time.perf_counter() - start
+                if normalized:
+                    eval_env.obs_rms = env.obs_rms
+                returns, _ = evaluate_policy(model, eval_env, config.eval_episodes,
+                                             deterministic=True, return_episode_rewards=True)
+                recorder.log_metrics(self.num_timesteps,
+                                     {"train/fps": self.num_timesteps / seconds})
+                recorder.log_eval(self.num_timesteps, [float(r) for r in returns])
+            return True
+
+    status = "FAILED"
+    try:
+        model.learn(config.frames, callback=Evaluate())
+        status = "FINISHED"
+    finally:
+        recorder.flush()
+        tracker.log_artifacts(run_id, [recorder.write_curve()])
+        tracker.finish(run_id, status)
+    return recorder.curve[-1]["eval/return_mean"]
+
+
+def main(argv: list[str]) -> int:
+    settings: dict[str, Any] = dict(DEFAULTS)
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep or key not in DEFAULTS:
+            raise UnknownNameError("key", key, DEFAULTS)
+        settings[key] = type(DEFAULTS[key])(value)
+    if settings["algo"] not in ALGOS:
+        raise UnknownNameError("algorithm", settings["algo"], ALGOS)
+    from rlbench.envs import env_family, validate_env_id
+
+    validate_env_id(settings["env"])
+    family = env_family(settings["env"])
+    params = resolve_algo_config(settings["algo"], family, {}, {}, {}, env=settings["env"])
+    tracker = Tracker(Path(settings["out_dir"]))
+    experiment_id = tracker.experiment(settings["suite"])
+    torch.set_num_threads(1)
+    configs = [
+        RunConfig(
+            suite=settings["suite"], algo=f"sb3-{settings['algo']}", env=settings["env"],
+            env_family=family, seed_index=index, base_seed=settings["base_seed"],
+            frames=settings["frames"], eval_every=settings["eval_every"],
+            eval_episodes=settings["eval_episodes"], threads=1, device="cpu",
+            algo_params=params)
+        for index in range(settings["seeds"])
+    ]
+    plan = plan_resume(tracker, experiment_id, configs)  # deletes killed attempts
+    parent_id = tracker.start_sweep(experiment_id, settings["suite"],
+                                    {**environment_tags("cpu"), "library": "sb3"})
+    for result in plan.finished:
+        print(f"{result.config.name}: finished earlier, skipped", flush=True)
+    left = []
+    for config in plan.to_run:
+        try:
+            with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
+                if finished is not None:
+                    print(f"{config.name}: finished by another process meanwhile", flush=True)
+                    continue
+                final = run_one(tracker, experiment_id, parent_id, config)
+        except RunInProgressError as err:
+            print(f"{config.name}: not run, {err}", flush=True)
+            left.append(config.name)
+            continue
+        print(f"{config.name}: final return {final:.1f}", flush=True)
+    tracker.finish(parent_id, "FAILED" if left else "FINISHED")
+    return 1 if left else 0
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except ConfigError as err:
+        print(f"sb3_reference: error: {err}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,1 @@
+"""Builders of stored references: metric series of every recipe, normalisation scores."""

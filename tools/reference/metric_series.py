@@ -1,0 +1,114 @@
+"""Every logged metric series of a short run per recipe, to check a refactor changes no number.
+
+    python -m tools.reference.metric_series dump before.json     # on the old code
+    python -m tools.reference.metric_series dump after.json      # on the new code
+    python -m tools.reference.metric_series diff before.json after.json
+
+Each config is small (a few seconds) but goes through every branch its recipe has for the
+options given (normalisation, gSDE, OU noise, discrete SAC, double dueling n-step DQN). The
+offline recipes train on a random Pendulum dataset the dump makes first with
+``rlbench dataset make`` (seeded: the same file every time). Wall-clock metrics
+(``train/fps``) are left out; every other value must match bit for bit on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import rlbench.results
+from rlbench.cli import main
+
+COMMON = ["frames=600", "seeds=1", "eval_every=300", "eval_episodes=2"]
+CONFIGS = {
+    "ppo": ["algo=ppo", "env=Pendulum-v1", "ppo.rollout_steps=64", "ppo.num_envs=2",
+            "ppo.epochs=2", "ppo.minibatch_size=32", "ppo.normalize_observation=true",
+            "ppo.normalize_reward=true"],
+    "ppo-kl": ["algo=ppo", "env=CartPole-v1", "ppo.objective=kl", "ppo.rollout_steps=50"],
+    "a2c": ["algo=a2c", "env=Pendulum-v1"],
+    "a2c-adam": ["algo=a2c", "env=CartPole-v1", "a2c.optimizer=adam",
+                 "a2c.normalize_observation=true"],
+    "dqn": ["algo=dqn", "env=CartPole-v1", "dqn.learning_starts=100", "dqn.train_every=50",
+            "dqn.gradient_steps=5", "dqn.hidden_sizes=[16,16]", "dqn.double=true",
+            "dqn.dueling=true", "dqn.n_step=3", "dqn.target_update_interval=120"],
+    "sac": ["algo=sac", "env=Pendulum-v1", "sac.learning_starts=100", "sac.batch_size=32",
+            "sac.hidden_sizes=[16,16]", "sac.log_every=100"],
+    "sac-discrete": ["algo=sac", "env=CartPole-v1", "sac.learning_starts=100",
+                     "sac.batch_size=32", "sac.hidden_sizes=[16,16]", "sac.log_every=100"],
+    "td3": ["algo=td3", "env=Pendulum-v1", "td3.learning_starts=100", "td3.batch_size=32",
+            "td3.hidden_sizes=[16,16]", "td3.log_every=100", "td3.exploration_noise=ou"],
+    "ddpg": ["algo=ddpg", "env=Pendulum-v1", "ddpg.learning_starts=100", "ddpg.batch_size=32",
+             "ddpg.hidden_sizes=[16,16]", "ddpg.log_every=100"],
+}
+OFFLINE_COMMON = ["suite=offline_smoke", "steps=300", "seeds=1", "eval_every=150",
+                  "eval_episodes=2"]
+OFFLINE_CONFIGS = {
+    "bc": ["algo=bc", "bc.batch_size=32", "bc.log_every=50"],
+    "td3_bc": ["algo=td3_bc", "td3_bc.batch_size=32", "td3_bc.log_every=50"],
+    "iql": ["algo=iql", "iql.batch_size=32", "iql.log_every=50"],
+    "cql": ["algo=cql", "cql.batch_size=32", "cql.log_every=50", "cql.hidden_sizes=[16,16]"],
+    "cql-lagrange": ["algo=cql", "cql.batch_size=32", "cql.log_every=50",
+                     "cql.hidden_sizes=[16,16]", "cql.lagrange=true"],
+    "rebrac": ["algo=rebrac", "rebrac.batch_size=32", "rebrac.log_every=50"],
+    "awac": ["algo=awac", "awac.batch_size=32", "awac.log_every=50"],
+    "edac": ["algo=edac", "edac.batch_size=32", "edac.log_every=50", "edac.num_critics=5"],
+}
+DATASET_STEPS = 2_000  # transitions of the random Pendulum dataset the offline runs read
+WALL_CLOCK = {"train/fps", "train/steps_per_s"}
+
+
+def series(words: list[str], out: Path) -> dict[str, list[list[float]]]:
+    """Run ``words`` into ``out``; its metric series but the wall-clock ones."""
+    if main(["run", *words, f"out_dir={out}"]) != 0:
+        raise SystemExit(f"{' '.join(words)}: the run failed")
+    client = rlbench.results.open_store(out)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                "tags.kind = 'run'")
+    return {key: [[m.step, m.value] for m in sorted(
+                client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+            for key in sorted(run.data.metrics) if key not in WALL_CLOCK}
+
+
+def dump(path: Path) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        found = {name: series([*COMMON, *words], Path(scratch) / name)
+                 for name, words in CONFIGS.items()}
+        dataset = random_dataset(Path(scratch) / "dataset")
+        found |= {f"offline-{name}": series([*OFFLINE_COMMON, *words, f"dataset={dataset}"],
+                                            Path(scratch) / f"offline-{name}")
+                  for name, words in OFFLINE_CONFIGS.items()}
+    path.write_text(json.dumps(found, indent=1))
+    print(f"wrote {sum(len(s) for s in found.values())} series of {len(found)} runs to {path}")
+
+
+def random_dataset(out: Path) -> Path:
+    """A D4RL-format file of uniformly random Pendulum actions, made by ``dataset make``."""
+    if main(["dataset", "make", "env=Pendulum-v1", "quality=random", f"steps={DATASET_STEPS}",
+             "format=d4rl", "seed=0", f"out={out}"]) != 0:
+        raise SystemExit("the random Pendulum dataset could not be made")
+    (path,) = out.rglob("*.hdf5")
+    return path
+
+
+def diff(before: Path, after: Path) -> int:
+    old, new = json.loads(before.read_text()), json.loads(after.read_text())
+    differ = []
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name, {}), new.get(name, {})
+        differ += [f"{name}: {key}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+    for line in differ:
+        print(f"differs: {line}")
+    print(f"{len(differ)} series differ" if differ else
+          f"identical: {sum(len(s) for s in old.values())} series of {len(old)} runs")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "dump":
+        dump(Path(sys.argv[2]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "diff":
+        sys.exit(diff(Path(sys.argv[2]), Path(sys.argv[3])))
+    else:
+        raise SystemExit(__doc__)
