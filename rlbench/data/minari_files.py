@@ -58,9 +58,13 @@ def read_minari(path: str | os.PathLike, *,
     meta_path, main = data / "metadata.json", data / "main_data.hdf5"
     metadata = _minari_metadata(meta_path)
     _check_minari_version(meta_path, metadata.get("minari_version"))
-    if metadata.get("data_format", "hdf5") != "hdf5" or not path_is(main, "file"):
+    if metadata.get("data_format", "hdf5") != "hdf5":
         raise ConfigError(f"{data}: rlbench reads Minari's hdf5 format (main_data.hdf5); this "
                           f"dataset is {quote(metadata.get('data_format'))}")
+    if not path_is(main, "file"):
+        what = "missing" if not os.path.lexists(main) else "not a regular file"
+        raise ConfigError(f"{main} is {what}: the dataset is incomplete (its metadata.json is "
+                          "there, its episodes are not)")
     env_spec = _json_field(meta_path, metadata, "eval_env_spec") or _json_field(
         meta_path, metadata, "env_spec")
     stored_env = env_spec.get("id") if isinstance(env_spec, dict) else None

@@ -141,7 +141,7 @@ def test_an_env_module_named_by_a_dataset_is_never_imported(
 
 
 def test_this_module_is_not_imported_from_a_file(tmp_path: Path) -> None:
-    """The issue's own probe: ``env_id = "this:Pendulum-v1"`` printed the Zen of Python."""
+    """``env_id = "this:Pendulum-v1"`` would print the Zen of Python if it were imported."""
     path = write_d4rl(tmp_path / "zen.hdf5", env_id="this:Pendulum-v1")
     done = cli(["dataset", "info", str(path)], dict(os.environ), tmp_path)
     assert done.returncode == 2
@@ -345,6 +345,22 @@ def test_minari_metadata_that_is_not_an_object_is_refused(tmp_path: Path, metada
     text = "null" if metadata is None else metadata
     path = write_minari(tmp_path / "meta", metadata=text)
     with pytest.raises(ConfigError, match=message):
+        load_dataset(path)
+
+
+@pytest.mark.parametrize("kind", ["missing", "fifo", "directory"])
+def test_a_minari_dataset_without_its_episode_file_is_named_incomplete(
+        tmp_path: Path, kind: str) -> None:
+    path = write_minari(tmp_path / kind)
+    main_file = path / "data" / "main_data.hdf5"
+    main_file.unlink()
+    if kind == "fifo":
+        os.mkfifo(main_file)
+    elif kind == "directory":
+        main_file.mkdir()
+    what = "missing" if kind == "missing" else "not a regular file"
+    with pytest.raises(ConfigError, match=f"main_data.hdf5 is {what}: the dataset is "
+                                          "incomplete"):
         load_dataset(path)
 
 

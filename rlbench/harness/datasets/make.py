@@ -58,7 +58,7 @@ from rlbench.harness.plan.datasets import QUALITIES, env_stem
 from rlbench.harness.plan.words import int_word, split_words
 from rlbench.harness.policy.load import Policy, load_policy
 from rlbench.harness.store.results import open_store
-from rlbench.harness.store.run_artifacts import read_curve, read_transitions
+from rlbench.harness.store.run_artifacts import read_curve, read_transitions, run_member
 from rlbench.version import __version__
 
 __all__ = ["FORMATS", "Episode", "MakeRequest", "make_datasets", "parse_make"]
@@ -273,13 +273,16 @@ def _run_details(policy_source: str, out_dir: str | None, space: gym.Space, *,
         if path is None or not path.is_dir():
             raise ConfigError(f"run {policy_source}: its run directory {path} is not on this "
                               "machine; pass the run directory as policy=")
-    if not (path / "curve.csv").is_file():
+    curve = run_member(path, "curve.csv", str(path))
+    if curve is None:
         raise ConfigError(f"{path} holds no curve.csv: not a finished rlbench run")
-    snapshots = ([int(p.name) for p in (path / "snapshots").iterdir()
+    kept = run_member(path, "snapshots", str(path), directory=True)
+    snapshots = ([int(p.name) for p in kept.iterdir()
                   if p.name.isascii() and p.name.isdigit() and len(p.name) <= 13]
-                 if (path / "snapshots").is_dir() else [])
-    return {"source": str(path), "curve": read_curve(path / "curve.csv"),
-            "snapshots": sorted(snapshots),
+                 if kept is not None else [])
+    if transitions:
+        run_member(path, "transitions", str(path), directory=True)
+    return {"source": str(path), "curve": read_curve(curve), "snapshots": sorted(snapshots),
             "transitions": (read_transitions(path / "transitions", str(path), space)
                             if transitions else None)}
 
@@ -515,7 +518,7 @@ def write_minari(root: Path, dataset_id: str, env_id: str, episodes: Sequence[Ep
         raise ConfigError("writing Minari datasets needs minari: pip install 'rlbench[minari]'"
                           ) from err
 
-    target = root / dataset_id
+    target = root.absolute() / dataset_id  # Minari reads its root from the environment
     buffers = [EpisodeBuffer(id=i, seed=e.seed, observations=np.asarray(e.observations),
                              actions=np.asarray(e.actions), rewards=list(e.rewards),
                              terminations=list(e.terminations), truncations=list(e.truncations))

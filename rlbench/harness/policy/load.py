@@ -20,6 +20,7 @@ import pickle
 import re
 import tempfile
 import warnings
+import zipfile
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from rlbench.envs.transforms import ObservationNorm, VecNorm
 from rlbench.errors import ConfigError, one_line, quote
 from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
 from rlbench.harness.store.results import open_store
+from rlbench.harness.store.run_artifacts import run_member
 from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import tracking_uri as uri_of
 from rlbench.modules.exploration import set_exploration_type
@@ -50,11 +52,15 @@ from rlbench.untrusted_files import read_text
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-__all__ = ["MAX_CONFIG_BYTES", "Policy", "RunFiles", "load_policy", "play", "run_files"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_WEIGHTS_BYTES", "Policy", "RunFiles", "load_policy", "play",
+           "run_files"]
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 _SNAPSHOT = re.compile(r"[0-9]{1,13}")  # a frame count, as a snapshot directory is named
 MAX_CONFIG_BYTES = 1 << 20  # a run's config.yaml is a few kB
+# A weights file and what it unpacks to: a policy's state dict is kilobytes to megabytes;
+# a file (or a compressed archive) beyond this would take the machine's memory to refuse.
+MAX_WEIGHTS_BYTES = 1 << 30
 _REQUIRED = ("algo", "env", "env_family", "algo_params", "seeds")
 _MAX_SEED = 2**31 - 1  # as rlbench derives seeds and eval's seed= takes them
 _MAX_NAME = 200  # characters of an algorithm, env family or parameter name
@@ -237,12 +243,12 @@ def _unknown_snapshot(snapshot: int, kept: set[str], source: str) -> None:
 def _read_run_dir(path: Path, source: str, snapshot: int | None,
                   trusted: Collection[str]) -> RunFiles:
     weights = "" if snapshot is None else f"snapshots/{snapshot}/"
-    if snapshot is not None and _member(path, weights, source, directory=True) is None:
-        kept = _member(path, "snapshots", source, directory=True)
+    if snapshot is not None and run_member(path, weights, source, directory=True) is None:
+        kept = run_member(path, "snapshots", source, directory=True)
         _unknown_snapshot(snapshot, {p.name for p in kept.iterdir()} if kept else set(),
                           source)
-    config_path = _member(path, "config.yaml", source)
-    policy_path = _member(path, f"{weights}policy.pt", source)
+    config_path = run_member(path, "config.yaml", source)
+    policy_path = run_member(path, f"{weights}policy.pt", source)
     if config_path is None:
         raise ConfigError(f"{source} holds no config.yaml: not an rlbench run")
     if policy_path is None:
@@ -251,7 +257,7 @@ def _read_run_dir(path: Path, source: str, snapshot: int | None,
     where = f"{source}: config.yaml"
     config = _read_config(config_path, where)
     params = _check_config(config, where, trusted)
-    norm_path = _member(path, f"{weights}normalization.pt", source)
+    norm_path = run_member(path, f"{weights}normalization.pt", source)
     label = source if snapshot is None else f"{source}, snapshot {snapshot}"
     return RunFiles(
         source=label,
@@ -261,18 +267,6 @@ def _read_run_dir(path: Path, source: str, snapshot: int | None,
         normalization=(None if norm_path is None else
                        _load_weights(norm_path, f"{source}: {weights}normalization.pt")),
     )
-
-
-def _member(root: Path, name: str, source: str, *, directory: bool = False) -> Path | None:
-    """``root / name`` if it is a file (a directory) inside ``root``, None if there is none;
-    one that a link leads out of ``root`` (to another run's files, or anywhere) is refused."""
-    member = root / name
-    real = member.resolve()
-    if not real.is_relative_to(root.resolve()):
-        raise ConfigError(f"{source}: {name.rstrip('/')} is a link out of the run directory: "
-                          f"rlbench reads a run's own files only")
-    found = real.is_dir() if directory else real.is_file()
-    return member if found else None
 
 
 def _read_config(path: Path, where: str) -> Any:
@@ -323,6 +317,7 @@ def _kind(value: Any) -> str:
 def _load_weights(path: Path, where: str) -> dict[str, torch.Tensor]:
     """A state dict of named tensors; anything else, tensors-only unpickling included, is
     refused without what torch would advise."""
+    _check_weights_size(path, where)
     try:
         with warnings.catch_warnings():
             # torch asks the reader of an old pickle protocol to file an issue with torch:
@@ -347,6 +342,30 @@ def _load_weights(path: Path, where: str) -> dict[str, torch.Tensor]:
         if why is not None:
             raise ConfigError(f"{where} is not a state dict of weights: {quote(key)} {why}")
     return state
+
+
+def _check_weights_size(path: Path, where: str) -> None:
+    """Refuse a weights file larger than ``MAX_WEIGHTS_BYTES``, or an archive that unpacks to
+    more or holds compressed members (``torch.save`` stores its members uncompressed: a
+    compressed one is a foreign file, and a small one can unpack to gigabytes)."""
+    size = path.stat().st_size
+    if size > MAX_WEIGHTS_BYTES:
+        raise ConfigError(f"{where} is larger than {MAX_WEIGHTS_BYTES:,} bytes: not a policy's "
+                          "weights")
+    if not zipfile.is_zipfile(path):
+        return  # torch's legacy format, or not torch's at all: torch.load says which
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # torch.load names what is wrong with it
+    if any(member.compress_type != zipfile.ZIP_STORED for member in members):
+        raise ConfigError(f"{where} holds compressed members, which torch.save never writes: "
+                          "not a policy's weights")
+    unpacked = sum(member.file_size for member in members)
+    if unpacked > MAX_WEIGHTS_BYTES:
+        raise ConfigError(f"{where} unpacks to {unpacked:,} bytes, more than "
+                          f"{MAX_WEIGHTS_BYTES:,}: not a policy's weights")
 
 
 def _not_weights(value: Any) -> str | None:

@@ -22,12 +22,25 @@ from rlbench.errors import ConfigError, quote
 from rlbench.untrusted_files import read_json, read_text
 
 __all__ = ["MAX_CURVE_BYTES", "MAX_FRAMES", "MAX_META_BYTES", "MAX_RUN_ENVS", "read_curve",
-           "read_transitions"]
+           "read_transitions", "run_member"]
 
 MAX_FRAMES = 10**12  # the largest frame count a run's curve.csv may name
 MAX_CURVE_BYTES = 16 << 20
 MAX_META_BYTES = 1 << 20
 MAX_RUN_ENVS = 1 << 16
+
+
+def run_member(root: Path, name: str, source: str, *, directory: bool = False) -> Path | None:
+    """``root / name`` if it is a file (a directory) inside the run directory ``root``, None
+    if there is none; one that a link leads out of ``root`` (to another run's files, or
+    anywhere) is refused: rlbench reads a run's own files only."""
+    member = root / name
+    real = member.resolve()
+    if not real.is_relative_to(root.resolve()):
+        raise ConfigError(f"{source}: {name.rstrip('/')} is a link out of the run directory: "
+                          f"rlbench reads a run's own files only")
+    found = real.is_dir() if directory else real.is_file()
+    return member if found else None
 
 
 def read_curve(path: Path) -> list[tuple[int, float]]:
@@ -113,13 +126,14 @@ def read_transitions(directory: Path, source: str, space: gym.Space
     """The arrays of a run's ``transitions/`` that medium-replay reads, ``[envs, steps, ...]``
     each, mapped read-only after checking every ``meta.json`` and data file size (never
     tensordict's loader: it imports the classes a meta.json names)."""
-    if not (directory / "meta.json").is_file():
+    if run_member(directory, "meta.json", source) is None:
         raise ConfigError(f"{source} kept no transitions: medium-replay needs a run made with "
                           "save_transitions=true")
     arrays: dict[tuple[str, ...], np.ndarray] = {}
     batch: tuple[int, ...] | None = None
     for level, names in _TRANSITION_KEYS.items():
         meta_file = directory.joinpath(*level, "meta.json")
+        run_member(directory, "/".join((*level, "meta.json")), source)
         meta = _read_json(meta_file)
         shape = _shape(meta_file, "the batch", meta.get("shape"))
         if batch is None:
@@ -131,6 +145,7 @@ def read_transitions(directory: Path, source: str, space: gym.Space
             raise ConfigError(f"{meta_file}: shape {list(shape)} differs from the "
                               f"{list(batch)} of {directory / 'meta.json'}")
         for name in names:
+            run_member(directory, "/".join((*level, f"{name}.memmap")), source)
             arrays[(*level, name)] = _map_leaf(meta_file, name, meta.get(name), batch)
     _check_transitions(directory, arrays, space)
     return arrays

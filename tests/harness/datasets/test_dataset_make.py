@@ -125,6 +125,21 @@ def test_random_needs_no_run(tmp_path: Path) -> None:
     assert dataset.transitions["action"].dtype == torch.int64  # discrete: indices
 
 
+def test_a_relative_out_is_made_from_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``out=`` relative to where the command runs, as the README's examples give it: both
+    formats land there and load to the same transitions."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINARI_DATASETS_PATH", raising=False)
+    assert main(["dataset", "make", "env=Pendulum-v1", "quality=random", "steps=60",
+                 "ref_episodes=1", "out=made/here"]) == 0
+    d4rl, minari = _files(tmp_path / "made" / "here", "random")
+    from_d4rl, from_minari = load_dataset(d4rl), load_dataset(minari)
+    assert len(from_d4rl) == len(from_minari) == 60
+    assert torch.equal(from_d4rl.transitions["action"], from_minari.transitions["action"])
+    assert "MINARI_DATASETS_PATH" not in os.environ
+
+
 @pytest.mark.parametrize(("words", "message"), [
     (["quality=medium", "steps=10", "out=o"], "policy=<run id or run directory> is needed"),
     (["quality=random", "steps=10", "out=o"], "quality=random needs env=<id>"),
@@ -232,6 +247,33 @@ def test_a_malformed_curve_is_refused_before_any_episode(
     err = _refused(capsys, [f"policy={run}", "quality=medium", "steps=10", "ref_episodes=1",
                             f"out={out}"])
     assert f"rlbench: error: {curve}" in err and message in err and len(err) < 400
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("name", "quality"), [
+    ("curve.csv", "medium"),
+    ("transitions", "medium-replay"),
+    ("transitions/meta.json", "medium-replay"),
+    ("transitions/next/meta.json", "medium-replay"),
+    ("transitions/observation.memmap", "medium-replay"),
+])
+def test_a_run_file_linked_out_of_the_run_is_refused(
+        sac_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch, name: str, quality: str) -> None:
+    """A run's curve and transitions are read only from inside its directory: a link to a
+    file elsewhere (a valid copy here, which would otherwise be read) is refused."""
+    run = _run_copy(sac_run, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    outside = elsewhere / Path(name).name
+    (shutil.copytree if (run / name).is_dir() else shutil.copy)(run / name, outside)
+    (shutil.rmtree if (run / name).is_dir() else Path.unlink)(run / name)
+    (run / name).symlink_to(outside)
+    monkeypatch.setattr(dataset_make, "rollout", _no_episodes)
+    out = tmp_path / "out"
+    err = _refused(capsys, [f"policy={run}", f"quality={quality}", "steps=10",
+                            "ref_episodes=1", f"out={out}"])
+    assert "is a link out of the run directory" in err and Path(name).name in err, err
     assert not out.exists()
 
 

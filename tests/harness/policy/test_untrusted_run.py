@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
 from rlbench.errors import ConfigError
-from rlbench.harness.policy.load import load_policy
+from rlbench.harness.policy.load import MAX_WEIGHTS_BYTES, load_policy
 from rlbench.harness.policy.video import check_video_path
 from rlbench.harness.store.tracking import tracking_uri
 from tests.harness.policy.test_policy import PPO_PENDULUM, train_run
@@ -229,6 +230,45 @@ def test_a_weights_file_that_is_not_a_state_dict_is_refused(
     assert _load_refuses(run) == message
     assert _eval_refuses(capsys, f"run={run}") == message
     assert not marker.exists()
+
+
+def _deflated(source: Path, target: Path) -> None:
+    """``source``'s archive rewritten with every member compressed, as torch never writes."""
+    with zipfile.ZipFile(source) as original, \
+            zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as packed:
+        for member in original.infolist():
+            packed.writestr(member.filename, original.read(member))
+
+
+@pytest.mark.parametrize("name", ["policy.pt", "normalization.pt"])
+@pytest.mark.parametrize("case", ["compressed", "bomb", "huge"])
+def test_a_weights_file_too_large_to_read_is_refused_before_unpacking(
+        ppo_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture, name: str,
+        case: str) -> None:
+    """A compressed archive (torch's are stored) is refused whatever it unpacks to, one
+    that declares more than MAX_WEIGHTS_BYTES too, and so is a file larger than that
+    (sparse here): no byte of it is unpacked."""
+    run = _copy(ppo_run, tmp_path / "run")
+    path = run / name
+    if case == "compressed":
+        _deflated(ppo_run / name, path)
+        end = "holds compressed members, which torch.save never writes: not a policy's weights"
+    elif case == "bomb":
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+            for index in range(2):  # declared sizes: the local headers are not read
+                info = zipfile.ZipInfo(f"archive/data/{index}")
+                with archive.open(info, "w", force_zip64=True) as member:
+                    member.write(b"\0")
+                info.file_size = MAX_WEIGHTS_BYTES
+        end = (f"unpacks to {2 * MAX_WEIGHTS_BYTES:,} bytes, more than {MAX_WEIGHTS_BYTES:,}: "
+               "not a policy's weights")
+    else:
+        with path.open("wb") as handle:
+            handle.truncate(MAX_WEIGHTS_BYTES + 1)
+        end = f"is larger than {MAX_WEIGHTS_BYTES:,} bytes: not a policy's weights"
+    message = f"{run}: {name} {end}"
+    assert _load_refuses(run) == message
+    assert _eval_refuses(capsys, f"run={run}") == message
 
 
 def _with_episodes(text: str, value: str) -> str:
