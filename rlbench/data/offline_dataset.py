@@ -17,7 +17,7 @@ from rlbench.data.replay_buffer import ReplayBuffer
 from rlbench.data.storages import Storage, TensorStorage
 from rlbench.errors import ConfigError, quote
 
-__all__ = ["OfflineDataset", "reference_scores", "sha256_of"]
+__all__ = ["OfflineDataset", "d4rl_score", "reference_scores", "sha256_of"]
 
 
 @dataclass
@@ -59,6 +59,13 @@ class OfflineDataset:
         scaled = 100 * (np.asarray(returns, dtype=np.float64) - self.ref_min_score) / (
             self.ref_max_score - self.ref_min_score)
         return float(scaled) if scaled.ndim == 0 else scaled
+
+
+def d4rl_score(value: float, refs: tuple[float, float]) -> float:
+    """D4RL's normalized score of a return, ``100 * (x - min) / (max - min)``, with
+    ``refs = (min, max)``."""
+    low, high = refs
+    return 100 * (value - low) / (high - low)
 
 
 def reference_scores(where: str, ref_min: Any, ref_max: Any) -> tuple[float | None,

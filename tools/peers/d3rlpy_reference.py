@@ -42,13 +42,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 import subprocess
 import sys
 import tempfile
-import time
-import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +57,8 @@ from rlbench.collectors import evaluate
 from rlbench.data import load_dataset
 from rlbench.envs import make
 from rlbench.errors import ConfigError, UnknownNameError
-from rlbench.harness.analysis.comparison import d4rl_score
 from rlbench.harness.plan.config import RunConfig, resolve_sweep
-from rlbench.harness.plan.seeding import derive_seeds, seed_everything
-from rlbench.harness.run.locks import RunInProgressError
-from rlbench.harness.run.resume import plan_resume
-from rlbench.harness.run.runner import LOCK_WAIT_S, claimed, one_line, run_dir_for
-from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags
+from rlbench.harness.run.external import ExternalRun, renamed, run_external
 
 ROOT = Path(__file__).resolve().parents[2]
 PEER_VENV = ROOT / ".d3rlpy-venv"
@@ -133,65 +125,48 @@ def snapshots(command: list[str]) -> Iterator[dict[str, Any]]:
         raise RuntimeError(f"d3rlpy exited with {process.returncode}: {' '.join(command)}")
 
 
-def run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig,
-            arrays: Path) -> float:
-    """Train with d3rlpy, evaluate each snapshot with our protocol and track it; returns the
-    final mean eval return. A failure is recorded (tag ``error``, ``traceback.txt``) and
-    raised."""
-    seeds = derive_seeds(config.base_seed, config.seed_index)
-    seed_everything(seeds, threads=config.threads, device="cpu")
-    run_dir = run_dir_for(tracker.out_dir, config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    run_id = tracker.start_run(experiment_id, parent_id, config,
-                               {**environment_tags("cpu"), "library": LIBRARY})
-    recorder = RunRecorder(tracker, run_id, run_dir)
-    status, eval_env = "FAILED", None
-    try:
-        eval_env = make(config.env, num_envs=config.eval_episodes, seed=seeds.eval_env)
-        params = run_dir / "d3rlpy_params.json"
-        params.write_text(json.dumps({"params": config.algo_params,
-                                      "action_low": eval_env.action_spec.low[0].tolist(),
-                                      "action_high": eval_env.action_spec.high[0].tolist()}))
-        command = [str(peer_python()), str(PEER_SCRIPT), "train", str(arrays),
-                   "--algo", config.algo.removeprefix("d3rlpy-"), "--params", str(params),
-                   "--seed", str(seeds.torch), "--steps", str(config.steps),
-                   "--eval-every", str(config.eval_every), "--out", str(run_dir / "policies")]
-        for snapshot in snapshots(command):
-            policy = torch.jit.load(snapshot["policy"])
+def trainer(arrays_dir: Path) -> Callable[[ExternalRun], None]:
+    """Training with d3rlpy, each snapshot evaluated with our protocol; each dataset is
+    written as d3rlpy's arrays once, into ``arrays_dir``."""
+    arrays: dict[str, Path] = {}
 
-            def act(state: TensorDict, policy: torch.jit.ScriptModule = policy) -> TensorDict:
-                with torch.no_grad():
-                    return state.set("action", policy(state.get("observation").float()))
+    def train(run: ExternalRun) -> None:
+        config = run.config
+        if config.dataset not in arrays:
+            arrays[config.dataset] = write_d4rl_arrays(
+                config.dataset, arrays_dir / f"dataset{len(arrays)}.npz")
+        eval_env = make(config.env, num_envs=config.eval_episodes, seed=run.seeds.eval_env)
+        try:
+            params = run.run_dir / "d3rlpy_params.json"
+            params.write_text(json.dumps({
+                "params": config.algo_params,
+                "action_low": eval_env.action_spec.low[0].tolist(),
+                "action_high": eval_env.action_spec.high[0].tolist()}))
+            command = [str(peer_python()), str(PEER_SCRIPT), "train",
+                       str(arrays[config.dataset]), "--algo",
+                       config.algo.removeprefix("d3rlpy-"), "--params", str(params),
+                       "--seed", str(run.seeds.torch), "--steps", str(config.steps),
+                       "--eval-every", str(config.eval_every),
+                       "--out", str(run.run_dir / "policies")]
+            for snapshot in snapshots(command):
+                policy = torch.jit.load(snapshot["policy"])
 
-            step = snapshot["step"]
-            returns = evaluate(eval_env, act)
-            if snapshot["steps_per_s"] is not None:
-                recorder.log_metrics(step, {"train/steps_per_s": snapshot["steps_per_s"]})
-            recorder.log_eval(step, returns)
-            if config.dataset_refs is not None:
-                recorder.log_score(step, d4rl_score(float(np.mean(returns)),
-                                                    config.dataset_refs))
-        if not recorder.curve or recorder.curve[-1]["frames"] != config.steps:
-            raise RuntimeError(f"d3rlpy stopped before step {config.steps:,}")
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    except Exception as exc:
-        (run_dir / "traceback.txt").write_text(traceback.format_exc())
-        tracker.set_tags(run_id, {"error": one_line(exc)[:5000]})
-        raise
-    finally:
-        if eval_env is not None:
+                def act(state: TensorDict, policy: torch.jit.ScriptModule = policy
+                        ) -> TensorDict:
+                    with torch.no_grad():
+                        return state.set("action", policy(state.get("observation").float()))
+
+                step = snapshot["step"]
+                returns = evaluate(eval_env, act)
+                if snapshot["steps_per_s"] is not None:
+                    run.log_metrics(step, {"train/steps_per_s": snapshot["steps_per_s"]})
+                run.log_eval(step, returns)
+        finally:
             eval_env.close()
-        recorder.flush()
-        tracker.log_artifacts(run_id, [recorder.write_curve(), run_dir / "traceback.txt"])
-        tracker.finish(run_id, status)
-    return recorder.curve[-1]["eval/return_mean"]
+        if run.last_step != config.steps:
+            raise RuntimeError(f"d3rlpy stopped before step {config.steps:,}")
 
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    return train
 
 
 def plan(argv: list[str]) -> tuple[Path, str, list[RunConfig]]:
@@ -213,53 +188,16 @@ def plan(argv: list[str]) -> tuple[Path, str, list[RunConfig]]:
         raise ConfigError(f"{', '.join(family.env for family in sweep.to_make)}: the suite's "
                           "datasets are not made yet; `rlbench run` with the same suite "
                           "makes them")
-    runs = [dataclasses.replace(config, algo=f"d3rlpy-{config.algo}", threads=1)
-            for config in sweep.runs]
+    runs = [dataclasses.replace(config, threads=1) for config in renamed(sweep.runs, "d3rlpy")]
     return sweep.out_dir, sweep.suite.name, runs
 
 
 def main(argv: list[str]) -> int:
     out_dir, suite, configs = plan(argv)
-    tracker = Tracker(out_dir)
-    experiment_id = tracker.experiment(suite)
     torch.set_num_threads(1)
-    signal.signal(signal.SIGTERM, _interrupt)  # a terminated run is recorded KILLED
-    resume = plan_resume(tracker, experiment_id, configs)  # deletes killed attempts
-    parent_id = tracker.start_sweep(experiment_id, suite,
-                                    {**environment_tags("cpu"), "library": LIBRARY})
-    for result in resume.finished:
-        print(f"{result.config.name}: finished earlier, skipped", flush=True)
-    left, failed, status = [], [], "KILLED"
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            arrays: dict[str, Path] = {}
-            for config in resume.to_run:
-                if config.dataset not in arrays:
-                    arrays[config.dataset] = write_d4rl_arrays(
-                        config.dataset, Path(scratch) / f"dataset{len(arrays)}.npz")
-                start = time.perf_counter()
-                try:
-                    with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
-                        if finished is not None:
-                            print(f"{config.name}: finished by another process meanwhile",
-                                  flush=True)
-                            continue
-                        final = run_one(tracker, experiment_id, parent_id, config,
-                                        arrays[config.dataset])
-                except RunInProgressError as err:
-                    print(f"{config.name}: not run, {err}", flush=True)
-                    left.append(config.name)
-                    continue
-                except Exception as exc:  # recorded in its run; the others go on
-                    print(f"{config.name}: FAILED, {one_line(exc)}", flush=True)
-                    failed.append(config.name)
-                    continue
-                print(f"{config.name}: final return {final:.1f} "
-                      f"({time.perf_counter() - start:.0f} s)", flush=True)
-        status = "FAILED" if left or failed else "FINISHED"
-    finally:
-        tracker.finish(parent_id, status)
-    return 1 if left or failed else 0
+    with tempfile.TemporaryDirectory() as scratch:
+        return run_external(configs, trainer(Path(scratch)), out_dir=out_dir, suite=suite,
+                            library=LIBRARY).exit_code
 
 
 if __name__ == "__main__":

@@ -29,16 +29,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlbench.envs import env_family, validate_env_id
 from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.plan.algorithms import resolve_algo_config
 from rlbench.harness.plan.config import RunConfig
-from rlbench.harness.plan.seeding import derive_seeds, seed_everything
-from rlbench.harness.run.locks import RunInProgressError
-from rlbench.harness.run.resume import plan_resume
-from rlbench.harness.run.runner import LOCK_WAIT_S, claimed, run_dir_for
-from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags
+from rlbench.harness.run.external import ExternalRun, run_external
 
 ALGOS = ("sac", "td3", "ppo")
+LIBRARY = "stable-baselines3 2.9"
 DEFAULTS = {"suite": "mujoco", "algo": "sac", "env": "Hopper-v5", "seeds": 3,
             "frames": 100_000, "eval_every": 10_000, "eval_episodes": 10, "base_seed": 0,
             "out_dir": "rlbench_runs"}
@@ -96,35 +94,29 @@ def sb3_model(algo: str, cfg: dict[str, Any], env: Any, seed: int) -> Any:
                    seed=seed, device="cpu")
 
 
-def run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig) -> float:
-    """Train, evaluate and track one seed; returns the final mean eval return."""
+def train(run: ExternalRun) -> None:
+    """Train and evaluate one seed with SB3, every ``eval_every`` frames."""
     import gymnasium as gym
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
+    config, cfg = run.config, run.config.algo_params
     algo = config.algo.removeprefix("sb3-")
-    seeds = derive_seeds(config.base_seed, config.seed_index)
-    seed_everything(seeds, threads=config.threads, device="cpu")
-    run_dir = run_dir_for(tracker.out_dir, config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    run_id = tracker.start_run(experiment_id, parent_id, config, {
-        **environment_tags("cpu"), "library": "stable-baselines3 2.9"})
-    recorder = RunRecorder(tracker, run_id, run_dir)
-    cfg = config.algo_params
+
     def make() -> gym.Env:
         return Monitor(gym.make(config.env))
 
     env = DummyVecEnv([make] * cfg.get("num_envs", 1))
-    env.seed(seeds.env)
+    env.seed(run.seeds.env)
     eval_env = DummyVecEnv([make])
-    eval_env.seed(seeds.eval_env)
+    eval_env.seed(run.seeds.eval_env)
     normalized = algo == "ppo" and cfg.get("normalize_observation")
     if normalized:
         env = VecNormalize(env, gamma=cfg["gamma"], norm_reward=cfg["normalize_reward"])
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
-    model = sb3_model(algo, cfg, env, seeds.torch)
+    model = sb3_model(algo, cfg, env, run.seeds.torch)
     start = time.perf_counter()
 
     class Evaluate(BaseCallback):
@@ -140,20 +132,11 @@ def run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunCon
                     eval_env.obs_rms = env.obs_rms
                 returns, _ = evaluate_policy(model, eval_env, config.eval_episodes,
                                              deterministic=True, return_episode_rewards=True)
-                recorder.log_metrics(self.num_timesteps,
-                                     {"train/fps": self.num_timesteps / seconds})
-                recorder.log_eval(self.num_timesteps, [float(r) for r in returns])
+                run.log_metrics(self.num_timesteps, {"train/fps": self.num_timesteps / seconds})
+                run.log_eval(self.num_timesteps, [float(r) for r in returns])
             return True
 
-    status = "FAILED"
-    try:
-        model.learn(config.frames, callback=Evaluate())
-        status = "FINISHED"
-    finally:
-        recorder.flush()
-        tracker.log_artifacts(run_id, [recorder.write_curve()])
-        tracker.finish(run_id, status)
-    return recorder.curve[-1]["eval/return_mean"]
+    model.learn(config.frames, callback=Evaluate())
 
 
 def main(argv: list[str]) -> int:
@@ -165,13 +148,9 @@ def main(argv: list[str]) -> int:
         settings[key] = type(DEFAULTS[key])(value)
     if settings["algo"] not in ALGOS:
         raise UnknownNameError("algorithm", settings["algo"], ALGOS)
-    from rlbench.envs import env_family, validate_env_id
-
     validate_env_id(settings["env"])
     family = env_family(settings["env"])
     params = resolve_algo_config(settings["algo"], family, {}, {}, {}, env=settings["env"])
-    tracker = Tracker(Path(settings["out_dir"]))
-    experiment_id = tracker.experiment(settings["suite"])
     torch.set_num_threads(1)
     configs = [
         RunConfig(
@@ -182,26 +161,9 @@ def main(argv: list[str]) -> int:
             algo_params=params)
         for index in range(settings["seeds"])
     ]
-    plan = plan_resume(tracker, experiment_id, configs)  # deletes killed attempts
-    parent_id = tracker.start_sweep(experiment_id, settings["suite"],
-                                    {**environment_tags("cpu"), "library": "sb3"})
-    for result in plan.finished:
-        print(f"{result.config.name}: finished earlier, skipped", flush=True)
-    left = []
-    for config in plan.to_run:
-        try:
-            with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
-                if finished is not None:
-                    print(f"{config.name}: finished by another process meanwhile", flush=True)
-                    continue
-                final = run_one(tracker, experiment_id, parent_id, config)
-        except RunInProgressError as err:
-            print(f"{config.name}: not run, {err}", flush=True)
-            left.append(config.name)
-            continue
-        print(f"{config.name}: final return {final:.1f}", flush=True)
-    tracker.finish(parent_id, "FAILED" if left else "FINISHED")
-    return 1 if left else 0
+    return run_external(configs, train, out_dir=Path(settings["out_dir"]),
+                        suite=settings["suite"], library=LIBRARY).exit_code
+
 
 if __name__ == "__main__":
     try:

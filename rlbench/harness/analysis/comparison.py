@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from mlflow.tracking import MlflowClient
 
+from rlbench.data.offline_dataset import d4rl_score
 from rlbench.errors import UnknownNameError
 from rlbench.harness.analysis.baselines import (
     OUR_METRIC,
@@ -146,12 +147,6 @@ def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
             code=_code_version(row.git_commit, row.git_dirty),
             eval_env=eval_env if isinstance(eval_env, str) and eval_env else None, refs=refs))
     return records
-
-
-def d4rl_score(value: float, refs: tuple[float, float]) -> float:
-    """D4RL's normalized score of a return, ``100 * (x - min) / (max - min)``."""
-    low, high = refs
-    return 100 * (value - low) / (high - low)
 
 
 def _refs(row: object) -> tuple[float, float] | None:

@@ -1,0 +1,196 @@
+"""Outside training code run under the harness: planned, claimed, seeded, tracked and
+finished exactly as rlbench's own runs are, so ``rlbench compare`` puts it beside them.
+
+    from rlbench.harness.plan.config import resolve_sweep
+    from rlbench.harness.run.external import ExternalRun, run_external, renamed
+
+    def train(run: ExternalRun) -> None:          # your trainer, one seed of one config
+        for step in range(run.config.eval_every, run.config.frames + 1, run.config.eval_every):
+            ...                                   # train up to ``step``, seeded by run.seeds
+            run.log_eval(step, returns)           # your policy's eval episode returns
+
+    sweep = resolve_sweep(["suite=classic", "algo=ppo", "env=CartPole-v1", "seeds=3"])
+    result = run_external(renamed(sweep.runs, "mylib"), train, out_dir=sweep.out_dir,
+                          suite=sweep.suite.name, library="mylib 1.0")
+
+Each config runs at most once per identity (its resolved config's hash): a config that
+finished earlier in the same store is skipped, one that another process is running is left
+to it, attempts a killed process left are replaced. Python, numpy and torch are seeded
+from the run's (base seed, seed index) before ``train`` is called. A ``train`` that raises
+is recorded FAILED with its traceback and the other configs go on; Ctrl-C and SIGTERM mark
+the run KILLED and stop the sweep, so the same call later runs what is left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rlbench.data.offline_dataset import d4rl_score
+from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.seeding import derive_seeds, seed_everything
+from rlbench.harness.run.locks import RunInProgressError
+from rlbench.harness.run.resume import plan_resume
+from rlbench.harness.run.runner import LOCK_WAIT_S, claimed, one_line, run_dir_for
+from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags
+from rlbench.recipe import Seeds
+
+__all__ = ["ExternalResult", "ExternalRun", "renamed", "run_external"]
+
+
+@dataclass
+class ExternalRun:
+    """One seed of one config, as the outside trainer sees it: what to run, with which
+    seeds, where to write files, and where to log."""
+
+    config: RunConfig
+    seeds: Seeds  # python, numpy and torch are seeded already; env and eval_env are yours
+    run_dir: Path  # the run's own directory: files written here stay beside its store
+    recorder: RunRecorder
+
+    def log_eval(self, step: int, returns: Sequence[float]) -> None:
+        """The returns of one evaluation at ``step`` (frames online, gradient steps
+        offline); an offline run's D4RL normalized score is logged with it."""
+        self.recorder.log_eval(step, returns)
+        if self.config.dataset_refs is not None:
+            self.recorder.log_score(step, d4rl_score(float(np.mean(returns)),
+                                                     self.config.dataset_refs))
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Any other metrics at ``step`` (``train/fps`` or ``train/steps_per_s`` is the
+        throughput ``rlbench compare`` shows)."""
+        self.recorder.log_metrics(step, metrics)
+
+    @property
+    def last_step(self) -> int | None:
+        """The step of the last evaluation logged, None before the first."""
+        return int(self.recorder.curve[-1]["frames"]) if self.recorder.curve else None
+
+
+@dataclass
+class ExternalResult:
+    """What a call of ``run_external`` did, by run name."""
+
+    finished: dict[str, float] = field(default_factory=dict)  # final mean eval return
+    skipped: list[str] = field(default_factory=list)  # finished earlier or meanwhile
+    failed: dict[str, str] = field(default_factory=dict)  # the error, one line
+    left: list[str] = field(default_factory=list)  # another process holds them
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every config finished, 1 otherwise (as ``rlbench run``)."""
+        return 1 if self.failed or self.left else 0
+
+
+def renamed(configs: Sequence[RunConfig], library: str) -> list[RunConfig]:
+    """``configs`` as another library's runs: algorithm ``<library>-<algo>``, so their
+    identities and table rows are their own, beside rlbench's runs of the same configs."""
+    return [dataclasses.replace(config, algo=f"{library}-{config.algo}") for config in configs]
+
+
+def run_external(configs: Sequence[RunConfig], train: Callable[[ExternalRun], None], *,
+                 out_dir: Path, suite: str, library: str,
+                 log: Callable[[str], None] = lambda line: print(line, flush=True)
+                 ) -> ExternalResult:
+    """Run ``train`` once for each config of ``configs`` not finished in the store of
+    ``out_dir`` (or ``MLFLOW_TRACKING_URI``), tracked under the ``suite``'s experiment with
+    a ``library`` tag; ``log`` gets one line per config. ``train`` must log at least one
+    evaluation. Raises ``ConfigError`` before anything runs when the store cannot be used
+    or another process is running one of the configs into it."""
+    tracker = Tracker(Path(out_dir))
+    experiment_id = tracker.experiment(suite)
+    plan = plan_resume(tracker, experiment_id, list(configs))  # deletes killed attempts
+    tags = {**environment_tags("cpu"), "library": library}
+    parent_id = tracker.start_sweep(experiment_id, suite, tags)
+    result = ExternalResult()
+    for done in plan.finished:
+        log(f"{done.config.name}: finished earlier, skipped")
+        result.skipped.append(done.config.name)
+    status = "KILLED"
+    try:
+        with _sigterm_as_interrupt():
+            for config in plan.to_run:
+                _claim_and_run(tracker, experiment_id, parent_id, config, train, tags, log,
+                               result)
+        status = "FAILED" if result.exit_code else "FINISHED"
+    finally:
+        tracker.finish(parent_id, status)
+    return result
+
+
+def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig,
+                   train: Callable[[ExternalRun], None], tags: Mapping[str, str],
+                   log: Callable[[str], None], result: ExternalResult) -> None:
+    start = time.perf_counter()
+    try:
+        with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
+            if finished is not None:
+                log(f"{config.name}: finished by another process meanwhile")
+                result.skipped.append(config.name)
+                return
+            final = _run_one(tracker, experiment_id, parent_id, config, train, tags)
+    except RunInProgressError as err:
+        log(f"{config.name}: not run, {err}")
+        result.left.append(config.name)
+        return
+    except Exception as exc:  # recorded in its run; the others go on
+        log(f"{config.name}: FAILED, {one_line(exc)}")
+        result.failed[config.name] = one_line(exc)
+        return
+    log(f"{config.name}: final return {final:.1f} ({time.perf_counter() - start:.0f} s)")
+    result.finished[config.name] = final
+
+
+def _run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig,
+             train: Callable[[ExternalRun], None], tags: Mapping[str, str]) -> float:
+    """Seed, track and train one config; its final mean eval return. A failure is recorded
+    (tag ``error``, ``traceback.txt``) and raised."""
+    seeds = derive_seeds(config.base_seed, config.seed_index)
+    seed_everything(seeds, threads=config.threads, device="cpu")
+    run_dir = run_dir_for(tracker.out_dir, config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = tracker.start_run(experiment_id, parent_id, config, dict(tags))
+    run = ExternalRun(config, seeds, run_dir, RunRecorder(tracker, run_id, run_dir))
+    failure = run_dir / "traceback.txt"
+    failure.unlink(missing_ok=True)
+    status = "FAILED"
+    try:
+        train(run)
+        if run.last_step is None:
+            raise RuntimeError("the trainer logged no evaluation")
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except Exception as exc:
+        failure.write_text(traceback.format_exc())
+        tracker.set_tags(run_id, {"error": one_line(exc)[:5000]})
+        raise
+    finally:
+        run.recorder.flush()
+        tracker.log_artifacts(run_id, [run.recorder.write_curve(), failure])
+        tracker.finish(run_id, status)
+    return run.recorder.curve[-1]["eval/return_mean"]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (what schedulers send before they kill) raised as KeyboardInterrupt, so the
+    run in progress is recorded KILLED; the previous handler is back afterwards."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

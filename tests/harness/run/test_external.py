@@ -1,0 +1,144 @@
+"""``run_external``: outside training code run under the harness, once per identity, seeded,
+tracked, failures recorded, its runs read back through ``rlbench.results``."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import rlbench.results
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.run.external import ExternalRun, renamed, run_external
+from rlbench.harness.store.tracking import Tracker
+
+WORDS = ["suite=classic", "algo=ppo", "env=CartPole-v1", "seeds=3", "frames=300",
+         "eval_every=100", "eval_episodes=2"]
+
+
+def _draws(run: ExternalRun) -> list[float]:
+    """What a trainer seeded by the harness draws from python, numpy and torch."""
+    return [random.random(), float(np.random.rand()), float(torch.rand(()))]
+
+
+def _trainer(calls: list[ExternalRun], fail_seed: int | None = None):
+    def train(run: ExternalRun) -> None:
+        calls.append(run)
+        if run.config.seed_index == fail_seed:
+            raise ValueError("the outside trainer broke")
+        draws = _draws(run)
+        for step in range(run.config.eval_every, run.config.frames + 1, run.config.eval_every):
+            run.log_metrics(step, {"train/fps": 1000.0})
+            run.log_eval(step, [step + draws[0], step + draws[1]])
+    return train
+
+
+def _plan(tmp_path: Path, *changed: str):
+    """The runs of ``WORDS`` (``changed`` words replacing theirs) as library mylib's."""
+    keys = {word.partition("=")[0] for word in changed}
+    words = [word for word in WORDS if word.partition("=")[0] not in keys]
+    sweep = resolve_sweep([*words, *changed, f"out_dir={tmp_path}"])
+    return renamed(sweep.runs, "mylib"), sweep.suite.name
+
+
+def test_each_config_runs_once_seeded_and_is_read_back(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    configs, suite = _plan(tmp_path)
+    calls: list[ExternalRun] = []
+    lines: list[str] = []
+    result = run_external(configs, _trainer(calls), out_dir=tmp_path, suite=suite,
+                          library="mylib 1.0", log=lines.append)
+    assert result.exit_code == 0 and len(result.finished) == 3 and len(calls) == 3
+    assert sum("final return" in line for line in lines) == 3
+    runs = rlbench.results.load(tmp_path, suite=suite)
+    assert sorted(runs.algorithm) == ["mylib-ppo"] * 3
+    assert set(runs.status) == {"FINISHED"}
+    assert runs["fps"].tolist() == [1000.0] * 3
+    curves = rlbench.results.curves(tmp_path, suite=suite)
+    assert sorted(set(curves.step)) == [100, 200, 300]
+    # the harness seeded python, numpy and torch from each run's own seeds
+    first = {run.config.seed_index: _expected_final(run) for run in calls}
+    by_seed = dict(zip(runs.seed.astype(int), runs.final_return, strict=True))
+    assert by_seed == pytest.approx(first)
+
+    rerun: list[ExternalRun] = []
+    lines.clear()
+    result = run_external(configs, _trainer(rerun), out_dir=tmp_path, suite=suite,
+                          library="mylib 1.0", log=lines.append)
+    assert rerun == [] and len(result.skipped) == 3 and result.exit_code == 0
+    assert sum("finished earlier, skipped" in line for line in lines) == 3
+    assert len(rlbench.results.load(tmp_path, suite=suite)) == 3
+
+
+def _expected_final(run: ExternalRun) -> float:
+    random.seed(run.seeds.python)
+    np.random.seed(run.seeds.numpy)
+    torch.manual_seed(run.seeds.torch)
+    draws = _draws(run)
+    return run.config.frames + (draws[0] + draws[1]) / 2
+
+
+def test_a_failing_trainer_is_recorded_and_the_others_go_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    configs, suite = _plan(tmp_path)
+    calls: list[ExternalRun] = []
+    result = run_external(configs, _trainer(calls, fail_seed=1), out_dir=tmp_path,
+                          suite=suite, library="mylib 1.0", log=lambda line: None)
+    assert result.exit_code == 1 and len(result.finished) == 2
+    (failed,) = result.failed.values()
+    assert failed == "ValueError: the outside trainer broke"
+    runs = rlbench.results.load(tmp_path, suite=suite)
+    assert sorted(runs.status) == ["FAILED", "FINISHED", "FINISHED"]
+    broken = runs[runs.status == "FAILED"].iloc[0]
+    assert broken.error == failed
+    traceback = next(run.run_dir for run in calls if run.config.seed_index == 1) / \
+        "traceback.txt"
+    assert "the outside trainer broke" in traceback.read_text()
+
+    retried: list[ExternalRun] = []
+    result = run_external(configs, _trainer(retried), out_dir=tmp_path, suite=suite,
+                          library="mylib 1.0", log=lambda line: None)
+    assert [run.config.seed_index for run in retried] == [1] and result.exit_code == 0
+    assert set(rlbench.results.load(tmp_path, suite=suite).status) == {"FINISHED"}
+
+
+def test_a_trainer_that_logs_no_evaluation_fails(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    configs, suite = _plan(tmp_path, "seeds=1")
+    result = run_external(configs, lambda run: None, out_dir=tmp_path, suite=suite,
+                          library="mylib 1.0", log=lambda line: None)
+    assert list(result.failed.values()) == ["RuntimeError: the trainer logged no evaluation"]
+
+
+def test_a_killed_run_is_marked_killed_and_the_sweep_stops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    configs, suite = _plan(tmp_path)
+    calls: list[ExternalRun] = []
+
+    def interrupted(run: ExternalRun) -> None:
+        calls.append(run)
+        run.log_eval(100, [1.0])
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_external(configs, interrupted, out_dir=tmp_path, suite=suite,
+                     library="mylib 1.0", log=lambda line: None)
+    assert len(calls) == 1
+    tracker = Tracker(tmp_path)
+    experiment = tracker.experiment(suite)
+    (killed,) = tracker.runs(experiment, "tags.kind = 'run'")
+    assert killed.info.status == "KILLED"
+    (parent,) = tracker.runs(experiment, "tags.kind = 'sweep'")
+    assert parent.info.status == "KILLED"
+    resumed: list[ExternalRun] = []
+    assert run_external(configs, _trainer(resumed), out_dir=tmp_path, suite=suite,
+                        library="mylib 1.0", log=lambda line: None).exit_code == 0
+    assert len(resumed) == 3
+    assert sorted(rlbench.results.load(tmp_path, suite=suite).status) == ["FINISHED"] * 3
