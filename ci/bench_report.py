@@ -4,9 +4,9 @@
 
 A benchmark records ``frames_per_round`` (reported as frames/s over the median round
 time), ``torchrl_best_ms`` (the speed-up over that TorchRL figure) or ``goal_ms`` in its
-extra info. Medians, because this VM's hiccups inflate means. Goals are issue targets,
-reported as met or missed, never asserted here: speed is measured in benchmarks, not in
-unit tests.
+extra info. Medians, because a shared machine's hiccups inflate means. Goals are the
+throughput targets the project sets itself, reported as met or missed, never asserted here:
+speed is measured in benchmarks, not in unit tests.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A transition holds observation (11 float32), action (3 float32), done/terminated/truncated
 ([1] bool), ``("collector", "traj_ids")`` and ``next`` with observation, reward ([1]
 float32) and the done flags. Reference on this machine, TorchRL 0.14.1: uniform sampling of
-256 transitions from a 1M tensor storage, 0.33 ms. Goals (replay-buffer issue): uniform
+256 transitions from a 1M tensor storage, 0.33 ms. Goals: uniform
 sample <= 0.1 ms; prioritized sample + priority update of 256 <= 1 ms on CPU.
 Run: ``python -m pytest -m bench tests/bench/test_buffer_throughput.py``.
 """

@@ -1,7 +1,7 @@
 """Offline datasets: loading a 1M-transition D4RL-format Hopper file, and sampling from a
 2M-transition dataset beside sampling from an online buffer of the same size.
 
-Goals (offline datasets issue): the load takes <= 3 s with a peak resident memory <= 1.5x
+Goals: the load takes <= 3 s with a peak resident memory <= 1.5x
 the size of the file's arrays; sampling 256 transitions from a dataset is as fast as from
 the online buffer (ratio of frames/s >= 0.95, both measured in this run).
 Run: ``python -m pytest -m bench tests/bench/test_offline_throughput.py``.

@@ -1,7 +1,7 @@
-"""Learning tests: each online recipe, pinned seed, the issue's budget, a return threshold.
+"""Learning tests: each online recipe, pinned seed, a small budget, a return threshold.
 
 Each runs through the CLI exactly as a user would (`rlbench run algo=... env=...`), so the
-recipe's published per-family defaults are what is tested. Thresholds are the issue's; the
+recipe's published per-family defaults are what is tested. For reference, the
 SB3 zoo's tuned agents for reference (../shared/baselines/online_classic.csv): about -150 at
 20k frames for SAC/TD3/DDPG on Pendulum-v1, -172 for PPO at 100k, 500 for DQN on CartPole
 at 50k.
