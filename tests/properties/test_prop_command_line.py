@@ -1,13 +1,14 @@
 """Command lines are untrusted input: for any words, ``rlbench show``, ``list``, ``dataset
-info``, ``eval``, ``compare`` and ``run ... dry_run=true`` hold the command's contract (see
-``contract``).
+info``, ``dataset make``, ``eval``, ``compare`` and ``run ... dry_run=true`` hold the
+command's contract (see ``contract``).
 
 Words are built from the real keys (the sweep's, the suites', every recipe's
 hyperparameters, compare's and eval's) and their near misses, with values of the right
 kind, random and hostile (control characters, NUL, very long, paths longer than the OS
 allows, YAML look-alikes), keys given twice, and suite files of generated YAML. ``rlbench
-run`` is only ever generated with ``dry_run=true`` (anything else would train), and no
-word names a path an output could escape the example's directory through.
+run`` is only ever generated with ``dry_run=true`` (anything else would train), ``dataset
+make`` with a few steps and reference episodes (random actions, or the session's run's
+policy), and no word names a path an output could escape the example's directory through.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from hypothesis import strategies as st
 from rlbench.cli import HELP
 from rlbench.harness.analysis.compare import FORMATS
 from rlbench.harness.analysis.compare import KEYS as COMPARE_KEYS
+from rlbench.harness.datasets.make import FORMATS as DATASET_FORMATS
+from rlbench.harness.datasets.make import MAKE_KEYS
 from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm
 from rlbench.harness.plan.config import ALIASES, SWEEP_KEYS
 from rlbench.harness.plan.suites import SUITE_SETTINGS, list_suites
@@ -255,6 +258,55 @@ def dataset_lines(datasets: Datasets) -> st.SearchStrategy[CommandLine]:
         st.tuples(sub, spoiled).map(lambda p: CommandLine(["dataset", p[0], *p[1]])))
 
 
+MAKE_STEPS = 40  # steps and reference episodes dataset make may take: each is played
+MAKE_REF_EPISODES = 2
+MAKE_ENVS = ("Pendulum-v1", "CartPole-v1", "MountainCarContinuous-v0", "FrozenLake-v1",
+             "Blackjack-v1", "CartPole-v0", "this:CartPole-v1", "nothing:Pendulum-v1",
+             "dmc:nothing-here", "Ant-v2")
+MAKE_OUTS = ("made", "a/b/made", "dir.mp4", "nostore", "notes.txt", "notes.txt/sub",
+             "x" * 300, "a/" * 2100, "\x00", "", "/proc/made", "/dev/null", "loop", "-")
+
+
+def _bounded(text: str, most: int) -> bool:
+    """Whether ``text`` is not a number above ``most`` (a number the command plays)."""
+    try:
+        number = float(text)
+    except ValueError:
+        return True
+    return not math.isfinite(number) or number <= most
+
+
+def dataset_make_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
+    """``dataset make`` of random actions in an env, or of the session's run's policy, into
+    an ``out`` inside the example's directory (or one refused before anything is written),
+    with few steps; and their spoilt forms. The outputs named are the ``out=`` paths."""
+    values = {
+        "env": st.sampled_from(MAKE_ENVS), "policy": st.sampled_from([str(run.run_dir),
+                                                                       run.run_id, "nostore"]),
+        "quality": _listed(["random", "expert", "medium", "medium-replay", "medium-expert"]),
+        "steps": st.sampled_from(["1", "7", str(MAKE_STEPS)]),
+        "out": st.sampled_from(MAKE_OUTS), "format": _listed(list(DATASET_FORMATS)),
+        "seed": st.sampled_from(["0", "1", "2147483647"]),
+        "ref_episodes": st.sampled_from(["0", "1", str(MAKE_REF_EPISODES)]),
+        "out_dir": st.sampled_from([str(run.out_dir), "nostore"]),
+    }
+    valid = st.builds(
+        lambda env, out, fmt: [f"env={env}", "quality=random", "steps=7", f"out={out}",
+                               f"format={fmt}"],
+        st.sampled_from(MAKE_ENVS[:5]), st.sampled_from(["made", "a/b/made", "nostore"]),
+        st.sampled_from(["minari", "d4rl", "minari,d4rl"]))
+    first = st.one_of(valid, st.just([f"policy={run.run_dir}", "quality=expert", "steps=7",
+                                      "ref_episodes=1", "out=made"]), st.just([]))
+    rest = st.one_of(st.just([]), key_values(st.sampled_from(MAKE_KEYS), values.__getitem__))
+
+    def line(head: list[str], tail: list[str]) -> CommandLine:
+        words = [*head, *tail]
+        outputs = [w.partition("=")[2] for w in words if w.startswith("out=")]
+        return CommandLine(["dataset", "make", *words], outputs=outputs)
+
+    return st.builds(line, first, rest)
+
+
 def _many_episodes(text: str) -> bool:
     """Whether ``episodes=text`` asks for more than three episodes (each is an env: a
     thousand would take the test's time, ten thousand its memory)."""
@@ -333,18 +385,26 @@ def odd_lines() -> st.SearchStrategy[CommandLine]:
 
 
 def harmless(line: CommandLine) -> bool:
-    """Whether the words can neither train (``run`` without ``dry_run=true`` last) nor write
-    datasets (``dataset make``)."""
+    """Whether the words cannot train (``run`` without ``dry_run=true`` last), nor make a
+    dataset of more than a few steps and reference episodes, nor let ``dataset make`` name
+    the attacker's module as its env (the user may name a module: it is then imported)."""
     words = [word.strip() for word in line.words]
     trains = words[:1] == ["run"] and line.words[-1] != "dry_run=true"
-    return not trains and words[:2] != ["dataset", "make"]
+    if words[:2] != ["dataset", "make"]:
+        return not trains
+    values = [word.partition("=") for word in line.words[2:]]
+    return all(_bounded(value, MAKE_STEPS) for key, _, value in values if key == "steps") \
+        and all(_bounded(value, MAKE_REF_EPISODES) for key, _, value in values
+                if key == "ref_episodes") \
+        and not any(key == "env" and ":" in value and value.partition(":")[0] not in
+                    ("this", "nothing", "dmc") for key, _, value in values)
 
 
 def command_lines(datasets: Datasets, run: FinishedRun) -> st.SearchStrategy[CommandLine]:
-    """A command line of any of the commands, none that trains or writes datasets."""
+    """A command line of any of the commands, none that trains or plays for long."""
     return st.one_of(show_or_dry_run(datasets), suite_lines(datasets), list_lines(),
-                     dataset_lines(datasets), eval_lines(run), compare_lines(run),
-                     odd_lines()).filter(harmless)
+                     dataset_lines(datasets), dataset_make_lines(run), eval_lines(run),
+                     compare_lines(run), odd_lines()).filter(harmless)
 
 
 def _prepare(here: Path, line: CommandLine) -> None:
@@ -376,4 +436,6 @@ def test_any_command_line_holds_the_contract(
         outcome = check_cli(line.words, watch=[temp_root], outputs=line.outputs,
                             forbidden_modules=attacker.forbidden, markers=[attacker.marker])
     command = line.words[0] if line.words and line.words[0] in HELP else "other"
+    if command == "dataset" and line.words[1:2] == ["make"]:
+        command = "dataset make"
     event(f"{command}: exit {outcome.code}")
