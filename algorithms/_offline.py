@@ -144,6 +144,10 @@ def return_range_scale(dataset: OfflineDataset, max_episode_steps: int = 1000) -
     return max_episode_steps / spread
 
 
+OWN_HOPPER = {f"rlbench/hopper/{quality}-v0": f"hopper-{quality}-v2"
+              for quality in ("medium", "medium-replay", "medium-expert")}
+
+
 def corl_dataset_defaults(settings: dict[str, tuple], fields: tuple[str, ...]
                           ) -> dict[str, dict]:
     """A recipe's ``ENV_DEFAULTS`` from CORL's per-D4RL-dataset ``settings`` (values in the
@@ -151,9 +155,22 @@ def corl_dataset_defaults(settings: dict[str, tuple], fields: tuple[str, ...]
     dataset of the same quality: a guess (their data differs from D4RL's; nobody tuned for
     them)."""
     defaults = {name: dict(zip(fields, values, strict=True)) for name, values in settings.items()}
-    defaults.update({f"rlbench/hopper/{quality}-v0": defaults[f"hopper-{quality}-v2"]
-                     for quality in ("medium", "medium-replay", "medium-expert")})
+    defaults.update({own: defaults[d4rl] for own, d4rl in OWN_HOPPER.items() if d4rl in defaults})
     return defaults
+
+
+def corl_sources(algo: str, defaults: dict[str, dict]) -> dict[str, str]:
+    """The CORL file each entry of ``defaults`` (from ``corl_dataset_defaults``) was read
+    from, as ``rlbench show`` names a value's source: ``hopper-medium-replay-v2`` ->
+    ``CORL configs/offline/<algo>/hopper/medium_replay_v2.yaml``."""
+    def config_file(d4rl: str) -> str:
+        env, _, quality = d4rl.removesuffix("-v2").partition("-")
+        return f"CORL configs/offline/{algo}/{env}/{quality.replace('-', '_')}_v2.yaml"
+
+    sources = {name: config_file(name) for name in defaults if name not in OWN_HOPPER}
+    sources.update({own: f"{config_file(d4rl)}, {d4rl}'s for rlbench's own dataset"
+                    for own, d4rl in OWN_HOPPER.items() if own in defaults})
+    return sources
 
 
 def scaled_target_entropy(low: torch.Tensor, high: torch.Tensor) -> float:

@@ -1,16 +1,16 @@
 """AWAC: advantage-weighted actor-critic (Nair et al., 2020), offline.
 
-Reads top to bottom: hyperparameters, their defaults, the update. Follows CORL's
-``awac.py`` (corl-team/CORL ``algorithms/offline/``) and its gym-MuJoCo configs
-(``configs/offline/awac/<env>/*.yaml``, lambda 1/3 for all nine): twin critics (one batched
-ensemble here) fitted to ``r + gamma min Q'(s', a~')`` with ``a~'`` a clamped sample of the
-policy, then a Gaussian actor (unbounded mean, state-independent std) cloning the dataset's
-actions weighted by ``exp((Q(s, a) - Q(s, a~)) / lambda)``, capped at 100, with the critics
-just stepped; the target critics follow with tau 0.005. 3x256 networks, Adam at 3e-4, batch
-256, states normalised by the dataset's statistics, 1M steps. Not CORL's: the log-std is not
-clamped to [-20, 2] (it starts at 0 and the weighted likelihood keeps it in range), and the
-deterministic action (the mean) is clipped to the action bounds by the env rather than left
-to the simulator.
+Reads top to bottom: hyperparameters, their defaults, the update. Follows CORL's ``awac.py``
+(corl-team/CORL ``algorithms/offline/``) and its gym-MuJoCo configs
+(``configs/offline/awac/<env>/*.yaml``, ``awac_lambda: 0.3333`` in every one): twin critics
+(one batched ensemble here) fitted to ``r + gamma min Q'(s', a~')`` with ``a~'`` a clamped
+sample of the policy, then a Gaussian actor (unbounded mean, state-independent std) cloning
+the dataset's actions weighted by ``exp((Q(s, a) - Q(s, a~)) / lambda)``, capped at 100,
+with the critics just stepped; the target critics follow with tau 0.005. 3x256 networks,
+Adam at 3e-4, batch 256, states normalised by the dataset's statistics, 1M steps. Not
+CORL's: the log-std is not clamped to [-20, 2] (it starts at 0 and the weighted likelihood
+keeps it in range), and the deterministic action (the mean) is clipped to the action bounds
+by the env rather than left to the simulator.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ class Config:
     critic_lr: float = hp(3e-4, "Adam step size of the critics", gt=0)
     gamma: float = hp(0.99, "discount factor", ge=0, le=1)
     tau: float = hp(0.005, "Polyak weight of the critics in their targets", gt=0, le=1)
-    awac_lambda: float = hp(1 / 3, "temperature of the advantage weights", gt=0)
+    # CORL's configs/offline/awac/<env>/*_v2.yaml, all 18 (its awac.py default is 1.0)
+    awac_lambda: float = hp(0.3333, "temperature of the advantage weights", gt=0)
     max_weight: float = hp(100.0, "cap on the advantage weights", gt=0)
     num_critics: int = hp(2, "Q-networks; targets and advantages take their minimum", ge=1)
     hidden_sizes: tuple[int, ...] = hp((256, 256, 256), "hidden layer widths of actor and "
@@ -56,7 +57,7 @@ class Config:
 FAMILY_DEFAULTS: dict[str, dict] = {
     "mujoco": {},  # CORL awac.py with configs/offline/awac/<env>/*.yaml: the same for all
     # Not a published tune: on the Pendulum-v1 medium-replay dataset rlbench makes
-    # (offline_smoke), 10k steps, CORL's lambda 1/3 is kept: final normalized scores 46
+    # (offline_smoke), 10k steps, CORL's lambda 0.3333 is kept: final normalized scores 46
     # with 1/3, 47 with 1, 41 with 3, 18 with 10.
     "classic": {},
 }

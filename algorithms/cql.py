@@ -7,7 +7,10 @@ a')`` with no entropy term in the target, plus ``cql_alpha`` (10) times the cons
 ``logsumexp Q(s, .) - Q(s, a)`` over 10 uniform and 10+10 policy actions per state with
 importance weights; the Lagrange form, which tunes that weight towards a target gap, is
 optional. Policy lr 3e-5 (the temperature's too), critic lr 3e-4, tau 0.005, 3x256
-networks, batch 256, states normalised by the dataset's statistics. The actor and
+networks, batch 256, states normalised by the dataset's statistics; on hopper medium
+alone, rewards scaled by ``1000 / (max return - min return)`` of the dataset's episodes
+(CORL's ``normalize_reward`` with ``reward_scale`` 1 and ``reward_bias`` 0, read per dataset
+from ``configs/offline/cql/<env>/<dataset>_v2.yaml``: ``ENV_DEFAULTS``). The actor and
 temperature step before the critics, as in CORL. Not CORL's: no ``bc_steps`` warm start
 (0 in its gym-MuJoCo configs), rlbench's tanh-Gaussian actor (SAC's log-std range) and
 PyTorch's default initialisation of the critics where CORL's are orthogonal.
@@ -23,7 +26,10 @@ from torch import nn
 
 from rlbench.algorithms._offline import (
     adam,
+    corl_dataset_defaults,
+    corl_sources,
     open_dataset,
+    return_range_scale,
     scaled_target_entropy,
     state_normalization,
 )
@@ -67,6 +73,8 @@ class Config:
     hidden_sizes: tuple[int, ...] = hp((256, 256, 256), "hidden layer widths of actor and "
                                                         "critics", ge=1)
     normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")
+    normalize_reward: bool = hp(False, "scale rewards by 1000 / (max - min episode return) "
+                                       "of the dataset")
     log_every: int = hp(1000, "gradient steps between logged training metrics", ge=1)
 
     def __post_init__(self) -> None:
@@ -74,13 +82,26 @@ class Config:
 
 
 FAMILY_DEFAULTS: dict[str, dict] = {
-    "mujoco": {},  # CORL cql.py defaults and configs/offline/cql/<env>/*.yaml
+    "mujoco": {},  # CORL cql.py defaults; its per-dataset configs below
     # Not a published tune: set on the Pendulum-v1 medium-replay dataset rlbench makes
     # (offline_smoke). With CORL's settings the policy (lr 3e-5, sized for 1M steps)
     # barely moves in 10k steps (normalized score 5); lr 3e-4 reaches 31, and cql_alpha 1
     # with it 101.
     "classic": {"cql_alpha": 1.0, "actor_lr": 3e-4},
 }
+
+
+# normalize_reward: CORL's configs/offline/cql/<env>/<dataset>_v2.yaml, each file named by
+# ``ENV_SOURCES`` (true in hopper/medium_v2.yaml alone; reward_scale 1, reward_bias 0 in all)
+_CORL_CONFIGS = {
+    **{f"{env}-{quality}-v2": (False,)
+       for env in ("hopper", "halfcheetah", "walker2d")
+       for quality in ("medium", "medium-replay", "medium-expert", "expert", "random",
+                       "full-replay")},
+    "hopper-medium-v2": (True,),
+}
+ENV_DEFAULTS = corl_dataset_defaults(_CORL_CONFIGS, ("normalize_reward",))
+ENV_SOURCES = corl_sources("cql", ENV_DEFAULTS)
 
 
 def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, EnsembleMLP]:
@@ -111,7 +132,8 @@ def make_normalization(cfg: Config) -> ObservationNorm | None:
 def train(spec: RunSpec, logger: RunLogger) -> None:
     """Train for ``spec.steps`` gradient steps, evaluating every ``spec.eval_every``."""
     cfg: Config = spec.algo
-    data = open_dataset(spec, cfg, batch_size=cfg.batch_size)
+    data = open_dataset(spec, cfg, batch_size=cfg.batch_size,
+                        reward_scale=return_range_scale if cfg.normalize_reward else None)
     with closing(data.eval_env):
         actor, critic = make_actor_critic(data.eval_env, cfg)
         actor.to(spec.device)

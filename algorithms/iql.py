@@ -6,9 +6,12 @@ Reads top to bottom: hyperparameters, their defaults, the update. Follows CORL's
 ``r + gamma V(s')``, and a Gaussian actor (tanh-bounded mean, state-independent std) cloning
 the dataset's actions weighted by ``exp(3 A)`` (capped at 100), with a cosine learning-rate
 schedule over the run. 256-256 networks, Adam at 3e-4, tau 0.005, batch 256, states
-normalised by the dataset's statistics and, on gym-MuJoCo, rewards scaled by ``1000 /
-(max return - min return)`` of the dataset's episodes, as the paper and CORL do. Per
-dataset exceptions of CORL's configs are in ``ENV_DEFAULTS``. The three updates of a step
+normalised by the dataset's statistics. CORL's per-dataset configs
+(``configs/offline/iql/<env>/<dataset>_v2.yaml``) are in ``ENV_DEFAULTS``, read from those
+files: on hopper medium and medium-replay rewards scaled by ``1000 / (max return - min
+return)`` of the dataset's episodes, tau 0.001 and a deterministic actor (cloning by squared
+error, CORL's ``iql_deterministic``); on hopper medium-expert beta 6 and expectile 0.5; on
+every other gym-MuJoCo dataset CORL's script defaults. The three updates of a step
 are computed before any of them is applied, as in CORL (the critics' target reads the
 value before its step). Not CORL's: the policy's log-std is not clamped to [-20, 2] (it
 starts at 0 and the weighted likelihood keeps it in range).
@@ -25,6 +28,8 @@ from torch import nn
 from rlbench.algorithms._offline import (
     BoundedMean,
     adam,
+    corl_dataset_defaults,
+    corl_sources,
     open_dataset,
     return_range_scale,
     state_normalization,
@@ -32,7 +37,14 @@ from rlbench.algorithms._offline import (
 from rlbench.collectors import evaluate
 from rlbench.envs import Bounded, EnvBase
 from rlbench.envs.transforms import ObservationNorm
-from rlbench.modules import MLP, EnsembleMLP, IndependentNormal, NormalParams, ProbabilisticActor
+from rlbench.modules import (
+    MLP,
+    DeterministicActor,
+    EnsembleMLP,
+    IndependentNormal,
+    NormalParams,
+    ProbabilisticActor,
+)
 from rlbench.objectives import IQLLoss, SoftUpdate, backward_and_step, make_target
 from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
 
@@ -59,6 +71,8 @@ class Config:
     normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")
     normalize_reward: bool = hp(False, "scale rewards by 1000 / (max - min episode return) "
                                        "of the dataset")
+    deterministic_actor: bool = hp(False, "a deterministic tanh actor cloning by weighted "
+                                          "squared error, not a Gaussian by likelihood")
     cosine_schedule: bool = hp(True, "anneal the actor's step size to 0 over the run")
     log_every: int = hp(1000, "gradient steps between logged training metrics", ge=1)
 
@@ -67,35 +81,49 @@ class Config:
 
 
 FAMILY_DEFAULTS: dict[str, dict] = {
-    # CORL configs/offline/iql/<env>/*.yaml for hopper, halfcheetah, walker2d
-    "mujoco": {"normalize_reward": True},
+    "mujoco": {},  # CORL's iql.py TrainConfig; its per-dataset configs below
     "classic": {},  # rewards left as they are: Pendulum's episodes all last 200 steps
 }
 
-# CORL's per-dataset exceptions (configs/offline/iql/hopper/medium_expert_v2.yaml).
-ENV_DEFAULTS: dict[str, dict] = {
-    "hopper-medium-expert-v2": {"beta": 6.0, "expectile": 0.5},
+# (normalize_reward, deterministic_actor, tau, beta, expectile): CORL's
+# configs/offline/iql/<env>/<dataset>_v2.yaml (normalize_reward, iql_deterministic, tau,
+# beta, iql_tau), each file named by ``ENV_SOURCES``
+_CORL_CONFIGS = {
+    **{f"{env}-{quality}-v2": (False, False, 0.005, 3.0, 0.7)
+       for env in ("hopper", "halfcheetah", "walker2d")
+       for quality in ("medium", "medium-replay", "medium-expert", "expert", "random",
+                       "full-replay")},
+    "hopper-medium-v2": (True, True, 0.001, 3.0, 0.7),
+    "hopper-medium-replay-v2": (True, True, 0.001, 3.0, 0.7),
+    "hopper-medium-expert-v2": (False, False, 0.005, 6.0, 0.5),
 }
+ENV_DEFAULTS = corl_dataset_defaults(
+    _CORL_CONFIGS, ("normalize_reward", "deterministic_actor", "tau", "beta", "expectile"))
+ENV_SOURCES = corl_sources("iql", ENV_DEFAULTS)
 
 
 def make_networks(env: EnvBase, cfg: Config
-                  ) -> tuple[ProbabilisticActor, EnsembleMLP, nn.Module]:
-    """The Gaussian actor, ``num_critics`` Q-networks (one ensemble) and the state value."""
+                  ) -> tuple[ProbabilisticActor | DeterministicActor, EnsembleMLP, nn.Module]:
+    """The actor (Gaussian, or deterministic with ``deterministic_actor``), ``num_critics``
+    Q-networks (one ensemble) and the state value."""
     action_spec = env.action_spec
     if not isinstance(action_spec, Bounded):
         raise TypeError(f"IQL needs a bounded continuous action space, not {action_spec}")
     obs_dim = env.observation_spec["observation"].shape[-1]
     action_dim = action_spec.shape[-1]
-    mean = BoundedMean(MLP(obs_dim, action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False),
-                       action_spec.low[0], action_spec.high[0])
-    actor = ProbabilisticActor(NormalParams(mean, action_dim, 0.0), IndependentNormal)
+    net = MLP(obs_dim, action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    if cfg.deterministic_actor:  # CORL's DeterministicPolicy: a tanh MLP, no dropout
+        actor = DeterministicActor(net, action_spec.low[0], action_spec.high[0])
+    else:
+        mean = BoundedMean(net, action_spec.low[0], action_spec.high[0])
+        actor = ProbabilisticActor(NormalParams(mean, action_dim, 0.0), IndependentNormal)
     critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes)
     value = MLP(obs_dim, 1, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
     return actor, critic, value
 
 
-def make_policy(env: EnvBase, cfg: Config) -> ProbabilisticActor:
-    """The module the run saves as ``policy``: the actor (its mode is the mean)."""
+def make_policy(env: EnvBase, cfg: Config) -> ProbabilisticActor | DeterministicActor:
+    """The module the run saves as ``policy``: the actor (a Gaussian's mode is its mean)."""
     return make_networks(env, cfg)[0]
 
 

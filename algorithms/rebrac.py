@@ -11,7 +11,9 @@ critic steps, no state or reward normalisation, 1M steps. The two penalty weight
 per dataset (``ENV_DEFAULTS``). Not CORL's: the last step of an episode cut by a time limit
 is left out (its next action is not in rlbench's transitions), the penalties are in the
 env's action units (the same as CORL's on gym-MuJoCo's [-1, 1] actions), and the actor moves
-on steps 2, 4, ... as TD3+BC's does, where CORL's moves on steps 1, 3, ...
+on steps 2, 4, ... as TD3+BC's does, where CORL's moves on steps 1, 3, .... As CORL's: the
+target actor moves toward the actor as it was before the actor's step, and the critics'
+LayerNorm takes Flax's epsilon, 1e-6.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch import nn
 from rlbench.algorithms._offline import (
     adam,
     corl_dataset_defaults,
+    corl_sources,
     open_dataset,
     state_normalization,
 )
@@ -36,6 +39,9 @@ from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
 
 KIND = "offline"
 ACTION_SPACES = ("box",)
+# The critics' LayerNorm epsilon: Flax's default, which CORL's (JAX) ReBRAC runs with;
+# PyTorch's 1e-5 moves losses by about 3e-5 and gradients by up to 8e-5, relatively.
+FLAX_LAYER_NORM_EPS = 1e-6
 
 
 @dataclass
@@ -87,6 +93,7 @@ _CORL_PENALTIES = {  # (actor_bc_coef, critic_bc_coef), configs/offline/rebrac/<
     "walker2d-medium-expert-v2": (0.01, 0.01),
 }
 ENV_DEFAULTS = corl_dataset_defaults(_CORL_PENALTIES, ("actor_bc_coef", "critic_bc_coef"))
+ENV_SOURCES = corl_sources("rebrac", ENV_DEFAULTS)
 
 
 def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[DeterministicActor, EnsembleMLP]:
@@ -102,7 +109,7 @@ def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[DeterministicActor, En
     actor = DeterministicActor(init_like_edac(net, 1e-3), action_spec.low[0],
                                action_spec.high[0])
     critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes,
-                         layer_norm=cfg.critic_layer_norm)
+                         layer_norm=cfg.critic_layer_norm, layer_norm_eps=FLAX_LAYER_NORM_EPS)
     return actor, init_like_edac(critic, 3e-3)
 
 
@@ -130,8 +137,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                              critic_bc_coef=cfg.critic_bc_coef, normalize_q=cfg.normalize_q,
                              gamma=cfg.gamma, policy_noise=cfg.policy_noise,
                              noise_clip=cfg.noise_clip)
-        target_updates = [SoftUpdate(actor, target_actor, cfg.tau),
-                          SoftUpdate(critic, target_critic, cfg.tau)]
+        target_actor_update = SoftUpdate(actor, target_actor, cfg.tau)
+        target_critic_update = SoftUpdate(critic, target_critic, cfg.tau)
         critic_optimizer = adam(critic.parameters(), cfg.critic_lr)
         actor_optimizer = adam(actor.parameters(), cfg.actor_lr)
         loop = RunLoop(spec, logger, policy=actor,
@@ -146,7 +153,9 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
             loop.metrics.add(value_losses)
             if step % cfg.policy_delay == 0:
                 actor_losses = loss_fn.actor_loss(batch)
+                # CORL's order: the target actor moves toward the actor as it was before
+                # this step (its update_actor), the target critics toward the stepped critics
+                target_actor_update.step()
                 backward_and_step(actor_losses, actor_optimizer, step=step)
-                for update in target_updates:
-                    update.step()
+                target_critic_update.step()
                 loop.metrics.add(actor_losses)

@@ -88,7 +88,9 @@ class EnsembleMLP(nn.Module):
     Input ``[..., in]`` is shared by all members; with ``per_member=True`` the input is
     ``[members, ..., in]`` and each member gets its own slice. The output is
     ``[members, ..., out]``. With ``layer_norm`` every hidden layer is ``linear ->
-    activation -> LayerNorm`` (each member with its own scale and shift), ReBRAC's critics.
+    activation -> LayerNorm`` (each member with its own scale and shift), ReBRAC's critics;
+    ``layer_norm_eps`` is the variance's epsilon (PyTorch's 1e-5 by default; Flax's, which
+    CORL's ReBRAC uses, is 1e-6).
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class EnsembleMLP(nn.Module):
         num_cells: Sequence[int] = (256, 256),
         activation: type[nn.Module] = nn.ReLU,
         layer_norm: bool = False,
+        layer_norm_eps: float = 1e-5,
     ):
         super().__init__()
         if num_members < 1:
@@ -122,7 +125,7 @@ class EnsembleMLP(nn.Module):
             for width in num_cells:
                 self.norm_scales.append(nn.Parameter(torch.ones(num_members, 1, width)))
                 self.norm_shifts.append(nn.Parameter(torch.zeros(num_members, 1, width)))
-        self.layer_norm = layer_norm
+        self.layer_norm, self.layer_norm_eps = layer_norm, layer_norm_eps
         self.num_members, self.in_features, self.out_features = (
             num_members, in_features, out_features)
 
@@ -159,7 +162,8 @@ class EnsembleMLP(nn.Module):
                     shift, scale = self.norm_shifts[i], self.norm_scales[i]
                     if some:
                         shift, scale = shift[:members], scale[:members]
-                    h = torch.addcmul(shift, nn.functional.layer_norm(h, h.shape[-1:]), scale)
+                    h = torch.addcmul(shift, nn.functional.layer_norm(
+                        h, h.shape[-1:], eps=self.layer_norm_eps), scale)
         return h.reshape(members, *batch_shape, self.out_features)
 
     def member(self, index: int) -> nn.Sequential:
@@ -172,7 +176,8 @@ class EnsembleMLP(nn.Module):
         net = net.to(self.weights[0].dtype)
         linears = [m for m in net if isinstance(m, nn.Linear)]
         if self.layer_norm:
-            norms = [nn.LayerNorm(width, dtype=self.weights[0].dtype) for width in cells]
+            norms = [nn.LayerNorm(width, eps=self.layer_norm_eps, dtype=self.weights[0].dtype)
+                     for width in cells]
             layers = list(net)
             net = nn.Sequential(*itertools.chain.from_iterable(
                 (layers[2 * i], layers[2 * i + 1], norm) for i, norm in enumerate(norms)),

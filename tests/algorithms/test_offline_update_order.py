@@ -2,7 +2,8 @@
 phase aside: ReBRAC's actor moves on even steps, CORL's on odd ones).
 
 A recipe's order is part of its algorithm: TD3+BC's actor reads the critics after their
-step and moves only every ``policy_delay`` steps, with both targets right after it; IQL
+step and moves only every ``policy_delay`` steps, with both targets right after it (ReBRAC's
+target actor just before it, toward the actor it had); IQL
 computes its three losses before any network moves; CQL computes the actor's and the
 critics' losses before either steps, the actor first; EDAC steps the temperature and the
 actor before the critics compute their loss; AWAC steps the critics first. The learning
@@ -112,13 +113,19 @@ DELAYED_ACTOR = [
     "target actor", "target critic",  # the stepped critics; both targets follow
 ] * (STEPS // 2)
 
+# CORL's rebrac.py: the target actor moves toward the actor before the actor's step
+REBRAC_ACTOR = [
+    "value_loss", "step qvalue",
+    "value_loss", "step qvalue", "actor_loss", "target actor", "step actor", "target critic",
+] * (STEPS // 2)
+
 CASES = {
     "td3_bc": (td3_bc, TD3BCLoss, ("value_loss", "actor_loss"),
                td3_bc.Config(batch_size=32, hidden_sizes=(16, 16)), DELAYED_ACTOR),
     # CORL's rebrac.py moves the actor on steps 1, 3, ...; ours on 2, 4, ... as TD3+BC
     # (the recipe's docstring says so): the order within a step is CORL's
     "rebrac": (rebrac, ReBRACLoss, ("value_loss", "actor_loss"),
-               rebrac.Config(batch_size=32, hidden_sizes=(16, 16)), DELAYED_ACTOR),
+               rebrac.Config(batch_size=32, hidden_sizes=(16, 16)), REBRAC_ACTOR),
     "iql": (iql, IQLLoss, ("value_and_advantage", "q_loss", "actor_loss"),
             iql.Config(batch_size=32, hidden_sizes=(16, 16)),
             _every_step(["value_and_advantage", "q_loss", "actor_loss",
@@ -146,6 +153,16 @@ def test_offline_recipe_updates_in_corls_order(algo: str, pendulum_file: Path,
     events = _record(monkeypatch, recipe, loss_class, methods)
     _train(recipe, cfg, pendulum_file, tmp_path)
     assert events == expected
+
+
+def test_iql_with_corls_deterministic_actor_keeps_the_order(
+        pendulum_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CORL's hopper medium and medium-replay configs: the same update with a deterministic
+    actor, whose weighted squared error is what steps it."""
+    cfg = replace(CASES["iql"][3], deterministic_actor=True, normalize_reward=True, tau=0.001)
+    events = _record(monkeypatch, iql, IQLLoss, CASES["iql"][2])
+    _train(iql, cfg, pendulum_file, tmp_path)
+    assert events == CASES["iql"][4]
 
 
 def test_cql_lagrange_steps_its_multiplier_with_the_critics(

@@ -36,11 +36,14 @@ def test_ensemble_members_equal_standalone_mlps() -> None:
         ensemble(torch.randn(2, 7, 5), per_member=True)
 
 
-def test_layer_norm_ensemble_by_hand_and_as_standalone_members() -> None:
+@pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.5])
+def test_layer_norm_ensemble_by_hand_and_as_standalone_members(eps: float) -> None:
     """Each hidden layer is linear -> ReLU -> LayerNorm with the member's own scale and
-    shift, checked in float64 against the formula and against ``member(i)``."""
+    shift and the given epsilon, checked in float64 against the formula and against
+    ``member(i)``."""
     torch.manual_seed(3)
-    ensemble = EnsembleMLP(4, 1, num_members=2, num_cells=(8, 6), layer_norm=True).double()
+    ensemble = EnsembleMLP(4, 1, num_members=2, num_cells=(8, 6), layer_norm=True,
+                           layer_norm_eps=eps).double()
     with torch.no_grad():
         for scale, shift in zip(ensemble.norm_scales, ensemble.norm_shifts, strict=True):
             scale.uniform_(0.5, 1.5)
@@ -52,7 +55,7 @@ def test_layer_norm_ensemble_by_hand_and_as_standalone_members() -> None:
         for i in range(2):
             h = torch.relu(h @ ensemble.weights[i][m] + ensemble.biases[i][m, 0])
             centred = h - h.mean(-1, keepdim=True)
-            h = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-5)
+            h = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
             h = h * ensemble.norm_scales[i][m, 0] + ensemble.norm_shifts[i][m, 0]
         expected = h @ ensemble.weights[2][m] + ensemble.biases[2][m, 0]
         torch.testing.assert_close(out[m], expected, rtol=1e-12, atol=1e-12)

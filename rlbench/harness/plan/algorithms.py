@@ -108,7 +108,8 @@ def resolve_with_sources(
     env: str | None = None,
 ) -> dict[str, tuple[Any, str]]:
     """``resolve_algo_config`` with, for each field, the layer its value came from:
-    ``recipe default``, ``family <name>``, ``env <id>``, or the label of one of ``layers``
+    ``recipe default``, ``family <name>``, ``env <id>`` (with the file a recipe's
+    ``ENV_SOURCES`` names for it, e.g. a CORL config), or the label of one of ``layers``
     (``(label, values)`` pairs, applied in order)."""
     recipe = load_algorithm(name)
     fields = algorithm_fields(name)
@@ -116,8 +117,10 @@ def resolve_with_sources(
     resolved = {f: ((d.default if d.default is not dataclasses.MISSING else d.default_factory()),
                     "recipe default") for f, d in fields.items()}
     env_defaults = getattr(recipe, "ENV_DEFAULTS", {}).get(env, {})
+    env_source = getattr(recipe, "ENV_SOURCES", {}).get(env)
+    env_label = f"env {env}" if env_source is None else f"env {env}: {env_source}"
     all_layers = [(f"family {family}", recipe.FAMILY_DEFAULTS.get(family, {})),
-                  (f"env {env}", env_defaults), *layers]
+                  (env_label, env_defaults), *layers]
     for label, layer in all_layers:
         for key, value in layer.items():
             if key not in fields:
