@@ -87,6 +87,7 @@ def test_d3rlpy_configs_carry_our_hyperparameters(peer_python: Path) -> None:
     params = {algo: resolve_algo_config(algo, "mujoco")
               for algo in ("bc", "td3_bc", "iql", "cql", "rebrac")}
     params["iql"]["expectile"], params["cql"]["cql_alpha"] = 0.8, 7.0  # not the defaults
+    params["iql"]["normalize_reward"] = True  # CORL's on hopper medium and medium-replay
     probe = f"""
 import json, sys
 sys.path.insert(0, {str(PEERS)!r})
@@ -98,6 +99,7 @@ td3_pendulum = config("td3_bc", params["td3_bc"], 100, ([-2.0], [2.0]))
 iql = config("iql", params["iql"], 100)
 cql = config("cql", params["cql"], 100)
 tuned = config("cql", dict(params["cql"], lagrange=True, target_action_gap=5.0), 100)
+scaled = config("cql", dict(params["cql"], normalize_reward=True), 100)
 rebrac_params = dict(params["rebrac"], actor_bc_coef=0.05, critic_bc_coef=0.5)
 rebrac = config("rebrac", rebrac_params, 100)
 rebrac_pendulum = config("rebrac", rebrac_params, 100, ([-2.0], [2.0]))
@@ -113,6 +115,7 @@ print(json.dumps({{
             cql.alpha_learning_rate, cql.initial_alpha, cql.initial_temperature,
             cql.soft_q_backup, cql.n_action_samples, cql.critic_encoder_factory.hidden_units],
     "cql_lagrange": [tuned.alpha_learning_rate, tuned.initial_alpha, tuned.alpha_threshold],
+    "cql_rewards": [cql.reward_scaler, scaled.reward_scaler.multiplier],
     "rebrac": [rebrac.batch_size, rebrac.actor_learning_rate, rebrac.critic_learning_rate,
                rebrac.actor_beta, rebrac.critic_beta, rebrac.update_actor_interval,
                rebrac.target_smoothing_sigma, rebrac.critic_encoder_factory.use_layer_norm,
@@ -131,20 +134,22 @@ print(json.dumps({{
     assert got["iql"] == [0.8, 3.0, 100.0, 1000.0, 100]
     assert got["cql"] == [7.0, 3e-5, 3e-5, 0.0, 1.0, 1.0, False, 10, [256, 256, 256]]
     assert got["cql_lagrange"] == [3e-4, pytest.approx(np.e), 5.0]  # log alpha' starts at 1
+    assert got["cql_rewards"] == [None, 1000.0]  # 1000 / return range, as ours
     # ReBRAC's penalties on Pendulum's [-2, 2] actions: d3rlpy's squared distances are 1/4
     # of ours, so its weights are 4 times ours
     assert got["rebrac"] == [1024, 1e-3, 1e-3, 0.05, 0.5, 2, 0.2, True, False,
                              [256, 256, 256], None, 0.2, 2.0]
-    refused = dict(params["iql"], value_lr=1e-3)
-    bad = subprocess.run([str(peer_python), "-c", f"import sys; sys.path.insert(0, {str(PEERS)!r})"
-                          f"\nfrom d3rlpy_peer import config\nconfig('iql', {refused!r}, 10)"],
-                         capture_output=True, text=True)
-    assert bad.returncode != 0 and "cannot take value_lr=0.001" in bad.stderr
-    unscaled = dict(params["rebrac"], normalize_q=False)
-    bad = subprocess.run([str(peer_python), "-c", f"import sys; sys.path.insert(0, {str(PEERS)!r})"
-                          f"\nfrom d3rlpy_peer import config\nconfig('rebrac', {unscaled!r}, 10)"],
-                         capture_output=True, text=True)
-    assert bad.returncode != 0 and "cannot take normalize_q=False" in bad.stderr
+    refusals = {"cannot take value_lr=0.001": ("iql", dict(params["iql"], value_lr=1e-3)),
+                "cannot take normalize_q=False": ("rebrac", dict(params["rebrac"],
+                                                                 normalize_q=False)),
+                "cannot take deterministic_actor=True": ("iql", dict(params["iql"],
+                                                                     deterministic_actor=True))}
+    for message, (algo, refused) in refusals.items():
+        bad = subprocess.run([str(peer_python), "-c",
+                              f"import sys; sys.path.insert(0, {str(PEERS)!r})\n"
+                              f"from d3rlpy_peer import config\nconfig({algo!r}, {refused!r}, 10)"],
+                             capture_output=True, text=True)
+        assert bad.returncode != 0 and message in bad.stderr, message
 
 
 @pytest.mark.slow

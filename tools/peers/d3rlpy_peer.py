@@ -112,12 +112,13 @@ def config(algo: str, params: dict[str, Any], steps: int,
             target_smoothing_clip=params["noise_clip"],
             update_actor_interval=params["policy_delay"],
             actor_encoder_factory=net, critic_encoder_factory=critic_net, **scalers)
+    rewards = (d3rlpy.preprocessing.ReturnBasedRewardScaler(multiplier=1000.0)
+               if params.get("normalize_reward") else None)  # 1000 / (max - min return)
     if algo == "iql":
-        _refuse(algo, params, {"value_lr": params["critic_lr"]})  # one optimizer for both
+        # one optimizer for value and critics; a Gaussian actor only
+        _refuse(algo, params, {"value_lr": params["critic_lr"], "deterministic_actor": False})
         schedule = (d3rlpy.optimizers.CosineAnnealingLRFactory(T_max=steps)
                     if params["cosine_schedule"] else None)
-        rewards = (d3rlpy.preprocessing.ReturnBasedRewardScaler(multiplier=1000.0)
-                   if params["normalize_reward"] else None)
         return d3rlpy.algos.IQLConfig(
             batch_size=params["batch_size"], actor_learning_rate=params["actor_lr"],
             critic_learning_rate=params["critic_lr"], gamma=params["gamma"], tau=params["tau"],
@@ -143,7 +144,7 @@ def config(algo: str, params: dict[str, Any], steps: int,
             initial_alpha=math.e if params["lagrange"] else 1.0,
             conservative_weight=params["cql_alpha"],
             n_action_samples=params["num_sampled_actions"],
-            soft_q_backup=params["backup_entropy"],
+            soft_q_backup=params["backup_entropy"], reward_scaler=rewards,
             actor_encoder_factory=net, critic_encoder_factory=net, **scalers)
     raise SystemExit(f"no d3rlpy peer for {algo!r}: bc, td3_bc, iql, cql or rebrac")
 
