@@ -21,8 +21,9 @@ differently, so the same seed gives the same protocol, not the same numbers.
 Both train on the same transitions: a truncated episode gets one extra row holding its
 last next observation, which d3rlpy reads as that transition's next state and never trains
 on. What differs, and cannot be set in d3rlpy:
-- IQL's value and critics share one optimizer (``value_lr`` must equal ``critic_lr``), and
-  its actor's log-std is clamped to [-5, 2] (ours is free);
+- IQL's value and critics share one optimizer (``value_lr`` must equal ``critic_lr``), its
+  actor's log-std is clamped to [-5, 2] (ours is free), and its actor is Gaussian only
+  (``deterministic_actor``, CORL's on hopper medium and medium-replay, is refused);
 - CQL's target takes the policy's mean action at the next state (ours samples one; both
   when ``backup_entropy`` is on), d3rlpy steps the critics before the actor (ours the actor
   first), and under ``lagrange`` its multiplier's loss lacks our factor 0.5;
