@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean regress regress-nightly
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,9 +16,32 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## the main job: `make run ARGS="seeds=3"` passes overrides
 	$(BIN)/rlbench run suite=smoke $(ARGS)
 
-test: $(STAMP)  ## lint, then every test but the benchmarks (learning tests included)
+test: $(STAMP)  ## lint, every test but the benchmarks (learning tests included), the gate
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not bench" $(ARGS)
+	$(MAKE) --no-print-directory regress
+
+# The regression gate (rlbench regress). Its candidate runs go to a fresh store each time;
+# rlbench's small Pendulum datasets are made once, under REGRESS_DIR.
+REGRESS_DIR ?= .regress
+JOBS ?= 2
+regress: $(STAMP)  ## the gate's fast tier: learning (suite=regress), then throughput
+	rm -rf $(REGRESS_DIR)/runs $(REGRESS_DIR)/report $(REGRESS_DIR)/bench.json
+	@status=0; \
+	MINARI_DATASETS_PATH=$(CURDIR)/$(REGRESS_DIR)/datasets $(BIN)/rlbench regress \
+		suite=regress reference=results/reference/regress.json out_dir=$(REGRESS_DIR)/runs \
+		report=$(REGRESS_DIR)/report jobs=$(JOBS) || status=$$?; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "bench and throughput_gate" tests/bench \
+		--benchmark-json=$(REGRESS_DIR)/bench.json && \
+	$(BIN)/rlbench regress bench candidate=$(REGRESS_DIR)/bench.json \
+		reference=results/reference/regress_bench/reference.json report=$(REGRESS_DIR)/report \
+		|| status=$$?; \
+	exit $$status
+
+regress-nightly: $(STAMP)  ## the gate's MuJoCo tier; MINARI_DATASETS_PATH: the Hopper datasets
+	rm -rf $(REGRESS_DIR)/nightly
+	$(BIN)/rlbench regress suite=regress_nightly reference=results/reference/regress_nightly.json \
+		out_dir=$(REGRESS_DIR)/nightly report=$(REGRESS_DIR)/nightly/report jobs=$(JOBS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -34,4 +57,4 @@ nightly: $(STAMP)  ## the property tests of hostile inputs at 10,000 examples pe
 	HYPOTHESIS_PROFILE=nightly $(BIN)/python -m pytest -m "not bench" tests/properties $(ARGS)
 
 clean:
-	rm -rf $(VENV) rlbench_runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) rlbench_runs .pytest_cache .ruff_cache $(REGRESS_DIR)

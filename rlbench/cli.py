@@ -1,5 +1,5 @@
-"""The ``rlbench`` command: ``run``, ``show``, ``compare``, ``eval``, ``dataset`` and ``list``,
-with key=value words."""
+"""The ``rlbench`` command: ``run``, ``show``, ``compare``, ``regress``, ``eval``, ``dataset``
+and ``list``, with key=value words."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ USAGE = """\
 usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
        rlbench show [key=value ...]      print the resolved grid without running it
        rlbench compare [key=value ...]   compare finished runs: tables, baselines, plots
+       rlbench regress suite=<gate> reference=<file> [...]   the regression gate
+       rlbench regress bench candidate=<json> reference=<json>   the throughput gate
        rlbench eval run=<id|dir> [...]   play a finished run's policy again (and film it)
        rlbench dataset info <source>     what an offline dataset holds and where it came from
        rlbench dataset make [...]        offline datasets from a run (random ... medium-expert)
@@ -69,6 +71,39 @@ keys: suite, algo (algos), env (envs), frames, tag.<name> (e.g. tag.git_commit=a
       default 2000, at most 100,000)
 example: rlbench compare suite=mujoco env=Hopper-v5,HalfCheetah-v5 output=report
 """,
+    "regress": """\
+usage: rlbench regress suite=<gate suite> reference=<file> [key=value ...]
+       rlbench regress bench candidate=<benchmark json> reference=<benchmark json> [...]
+The regression gate. Runs the gate suite's candidate runs (or reads them, run=false) and
+compares each task's final scores with the reference's seeds: a one-sided Welch t-test
+and a bootstrap CI of the difference of means. REGRESSION when the candidate is
+significantly worse (alpha over the suite's tasks, Bonferroni) by more than the task's
+minimal effect (the suite's gate.delta); IMPROVEMENT the same upward; UNDERPOWERED when the
+seeds could not find a drop of the minimal effect with power 0.8 (with the seeds that
+would). A candidate measured under another protocol (env, budget, eval episodes, dataset,
+gymnasium or MuJoCo version) is refused; other hyperparameters are allowed and named.
+Exit 1 on a REGRESSION (a failed candidate run is one), 2 for bad input, else 0.
+
+keys: suite (regress, regress_nightly or a suite file with a gate: section), reference (the
+      JSON file: results/reference/regress.json for suite=regress), out_dir (the
+      candidates' store, default rlbench_regress; it must not hold finished runs of the
+      gate's configs unless run=false), run (default true), update (true: write the
+      reference from the candidate runs instead of judging them), alpha (family-wise,
+      default the suite's), report (a directory: regress.md, regress.json and regress.xml,
+      JUnit; default <out_dir>/regress-report), bootstrap_seed (default 0), and every key
+      of rlbench run (algo=, env=, dataset=, seeds=, base_seed=, jobs=, ppo.gamma=...)
+bench: the throughput gate, a pytest-benchmark JSON run (candidate=) against a stored one
+      (reference=). Each benchmark's time is divided by the calibration workloads of its
+      own run (test_calibrate_*: a matrix product, a raw MuJoCo loop); SLOWER when that
+      cost grew by more than threshold (default 0.15); a benchmark measured beside a peer
+      (extra_info side_by_side) also has that ratio compared. Keys: candidate, reference,
+      threshold, statistic (min|median, default min), calibration (benchmark names),
+      report (a directory: regress_bench.md, .json, .xml), update (true: store the
+      candidate as the reference). Exit 1 when a benchmark is SLOWER.
+example: rlbench regress suite=regress reference=results/reference/regress.json jobs=2
+         rlbench regress suite=regress reference=my_ref.json update=true seeds=20 base_seed=100
+         rlbench regress bench candidate=bench.json reference=stored_bench.json
+""",
     "eval": """\
 usage: rlbench eval run=<MLflow run id or run directory> [key=value ...]
 Rebuild a finished run's policy from its saved config, weights and observation
@@ -119,7 +154,7 @@ locally and the known remote names.
 SHOWN_RUNS = 200  # rows of `show`'s grid table; the caption counts the rest
 BAD_PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
 ERROR_LIMIT = 2000  # characters of an error line; the message is cut, never wrapped
-COMMANDS = ("run", "show", "compare", "eval", "dataset", "list")
+COMMANDS = ("run", "show", "compare", "regress", "eval", "dataset", "list")
 LISTABLE = ("suites", "algorithms", "envs", "datasets")
 
 
@@ -239,6 +274,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rlbench.harness.analysis.compare import run_compare
 
             return run_compare(rest, console)
+        if command == "regress":
+            # deferred: a command's modules (torch, MLflow) load only when it runs
+            from rlbench.harness.regress.gate import run_regress
+
+            return run_regress(rest, console)
         if command == "eval":
             # deferred: a command's modules (torch, MLflow) load only when it runs
             from rlbench.harness.policy.eval import run_eval

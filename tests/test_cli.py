@@ -8,7 +8,7 @@ import rlbench
 from rlbench.cli import HELP, main
 
 
-@pytest.mark.parametrize("command", ["run", "show", "compare", "list"])
+@pytest.mark.parametrize("command", ["run", "show", "compare", "regress", "list"])
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_each_command_prints_its_own_help(capsys, command: str, flag: str) -> None:
     assert main([command, "seeds=3", flag]) == 0

@@ -1,9 +1,41 @@
-"""Benchmarks run single-threaded so that numbers compare across runs and machines."""
+"""Benchmarks run single-threaded so that numbers compare across runs and machines.
+
+``RLBENCH_BENCH_SLOWDOWN=module:function:factor`` (e.g. ``rlbench.returns:gae:1.3``) makes
+that function take ``factor`` times its own time, by spinning after each call: how the
+throughput gate's tests plant a slowdown in a real hot path. It is read when this file
+loads, before the benchmark modules import the function.
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib
+import os
+import time
+
 import pytest
 import torch
+
+
+def _plant_slowdown(spec: str) -> None:
+    module_name, name, factor_text = spec.split(":")
+    module, factor = importlib.import_module(module_name), float(factor_text)
+    original = getattr(module, name)
+
+    @functools.wraps(original)
+    def slowed(*args, **kwargs):
+        start = time.perf_counter()
+        result = original(*args, **kwargs)
+        until = start + (time.perf_counter() - start) * factor
+        while time.perf_counter() < until:
+            pass
+        return result
+
+    setattr(module, name, slowed)
+
+
+if os.environ.get("RLBENCH_BENCH_SLOWDOWN"):
+    _plant_slowdown(os.environ["RLBENCH_BENCH_SLOWDOWN"])
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,9 @@ from rlbench.modules import MLP, ValueOperator
 
 pytestmark = pytest.mark.bench
 STEPS = 1000
-ENV_IDS = ["Hopper-v5", "CartPole-v1"]
+# both are also in the throughput gate's tier (rlbench regress bench)
+ENV_IDS = [pytest.param(env_id, marks=pytest.mark.throughput_gate)
+           for env_id in ("Hopper-v5", "CartPole-v1")]
 
 
 class ArgmaxActor(nn.Module):
@@ -67,6 +69,7 @@ def test_collector(benchmark, env_id: str) -> None:
                           total_frames=STEPS * 100)
     batches = iter(collector)
     benchmark.extra_info["frames_per_round"] = STEPS
+    benchmark.extra_info["side_by_side"] = f"test_raw_loop[{env_id}]"
     benchmark.pedantic(lambda: next(batches), rounds=10, warmup_rounds=1)
 
 

@@ -44,7 +44,11 @@ def _rlbench_loop(env, actor: ValueOperator) -> None:
             _, root = env.step_and_maybe_reset(actor(root))
 
 
-@pytest.mark.parametrize("env_id", ["Hopper-v5", "HalfCheetah-v5"])
+# Hopper-v5's pair is also in the throughput gate's tier (rlbench regress bench)
+ENV_IDS = [pytest.param("Hopper-v5", marks=pytest.mark.throughput_gate), "HalfCheetah-v5"]
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
 def test_raw_gymnasium(benchmark, env_id: str) -> None:
     env = gym.make(env_id)
     policy = _mlp(env.observation_space.shape[0], env.action_space.shape[0])
@@ -52,12 +56,13 @@ def test_raw_gymnasium(benchmark, env_id: str) -> None:
     benchmark.pedantic(_raw_gym_loop, args=(env, policy), rounds=10, warmup_rounds=1)
 
 
-@pytest.mark.parametrize("env_id", ["Hopper-v5", "HalfCheetah-v5"])
+@pytest.mark.parametrize("env_id", ENV_IDS)
 def test_rlbench_gym(benchmark, env_id: str) -> None:
     env = make(env_id, num_envs=1)
     obs_dim = env.observation_spec["observation"].shape[-1]
     actor = ValueOperator(_mlp(obs_dim, env.action_spec.shape[-1]), out_key="action")
     benchmark.extra_info["frames_per_round"] = STEPS
+    benchmark.extra_info["side_by_side"] = f"test_raw_gymnasium[{env_id}]"
     benchmark.pedantic(_rlbench_loop, args=(env, actor), rounds=10, warmup_rounds=1)
 
 
@@ -95,4 +100,5 @@ def test_rlbench_dm_control(benchmark) -> None:
     obs_dim = env.observation_spec["observation"].shape[-1]
     actor = ValueOperator(_mlp(obs_dim, env.action_spec.shape[-1]), out_key="action")
     benchmark.extra_info["frames_per_round"] = STEPS
+    benchmark.extra_info["side_by_side"] = "test_raw_dm_control"
     benchmark.pedantic(_rlbench_loop, args=(env, actor), rounds=5, warmup_rounds=1)

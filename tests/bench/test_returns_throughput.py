@@ -12,7 +12,7 @@ import torch
 
 from rlbench.returns import gae
 
-pytestmark = pytest.mark.bench
+pytestmark = [pytest.mark.bench, pytest.mark.throughput_gate]
 
 TORCHRL_BEST_MS = {(1, 512): 0.77, (32, 512): 7.0, (300, 500): 14.7, (64, 2048): 54.9}
 

@@ -30,7 +30,7 @@ from rlbench.harness.plan.algorithms import (
     resolve_algo_config,
     resolve_with_sources,
 )
-from rlbench.harness.plan.datasets import MadeFamily, PlannedDataset, plan_dataset
+from rlbench.harness.plan.datasets import MadeFamily, PlannedDataset, dataset_label, plan_dataset
 from rlbench.harness.plan.suites import SUITE_SETTINGS, Suite, load_suite
 from rlbench.harness.plan.words import split_words
 from rlbench.version import __version__
@@ -447,6 +447,9 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
             raise UnknownNameError(f"algorithm in per_algo of suite {suite.name}", algo,
                                    known_algos)
     task_names = {*envs, *datasets, *(p.label for p in planned.values())}
+    # a suite's own datasets keep their settings when a filter (algo=ppo) leaves them out
+    suite_datasets = _names(suite.settings, "datasets") if suite.settings.get("datasets") else []
+    task_names |= {*suite_datasets, *map(dataset_label, suite_datasets)}
     for env, env_settings in suite.per_env.items():
         if env not in task_names and env not in list_envs():
             raise UnknownNameError(f"env in per_env of suite {suite.name}", env, list_envs())

@@ -4,7 +4,8 @@ A suite file holds the harness settings (``algos``, ``envs`` or ``datasets``, ``
 ``base_seed``, ``frames`` (online) or ``steps`` (offline), ``eval_every``,
 ``eval_episodes``, ``threads``, ``device``), an optional
 ``description``, ``per_algo: {algo: {hyperparameter: value}}`` and
-``per_env: {env: {setting: value, algo: {hyperparameter: value}}}``.
+``per_env: {env: {setting: value, algo: {hyperparameter: value}}}``. A gate suite adds
+``gate:`` (the regression gate's level and minimal effects, read by ``rlbench regress``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ SUITE_SETTINGS: dict[str, Any] = {
     "save_snapshots": False,  # keep the policy at every evaluation (snapshots/<frames>/)
     "save_transitions": False,  # keep every collected transition (transitions/)
 }
-_SUITE_KEYS = {*SUITE_SETTINGS, "description", "per_algo", "per_env"}
+_SUITE_KEYS = {*SUITE_SETTINGS, "description", "per_algo", "per_env", "gate"}
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Suite:
     settings: dict[str, Any]
     per_algo: dict[str, dict[str, Any]] = field(default_factory=dict)
     per_env: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gate: dict[str, Any] | None = None  # ``rlbench regress``'s settings; runs ignore them
 
 
 class _SuiteLoader(yaml.SafeLoader):
@@ -220,4 +222,5 @@ def load_suite(name_or_path: str) -> Suite:
         settings=settings,
         per_algo=raw.get("per_algo") or {},
         per_env=raw.get("per_env") or {},
+        gate=raw.get("gate"),
     )

@@ -1,0 +1,32 @@
+"""JUnit XML, the report format every CI system reads: one test case per verdict."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+__all__ = ["Case", "junit_xml"]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    verdict: str
+    why: str  # one line
+    failed: bool
+    details: str = ""  # a failure's longer text (tracebacks)
+
+
+def junit_xml(suite_name: str, classname: str, cases: list[Case]) -> str:
+    """A ``testsuite`` of ``cases``; a failed case carries a ``failure`` whose message says
+    why, every case its verdict in ``system-out``."""
+    suite = ET.Element("testsuite", name=suite_name, tests=str(len(cases)),
+                       failures=str(sum(c.failed for c in cases)), errors="0", skipped="0")
+    for c in cases:
+        case = ET.SubElement(suite, "testcase", classname=classname, name=c.name)
+        if c.failed:
+            ET.SubElement(case, "failure", message=c.why, type=c.verdict).text = (
+                c.details or None)
+        ET.SubElement(case, "system-out").text = f"{c.verdict}: {c.why}"
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,153 @@
+"""A gate's reference: per task, the final scores of its seeds and the protocol they were
+measured under, with the provenance of the runs. One JSON file, written by
+``rlbench regress ... update=true`` and read by every later gate.
+
+A candidate is compared with a reference task only under the same protocol: the env (or
+dataset, by its sha256), the budget, the evaluation episodes and the versions of the
+libraries that define the env (gymnasium; MuJoCo for its envs). Anything else may differ
+and is reported: hyperparameters (how a user checks a change of settings), seeds, rlbench,
+torch and tensordict versions, the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlbench.errors import ConfigError, quote
+from rlbench.harness.plan.config import RunConfig
+from rlbench.untrusted_files import path_is, read_json
+
+__all__ = ["FORMAT", "Reference", "ReferenceTask", "load_reference", "protocol_of",
+           "write_reference"]
+
+FORMAT = "rlbench-regress-reference/1"
+MAX_REFERENCE_BYTES = 16 * 2**20
+MUJOCO_FAMILIES = ("mujoco", "dmc")
+# Tags of a run that define its env: a candidate must match the reference's.
+ENV_LIBRARIES = ("gymnasium_version", "mujoco_version")
+# Tags reported beside the verdicts, never refused.
+CODE_TAGS = ("rlbench_version", "git_commit", "git_dirty", "torch_version",
+             "tensordict_version", "python_version", "host")
+
+
+def protocol_of(run: RunConfig, libraries: dict[str, str]) -> dict[str, Any]:
+    """What a task's scores mean: the same protocol, comparable numbers."""
+    protocol: dict[str, Any] = {
+        "env": run.env,
+        "budget": run.budget,
+        "unit": run.unit,
+        "eval_episodes": run.eval_episodes,
+        "gymnasium_version": libraries.get("gymnasium_version", ""),
+    }
+    if run.env_family in MUJOCO_FAMILIES:
+        protocol["mujoco_version"] = libraries.get("mujoco_version", "")
+    if run.offline:
+        protocol["dataset_sha256"] = run.dataset_sha256
+    return protocol
+
+
+@dataclass
+class ReferenceTask:
+    algorithm: str
+    task: str
+    protocol: dict[str, Any]
+    algo_params: dict[str, str]
+    base_seed: int
+    seeds: list[int]  # seed indices under base_seed
+    scores: list[float]
+    run_ids: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.algorithm, self.task, int(self.protocol["budget"]))
+
+
+@dataclass
+class Reference:
+    suite: str
+    tasks: list[ReferenceTask]
+    provenance: dict[str, Any]
+
+    def find(self, algo: str, task: str, budget: int) -> ReferenceTask | None:
+        return next((t for t in self.tasks if t.key == (algo, task, budget)), None)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "suite": self.suite, "provenance": self.provenance,
+                "tasks": [t.__dict__ for t in self.tasks]}
+
+
+def write_reference(reference: Reference, path: Path) -> None:
+    """Write ``reference`` to ``path`` whole or not at all (a temporary file, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(reference.as_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _bad(path: Path, why: str) -> ConfigError:
+    return ConfigError(f"reference {quote(str(path))}: {why}; make one with `rlbench regress "
+                       f"suite=<gate suite> reference={path} update=true`")
+
+
+def _task(path: Path, index: int, raw: Any) -> ReferenceTask:
+    where = f"tasks[{index}]"
+    if not isinstance(raw, dict):
+        raise _bad(path, f"{where} is not a mapping")
+    for key, kind in (("algorithm", str), ("task", str), ("protocol", dict),
+                      ("algo_params", dict), ("seeds", list), ("scores", list),
+                      ("run_ids", list)):
+        if not isinstance(raw.get(key), kind):
+            raise _bad(path, f"{where}.{key} is missing or not a {kind.__name__}")
+    scores = raw["scores"]
+    if len(scores) < 2 or not all(
+            isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s)
+            for s in scores):
+        raise _bad(path, f"{where}.scores must hold at least 2 finite numbers")
+    if len(raw["seeds"]) != len(scores) or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in raw["seeds"]):
+        raise _bad(path, f"{where}.seeds must give one integer seed per score")
+    base_seed = raw.get("base_seed")
+    if not isinstance(base_seed, int) or isinstance(base_seed, bool) or base_seed < 0:
+        raise _bad(path, f"{where}.base_seed must be a non-negative integer")
+    budget = raw["protocol"].get("budget")
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        raise _bad(path, f"{where}.protocol.budget must be a positive integer")
+    return ReferenceTask(raw["algorithm"], raw["task"], raw["protocol"],
+                         {str(k): str(v) for k, v in raw["algo_params"].items()},
+                         base_seed, list(raw["seeds"]), [float(s) for s in scores],
+                         [str(r) for r in raw["run_ids"]])
+
+
+def load_reference(path: Path, suite: str) -> Reference:
+    """The reference at ``path`` for ``suite``; missing, unreadable, malformed or another
+    suite's: a ``ConfigError`` that says which."""
+    if not path_is(path, "file"):
+        raise _bad(path, "missing or not a regular file")
+    try:
+        raw = read_json(path, MAX_REFERENCE_BYTES)
+    except ConfigError as err:
+        raise _bad(path, str(err).removeprefix(str(path)).strip()) from err
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise _bad(path, f"not a gate reference (its format should be {FORMAT})")
+    if raw.get("suite") != suite:
+        raise _bad(path, f"it is the reference of suite {quote(raw.get('suite'))}, not of "
+                   f"{suite}")
+    if not isinstance(raw.get("tasks"), list) or not isinstance(raw.get("provenance"), dict):
+        raise _bad(path, "tasks or provenance is missing")
+    tasks = [_task(path, i, t) for i, t in enumerate(raw["tasks"])]
+    keys = [t.key for t in tasks]
+    if len(set(keys)) != len(keys):
+        raise _bad(path, "a task (algorithm, task, budget) is given twice")
+    return Reference(suite, tasks, raw["provenance"])

@@ -1,0 +1,157 @@
+"""The gate's report: one row per task with its verdict and the numbers behind it, as a
+terminal table, Markdown (``regress.md``), JSON (``regress.json``) and JUnit XML
+(``regress.xml``: one test case per task, so any CI system shows the verdicts per task)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from rlbench.harness.regress.junit import Case, junit_xml
+from rlbench.harness.regress.statistics import POWER, TaskVerdict
+from rlbench.harness.render import TextTable, to_markdown, to_rich
+
+__all__ = ["GateReport", "TaskResult", "write_report"]
+
+
+@dataclass
+class TaskResult:
+    algorithm: str
+    task: str
+    budget: int
+    unit: str  # frames (online) or steps (offline: gradient steps)
+    delta: float
+    candidate: list[float]
+    reference: list[float]
+    test: TaskVerdict | None  # None when a candidate run failed
+    failed: dict[str, str] = field(default_factory=dict)  # seed -> error
+    overrides: list[str] = field(default_factory=list)  # hyperparameters set otherwise
+    shared_seeds: int = 0  # candidate seeds that are the reference's own
+
+    @property
+    def verdict(self) -> str:
+        return "REGRESSION" if self.failed or self.test is None else self.test.verdict
+
+    @property
+    def name(self) -> str:
+        return f"{self.algorithm} on {self.task} ({self.budget:,} {self.unit})"
+
+    def why(self) -> str:
+        """One line: what decided the verdict."""
+        if self.failed:
+            return (f"{len(self.failed)} candidate run(s) failed: "
+                    + "; ".join(f"{seed}: {error.splitlines()[-1] if error else 'no error'}"
+                                for seed, error in self.failed.items()))
+        t = self.test
+        assert t is not None
+        line = (f"mean difference {t.difference:+.4g} (95% bootstrap CI {t.ci_low:+.4g} to "
+                f"{t.ci_high:+.4g}), p(worse) {t.p_worse:.3g}, minimal effect {self.delta:g}; "
+                f"drops of {t.detectable_drop:.4g} or more are caught with probability "
+                f"{POWER:g}")
+        if t.verdict == "UNDERPOWERED":
+            line += (f"; the t-test's power at {self.delta:g} is {t.power:.2f}: "
+                     + (f"{t.seeds_needed} seeds per side would reach {POWER:g}"
+                        if t.seeds_needed is not None else "no variation to size it"))
+        return line
+
+    def as_dict(self) -> dict:
+        return {"algorithm": self.algorithm, "task": self.task, "budget": self.budget,
+                "unit": self.unit, "delta": self.delta, "verdict": self.verdict,
+                "candidate_scores": self.candidate, "reference_scores": self.reference,
+                "test": None if self.test is None else self.test.as_dict(),
+                "failed_runs": self.failed, "hyperparameter_overrides": self.overrides,
+                "shared_seeds": self.shared_seeds, "why": self.why()}
+
+
+@dataclass
+class GateReport:
+    suite: str
+    reference: str
+    family_alpha: float
+    alpha: float  # per task
+    tasks: list[TaskResult]
+    code_differences: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # reference tasks not run
+
+    @property
+    def regressed(self) -> bool:
+        return any(t.verdict == "REGRESSION" for t in self.tasks)
+
+    def table(self) -> TextTable:
+        rows = []
+        for t in self.tasks:
+            c, r = np.asarray(t.candidate), np.asarray(t.reference)
+            test = t.test
+            rows.append([
+                t.algorithm, t.task, f"{t.budget:,} {t.unit}", _mean_std(c, len(t.failed)),
+                _mean_std(r, 0),
+                "—" if test is None else f"{test.difference:+.4g} [{test.ci_low:+.3g}, "
+                                         f"{test.ci_high:+.3g}]",
+                "—" if test is None else f"{test.p_worse:.3g}",
+                f"{t.delta:g}",
+                "—" if test is None else f"{test.detectable_drop:.4g}",
+                "—" if test is None or test.seeds_needed is None else str(test.seeds_needed),
+                t.verdict])
+        notes = [
+            f"One-sided Welch t-tests at alpha {self.alpha:.4g} per task ({self.family_alpha:g} "
+            f"over {len(self.tasks)} task{'s' if len(self.tasks) != 1 else ''}, Bonferroni). "
+            "REGRESSION: the candidate is "
+            "significantly worse and its mean is lower by more than the minimal effect; "
+            "IMPROVEMENT the same upward; UNDERPOWERED: neither, and the seeds could not "
+            f"have found a drop of the minimal effect with power {POWER:g}.",
+            f"'caught at {POWER:g}': the smallest drop this gate flags with probability "
+            f"{POWER:g}; 'seeds for {POWER:g}': seeds per side that would find the minimal "
+            "effect with that power (Colas et al., 2018).",
+            f"Reference: {self.reference}.",
+        ]
+        for t in self.tasks:
+            if t.overrides:
+                notes.append(f"{t.name}: hyperparameters set otherwise than the reference's: "
+                             + "; ".join(t.overrides))
+            if t.shared_seeds:
+                notes.append(f"{t.name}: {t.shared_seeds} candidate seed(s) are the "
+                             "reference's own; with unchanged code their scores repeat it")
+            if t.verdict != "PASS":
+                notes.append(f"{t.name}: {t.verdict}: {t.why()}")
+        notes += [f"Differs from the reference's runs: {line}" for line in self.code_differences]
+        notes += [f"In the reference but not run here: {', '.join(self.skipped)}"] if (
+            self.skipped) else []
+        return TextTable(
+            title=f"rlbench regress: suite {self.suite}",
+            headers=["algorithm", "env or dataset", "budget", "candidate", "reference",
+                     "difference [95% CI]", "p(worse)", "minimal effect",
+                     f"caught at {POWER:g}", f"seeds for {POWER:g}", "verdict"],
+            rows=rows, notes=notes, align="lll" + "r" * 7 + "l")
+
+    def as_dict(self) -> dict:
+        return {"suite": self.suite, "reference": self.reference,
+                "family_alpha": self.family_alpha, "alpha_per_task": self.alpha,
+                "regressed": self.regressed, "tasks": [t.as_dict() for t in self.tasks],
+                "code_differences": self.code_differences, "not_run": self.skipped}
+
+
+def _mean_std(scores: np.ndarray, failed: int) -> str:
+    text = (f"{scores.mean():.4g} ± {scores.std(ddof=1):.3g} ({scores.size})"
+            if scores.size >= 2 else ", ".join(f"{s:.4g}" for s in scores) or "—")
+    return text + (f", {failed} failed" if failed else "")
+
+
+def write_report(report: GateReport, directory: Path, console: Console) -> None:
+    """Print the report and write it to ``directory`` in every format."""
+    table = report.table()
+    console.print(to_rich(table))
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "regress.md").write_text(to_markdown(table))
+    (directory / "regress.json").write_text(
+        json.dumps(report.as_dict(), indent=1, allow_nan=True) + "\n")
+    cases = [Case(t.name, t.verdict, t.why(), t.verdict == "REGRESSION",
+                  "\n".join(f"{seed}:\n{error}" for seed, error in t.failed.items()))
+             for t in report.tasks]
+    (directory / "regress.xml").write_text(
+        junit_xml(f"rlbench regress {report.suite}", f"rlbench.regress.{report.suite}", cases))
+    console.print(f"report: {directory}/regress.md, regress.json, regress.xml (JUnit)",
+                  highlight=False, markup=False)

@@ -1,0 +1,135 @@
+"""The gate's test against float64 references, scipy's Welch test, and simulation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from rlbench.harness.regress.statistics import (
+    POWER,
+    bootstrap_difference_ci,
+    judge_task,
+    welch,
+)
+
+
+def _welch_reference(c: list[float], r: list[float]) -> tuple[float, float, float]:
+    """Welch's statistic in plain Python floats."""
+    mc, mr = sum(c) / len(c), sum(r) / len(r)
+    vc = sum((x - mc) ** 2 for x in c) / (len(c) - 1) / len(c)
+    vr = sum((x - mr) ** 2 for x in r) / (len(r) - 1) / len(r)
+    df = (vc + vr) ** 2 / (vc**2 / (len(c) - 1) + vr**2 / (len(r) - 1))
+    return mc - mr, math.sqrt(vc + vr), df
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_welch_matches_a_float64_reference_and_scipy(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    c = rng.normal(rng.uniform(-100, 100), rng.uniform(0.1, 50), size=rng.integers(2, 12))
+    r = rng.normal(rng.uniform(-100, 100), rng.uniform(0.1, 50), size=rng.integers(2, 30))
+    w = welch(c, r)
+    difference, se, df = _welch_reference(list(c), list(r))
+    assert w.difference == pytest.approx(difference, rel=1e-12, abs=1e-12)
+    assert w.se == pytest.approx(se, rel=1e-12)
+    assert w.df == pytest.approx(df, rel=1e-12)
+    verdict = judge_task(c, r, delta=1.0, alpha=0.05)
+    scipy_less = stats.ttest_ind(c, r, equal_var=False, alternative="less").pvalue
+    scipy_greater = stats.ttest_ind(c, r, equal_var=False, alternative="greater").pvalue
+    assert verdict.p_worse == pytest.approx(scipy_less, rel=1e-9)
+    assert verdict.p_better == pytest.approx(scipy_greater, rel=1e-9)
+
+
+def test_bootstrap_interval_matches_a_plain_resampling_loop() -> None:
+    rng = np.random.default_rng(3)
+    c, r = rng.normal(0, 1, 6), rng.normal(1, 2, 20)
+    low, high = bootstrap_difference_ci(c, r, reps=2000, seed=7)
+    draws = np.random.default_rng(7)
+    index_c = draws.integers(0, c.size, size=(2000, c.size))
+    index_r = draws.integers(0, r.size, size=(2000, r.size))
+    differences = sorted(float(np.mean([c[i] for i in ic]) - np.mean([r[i] for i in ir]))
+                         for ic, ir in zip(index_c, index_r, strict=True))
+    expected = np.quantile(np.array(differences), [0.025, 0.975])
+    assert (low, high) == pytest.approx(tuple(expected), rel=1e-12)
+    assert low < c.mean() - r.mean() < high
+
+
+def test_a_clear_drop_past_the_minimal_effect_is_a_regression() -> None:
+    reference = np.array([100.0, 102, 98, 101, 99, 100, 103, 97])
+    verdict = judge_task(reference - 20, reference, delta=10, alpha=0.01)
+    assert verdict.verdict == "REGRESSION"
+    assert verdict.difference == pytest.approx(-20)
+    assert verdict.ci_high < 0
+    improved = judge_task(reference + 20, reference, delta=10, alpha=0.01)
+    assert improved.verdict == "IMPROVEMENT"
+
+
+def test_a_significant_drop_smaller_than_the_minimal_effect_passes() -> None:
+    reference = np.array([100.0, 100.5, 99.5, 100.2, 99.8, 100.1])
+    verdict = judge_task(reference - 3, reference, delta=10, alpha=0.01)
+    assert verdict.p_worse < 1e-5  # significant ...
+    assert verdict.verdict == "PASS"  # ... but it does not matter
+
+
+def test_a_large_drop_that_noise_explains_is_underpowered_not_a_regression() -> None:
+    rng = np.random.default_rng(0)
+    reference = rng.normal(100, 80, 3)
+    candidate = reference - 30
+    verdict = judge_task(candidate + rng.normal(0, 80, 3), reference, delta=10, alpha=0.05)
+    assert verdict.verdict == "UNDERPOWERED"
+    assert verdict.power < POWER
+    assert verdict.seeds_needed is not None and verdict.seeds_needed > 3
+
+
+def test_scores_that_do_not_vary_are_judged_exactly() -> None:
+    solved = np.full(6, 500.0)
+    assert judge_task(solved, solved, delta=50, alpha=0.01).verdict == "PASS"
+    assert judge_task(solved - 100, solved, delta=50, alpha=0.01).verdict == "REGRESSION"
+    assert judge_task(solved - 20, solved, delta=50, alpha=0.01).verdict == "PASS"
+    assert judge_task(solved, solved, delta=50, alpha=0.01).seeds_needed is None
+
+
+def test_seeds_needed_is_the_first_count_at_which_the_t_test_reaches_the_power() -> None:
+    rng = np.random.default_rng(1)
+    candidate, reference = rng.normal(0, 10, 5), rng.normal(0, 10, 5)
+    verdict = judge_task(candidate, reference, delta=8, alpha=0.05)
+    pooled = math.sqrt((4 * candidate.var(ddof=1) + 4 * reference.var(ddof=1)) / 8)
+
+    def power(n: int) -> float:  # the t-test's power at delta with n seeds per side
+        df = 2 * (n - 1)
+        se = pooled * math.sqrt(2 / n)
+        return float(stats.t.cdf(8 / se - stats.t.ppf(0.95, df), df))
+
+    n = verdict.seeds_needed
+    assert n is not None and power(n) >= POWER > power(n - 1)
+
+
+def test_power_and_false_alarms_hold_in_simulation() -> None:
+    """Normal scores: with no change the gate cries wolf at most alpha of the time; a true
+    drop of the reported detectable size is caught about POWER of the time."""
+    rng = np.random.default_rng(2)
+    alpha, delta, std, n_c, n_r = 0.05, 20.0, 15.0, 6, 20
+    first = judge_task(rng.normal(0, std, n_c), rng.normal(0, std, n_r), delta=delta,
+                       alpha=alpha)
+    trials = 400
+    alarms = sum(judge_task(rng.normal(0, std, n_c), rng.normal(0, std, n_r), delta=delta,
+                            alpha=alpha).verdict == "REGRESSION" for _ in range(trials))
+    assert alarms / trials <= alpha
+    drop = first.detectable_drop
+    caught = sum(judge_task(rng.normal(-drop, std, n_c), rng.normal(0, std, n_r),
+                            delta=delta, alpha=alpha).verdict == "REGRESSION"
+                 for _ in range(trials))
+    # the detectable drop is computed from one pair's standard error, so the rate around
+    # it spreads: within 0.15 of POWER over 400 trials
+    assert abs(caught / trials - POWER) < 0.15, caught / trials
+
+
+def test_bad_parameters_are_refused() -> None:
+    with pytest.raises(ValueError, match="2 seeds on each side"):
+        judge_task(np.array([1.0]), np.array([1.0, 2.0]), delta=1, alpha=0.05)
+    with pytest.raises(ValueError, match="delta"):
+        judge_task(np.ones(3), np.ones(3), delta=0, alpha=0.05)
+    with pytest.raises(ValueError, match="alpha"):
+        judge_task(np.ones(3), np.ones(3), delta=1, alpha=1.5)

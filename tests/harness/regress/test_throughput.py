@@ -1,0 +1,131 @@
+"""``rlbench regress bench``: calibrated costs, side-by-side ratios and bad input, on
+pytest-benchmark files; a slowdown planted in a real hot path is caught."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from rlbench.cli import main
+from rlbench.harness.regress.throughput import compare_benchmarks
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _run(times: dict[str, float], peers: dict[str, str] | None = None) -> dict:
+    """A pytest-benchmark file's shape: each benchmark's name, stats and extra info."""
+    peers = peers or {}
+    return {"benchmarks": [
+        {"name": name, "stats": {"min": t, "median": t * 1.1},
+         "extra_info": {"side_by_side": peers[name]} if name in peers else {}}
+        for name, t in times.items()]}
+
+
+REFERENCE = {"test_calibrate_matmul": 0.02, "test_calibrate_mujoco": 0.08,
+             "test_collector": 0.10, "test_raw_loop": 0.09, "test_gae": 0.001}
+PEERS = {"test_collector": "test_raw_loop"}
+
+
+def _write(path: Path, times: dict[str, float]) -> Path:
+    path.write_text(json.dumps(_run(times, PEERS)))
+    return path
+
+
+def _verdicts(candidate: dict[str, float], threshold: float = 0.15) -> dict[tuple, str]:
+    table = compare_benchmarks(
+        {n: {"time": t, "side_by_side": PEERS.get(n)} for n, t in candidate.items()},
+        {n: {"time": t, "side_by_side": PEERS.get(n)} for n, t in REFERENCE.items()},
+        calibration=["test_calibrate_matmul", "test_calibrate_mujoco"], threshold=threshold)
+    return {(v.name, v.what): (v.verdict, round(v.speed_ratio, 6)) for v in table}
+
+
+def test_a_machine_twice_as_slow_passes() -> None:
+    verdicts = _verdicts({n: t * 2 for n, t in REFERENCE.items()})
+    assert {v for v, _ in verdicts.values()} == {"PASS"}
+    assert verdicts[("test_gae", "calibrated cost")] == ("PASS", 1.0)
+
+
+def test_a_slower_benchmark_on_the_same_machine_is_slower() -> None:
+    verdicts = _verdicts({**REFERENCE, "test_gae": 0.0013})  # 30% more time
+    assert verdicts[("test_gae", "calibrated cost")] == ("SLOWER", round(1 / 1.3, 6))
+    assert verdicts[("test_collector", "calibrated cost")][0] == "PASS"
+
+
+def test_the_side_by_side_ratio_needs_no_calibration() -> None:
+    # the collector 30% slower, its raw loop and the calibrations as they were
+    verdicts = _verdicts({**REFERENCE, "test_collector": 0.13})
+    assert verdicts[("test_collector", "beside test_raw_loop")] == ("SLOWER",
+                                                                     round(1 / 1.3, 6))
+    faster = _verdicts({**REFERENCE, "test_collector": 0.05})
+    assert faster[("test_collector", "beside test_raw_loop")][0] == "FASTER"
+
+
+def test_the_command_writes_its_reports_and_exits_1_when_slower(tmp_path: Path) -> None:
+    reference = _write(tmp_path / "reference.json", REFERENCE)
+    candidate = _write(tmp_path / "candidate.json", {**REFERENCE, "test_gae": 0.0013})
+    report = tmp_path / "report"
+    assert main(["regress", "bench", f"candidate={candidate}", f"reference={reference}",
+                 f"report={report}"]) == 1
+    junit = ET.parse(report / "regress_bench.xml").getroot()
+    failures = [case.get("name") for case in junit.iter("testcase")
+                if case.find("failure") is not None]
+    assert failures == ["test_gae (calibrated cost)"]
+    data = json.loads((report / "regress_bench.json").read_text())
+    assert data["threshold"] == 0.15 and data["statistic"] == "min"
+    same = _write(tmp_path / "same.json", REFERENCE)
+    assert main(["regress", "bench", f"candidate={same}", f"reference={reference}"]) == 0
+
+
+@pytest.mark.parametrize(("candidate", "words", "message"), [
+    (None, [], "missing or not a regular file"),
+    ("{", [], "is not JSON"),
+    ('{"x": 1}', [], "is not a pytest-benchmark run"),
+    (json.dumps(_run({"test_gae": 0.001})), [], "no calibration benchmark"),
+    (json.dumps(_run({**REFERENCE, "test_gae": -1})), [], "no positive stats.min"),
+    (json.dumps(_run({n: t for n, t in REFERENCE.items() if n != "test_gae"})), [],
+     "lacks benchmark(s) of the reference: test_gae"),
+    (json.dumps(_run(REFERENCE)), ["threshold=2"], "threshold must be a fraction"),
+    (json.dumps(_run(REFERENCE)), ["statistic=mean"], "unknown statistic 'mean'"),
+    (json.dumps(_run(REFERENCE)), ["treshold=0.1"], "did you mean threshold"),
+])
+def test_bad_input_exits_2(tmp_path: Path, capsys, candidate: str | None,
+                           words: list[str], message: str) -> None:
+    reference = _write(tmp_path / "reference.json", REFERENCE)
+    path = tmp_path / "candidate.json"
+    if candidate is not None:
+        path.write_text(candidate)
+    assert main(["regress", "bench", f"candidate={path}", f"reference={reference}",
+                 *words]) == 2
+    assert message in capsys.readouterr().err
+
+
+def _bench_run(out: Path, slowdown: str | None) -> Path:
+    """A real pytest-benchmark run of the calibrations and GAE (about 10 s)."""
+    env = {**os.environ, "RLBENCH_BENCH_SLOWDOWN": slowdown or ""}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "bench",
+         "tests/bench/test_calibration.py", "tests/bench/test_returns_throughput.py",
+         f"--benchmark-json={out}"], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_a_30_percent_slowdown_planted_in_gae_is_caught(tmp_path: Path) -> None:
+    reference = _bench_run(tmp_path / "reference.json", None)
+    planted = _bench_run(tmp_path / "planted.json", "rlbench.returns:gae:1.3")
+    report = tmp_path / "report"
+    assert main(["regress", "bench", f"candidate={planted}", f"reference={reference}",
+                 f"report={report}"]) == 1
+    verdicts = {v["name"]: v["verdict"] for v in json.loads(
+        (report / "regress_bench.json").read_text())["verdicts"]}
+    assert verdicts == {name: "SLOWER" for name in verdicts}
+    assert set(verdicts) == {"test_gae[1x512]", "test_gae[32x512]", "test_gae[300x500]",
+                             "test_gae[64x2048]"}

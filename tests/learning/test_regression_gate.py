@@ -1,0 +1,70 @@
+"""The gate's fast tier catches planted regressions: each test plants one (through a
+hyperparameter, or by patching the code the runs execute in this process) and runs
+``rlbench regress suite=regress`` on the task that should catch it, against the committed
+reference, with the suite's 6 candidate seeds.
+
+The fast tier itself, on this code, runs in ``make test`` (``make regress``) after pytest.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import rlbench.returns.functional as returns
+from rlbench.cli import main
+from rlbench.objectives.dqn import DQNLoss
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "results" / "reference" / "regress.json"
+
+
+def _gate(tmp_path: Path, *words: str) -> dict:
+    """The gate on the tasks ``words`` pick; one process, so patches reach the runs."""
+    report = tmp_path / "report"
+    code = main(["regress", "suite=regress", f"reference={REFERENCE}",
+                 f"out_dir={tmp_path / 'runs'}", f"report={report}", "jobs=1", *words])
+    tasks = json.loads((report / "regress.json").read_text())["tasks"]
+    assert code == (1 if any(t["verdict"] == "REGRESSION" for t in tasks) else 0)
+    return {(t["algorithm"], t["task"]): t for t in tasks}
+
+
+@pytest.mark.slow
+def test_a_learning_rate_ten_times_too_small_is_a_regression(tmp_path: Path) -> None:
+    tasks = _gate(tmp_path, "algo=ppo", "env=Pendulum-v1", "ppo.learning_rate=1e-4")
+    task = tasks[("ppo", "Pendulum-v1")]
+    assert task["verdict"] == "REGRESSION", task["why"]
+    assert task["hyperparameter_overrides"] == ["learning_rate 0.001 -> 0.0001"]
+
+
+@pytest.mark.slow
+def test_truncation_taken_for_termination_in_gae_is_a_regression(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    gae = returns.gae
+
+    def truncation_as_termination(gamma, lmbda, state_value, next_state_value, reward, done,
+                                  terminated, *, time_dim=-2):
+        return gae(gamma, lmbda, state_value, next_state_value, reward, done, done,
+                   time_dim=time_dim)
+
+    monkeypatch.setattr(returns, "gae", truncation_as_termination)
+    task = _gate(tmp_path, "algo=ppo", "env=Pendulum-v1")[("ppo", "Pendulum-v1")]
+    assert task["verdict"] == "REGRESSION", task["why"]
+    assert task["hyperparameter_overrides"] == []
+
+
+@pytest.mark.slow
+def test_a_value_target_one_step_off_is_a_regression(tmp_path: Path, monkeypatch) -> None:
+    """DQN's target bootstraps from the state it acted in instead of the next one."""
+    forward = DQNLoss.forward
+
+    def one_step_off(self, batch):
+        batch = batch.clone(False)
+        batch.set(("next", "observation"), batch.get("observation"))
+        return forward(self, batch)
+
+    monkeypatch.setattr(DQNLoss, "forward", one_step_off)
+    task = _gate(tmp_path, "algo=dqn", "env=CartPole-v1")[("dqn", "CartPole-v1")]
+    assert task["verdict"] == "REGRESSION", task["why"]
