@@ -58,6 +58,8 @@ def read_json(path: Path, limit: int, where: str | None = None) -> Any:
                           f"{err.colno})") from err
     except RecursionError as err:
         raise ConfigError(f"{where} is not JSON rlbench reads (nested too deeply)") from err
+    except ValueError as err:  # an integer past Python's digit limit for text conversion
+        raise ConfigError(f"{where} is not JSON rlbench reads ({one_line(err)})") from err
 
 
 def path_is(path: Path, kind: str) -> bool:

@@ -35,6 +35,7 @@ def test_a_fifo_or_a_device_is_refused_without_blocking(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ("{", r"is not JSON \(Expecting property name"),
     ("[" * 100_000, r"is not JSON rlbench reads \(nested too deeply\)"),
+    ("[" + "9" * 5000 + "]", r"is not JSON rlbench reads \(Exceeds the limit"),
 ])
 def test_json_that_is_not_or_nests_too_deep_is_one_error(tmp_path: Path, text: str,
                                                          message: str) -> None:

@@ -42,3 +42,15 @@ def test_a_pool_like_the_reference_rarely_alarms_and_a_worse_one_does(
     assert result["false_alarm_rate"] == 1.0
     name = f"{worse_key[0]} on {worse_key[1]}"
     assert result["tasks"][name]["verdicts"] == {"REGRESSION": 50}
+
+
+def test_a_pool_that_cannot_serve_the_reference_is_refused(
+        tmp_path: Path, keys: list[tuple[str, str, int]]) -> None:
+    rng = np.random.default_rng(0)
+    reference = _write(tmp_path / "reference.json", {key: rng.normal(0, 1, 20) for key in keys})
+    small = _write(tmp_path / "small.json", {key: rng.normal(0, 1, 6) for key in keys})
+    with pytest.raises(ValueError, match="the pool needs more than 6 seeds"):
+        false_alarms("regress", reference, small, sets=1, seed=0)
+    partial = _write(tmp_path / "partial.json", {key: rng.normal(0, 1, 30) for key in keys[1:]})
+    with pytest.raises(ValueError, match="it has 0"):
+        false_alarms("regress", reference, partial, sets=1, seed=0)

@@ -39,6 +39,15 @@ def false_alarms(suite: str, reference_path: Path, pool_path: Path, sets: int, s
     reference = load_reference(reference_path, sweep.suite.name)
     pool = load_reference(pool_path, sweep.suite.name)
     deltas = {(run.algo, run.task): settings.delta(run) for run in sweep.runs}
+    for task in reference.tasks:
+        drawn = pool.find(*task.key)
+        name = f"{task.algorithm} on {task.task} at {task.key[2]:,}"
+        if drawn is None or len(drawn.scores) <= seeds:
+            raise ValueError(f"the pool needs more than {seeds} seeds of {name}, it has "
+                             f"{0 if drawn is None else len(drawn.scores)}")
+        if drawn.protocol != task.protocol:
+            raise ValueError(f"{name}: the pool was measured under {drawn.protocol}, the "
+                             f"reference under {task.protocol}")
     alpha = settings.alpha / len(reference.tasks)
     rng = np.random.default_rng(seed)
     tasks = {}
@@ -46,7 +55,7 @@ def false_alarms(suite: str, reference_path: Path, pool_path: Path, sets: int, s
     for _ in range(sets):
         alarm = False
         for task in reference.tasks:
-            scores = np.asarray(pool.find(*task.key).scores)
+            scores = np.asarray(pool.find(*task.key).scores)  # checked above
             candidate = rng.choice(scores, size=seeds, replace=False)
             verdict = judge_task(candidate, np.asarray(task.scores),
                                  delta=deltas[(task.algorithm, task.task)], alpha=alpha,

@@ -43,8 +43,10 @@ from rlbench.harness.regress.reference import (
 from rlbench.harness.regress.report import GateReport, TaskResult, write_report
 from rlbench.harness.regress.settings import check_alpha, gate_settings
 from rlbench.harness.regress.statistics import judge_task
-from rlbench.harness.store.results import load, open_store
-from rlbench.harness.store.tracking import environment_tags, flatten
+from rlbench.harness.store.results import RUN_COLUMNS, load, open_store
+from rlbench.harness.store.sqlite import check_out_dir
+from rlbench.harness.store.tracking import environment_tags, flatten, with_retry
+from rlbench.untrusted_files import path_is
 
 __all__ = ["GATE_KEYS", "GateRequest", "parse_gate_args", "run_regress"]
 
@@ -86,10 +88,18 @@ def parse_gate_args(args: Sequence[str]) -> GateRequest:
     if not any(word.startswith("suite=") for word in sweep_words):
         raise ConfigError("rlbench regress needs suite=<gate suite> (regress, "
                           "regress_nightly or a suite file with a gate: section)")
+    reference = Path(own["reference"])
+    update = _bool("update", own.get("update", "false"))
+    if update:  # where the reference will be written must take it, before anything runs
+        if path_is(reference, "dir"):
+            raise ConfigError(f"reference={reference} is a directory: name the file to write")
+        check_out_dir(reference.parent, "reference's directory")
+    if own.get("report"):
+        check_out_dir(Path(own["report"]), "report")
     return GateRequest(
-        reference=Path(own["reference"]),
+        reference=reference,
         run=_bool("run", own.get("run", "true")),
-        update=_bool("update", own.get("update", "false")),
+        update=update,
         alpha=check_alpha(own["alpha"], "alpha") if "alpha" in own else None,
         report=Path(own["report"]) if own.get("report") else None,
         bootstrap_seed=int_word("bootstrap_seed", own.get("bootstrap_seed", "0"), 0,
@@ -130,10 +140,35 @@ def _overrides(runs: list[RunConfig], found: ReferenceTask) -> list[str]:
 
 
 def _stored_candidates(sweep: SweepConfig) -> pd.DataFrame:
-    """The store's rows of the sweep's planned runs, by identity."""
+    """The store's rows of the sweep's planned runs, by identity (none when the store
+    holds no run of the suite)."""
     client = open_store(sweep.out_dir)
+    if with_retry(client.get_experiment_by_name, sweep.suite.name) is None:
+        return pd.DataFrame(columns=list(RUN_COLUMNS))
     frame = load(client, suite=sweep.suite.name)
     return frame[frame.config_hash.isin({run.identity for run in sweep.runs})]
+
+
+def _task_rows(key: tuple[str, str, int], runs: list[RunConfig], stored: pd.DataFrame
+               ) -> tuple[pd.DataFrame, list[str]]:
+    """The stored rows of one task's runs, and the names of the runs the store lacks."""
+    rows = stored[stored.config_hash.isin({run.identity for run in runs})]
+    found = set(rows.config_hash)
+    return rows, [run.name for run in runs if run.identity not in found]
+
+
+def _stored_libraries(key: tuple[str, str, int], rows: pd.DataFrame) -> dict[str, str]:
+    """The env-defining library versions a task's stored runs were measured with: one
+    value each, or the seeds are not one sample."""
+    libraries = {}
+    for name in ENV_LIBRARIES:
+        values = sorted(set(rows[name].astype(str)))
+        if len(values) > 1:
+            raise ConfigError(f"{key[0]} on {key[1]}: its stored runs were measured with "
+                              f"different {name}s ({', '.join(values)}): they are not one "
+                              "sample")
+        libraries[name] = values[0] if values else ""
+    return libraries
 
 
 def _refuse_reuse(sweep: SweepConfig) -> None:
@@ -164,10 +199,11 @@ def _resolve(request: GateRequest) -> SweepConfig:
 
 
 def _check_plan(request: GateRequest, sweep: SweepConfig, reference: Reference | None,
-                libraries: dict[str, str]) -> None:
+                libraries: dict[str, str] | None) -> None:
     """Everything that can be refused before a run starts: a suite that is no gate, a
     task with fewer than 2 seeds, a task the reference lacks or measured otherwise
-    (datasets still to be made are compared by sha256 once made)."""
+    (datasets still to be made are compared by sha256 once made; ``libraries`` None: the
+    runs go to other machines, whose versions are checked from the stored runs)."""
     gate_settings(sweep.suite, sweep.runs)
     for key, runs in _tasks(sweep.runs).items():
         if len(runs) < 2:
@@ -181,7 +217,8 @@ def _check_plan(request: GateRequest, sweep: SweepConfig, reference: Reference |
                 f"task of reference {request.reference} (algorithm, task, budget)",
                 f"{key[0]} on {key[1]} at {key[2]:,}",
                 [f"{t.algorithm} on {t.task} at {t.key[2]:,}" for t in reference.tasks])
-        if request.run and not any(run.offline and not run.dataset_sha256 for run in runs):
+        if libraries is not None and request.run and not any(
+                run.offline and not run.dataset_sha256 for run in runs):
             _check_protocol(key, runs, found, libraries, request.reference)
 
 
@@ -202,7 +239,7 @@ def _make_datasets(request: GateRequest, sweep: SweepConfig, console: Console
 
 
 def _judge(request: GateRequest, sweep: SweepConfig, reference: Reference,
-           stored: pd.DataFrame, libraries: dict[str, str] | None) -> GateReport:
+           stored: pd.DataFrame) -> GateReport:
     settings = gate_settings(sweep.suite, sweep.runs)
     tasks = _tasks(sweep.runs)
     family_alpha = request.alpha if request.alpha is not None else settings.alpha
@@ -211,28 +248,32 @@ def _judge(request: GateRequest, sweep: SweepConfig, reference: Reference,
     notes: list[str] = []
     for key, runs in tasks.items():
         found = reference.find(*key)
-        rows = stored[stored.config_hash.isin({run.identity for run in runs})]
-        missing = sorted({run.name for run in runs} - {
-            f"{r.algorithm}/{r.env}/seed{r.seed}" for r in rows.itertuples()})
-        if missing:
-            raise ConfigError(f"the store {sweep.out_dir} has no run of {', '.join(missing)}"
-                              + (" (run=false judges stored runs: run them first)"
-                                 if not request.run else ""))
-        tags = libraries or {name: str(rows[name].iloc[0]) for name in ENV_LIBRARIES}
-        _check_protocol(key, runs, found, tags, request.reference)
-        failed = rows[rows.status != "FINISHED"]
-        scores = rows[rows.status == "FINISHED"].final_return.to_numpy(np.float64)
+        rows, missing = _task_rows(key, runs, stored)
+        if missing and not request.run:
+            raise ConfigError(f"the store {sweep.out_dir} has no run of {', '.join(missing)} "
+                              "(run=false judges stored runs: run them first)")
+        if len(rows):
+            _check_protocol(key, runs, found, _stored_libraries(key, rows), request.reference)
+        finished = rows[rows.status == "FINISHED"]
+        scores = finished.final_return.to_numpy(np.float64)
+        failed = {f"seed{r.seed}": str(r.error) for r in rows[rows.status != "FINISHED"
+                                                             ].itertuples()}
+        failed |= {name.rpartition("/")[2]: "the run ended without being recorded"
+                   for name in missing}  # a run that crashed past its own recording
         delta = settings.delta(runs[0])
         verdict = None
-        if len(failed) == 0:
-            verdict = judge_task(scores, np.asarray(found.scores), delta=delta, alpha=alpha,
-                                 seed=request.bootstrap_seed)
+        if not failed:
+            try:
+                verdict = judge_task(scores, np.asarray(found.scores), delta=delta,
+                                     alpha=alpha, seed=request.bootstrap_seed)
+            except ValueError as err:
+                raise ConfigError(f"{key[0]} on {key[1]}: {err}") from err
         results.append(TaskResult(
             algorithm=key[0], task=key[1], budget=key[2], unit=runs[0].unit, delta=delta,
             candidate=list(scores), reference=list(found.scores), test=verdict,
-            failed={f"seed{r.seed}": str(r.error) for r in failed.itertuples()},
-            overrides=_overrides(runs, found),
-            shared_seeds=len({(r.base_seed, r.seed_index) for r in runs}
+            failed=failed, overrides=_overrides(runs, found), alpha=alpha,
+            shared_seeds=len({(r.base_seed, r.seed_index) for r in runs
+                              if r.identity in set(finished.config_hash)}
                              & {(found.base_seed, s) for s in found.seeds})))
     codes = {name: sorted(set(stored[name].astype(str))) for name in CODE_TAGS
              if name in stored.columns}
@@ -248,23 +289,36 @@ def _judge(request: GateRequest, sweep: SweepConfig, reference: Reference,
                                for t in reference.tasks if t.key not in tasks])
 
 
-def _new_reference(request: GateRequest, sweep: SweepConfig, stored: pd.DataFrame,
-                   words: Sequence[str]) -> Reference:
-    libraries = environment_tags(",".join(sorted({run.device for run in sweep.runs})))
+def _one_value(stored: pd.DataFrame, name: str) -> str:
+    values = sorted(set(stored[name].astype(str))) if name in stored.columns else []
+    return ", ".join(values)
+
+
+def _new_reference(sweep: SweepConfig, stored: pd.DataFrame, words: Sequence[str]
+                   ) -> Reference:
+    """A reference from the finished candidate runs: their scores, their protocol and the
+    code and libraries they ran with (from their stored tags)."""
     tasks = []
     for key, runs in _tasks(sweep.runs).items():
-        by_identity = stored.set_index("config_hash")
-        rows = [by_identity.loc[run.identity] for run in runs]
+        rows, missing = _task_rows(key, runs, stored)
+        unfinished = [f"{r.algorithm}/{r.env}/seed{r.seed}"
+                      for r in rows[rows.status != "FINISHED"].itertuples()]
+        if missing or unfinished:
+            raise ConfigError(f"no reference written: {', '.join(missing + unfinished)} "
+                              "did not finish in the store")
+        by_identity = rows.set_index("config_hash")
+        finished = [by_identity.loc[run.identity] for run in runs]
         tasks.append(ReferenceTask(
-            algorithm=key[0], task=key[1], protocol=protocol_of(runs[0], libraries),
+            algorithm=key[0], task=key[1],
+            protocol=protocol_of(runs[0], _stored_libraries(key, rows)),
             algo_params=_params(runs[0]), base_seed=runs[0].base_seed,
             seeds=[run.seed_index for run in runs],
-            scores=[float(row.final_return) for row in rows],
-            run_ids=[str(row.run_id) for row in rows]))
+            scores=[float(row.final_return) for row in finished],
+            run_ids=[str(row.run_id) for row in finished]))
     provenance = {
         "command": shlex.join(["rlbench", "regress", *words]),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        **{name: libraries[name] for name in (*CODE_TAGS, *ENV_LIBRARIES)},
+        **{name: _one_value(stored, name) for name in (*CODE_TAGS, *ENV_LIBRARIES)},
         "out_dir": str(sweep.out_dir.resolve()),
     }
     return Reference(sweep.suite.name, tasks, provenance)
@@ -279,16 +333,20 @@ def run_regress(args: Sequence[str], console: Console) -> int:
         return run_bench_gate(args[1:], console)
     request = parse_gate_args(args)
     sweep = _resolve(request)
+    if sweep.dry_run:
+        raise ConfigError("dry_run is rlbench run's; rlbench show suite=... prints the gate's "
+                          "grid without running it")
     gate_settings(sweep.suite, sweep.runs)  # a suite that is no gate: before the reference
     reference = None if request.update else load_reference(request.reference,
                                                            sweep.suite.name)
-    here = environment_tags("cpu")
+    here = environment_tags("cpu") if sweep.launcher == "local" else None
     _check_plan(request, sweep, reference, here)
     if request.run:
         if sweep.launcher == "local":
             check_devices_here(sweep)
-        sweep = _make_datasets(request, sweep, console)
         _refuse_reuse(sweep)
+        sweep = _make_datasets(request, sweep, console)
+        _refuse_reuse(sweep)  # offline runs have their identities once their data is made
         _check_plan(request, sweep, reference, here)
         # deferred: running loads torch, the recipes and the launchers
         from rlbench.harness.run.sweep import run_sweep
@@ -298,17 +356,10 @@ def run_regress(args: Sequence[str], console: Console) -> int:
         _make_datasets(request, sweep, console)  # refuses: nothing stored can have used them
     stored = _stored_candidates(sweep)
     if request.update:
-        unfinished = stored[stored.status != "FINISHED"]
-        if len(unfinished):
-            console.print(Text(f"rlbench regress: no reference written: {len(unfinished)} "
-                               "candidate runs did not finish", style="red"))
-            return 1
-        write_reference(_new_reference(request, sweep, stored, args), request.reference)
+        write_reference(_new_reference(sweep, stored, args), request.reference)
         console.print(Text(f"reference written: {request.reference}"))
         return 0
     assert reference is not None
-    report = _judge(request, sweep, reference, stored,
-                    environment_tags("cpu") if request.run else None)
-    report_dir = request.report or sweep.out_dir / "regress-report"
-    write_report(report, report_dir, console)
+    report = _judge(request, sweep, reference, stored)
+    write_report(report, request.report or sweep.out_dir / "regress-report", console)
     return 1 if report.regressed else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
@@ -17,16 +18,25 @@ class Case:
     details: str = ""  # a failure's longer text (tracebacks)
 
 
+# Characters XML 1.0 cannot hold, even escaped (an error text may carry terminal codes).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
+def _text(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
+
+
 def junit_xml(suite_name: str, classname: str, cases: list[Case]) -> str:
     """A ``testsuite`` of ``cases``; a failed case carries a ``failure`` whose message says
     why, every case its verdict in ``system-out``."""
-    suite = ET.Element("testsuite", name=suite_name, tests=str(len(cases)),
+    suite = ET.Element("testsuite", name=_text(suite_name), tests=str(len(cases)),
                        failures=str(sum(c.failed for c in cases)), errors="0", skipped="0")
     for c in cases:
-        case = ET.SubElement(suite, "testcase", classname=classname, name=c.name)
+        case = ET.SubElement(suite, "testcase", classname=_text(classname),
+                             name=_text(c.name))
         if c.failed:
-            ET.SubElement(case, "failure", message=c.why, type=c.verdict).text = (
-                c.details or None)
-        ET.SubElement(case, "system-out").text = f"{c.verdict}: {c.why}"
+            ET.SubElement(case, "failure", message=_text(c.why), type=c.verdict).text = (
+                _text(c.details) or None)
+        ET.SubElement(case, "system-out").text = _text(f"{c.verdict}: {c.why}")
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

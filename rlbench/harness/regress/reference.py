@@ -12,7 +12,6 @@ torch and tensordict versions, the machine.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 
 from rlbench.errors import ConfigError, quote
 from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.regress.statistics import MAX_SCORE
 from rlbench.untrusted_files import path_is, read_json
 
 __all__ = ["FORMAT", "Reference", "ReferenceTask", "load_reference", "protocol_of",
@@ -84,16 +84,33 @@ class Reference:
 
 def write_reference(reference: Reference, path: Path) -> None:
     """Write ``reference`` to ``path`` whole or not at all (a temporary file, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(reference.as_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as err:
+        raise ConfigError(f"the reference could not be written to {path} "
+                          f"({err.strerror or err})") from err
     try:
         with os.fdopen(handle, "w") as stream:
             stream.write(text)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as err:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise ConfigError(f"the reference could not be written to {path} "
+                              f"({err.strerror or err})") from err
         raise
+
+
+def _score(value: Any) -> bool:
+    """Whether ``value`` is a number the test can take (JSON integers have no size limit)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return abs(float(value)) <= MAX_SCORE
+    except OverflowError:
+        return False
 
 
 def _bad(path: Path, why: str) -> ConfigError:
@@ -111,10 +128,9 @@ def _task(path: Path, index: int, raw: Any) -> ReferenceTask:
         if not isinstance(raw.get(key), kind):
             raise _bad(path, f"{where}.{key} is missing or not a {kind.__name__}")
     scores = raw["scores"]
-    if len(scores) < 2 or not all(
-            isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s)
-            for s in scores):
-        raise _bad(path, f"{where}.scores must hold at least 2 finite numbers")
+    if len(scores) < 2 or not all(_score(s) for s in scores):
+        raise _bad(path, f"{where}.scores must hold at least 2 finite numbers within "
+                   f"±{MAX_SCORE:g}")
     if len(raw["seeds"]) != len(scores) or not all(
             isinstance(s, int) and not isinstance(s, bool) for s in raw["seeds"]):
         raise _bad(path, f"{where}.seeds must give one integer seed per score")

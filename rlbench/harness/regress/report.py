@@ -11,8 +11,14 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from rlbench.errors import ConfigError
 from rlbench.harness.regress.junit import Case, junit_xml
-from rlbench.harness.regress.statistics import POWER, TaskVerdict
+from rlbench.harness.regress.statistics import (
+    MAX_SEEDS_NEEDED,
+    POWER,
+    TaskVerdict,
+    bootstrap_confidence,
+)
 from rlbench.harness.render import TextTable, to_markdown, to_rich
 
 __all__ = ["GateReport", "TaskResult", "write_report"]
@@ -31,6 +37,11 @@ class TaskResult:
     failed: dict[str, str] = field(default_factory=dict)  # seed -> error
     overrides: list[str] = field(default_factory=list)  # hyperparameters set otherwise
     shared_seeds: int = 0  # candidate seeds that are the reference's own
+    alpha: float = 0.05  # the task's level
+
+    @property
+    def confidence(self) -> float:
+        return bootstrap_confidence(self.alpha)
 
     @property
     def verdict(self) -> str:
@@ -48,14 +59,14 @@ class TaskResult:
                                 for seed, error in self.failed.items()))
         t = self.test
         assert t is not None
-        line = (f"mean difference {t.difference:+.4g} (95% bootstrap CI {t.ci_low:+.4g} to "
+        line = (f"mean difference {t.difference:+.4g} ({self.confidence:.0%} bootstrap CI "
+                f"{t.ci_low:+.4g} to "
                 f"{t.ci_high:+.4g}), p(worse) {t.p_worse:.3g}, minimal effect {self.delta:g}; "
                 f"drops of {t.detectable_drop:.4g} or more are caught with probability "
                 f"{POWER:g}")
         if t.verdict == "UNDERPOWERED":
-            line += (f"; the t-test's power at {self.delta:g} is {t.power:.2f}: "
-                     + (f"{t.seeds_needed} seeds per side would reach {POWER:g}"
-                        if t.seeds_needed is not None else "no variation to size it"))
+            line += (f"; a drop of {self.delta:g} is caught with probability {t.power:.2f}: "
+                     f"{_seeds(t.seeds_needed)} seeds per side would reach {POWER:g}")
         return line
 
     def as_dict(self) -> dict:
@@ -94,18 +105,21 @@ class GateReport:
                 "—" if test is None else f"{test.p_worse:.3g}",
                 f"{t.delta:g}",
                 "—" if test is None else f"{test.detectable_drop:.4g}",
-                "—" if test is None or test.seeds_needed is None else str(test.seeds_needed),
+                "—" if test is None else _seeds(test.seeds_needed),
                 t.verdict])
         notes = [
             f"One-sided Welch t-tests at alpha {self.alpha:.4g} per task ({self.family_alpha:g} "
             f"over {len(self.tasks)} task{'s' if len(self.tasks) != 1 else ''}, Bonferroni). "
-            "REGRESSION: the candidate is "
-            "significantly worse and its mean is lower by more than the minimal effect; "
-            "IMPROVEMENT the same upward; UNDERPOWERED: neither, and the seeds could not "
-            f"have found a drop of the minimal effect with power {POWER:g}.",
+            "REGRESSION: the candidate is significantly worse and its mean is lower by more "
+            "than half the minimal effect (the minimal effect: the smallest drop that "
+            f"matters, which the gate must catch with probability {POWER:g}); IMPROVEMENT "
+            "the same upward; UNDERPOWERED: neither, and the seeds could not have caught a "
+            f"drop of the minimal effect with probability {POWER:g}.",
             f"'caught at {POWER:g}': the smallest drop this gate flags with probability "
-            f"{POWER:g}; 'seeds for {POWER:g}': seeds per side that would find the minimal "
-            "effect with that power (Colas et al., 2018).",
+            f"{POWER:g}; 'seeds for {POWER:g}': seeds per side that would catch the minimal "
+            "effect that often (as Colas et al., 2018, size a comparison). The difference's "
+            f"interval is a bootstrap interval at {bootstrap_confidence(self.alpha):.0%}, "
+            "two-sided, the match of the one-sided test.",
             f"Reference: {self.reference}.",
         ]
         for t in self.tasks:
@@ -123,7 +137,8 @@ class GateReport:
         return TextTable(
             title=f"rlbench regress: suite {self.suite}",
             headers=["algorithm", "env or dataset", "budget", "candidate", "reference",
-                     "difference [95% CI]", "p(worse)", "minimal effect",
+                     f"difference [{bootstrap_confidence(self.alpha):.0%} CI]", "p(worse)",
+                     "minimal effect",
                      f"caught at {POWER:g}", f"seeds for {POWER:g}", "verdict"],
             rows=rows, notes=notes, align="lll" + "r" * 7 + "l")
 
@@ -132,6 +147,12 @@ class GateReport:
                 "family_alpha": self.family_alpha, "alpha_per_task": self.alpha,
                 "regressed": self.regressed, "tasks": [t.as_dict() for t in self.tasks],
                 "code_differences": self.code_differences, "not_run": self.skipped}
+
+
+def _seeds(count: int | None) -> str:
+    if count is None:
+        return "any number of"  # no variation on either side: the difference is exact
+    return f"more than {MAX_SEEDS_NEEDED:,}" if count > MAX_SEEDS_NEEDED else f"{count:,}"
 
 
 def _mean_std(scores: np.ndarray, failed: int) -> str:
@@ -144,14 +165,24 @@ def write_report(report: GateReport, directory: Path, console: Console) -> None:
     """Print the report and write it to ``directory`` in every format."""
     table = report.table()
     console.print(to_rich(table))
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "regress.md").write_text(to_markdown(table))
-    (directory / "regress.json").write_text(
-        json.dumps(report.as_dict(), indent=1, allow_nan=True) + "\n")
     cases = [Case(t.name, t.verdict, t.why(), t.verdict == "REGRESSION",
                   "\n".join(f"{seed}:\n{error}" for seed, error in t.failed.items()))
              for t in report.tasks]
-    (directory / "regress.xml").write_text(
-        junit_xml(f"rlbench regress {report.suite}", f"rlbench.regress.{report.suite}", cases))
+    write_files(directory, {
+        "regress.md": to_markdown(table),
+        "regress.json": json.dumps(report.as_dict(), indent=1, allow_nan=False) + "\n",
+        "regress.xml": junit_xml(f"rlbench regress {report.suite}",
+                                 f"rlbench.regress.{report.suite}", cases)})
     console.print(f"report: {directory}/regress.md, regress.json, regress.xml (JUnit)",
                   highlight=False, markup=False)
+
+
+def write_files(directory: Path, files: dict[str, str]) -> None:
+    """Write each named text into ``directory``; a path the OS refuses is a ``ConfigError``."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (directory / name).write_text(text)
+    except OSError as err:
+        raise ConfigError(f"the report could not be written to {directory} "
+                          f"({err.strerror or err})") from err

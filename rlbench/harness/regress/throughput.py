@@ -6,11 +6,12 @@
 CI machines differ in speed, so no time is compared as it is. Each run also times fixed
 calibration workloads (``test_calibrate_*``: a matrix product, a raw MuJoCo step loop);
 a benchmark's cost is its time divided by the geometric mean of those, measured in the
-same run. A benchmark is SLOWER when its calibrated cost grew by more than ``threshold``
-(its speed ratio, reference cost / candidate cost, fell under ``1 - threshold``), FASTER
-the other way, else PASS. A benchmark that records ``extra_info["side_by_side"]`` (the peer
-it is measured beside, as ours against the raw simulator loop) also has that ratio
-compared: it needs no calibration, both sides shared the machine at the same moment.
+same run. A benchmark is SLOWER when its speed fell by more than ``threshold``: its speed
+ratio (reference cost / candidate cost) is under ``1 - threshold``; FASTER when the ratio
+is over ``1 + threshold``; else PASS. A benchmark that records
+``extra_info["side_by_side"]`` (the peer it is measured beside, as ours against the raw
+simulator loop) also has that ratio compared: it needs no calibration, both sides shared
+the machine at the same moment.
 
 Exit 1 when a benchmark is SLOWER, 2 for bad input, else 0.
 """
@@ -30,8 +31,10 @@ from rich.console import Console
 from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.plan.words import split_words
 from rlbench.harness.regress.junit import Case, junit_xml
+from rlbench.harness.regress.report import write_files
 from rlbench.harness.render import TextTable, to_markdown, to_rich
-from rlbench.untrusted_files import read_json
+from rlbench.harness.store.sqlite import check_out_dir
+from rlbench.untrusted_files import path_is, read_json
 
 __all__ = ["BenchVerdict", "compare_benchmarks", "load_benchmarks", "run_bench_gate"]
 
@@ -44,6 +47,8 @@ DEFAULT_THRESHOLD = 0.15
 DEFAULT_STATISTIC = "min"
 CALIBRATION_PREFIX = "test_calibrate"
 MAX_JSON_BYTES = 64 * 2**20
+SHORTEST = 1e-9  # seconds: no benchmark round is shorter; a stat under it is not a time
+LONGEST = 1e6
 
 
 def load_benchmarks(path: Path, statistic: str) -> dict[str, dict[str, Any]]:
@@ -58,15 +63,27 @@ def load_benchmarks(path: Path, statistic: str) -> dict[str, dict[str, Any]]:
         name = entry.get("name") if isinstance(entry, dict) else None
         stats = entry.get("stats") if isinstance(entry, dict) else None
         value = stats.get(statistic) if isinstance(stats, dict) else None
-        if not isinstance(name, str) or isinstance(value, bool) or not isinstance(
-                value, (int, float)) or not (math.isfinite(value) and value > 0):
+        if not isinstance(name, str) or not _seconds(value):
             raise ConfigError(f"benchmark file {quote(str(path))}: an entry has no name or "
-                              f"no positive stats.{statistic}")
+                              f"no stats.{statistic} between {SHORTEST:g} and {LONGEST:g} "
+                              "seconds")
+        if name in found:
+            raise ConfigError(f"benchmark file {quote(str(path))}: two benchmarks are named "
+                              f"{quote(name)} (give one of them another test name)")
         extra = entry.get("extra_info") if isinstance(entry.get("extra_info"), dict) else {}
         peer = extra.get("side_by_side")
         found[name] = {"time": float(value), "side_by_side": peer if isinstance(peer, str)
                        else None}
     return found
+
+
+def _seconds(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return SHORTEST <= float(value) <= LONGEST
+    except OverflowError:
+        return False
 
 
 def _calibration(benchmarks: dict[str, dict[str, Any]], names: Sequence[str], where: str
@@ -163,32 +180,43 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
     candidate = load_benchmarks(candidate_path, statistic)
     calibration = [n for n in words.get("calibration", "").split(",") if n] or sorted(
         n for n in candidate if n.startswith(CALIBRATION_PREFIX))
-    if update == "true":
-        _calibration(candidate, calibration, "the candidate run")
-        reference_path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(candidate_path, reference_path)
-        console.print(f"reference written: {reference_path}", highlight=False, markup=False)
-        return 0
     if not calibration:
         raise ConfigError("the candidate run has no calibration benchmark (test_calibrate_*): "
                           "run tests/bench/test_calibration.py in the same pytest run")
+    _calibration(candidate, calibration, "the candidate run")
+    report = Path(words["report"]) if words.get("report") else None
+    if report is not None:
+        check_out_dir(report, "report")
+    if update == "true":
+        if path_is(reference_path, "dir"):
+            raise ConfigError(f"reference={reference_path} is a directory: name the file")
+        if reference_path.exists() and reference_path.samefile(candidate_path):
+            raise ConfigError("reference= and candidate= are the same file")
+        check_out_dir(reference_path.parent, "reference's directory")
+        try:
+            reference_path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(candidate_path, reference_path)
+        except OSError as err:
+            raise ConfigError(f"the reference could not be written to {reference_path} "
+                              f"({err.strerror or err})") from err
+        console.print(f"reference written: {reference_path}", highlight=False, markup=False)
+        return 0
     reference = load_benchmarks(reference_path, statistic)
     verdicts = compare_benchmarks(candidate, reference, calibration=calibration,
                                   threshold=threshold)
     table = _table(verdicts, threshold, statistic, calibration,
                    (candidate_path, reference_path))
     console.print(to_rich(table))
-    if "report" in words:
-        directory = Path(words["report"])
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "regress_bench.md").write_text(to_markdown(table))
-        (directory / "regress_bench.json").write_text(json.dumps(
-            {"threshold": threshold, "statistic": statistic, "calibration": calibration,
-             "verdicts": [v.__dict__ for v in verdicts]}, indent=1) + "\n")
+    if report is not None:
         cases = [Case(f"{v.name} ({v.what})", v.verdict,
                       f"speed ratio {v.speed_ratio:.3f} (reference {v.reference:.4g}, "
                       f"candidate {v.candidate:.4g})", v.verdict == "SLOWER")
                  for v in verdicts]
-        (directory / "regress_bench.xml").write_text(
-            junit_xml("rlbench regress bench", "rlbench.regress.bench", cases))
+        write_files(report, {
+            "regress_bench.md": to_markdown(table),
+            "regress_bench.json": json.dumps(
+                {"threshold": threshold, "statistic": statistic, "calibration": calibration,
+                 "verdicts": [v.__dict__ for v in verdicts]}, indent=1, allow_nan=False) + "\n",
+            "regress_bench.xml": junit_xml("rlbench regress bench", "rlbench.regress.bench",
+                                           cases)})
     return 1 if any(v.verdict == "SLOWER" for v in verdicts) else 0

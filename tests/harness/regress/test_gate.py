@@ -161,6 +161,20 @@ def test_run_false_names_the_runs_the_store_lacks(gate: dict[str, Path], tmp_pat
     assert "has no run of ppo/CartPole-v1/seed2 (run=false judges stored runs" in err
 
 
+def test_a_store_of_another_suite_is_no_reuse_and_update_needs_every_run(
+        gate: dict[str, Path], tmp_path: Path, capsys) -> None:
+    out = tmp_path / "candidate"
+    assert main(["run", "algo=ppo", "env=CartPole-v1", "frames=1024", "eval_every=512",
+                 "eval_episodes=2", "seeds=1", f"out_dir={out}"]) == 0  # suite smoke
+    assert _regress(gate, out, "seeds=2", "update=true",
+                    reference=tmp_path / "two.json") == 0
+    assert _regress(gate, out, "seeds=3", "update=true", "run=false",
+                    reference=tmp_path / "three.json") == 2
+    assert "no reference written: ppo/CartPole-v1/seed2 did not finish" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "three.json").exists()
+
+
 REFERENCE_DAMAGE = {
     "missing": (None, "missing or not a regular file"),
     "not JSON": ("{", "is not JSON"),
@@ -185,6 +199,8 @@ def test_a_damaged_reference_is_refused_by_name(gate: dict[str, Path], tmp_path:
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda t: t.update(scores=[1.0]), "scores must hold at least 2 finite numbers"),
+    (lambda t: t.update(scores=[1e200, 1.1e200, 1e200]), "within ±1e+100"),
+    (lambda t: t.update(scores=[10**400, 1, 2]), "within ±1e+100"),
     (lambda t: t.update(scores=[1.0, float("nan"), 2.0]), "at least 2 finite numbers"),
     (lambda t: t.update(seeds=[0, 1]), "one integer seed per score"),
     (lambda t: t.pop("protocol"), "protocol is missing"),
@@ -207,6 +223,12 @@ def test_a_reference_task_with_bad_values_is_refused(gate: dict[str, Path], tmp_
      "did you mean reference"),
     (["regress", "suite=regress", "reference=results/reference/regress.json", "alpha=2"],
      "alpha must be a number in (0, 0.5]"),
+    (["regress", "suite=regress", "reference=results/reference/regress.json",
+      "dry_run=true"], "dry_run is rlbench run's"),
+    (["regress", "suite=regress", "reference=results/reference/regress.json",
+      "report=/dev/null"], "report /dev/null is not a directory"),
+    (["regress", "suite=regress", "reference=results", "update=true"],
+     "reference=results is a directory"),
 ])
 def test_bad_words_exit_2(tmp_path: Path, monkeypatch, capsys, args: list[str],
                           message: str) -> None:

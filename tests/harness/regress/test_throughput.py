@@ -22,7 +22,7 @@ def _run(times: dict[str, float], peers: dict[str, str] | None = None) -> dict:
     """A pytest-benchmark file's shape: each benchmark's name, stats and extra info."""
     peers = peers or {}
     return {"benchmarks": [
-        {"name": name, "stats": {"min": t, "median": t * 1.1},
+        {"name": name, "stats": {"min": t, "median": t},
          "extra_info": {"side_by_side": peers[name]} if name in peers else {}}
         for name, t in times.items()]}
 
@@ -87,12 +87,18 @@ def test_the_command_writes_its_reports_and_exits_1_when_slower(tmp_path: Path) 
     ("{", [], "is not JSON"),
     ('{"x": 1}', [], "is not a pytest-benchmark run"),
     (json.dumps(_run({"test_gae": 0.001})), [], "no calibration benchmark"),
-    (json.dumps(_run({**REFERENCE, "test_gae": -1})), [], "no positive stats.min"),
+    (json.dumps(_run({**REFERENCE, "test_gae": -1})), [], "no stats.min between 1e-09"),
+    (json.dumps(_run({**REFERENCE, "test_gae": 5e-324})), [], "no stats.min between 1e-09"),
+    (json.dumps(_run({**REFERENCE, "test_gae": 10**400})), [], "no stats.min between 1e-09"),
+    (json.dumps({"benchmarks": _run(REFERENCE)["benchmarks"] * 2}), [],
+     "two benchmarks are named"),
     (json.dumps(_run({n: t for n, t in REFERENCE.items() if n != "test_gae"})), [],
      "lacks benchmark(s) of the reference: test_gae"),
     (json.dumps(_run(REFERENCE)), ["threshold=2"], "threshold must be a fraction"),
     (json.dumps(_run(REFERENCE)), ["statistic=mean"], "unknown statistic 'mean'"),
     (json.dumps(_run(REFERENCE)), ["treshold=0.1"], "did you mean threshold"),
+    (json.dumps(_run(REFERENCE)), ["report=/dev/null"], "report /dev/null is not a directory"),
+    (json.dumps(_run({"test_gae": 0.001})), ["update=true"], "no calibration benchmark"),
 ])
 def test_bad_input_exits_2(tmp_path: Path, capsys, candidate: str | None,
                            words: list[str], message: str) -> None:
@@ -103,6 +109,19 @@ def test_bad_input_exits_2(tmp_path: Path, capsys, candidate: str | None,
     assert main(["regress", "bench", f"candidate={path}", f"reference={reference}",
                  *words]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_update_stores_the_candidate_and_refuses_odd_targets(tmp_path: Path, capsys) -> None:
+    candidate = _write(tmp_path / "candidate.json", REFERENCE)
+    stored = tmp_path / "stored" / "reference.json"
+    words = ["regress", "bench", f"candidate={candidate}", "update=true"]
+    assert main([*words, f"reference={stored}"]) == 0
+    assert json.loads(stored.read_text()) == json.loads(candidate.read_text())
+    for target, message in ((candidate, "are the same file"),
+                            (tmp_path, "is a directory"),
+                            (candidate / "x.json", "is not a directory")):
+        assert main([*words, f"reference={target}"]) == 2
+        assert message in capsys.readouterr().err
 
 
 def _bench_run(out: Path, slowdown: str | None) -> Path:
