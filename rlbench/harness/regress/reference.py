@@ -92,6 +92,7 @@ def write_reference(reference: Reference, path: Path) -> None:
         raise ConfigError(f"the reference could not be written to {path} "
                           f"({err.strerror or err})") from err
     try:
+        os.fchmod(handle, 0o644)  # mkstemp's 0600 would keep the reference from others
         with os.fdopen(handle, "w") as stream:
             stream.write(text)
         os.replace(temporary, path)

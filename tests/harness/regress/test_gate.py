@@ -46,6 +46,7 @@ def _regress(gate: dict[str, Path], out: Path, *words: str, reference: Path | No
 
 
 def test_update_writes_the_scores_protocol_and_provenance(gate: dict[str, Path]) -> None:
+    assert gate["reference"].stat().st_mode & 0o044 == 0o044  # others may read it
     raw = json.loads(gate["reference"].read_text())
     assert raw["suite"] == "tiny_gate"
     (task,) = raw["tasks"]
