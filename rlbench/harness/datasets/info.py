@@ -20,7 +20,8 @@ from rlbench.data.offline import (
 from rlbench.errors import ConfigError, UnknownNameError, one_line
 from rlbench.harness.datasets.make import make_datasets, parse_make
 
-__all__ = ["DATASET_COMMANDS", "known_datasets", "print_datasets", "run_dataset"]
+__all__ = ["DATASET_COMMANDS", "episode_returns", "known_datasets", "print_datasets",
+           "run_dataset"]
 
 DATASET_COMMANDS = ("info", "make")
 _D4RL_DATASETS = ("random", "medium", "expert", "medium-replay", "medium-expert", "full-replay")
@@ -57,7 +58,8 @@ def _info_words(words: Sequence[str]) -> tuple[str, tuple[str, ...]]:
     return sources[0], tuple(envs)
 
 
-def _episode_returns(dataset: OfflineDataset) -> np.ndarray:
+def episode_returns(dataset: OfflineDataset) -> np.ndarray:
+    """Each episode's return, in episode order (a partial last episode included)."""
     rewards = dataset.transitions["next", "reward"].squeeze(-1).double()
     episodes = dataset.transitions["episode"]
     totals = torch.zeros(int(episodes.max()) + 1, dtype=torch.float64).index_add_(
@@ -70,7 +72,7 @@ def _info_table(source: str, dataset: OfflineDataset) -> Table:
     table = Table(title=Text(f"dataset {source}"), show_header=False)
     table.add_column("what")
     table.add_column("value")
-    returns = _episode_returns(dataset) if len(dataset) else np.zeros(0)
+    returns = episode_returns(dataset) if len(dataset) else np.zeros(0)
     rows = [
         ("format", dataset.provenance.get("format", "")),
         ("file sha256", dataset.provenance.get("sha256", "")),
