@@ -111,6 +111,20 @@ def test_bad_input_exits_2(tmp_path: Path, capsys, candidate: str | None,
     assert message in capsys.readouterr().err
 
 
+def test_with_two_candidate_runs_each_benchmark_takes_its_best(tmp_path: Path,
+                                                                capsys) -> None:
+    reference = _write(tmp_path / "reference.json", REFERENCE)
+    loaded = _write(tmp_path / "loaded.json", {**REFERENCE, "test_gae": 0.0013})
+    quiet = _write(tmp_path / "quiet.json", REFERENCE)
+    words = ["regress", "bench", f"reference={reference}"]
+    assert main([*words, f"candidate={loaded},{quiet}"]) == 0  # one run slowed: no slowdown
+    assert main([*words, f"candidate={loaded},{loaded}"]) == 1  # slowed in every run
+    other = _write(tmp_path / "other.json", {**REFERENCE, "test_extra": 0.01})
+    assert main([*words, f"candidate={loaded},{other}"]) == 2
+    assert "the candidate runs hold different benchmarks: test_extra" in (
+        capsys.readouterr().err)
+
+
 def test_update_stores_the_candidate_and_refuses_odd_targets(tmp_path: Path, capsys) -> None:
     candidate = _write(tmp_path / "candidate.json", REFERENCE)
     stored = tmp_path / "stored" / "reference.json"
