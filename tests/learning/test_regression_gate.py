@@ -23,11 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "results" / "reference" / "regress.json"
 
 
-def _gate(tmp_path: Path, *words: str) -> dict:
-    """The gate on the tasks ``words`` pick; one process, so patches reach the runs."""
+def _gate(tmp_path: Path, *words: str, jobs: int = 1) -> dict:
+    """The gate on the tasks ``words`` pick; with one job its runs are in this process, so
+    patches reach them."""
     report = tmp_path / "report"
     code = main(["regress", "suite=regress", f"reference={REFERENCE}",
-                 f"out_dir={tmp_path / 'runs'}", f"report={report}", "jobs=1", *words])
+                 f"out_dir={tmp_path / 'runs'}", f"report={report}", f"jobs={jobs}", *words])
     tasks = json.loads((report / "regress.json").read_text())["tasks"]
     assert code == (1 if any(t["verdict"] == "REGRESSION" for t in tasks) else 0)
     return {(t["algorithm"], t["task"]): t for t in tasks}
@@ -35,7 +36,8 @@ def _gate(tmp_path: Path, *words: str) -> dict:
 
 @pytest.mark.slow
 def test_a_learning_rate_ten_times_too_small_is_a_regression(tmp_path: Path) -> None:
-    tasks = _gate(tmp_path, "algo=ppo", "env=Pendulum-v1", "seeds=3", "ppo.learning_rate=1e-4")
+    tasks = _gate(tmp_path, "algo=ppo", "env=Pendulum-v1", "seeds=3", "ppo.learning_rate=1e-4",
+                  jobs=2)  # a hyperparameter reaches worker processes too
     task = tasks[("ppo", "Pendulum-v1")]
     assert task["verdict"] == "REGRESSION", task["why"]
     assert task["hyperparameter_overrides"] == ["learning_rate 0.001 -> 0.0001"]

@@ -33,7 +33,7 @@ def test_a_pool_like_the_reference_rarely_alarms_and_a_worse_one_does(
                        {key: rng.normal(0, 20, 20) for key in keys})
     same = _write(tmp_path / "same.json", {key: rng.normal(0, 20, 30) for key in keys})
     result = false_alarms("regress", reference, same, sets=100, seed=0)
-    assert result["candidate_seeds"] == 6 and len(result["tasks"]) == len(keys) == 4
+    assert result["candidate_seeds"] == 6 and len(result["tasks"]) == len(keys) == 3
     assert result["false_alarm_rate"] <= 0.05
     worse_key = keys[0]
     worse = _write(tmp_path / "worse.json", {
