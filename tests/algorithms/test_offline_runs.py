@@ -4,6 +4,7 @@ end to end into MLflow with normalized scores, policies that load and compare ta
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import re
 from pathlib import Path
@@ -11,9 +12,11 @@ from pathlib import Path
 import gymnasium as gym
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+import rlbench.results
 from rlbench.cli import main
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.config import resolve_sweep
@@ -256,10 +259,17 @@ def test_compare_puts_corl_beside_a_d4rl_dataset(tmp_path: Path,
     assert main(["compare", "suite=d4rl", f"out_dir={out}", "format=markdown"]) == 0
     report = capsys.readouterr().out
     assert "final D4RL normalized score per dataset and algorithm" in report
-    assert "| dataset" in report and "| steps" in report
+    assert "| dataset" in report and "| gradient steps" in report
+    assert "frames" not in report  # an offline budget is gradient steps, everywhere
     lines = [line for line in report.splitlines() if "hopper-medium-v2" in line and "CORL" in line]
     assert len(lines) == 4  # bc and td3_bc, CORL's last and best
     assert all("budget differs" in line and "Hopper-v5" in line for line in lines)
     assert sum("metric differs" in line for line in lines) == 2  # "best" is another metric
     assert "60.4" in report  # CORL's TD3+BC last on hopper-medium-v2
     assert "mujoco-py's v3 env" in report
+    assert main(["compare", "suite=d4rl", f"out_dir={out}", "format=csv"]) == 0
+    groups = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(groups.steps) == [100, 100] and groups.frames.isna().all()
+    runs = rlbench.results.load(out, suite="d4rl", steps=100)
+    assert len(runs) == 4 and runs.frames.isna().all() and set(runs.steps) == {100}
+    assert rlbench.results.load(out, suite="d4rl", frames=100).empty

@@ -1,13 +1,15 @@
 """The ``rlbench compare`` command: parse its words, read the store, format and write a report.
 
-    rlbench compare suite=mujoco [algo=ppo,sac] [env=Hopper-v5] [frames=1000000]
+    rlbench compare suite=mujoco [algo=ppo,sac] [env=Hopper-v5] [frames=1000000] [steps=20000]
         [tag.git_commit=abc123] [format=table|markdown|csv|json|latex|html] [output=DIR]
         [out_dir=rlbench_runs] [baselines=results/baselines] [seed=0] [reps=2000]
 
 ``output=DIR`` writes every format and the plots (learning curves, aggregate intervals,
 performance profiles; PNG and SVG) there: ``compare.md``, ``.tex``, ``.html`` (tables),
 ``compare.csv`` (one row per group, plain numbers), ``compare.json`` (everything) and
-``runs.csv`` (one row per run, its final score).
+``runs.csv`` (one row per run, its final score). ``frames=`` picks online runs by their budget
+in env frames, ``steps=`` offline runs by theirs in gradient steps; the CSV and JSON name each
+group's budget the same way.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ PLOTS = ("curves", "aggregates", "profiles")
 FORMATS = ("table", "markdown", "csv", "json", "latex", "html")
 SUFFIXES = {"markdown": ".md", "csv": ".csv", "json": ".json", "latex": ".tex", "html": ".html"}
 
-KEYS = ("suite", "algos", "envs", "frames", "tag.<name>", "param.<name>", "config", "format",
-        "output", "out_dir", "baselines", "seed", "reps")
+KEYS = ("suite", "algos", "envs", "frames", "steps", "tag.<name>", "param.<name>", "config",
+        "format", "output", "out_dir", "baselines", "seed", "reps")
 ALIASES = {"algo": "algos", "env": "envs"}
 
 
@@ -56,7 +58,8 @@ class CompareRequest:
     suite: str = "smoke"
     algos: list[str] = field(default_factory=list)
     envs: list[str] = field(default_factory=list)
-    frames: int | None = None
+    frames: int | None = None  # an online budget
+    steps: int | None = None  # an offline budget: gradient steps
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     config: str | None = None
@@ -70,7 +73,7 @@ class CompareRequest:
 
 # Bootstrap resamples: rliable uses 2,000 to 50,000; each costs memory for every run.
 MAX_REPS = 100_000
-_LIMITS = {"frames": 10**12, "seed": 2**63 - 1, "reps": MAX_REPS}
+_LIMITS = {"frames": 10**12, "steps": 10**12, "seed": 2**63 - 1, "reps": MAX_REPS}
 
 
 def _int(key: str, text: str, minimum: int) -> int:
@@ -101,8 +104,8 @@ def parse_compare_args(args: Sequence[str]) -> CompareRequest:
             request.config = text
         elif key in ("algos", "envs"):
             setattr(request, key, [n.strip() for n in text.split(",") if n.strip()])
-        elif key == "frames":
-            request.frames = _int(key, text, 1)
+        elif key in ("frames", "steps"):
+            setattr(request, key, _int(key, text, 1))
         elif key in ("seed", "reps"):
             setattr(request, key, _int(key, text, 0 if key == "seed" else 1))
         elif key == "format":
@@ -143,8 +146,8 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _budgets(frames: Sequence[int]) -> str:
-    low, high = min(frames), max(frames)
+def _budgets(budgets: Sequence[int]) -> str:
+    low, high = min(budgets), max(budgets)
     return f"{low:,}" if low == high else f"{low:,}–{high:,}"
 
 
@@ -167,10 +170,12 @@ def _words(comparison: Comparison) -> dict[str, str]:
     steps and D4RL normalized scores (offline), or both."""
     kinds = {g.runs[0].offline for g in (s.group for s in comparison.summaries)}
     if kinds == {True}:
-        return {"task": "dataset", "budget": "steps", "score": "score", "tasks": "datasets",
+        return {"task": "dataset", "budget": "gradient steps", "score": "score",
+                "tasks": "datasets",
                 "what": "final D4RL normalized score per dataset and algorithm"}
     if kinds == {True, False}:
-        return {"task": "env or dataset", "budget": "frames or steps", "score": "return or score",
+        return {"task": "env or dataset", "budget": "frames or gradient steps",
+                "score": "return or score",
                 "tasks": "envs or datasets",
                 "what": "final return (env) or normalized score (dataset) per algorithm"}
     return {"task": "env", "budget": "frames", "score": "return", "tasks": "envs",
@@ -190,12 +195,12 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
     suite = comparison.suite
     words = _words(comparison)
     offline = words["task"] != "env"
-    rows = [[s.group.env, s.group.label, f"{s.group.frames:,}", _seeds_cell(s.group),
+    rows = [[s.group.env, s.group.label, f"{s.group.budget:,}", _seeds_cell(s.group),
              f"{s.mean:,.1f}" + ("" if s.std is None else f" ± {s.std:,.1f}"),
              _ci(s.mean_ci, 1), _ci(s.iqm, 1),
              "—" if s.group.fps is None else f"{s.group.fps:,.0f}"]
             for s in comparison.summaries]
-    rows += [[g.env, g.label, f"{g.frames:,}", _seeds_cell(g), "—", "—", "—", "—"]
+    rows += [[g.env, g.label, f"{g.budget:,}", _seeds_cell(g), "—", "—", "—", "—"]
              for g in comparison.empty_groups]
     rows.sort(key=lambda r: (r[0], r[1], int(r[2].replace(",", ""))))
     tables = [TextTable(
@@ -218,7 +223,7 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
             headers=[words["task"], "algorithm", words["budget"], "ours: mean [95% t-CI]",
                      "published by",
                      "published mean (± its std)", "verdict", "differences"],
-            rows=[[s.group.env, s.group.label, f"{s.group.frames:,}", _ci(s.mean_ci, 1),
+            rows=[[s.group.env, s.group.label, f"{s.group.budget:,}", _ci(s.mean_ci, 1),
                    score.library, f"{score.mean:,.1f}" + (
                        f" ± {score.std:,.1f}" if score.std is not None else ""),
                    judged.word, "; ".join(judged.caveats) or "none"]
@@ -238,7 +243,7 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
                   "CIs)",
             headers=["algorithm", words["tasks"], words["budget"], f"runs × {words['tasks']}",
                      *(n.replace("_", " ") for n in AGGREGATES)],
-            rows=[[algo, envs[algo], _budgets(comparison.aggregate_frames[algo]),
+            rows=[[algo, envs[algo], _budgets(comparison.aggregate_budgets[algo]),
                    _runs_by_envs(comparison.normalized[algo]),
                    *(_ci(values[n], 3) for n in AGGREGATES)]
                   for algo, values in comparison.aggregates.items()],
@@ -279,6 +284,7 @@ def _describe_filters(request: CompareRequest) -> str:
     parts = [f"algo={','.join(request.algos)}" if request.algos else "",
              f"env={','.join(request.envs)}" if request.envs else "",
              f"frames={request.frames}" if request.frames else "",
+             f"steps={request.steps}" if request.steps else "",
              *(f"tag.{k}={v}" for k, v in request.tags.items()),
              *(f"param.{k}={v}" for k, v in request.params.items()),
              f"config={request.config}" if request.config else ""]
@@ -319,7 +325,7 @@ def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
     seeds: dict[str, list[str]] = {}
     for summary in comparison.summaries:  # a panel per env and budget: no squeezed axis
         group = summary.group
-        panel = f"{group.env}, {group.frames:,} frames"
+        panel = f"{group.env}, {group.budget:,} {group.unit}"
         curves.setdefault(panel, {})[group.label] = group.curves()
         seeds.setdefault(panel, []).append(f"{group.label} {len(group.runs)}")
     if curves:
@@ -353,8 +359,8 @@ def run_compare(args: Sequence[str], console: Console) -> int:
     request = parse_compare_args(args)
     client = open_store(request.out_dir)  # read only: a missing or damaged store is refused
     records = load_runs(client, request.suite, algos=request.algos, envs=request.envs,
-                        frames=request.frames, tags=request.tags, params=request.params,
-                        config=request.config)
+                        frames=request.frames, steps=request.steps, tags=request.tags,
+                        params=request.params, config=request.config)
     stored = stored_algorithms(client, request.suite) if request.algos else set()
     for algo in request.algos:  # recipes and anything else tracked, e.g. sb3-sac
         if algo in stored:

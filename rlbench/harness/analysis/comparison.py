@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from rlbench.data.offline_dataset import d4rl_score
@@ -44,7 +45,7 @@ from rlbench.harness.analysis.statistics import (
 )
 from rlbench.harness.plan.datasets import own_family
 from rlbench.harness.store import results
-from rlbench.harness.store.results import RUN_COLUMNS, SEED_PARAMS, latest_attempts
+from rlbench.harness.store.results import RUN_COLUMNS, SEED_PARAMS, budget_unit, latest_attempts
 
 __all__ = ["MIN_BOOTSTRAP_SEEDS", "Comparison", "Group", "GroupSummary", "Improvement",
            "RunRecord", "compare", "group_runs", "load_runs", "stored_algorithms",
@@ -66,7 +67,7 @@ class RunRecord:
     algo: str
     env: str
     seed: int
-    frames: int
+    budget: int  # env frames, or gradient steps for an offline run
     status: str
     config: str  # hash of the resolved config without its seeds, and the rlbench version
     curve: dict[int, float]  # eval frames -> mean eval return
@@ -83,6 +84,11 @@ class RunRecord:
         return self.eval_env is not None
 
     @property
+    def unit(self) -> str:
+        """What the budget counts, as the tables name it."""
+        return budget_unit(self.offline)
+
+    @property
     def final_return(self) -> float | None:
         return self.curve[max(self.curve)] if self.curve else None
 
@@ -93,7 +99,7 @@ def stored_algorithms(client: MlflowClient, suite: str) -> set[str]:
 
 
 def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
-              envs: Sequence[str] = (), frames: int | None = None,
+              envs: Sequence[str] = (), frames: int | None = None, steps: int | None = None,
               tags: Mapping[str, str] | None = None, params: Mapping[str, str] | None = None,
               config: str | None = None) -> list[RunRecord]:
     """The suite's runs matching the filters (empty filters match all), read through
@@ -110,6 +116,8 @@ def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
         filters["env"] = list(envs)
     if frames is not None:
         filters["frames"] = frames
+    if steps is not None:
+        filters["steps"] = steps
     for key, value in (tags or {}).items():
         filters[key if key in RUN_COLUMNS else f"tag.{key}"] = value
     try:
@@ -141,7 +149,8 @@ def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
         eval_env = row.get("tag.eval_env")
         records.append(RunRecord(
             run_id=row.run_id, algo=row.algorithm, env=row.env, seed=int(row.seed),
-            frames=int(row.frames), status=row.status, config=row.config, curve=curve,
+            budget=int(row.frames if pd.isna(row.steps) else row.steps),
+            status=row.status, config=row.config, curve=curve,
             fps=None if np.isnan(row.fps) else float(row.fps),
             params={c.removeprefix("param."): row[c] for c in params if isinstance(row[c], str)},
             code=_code_version(row.git_commit, row.git_dirty),
@@ -171,13 +180,18 @@ class Group:
 
     env: str
     algo: str
-    frames: int
+    budget: int
     config: str
     runs: list[RunRecord]
     failed: int = 0  # failed, or finished without an evaluation
     killed: int = 0
     running: int = 0  # still running, or left RUNNING by a killed sweep
     label: str = ""  # the algorithm, with the config key when one budget has several
+    offline: bool = False  # its budget is gradient steps, its scores D4RL normalized
+
+    @property
+    def unit(self) -> str:
+        return budget_unit(self.offline)
 
     @property
     def finals(self) -> np.ndarray:
@@ -196,7 +210,7 @@ class Group:
 
 
 # Params that are not part of what a config is compared as: the budget has its own column.
-_NOT_CONFIG = {"frames"}
+_NOT_CONFIG = {"frames", "steps"}
 
 
 def _differing_params(records: Sequence[RunRecord]) -> list[str]:
@@ -221,15 +235,15 @@ def _config_labels(groups: Sequence[Group], records: Sequence[RunRecord]) -> lis
         varying.setdefault(algo, set()).update(set(_differing_params(members)) - _NOT_CONFIG)
     labels = {}
     for group in groups:
-        member = next(r for r in records if (r.env, r.algo, r.frames, r.config) ==
-                      (group.env, group.algo, group.frames, group.config))
+        member = next(r for r in records if (r.env, r.algo, r.budget, r.config) ==
+                      (group.env, group.algo, group.budget, group.config))
         keys = sorted(varying[group.algo])
         shown = ", ".join(f"{_short(k)}={member.params.get(k, '—')}" for k in keys
                           if not k.startswith("rlbench"))
         labels[id(group)] = f"{group.algo}[{shown}]" if shown else group.algo
     by_label: dict[tuple[str, str, int], list[Group]] = {}
     for group in groups:
-        by_label.setdefault((group.env, labels[id(group)], group.frames), []).append(group)
+        by_label.setdefault((group.env, labels[id(group)], group.budget), []).append(group)
     for same in by_label.values():
         if len(same) > 1:  # alike in every param: another code version
             for group in same:
@@ -243,8 +257,9 @@ def group_runs(records: Sequence[RunRecord]) -> tuple[list[Group], list[str]]:
     the params that differ)."""
     groups: dict[tuple[str, str, int, str], Group] = {}
     for record in records:
-        key = (record.env, record.algo, record.frames, record.config)
-        group = groups.setdefault(key, Group(*key, runs=[], label=record.algo))
+        key = (record.env, record.algo, record.budget, record.config)
+        group = groups.setdefault(key, Group(*key, runs=[], label=record.algo,
+                                             offline=record.offline))
         if record.status == "FINISHED" and record.final_return is not None:
             group.runs.append(record)
         elif record.status == "RUNNING":
@@ -259,12 +274,12 @@ def group_runs(records: Sequence[RunRecord]) -> tuple[list[Group], list[str]]:
     notes = []
     by_budget: dict[tuple[str, str, int], list[Group]] = {}
     for group in ordered:
-        by_budget.setdefault((group.env, group.algo, group.frames), []).append(group)
-    for (env, algo, frames), same in by_budget.items():
+        by_budget.setdefault((group.env, group.algo, group.budget), []).append(group)
+    for (env, algo, budget), same in by_budget.items():
         if len(same) > 1:
-            members = [r for r in records if (r.env, r.algo, r.frames) == (env, algo, frames)]
+            members = [r for r in records if (r.env, r.algo, r.budget) == (env, algo, budget)]
             differ = [_short(k) for k in _differing_params(members)]
-            notes.append(f"{algo} on {env} at {frames:,} frames ran {len(same)} configs "
+            notes.append(f"{algo} on {env} at {budget:,} {same[0].unit} ran {len(same)} configs "
                          f"({', '.join(g.label for g in same)}), each its own entry; they "
                          f"differ in {', '.join(differ) or 'code version'}")
     notes += [note for group in ordered if (note := _code_note(group))]
@@ -279,7 +294,7 @@ def _code_note(group: Group) -> str | None:
     dirty = sum(n for code, n in versions.items() if code.endswith("+dirty"))
     if len(versions) < 2 and not dirty:
         return None
-    where = f"{group.label} on {group.env} at {group.frames:,} frames"
+    where = f"{group.label} on {group.env} at {group.budget:,} {group.unit}"
     shown = ", ".join(f"{code} ×{n}" for code, n in sorted(versions.items()))
     if len(versions) > 1:
         return (f"{where}: its {len(group.runs)} seeds ran {len(versions)} code versions "
@@ -320,7 +335,7 @@ def d4rl_counterpart(task: str) -> str | None:
 def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: int,
                     reps: int) -> GroupSummary:
     finals = group.finals
-    labels = (group.env, group.algo, str(group.frames), group.config)
+    labels = (group.env, group.algo, str(group.budget), group.config)
     mean_ci = mean_ci_t(finals)
     summary = GroupSummary(
         group=group,
@@ -341,9 +356,9 @@ def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: 
     for score in scores:
         if offline != score.metric.startswith("d4rl_"):
             continue  # an offline table's row is about a dataset, an online one's an env
-        judged = verdict(mean_ci or point, group.frames, group.env, score,
+        judged = verdict(mean_ci or point, group.budget, group.env, score,
                          metric=OUR_OFFLINE_METRIC if offline else OUR_METRIC,
-                         unit="steps" if offline else "frames")
+                         unit=group.unit)
         if mean_ci is None:  # no CI: the differences still hold, the verdict does not
             judged = Verdict("n/a (1 seed)", judged.caveats)
         if band is not None:
@@ -385,7 +400,8 @@ class Comparison:
     aggregates: dict[str, dict[str, Interval]]
     normalized: dict[str, list[np.ndarray]]  # algo -> each env's normalized final returns
     aggregate_envs: dict[str, list[str]]  # algo -> the envs its aggregate covers
-    aggregate_frames: dict[str, list[int]]  # algo -> the budgets of those envs
+    aggregate_budgets: dict[str, list[int]]  # algo -> the budgets of those envs (frames
+    # online, gradient steps offline)
     aggregate_notes: list[str]
     improvement: list[Improvement]
     reps: int
@@ -401,11 +417,11 @@ def _representatives(summaries: Sequence[GroupSummary]
         choices.setdefault((summary.group.env, summary.group.label), []).append(summary)
     chosen, notes = {}, []
     for key, options in choices.items():
-        best = max(options, key=lambda s: (s.group.frames, len(s.group.runs)))
+        best = max(options, key=lambda s: (s.group.budget, len(s.group.runs)))
         chosen[key] = best
         if len(options) > 1:
             notes.append(f"{key[1]} on {key[0]}: {len(options)} budgets; the cross-env "
-                         f"statistics use {best.group.frames:,} frames")
+                         f"statistics use {best.group.budget:,} {best.group.unit}")
     return chosen, notes
 
 
@@ -487,7 +503,7 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
     if len({tuple(envs) for envs in aggregate_envs.values()}) > 1:
         notes.append("the algorithms ran different envs: compare aggregates only between "
                      "rows with the same envs")
-    normalized, aggregates, aggregate_frames = {}, {}, {}
+    normalized, aggregates, aggregate_budgets = {}, {}, {}
     for algo, envs in aggregate_envs.items():
         raw = _finals_by_env(chosen, algo, envs, notes)
         normalized[algo] = [normalize(finals, references[env].random_score,
@@ -497,7 +513,7 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
             name: stratified_bootstrap_ci(normalized[algo], statistic,
                                           rng=_rng(seed, algo, name), reps=reps, expand=True)
             for name, statistic in AGGREGATES.items()}
-        aggregate_frames[algo] = [chosen[(env, algo)].group.frames for env in envs]
+        aggregate_budgets[algo] = [chosen[(env, algo)].group.budget for env in envs]
     used = sorted({env for envs in aggregate_envs.values() for env in envs})
     notes += [f"{env}: 0 = {references[env].random_score:g}, 1 = "
               f"{references[env].reference_score:g} ({references[env].source})" for env in used]
@@ -509,9 +525,10 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
                 continue
             pair_notes: list[str] = []
             for env in shared:
-                fx, fy = chosen[(env, x)].group.frames, chosen[(env, y)].group.frames
-                if fx != fy:
-                    pair_notes.append(f"{env}: {x} at {fx:,} frames, {y} at {fy:,}")
+                gx, gy = chosen[(env, x)].group, chosen[(env, y)].group
+                if gx.budget != gy.budget:
+                    pair_notes.append(f"{env}: {x} at {gx.budget:,} {gx.unit}, {y} at "
+                                      f"{gy.budget:,}")
             x_finals = _finals_by_env(chosen, x, shared, pair_notes)
             y_finals = _finals_by_env(chosen, y, shared, pair_notes)
             probability = probability_of_improvement_ci(x_finals, y_finals,
@@ -523,5 +540,5 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
             improvement.append(Improvement(x, y, shared, probability, pair_notes,
                                            seeds_to_detect(x_finals, y_finals)))
     return Comparison(suite, summaries, [g for g in groups if not g.runs], group_notes,
-                      aggregates, normalized, aggregate_envs, aggregate_frames, notes,
+                      aggregates, normalized, aggregate_envs, aggregate_budgets, notes,
                       improvement, reps)

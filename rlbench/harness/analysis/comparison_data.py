@@ -1,14 +1,16 @@
 """A comparison's numbers as data, unformatted: for pandas, spreadsheets and scripts.
 
 - ``groups_frame``: one row per (env, algorithm, budget, config) group: seed counts, mean,
-  std, the Student-t CI of the mean, the IQM with its bootstrap CI, frames/s
-  (``compare.csv``);
+  std, the Student-t CI of the mean, the IQM with its bootstrap CI, frames/s or gradient
+  steps/s (``compare.csv``);
 - ``runs_frame``: one row per run with its final score (``runs.csv``);
 - ``to_json``: every table of the report (groups, published baselines with verdicts,
   aggregates, probabilities of improvement) and its notes (``compare.json``).
 
 Intervals name their method in the column (``mean_t_low``, ``iqm_bootstrap_low``); a
-missing value (one seed has no interval) is empty in CSV and ``null`` in JSON.
+missing value (one seed has no interval) is empty in CSV and ``null`` in JSON. A budget is
+``frames`` for an online group and ``steps`` (gradient steps) for an offline one, the other
+column empty.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from rlbench.harness.analysis.comparison import Comparison
+from rlbench.harness.analysis.comparison import Comparison, Group
 from rlbench.harness.analysis.statistics import Interval
 
 __all__ = ["groups_frame", "runs_frame", "to_json"]
@@ -35,56 +37,66 @@ def _interval(prefix: str, interval: Interval | None) -> dict[str, float | None]
     return {f"{prefix}_low": _number(interval.low), f"{prefix}_high": _number(interval.high)}
 
 
+def _budget(group: Group) -> dict[str, int | None]:
+    return {"frames": None if group.offline else group.budget,
+            "steps": group.budget if group.offline else None}
+
+
 def groups_frame(comparison: Comparison) -> pd.DataFrame:
     """One row per group, groups without a finished run included (their numbers empty)."""
     rows = []
     for s in comparison.summaries:
         g = s.group
         rows.append({"env": g.env, "algorithm": g.algo, "label": g.label, "config": g.config,
-                     "frames": g.frames, "n": len(g.runs), "failed": g.failed,
+                     **_budget(g), "n": len(g.runs), "failed": g.failed,
                      "killed": g.killed, "running": g.running, "mean": _number(s.mean),
                      "std": _number(s.std), **_interval("mean_t", s.mean_ci),
                      "iqm": _number(s.iqm.value), **_interval("iqm_bootstrap", s.iqm),
                      "fps": _number(g.fps)})
     for g in comparison.empty_groups:
         rows.append({"env": g.env, "algorithm": g.algo, "label": g.label, "config": g.config,
-                     "frames": g.frames, "n": 0, "failed": g.failed, "killed": g.killed,
+                     **_budget(g), "n": 0, "failed": g.failed, "killed": g.killed,
                      "running": g.running})
     frame = pd.DataFrame(rows, columns=[
-        "env", "algorithm", "label", "config", "frames", "n", "failed", "killed", "running",
-        "mean", "std", "mean_t_low", "mean_t_high", "iqm", "iqm_bootstrap_low",
-        "iqm_bootstrap_high", "fps"])
-    return frame.sort_values(["env", "algorithm", "frames", "config"],
+        "env", "algorithm", "label", "config", "frames", "steps", "n", "failed", "killed",
+        "running", "mean", "std", "mean_t_low", "mean_t_high", "iqm", "iqm_bootstrap_low",
+        "iqm_bootstrap_high", "fps"]).astype({"frames": "Int64", "steps": "Int64"})
+    return frame.sort_values(["env", "algorithm", "frames", "steps", "config"],
                              kind="stable").reset_index(drop=True)
 
 
 def runs_frame(comparison: Comparison) -> pd.DataFrame:
     """One row per finished run that the groups use: its seed and final score."""
     rows = [{"env": s.group.env, "algorithm": s.group.algo, "label": s.group.label,
-             "config": s.group.config, "frames": s.group.frames, "seed": run.seed,
+             "config": s.group.config, **_budget(s.group), "seed": run.seed,
              "run_id": run.run_id, "final_return": run.final_return, "fps": run.fps}
             for s in comparison.summaries for run in s.group.runs]
-    return pd.DataFrame(rows, columns=["env", "algorithm", "label", "config", "frames", "seed",
-                                       "run_id", "final_return", "fps"])
+    return pd.DataFrame(rows, columns=["env", "algorithm", "label", "config", "frames", "steps",
+                                       "seed", "run_id", "final_return", "fps"]).astype(
+        {"frames": "Int64", "steps": "Int64"})
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{k: (None if isinstance(v, float) and math.isnan(v) else v)
+    return [{k: (None if v is pd.NA or (isinstance(v, float) and math.isnan(v)) else v)
              for k, v in row.items()} for row in frame.to_dict(orient="records")]
 
 
 def to_json(comparison: Comparison) -> str:
     """The whole comparison as one JSON document (keys sorted, two-space indents)."""
     baselines = [{"env": s.group.env, "algorithm": s.group.algo, "label": s.group.label,
-                  "frames": s.group.frames, **_interval("ours_mean_t", s.mean_ci),
+                  **_budget(s.group), **_interval("ours_mean_t", s.mean_ci),
                   "library": score.library, "source": score.source,
                   "published_mean": score.mean, "published_std": score.std,
                   "published_seeds": score.n_seeds, "published_steps": score.steps,
                   "metric": score.metric, "verdict": judged.word,
                   "differences": list(judged.caveats)}
                  for s in comparison.summaries for score, judged in s.baselines]
+    offline = {s.group.env: s.group.offline for s in comparison.summaries}
     aggregates = [{"algorithm": algo, "envs": comparison.aggregate_envs[algo],
-                   "frames": comparison.aggregate_frames[algo],
+                   "budgets": [{"frames": None, "steps": budget} if offline[env]
+                               else {"frames": budget, "steps": None} for env, budget in
+                               zip(comparison.aggregate_envs[algo],
+                                   comparison.aggregate_budgets[algo], strict=True)],
                    **{f"{name}{suffix}": value for name, interval in values.items()
                       for suffix, value in (("", _number(interval.value)),
                                             ("_bootstrap_low", _number(interval.low)),

@@ -34,8 +34,8 @@ from rlbench.harness.store.tracking import (
 )
 from rlbench.harness.store.tracking import tracking_uri as uri_of
 
-__all__ = ["CURVE_COLUMNS", "RETURN", "RUN_COLUMNS", "config_key", "curves", "curves_of",
-           "latest_attempts", "load", "load_filter", "open_store"]
+__all__ = ["CURVE_COLUMNS", "RETURN", "RUN_COLUMNS", "budget_unit", "config_key", "curves",
+           "curves_of", "latest_attempts", "load", "load_filter", "open_store"]
 
 RETURN = "eval/return_mean"
 RETURN_STD = "eval/return_std"
@@ -46,10 +46,16 @@ SEED_PARAMS = ("seed_index", "base_seed")
 _TAG_COLUMNS = ("suite", "algorithm", "env", "seed", "config_hash", "git_commit", "git_dirty",
                 "rlbench_version", "torch_version", "tensordict_version", "gymnasium_version",
                 "mujoco_version", "python_version", "host", "device", "error")
-RUN_COLUMNS = ("run_id", "suite", "algorithm", "env", "seed", "frames", "config",
+RUN_COLUMNS = ("run_id", "suite", "algorithm", "env", "seed", "frames", "steps", "config",
                "config_hash", "status", "final_return", "final_score", "fps", "seconds",
                "start_time", *_TAG_COLUMNS[5:])
 _ALIASES = {"algo": "algorithm"}
+
+
+def budget_unit(offline: bool) -> str:
+    """What a run's budget counts, in words: env frames online, gradient steps offline
+    (an offline run collects no frames)."""
+    return "gradient steps" if offline else "frames"
 
 
 def open_store(out_dir: str | Path | None = None, *,
@@ -120,14 +126,16 @@ def _row(run: Run) -> dict[str, Any]:
     finished = info.status == "FINISHED"
     final = run.data.metrics.get(RETURN) if finished else None
     score = run.data.metrics.get(SCORE) if finished else None
-    budget = params.get("frames", params.get("steps", 0))  # offline runs count steps
+    offline = "steps" in params and "frames" not in params  # offline runs count steps
+    budget = int(float(params.get("steps" if offline else "frames", 0)))
     row: dict[str, Any] = {
         "run_id": info.run_id,
         "suite": tags.get("suite", ""),
         "algorithm": tags.get("algorithm", ""),
         "env": tags.get("env", ""),
         "seed": int(tags.get("seed", 0)),
-        "frames": int(float(budget)),
+        "frames": pd.NA if offline else budget,
+        "steps": budget if offline else pd.NA,
         "config": config_key(run),
         "config_hash": tags.get("config_hash", ""),
         "status": info.status,
@@ -191,9 +199,10 @@ def load(store: str | Path | MlflowClient | None = None, *, suite: str,
 
     ``store`` is an out dir, or an ``MlflowClient``; ``final_return`` is the mean return
     of the run's last evaluation (NaN unless it finished), ``final_score`` its D4RL
-    normalized score (offline runs whose dataset has references, else NaN), ``frames`` its
-    budget (gradient steps for an offline run, whose ``env`` is its dataset's name), ``fps``
-    its frames or gradient steps per second.
+    normalized score (offline runs whose dataset has references, else NaN). An online run's
+    budget is ``frames`` (env frames), an offline run's ``steps`` (gradient steps; its
+    ``env`` is its dataset's name); the other is NA. ``fps`` is frames or gradient steps
+    per second.
     """
     runs = latest_attempts(_client(store, tracking_uri), suite)
     frame = pd.DataFrame([_row(run) for run in runs])
@@ -201,19 +210,20 @@ def load(store: str | Path | MlflowClient | None = None, *, suite: str,
         frame = pd.DataFrame(columns=list(RUN_COLUMNS))
     frame = _select(frame, filters)
     extra = sorted(c for c in frame.columns if c not in RUN_COLUMNS)
-    frame = frame[[*RUN_COLUMNS, *extra]]
-    return frame.sort_values(["env", "algorithm", "frames", "config", "seed"],
+    frame = frame[[*RUN_COLUMNS, *extra]].astype({"frames": "Int64", "steps": "Int64"})
+    return frame.sort_values(["env", "algorithm", "frames", "steps", "config", "seed"],
                              kind="stable").reset_index(drop=True)
 
 
-CURVE_COLUMNS = ("run_id", "algorithm", "env", "seed", "frames", "config", "status", "step",
-                 "return_mean", "return_std")
+CURVE_COLUMNS = ("run_id", "algorithm", "env", "seed", "frames", "steps", "config", "status",
+                 "step", "return_mean", "return_std")
 
 
 def curves(store: str | Path | MlflowClient | None = None, *, suite: str,
            tracking_uri: str | None = None, **filters: Any) -> pd.DataFrame:
     """One row per (run, evaluation) of the runs ``load`` gives with the same filters:
-    ``step`` is the frames collected at the evaluation, ``return_mean``/``return_std``
+    ``step`` is the frames collected (online) or gradient steps taken (offline) at the
+    evaluation, ``return_mean``/``return_std``
     the deterministic episodes' mean and std there."""
     client = _client(store, tracking_uri)
     return curves_of(client, load(client, suite=suite, **filters))
@@ -228,6 +238,7 @@ def curves_of(client: MlflowClient, runs: pd.DataFrame) -> pd.DataFrame:
                                                     RETURN_STD)}
         for metric in sorted(means, key=lambda m: m.step):
             rows.append((run.run_id, run.algorithm, run.env, run.seed, run.frames,
-                         run.config, run.status, int(metric.step), metric.value,
+                         run.steps, run.config, run.status, int(metric.step), metric.value,
                          stds.get(metric.step, float("nan"))))
-    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
+    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS)).astype(
+        {"frames": "Int64", "steps": "Int64"})

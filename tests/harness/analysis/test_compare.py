@@ -143,7 +143,7 @@ def test_aggregates_use_normalized_scores_of_referenced_envs(store: Path,
     _, comparison = _comparison(store, baselines)
     assert comparison.aggregate_envs == {"dqn": ["Acrobot-v1", "CartPole-v1"],
                                          "ppo": ["Acrobot-v1", "CartPole-v1"]}
-    assert comparison.aggregate_frames == {"dqn": [1000, 1000], "ppo": [1000, 1000]}
+    assert comparison.aggregate_budgets == {"dqn": [1000, 1000], "ppo": [1000, 1000]}
     assert any("no normalization reference): Humanoid-v5" in note
                for note in comparison.aggregate_notes)
     for algo in ("dqn", "ppo"):
@@ -380,7 +380,7 @@ def test_reruns_budgets_configs_and_seed_counts(tmp_path: Path, baselines: Path)
 
     records = load_runs(client, "unit")
     comparison = compare(records, "unit", baselines, seed=0, reps=200)
-    rows = {(s.group.env, s.group.label, s.group.frames): s for s in comparison.summaries}
+    rows = {(s.group.env, s.group.label, s.group.budget): s for s in comparison.summaries}
     (first, second) = [s for (env, label, frames), s in rows.items()
                        if label.startswith("ppo[") and frames == 1000]
     assert sorted([first.mean, second.mean]) == [200.0, 400.0], "latest finished attempts"
@@ -522,13 +522,14 @@ def test_corl_beside_rlbenchs_own_hopper_data_is_a_band_never_a_verdict() -> Non
                       "FINISHED", "c", {20_000: score}, None, eval_env="Hopper-v5",
                       refs=(-20.0, 3234.0)) for i, score in enumerate((60.0, 64.0, 70.0))]
     summary = summarize_group(Group("rlbench/hopper/medium-replay-v0", "td3_bc", 20_000, "c",
-                                    runs), published, seed=0, reps=10)
+                                    runs, offline=True), published, seed=0, reps=10)
     rows = {score.metric: (score, judged) for score, judged in summary.baselines}
     assert set(rows) == {"d4rl_normalized_last", "d4rl_normalized_best"}
     score, judged = rows["d4rl_normalized_last"]
     assert (score.env, score.mean) == ("hopper-medium-replay-v2", 64.42)  # CORL's TD3+BC
     assert judged.word == "none: different data (hopper-medium-replay-v2, D4RL's); a sanity band"
     assert "env hopper-medium-replay-v2 vs rlbench/hopper/medium-replay-v0" in judged.caveats
+    assert "budget 1,000,000 vs 20,000 gradient steps" in judged.caveats
     bc = summarize_group(Group("rlbench/pendulum/medium-v0", "bc", 20_000, "c",
                                [dataclasses.replace(r, algo="bc", env="rlbench/pendulum/medium-v0")
                                 for r in runs]), published, seed=0, reps=10)
