@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from mlflow.entities import Run
+from mlflow.entities import Metric, Run
 from mlflow.tracking import MlflowClient
 
 from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
 from rlbench.harness.store.sqlite import INCOMPLETE, MISSING, inspect_store, sqlite_path
+from rlbench.harness.store.sqlite_read import metric_histories, runs_tagged
 from rlbench.harness.store.tracking import (
     check_reachable,
     check_tracking_uri,
@@ -112,7 +113,10 @@ def latest_attempts(client: MlflowClient, suite: str) -> list[Run]:
     """Each config identity of the suite once: its latest finished attempt, or its latest
     attempt if none finished."""
     latest: dict[str, Run] = {}
-    runs = search_all(client, _experiment_id(client, suite), "tags.kind = 'run'")
+    experiment = _experiment_id(client, suite)
+    database = sqlite_path(client.tracking_uri)
+    runs = (search_all(client, experiment, "tags.kind = 'run'") if database is None
+            else runs_tagged(database, experiment, "kind", "run"))
     for run in sorted(runs, key=lambda r: r.info.start_time or 0):
         key = run.data.tags.get("config_hash", run.info.run_id)
         earlier = latest.get(key)
@@ -232,10 +236,18 @@ def curves(store: str | Path | MlflowClient | None = None, *, suite: str,
 def curves_of(client: MlflowClient, runs: pd.DataFrame) -> pd.DataFrame:
     """``curves`` of the runs of a ``load`` frame."""
     rows = []
+    database = sqlite_path(client.tracking_uri)
+    histories = (None if database is None
+                 else metric_histories(database, list(runs.run_id), (RETURN, RETURN_STD)))
+
+    def history(run_id: str, key: str) -> list[Metric]:
+        if histories is None:
+            return with_retry(client.get_metric_history, run_id, key)
+        return histories.get((run_id, key), [])
+
     for run in runs.itertuples(index=False):
-        means = with_retry(client.get_metric_history, run.run_id, RETURN)
-        stds = {m.step: m.value for m in with_retry(client.get_metric_history, run.run_id,
-                                                    RETURN_STD)}
+        means = history(run.run_id, RETURN)
+        stds = {m.step: m.value for m in history(run.run_id, RETURN_STD)}
         for metric in sorted(means, key=lambda m: m.step):
             rows.append((run.run_id, run.algorithm, run.env, run.seed, run.frames,
                          run.steps, run.config, run.status, int(metric.step), metric.value,
