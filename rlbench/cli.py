@@ -1,5 +1,5 @@
-"""The ``rlbench`` command: ``run``, ``show``, ``compare``, ``regress``, ``eval``, ``dataset``
-and ``list``, with key=value words."""
+"""The ``rlbench`` command: ``run``, ``show``, ``compare``, ``publish``, ``regress``, ``eval``,
+``dataset`` and ``list``, with key=value words."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ USAGE = """\
 usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
        rlbench show [key=value ...]      print the resolved grid without running it
        rlbench compare [key=value ...]   compare finished runs: tables, baselines, plots
+       rlbench publish output=<dir> [...]   a static leaderboard site from the store
        rlbench regress suite=<gate> reference=<file> [...]   the regression gate
        rlbench regress bench candidate=<json> reference=<json>   the throughput gate
        rlbench eval run=<id|dir> [...]   play a finished run's policy again (and film it)
@@ -70,6 +71,22 @@ keys: suite, algo (algos), env (envs), frames, tag.<name> (e.g. tag.git_commit=a
       published scores), seed (bootstrap seed, default 0), reps (bootstrap resamples,
       default 2000, at most 100,000)
 example: rlbench compare suite=mujoco env=Hopper-v5,HalfCheetah-v5 output=report
+""",
+    "publish": """\
+usage: rlbench publish output=<dir> [key=value ...]
+A static leaderboard site from one or more stores, to open from disk or host anywhere: an
+index of suites; per suite the normalized aggregates with CI-aware ranks, probabilities of
+improvement, performance profiles and published baselines; per env or dataset a sortable,
+filterable table and learning curves; per run its config, tags, versions, curve and the
+command that makes it again. Every table also as CSV and JSON beside its page.
+
+keys: output (the site's directory: new, empty or a site published before, which is
+      replaced whole), suite (comma list; default every suite of the stores), algo (algos),
+      env (envs), frames (online budget), steps (offline budget: gradient steps),
+      tag.<name>, param.<name>, config (as compare), out_dir (comma list of stores; default
+      MLFLOW_TRACKING_URI, else rlbench_runs), tracking_uri (comma list), baselines,
+      seed (bootstrap seed, default 0), reps (bootstrap resamples, default 2000)
+example: rlbench publish out_dir=rlbench_runs output=site
 """,
     "regress": """\
 usage: rlbench regress suite=<gate suite> reference=<file> [key=value ...]
@@ -154,7 +171,7 @@ locally and the known remote names.
 SHOWN_RUNS = 200  # rows of `show`'s grid table; the caption counts the rest
 BAD_PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
 ERROR_LIMIT = 2000  # characters of an error line; the message is cut, never wrapped
-COMMANDS = ("run", "show", "compare", "regress", "eval", "dataset", "list")
+COMMANDS = ("run", "show", "compare", "publish", "regress", "eval", "dataset", "list")
 LISTABLE = ("suites", "algorithms", "envs", "datasets")
 
 
@@ -274,6 +291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rlbench.harness.analysis.compare import run_compare
 
             return run_compare(rest, console)
+        if command == "publish":
+            # deferred: a command's modules (torch, MLflow) load only when it runs
+            from rlbench.harness.publish.command import run_publish
+
+            return run_publish(rest, console)
         if command == "regress":
             # deferred: a command's modules (torch, MLflow) load only when it runs
             from rlbench.harness.regress.gate import run_regress

@@ -104,7 +104,18 @@ def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
               config: str | None = None) -> list[RunRecord]:
     """The suite's runs matching the filters (empty filters match all), read through
     ``rlbench.results``: each config identity once, its latest finished attempt (or its
-    latest attempt if none finished), with the eval curve of a finished one.
+    latest attempt if none finished), with the eval curve of a finished one
+    (``select_runs``, then ``records_of``)."""
+    return records_of(client, select_runs(client, suite, algos=algos, envs=envs,
+                                          frames=frames, steps=steps, tags=tags,
+                                          params=params, config=config))
+
+
+def select_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
+                envs: Sequence[str] = (), frames: int | None = None, steps: int | None = None,
+                tags: Mapping[str, str] | None = None, params: Mapping[str, str] | None = None,
+                config: str | None = None) -> pd.DataFrame:
+    """The ``rlbench.results.load`` rows of the suite's runs matching the filters.
 
     ``params`` match a param by its full name or a hyperparameter by its own
     (``learning_rate`` for ``algo_params.learning_rate``), as text or number; ``config``
@@ -125,7 +136,7 @@ def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
     except UnknownNameError as err:  # a tag no run carries: no run matches
         if not err.name.startswith("tag."):
             raise
-        return []
+        return pd.DataFrame(columns=list(RUN_COLUMNS))
     for key, value in (params or {}).items():
         column = next((c for c in (f"param.{key}", f"param.algo_params.{key}")
                        if c in runs.columns), None)
@@ -135,6 +146,12 @@ def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
         runs = results.load_filter(runs, **{column: value})
     if config is not None:
         runs = runs[runs.config.str.startswith(config.removeprefix("#"))]
+    return runs
+
+
+def records_of(client: MlflowClient, runs: pd.DataFrame) -> list[RunRecord]:
+    """A ``RunRecord`` per row of a ``select_runs`` frame, finished ones with their curve
+    (D4RL normalized where the dataset has reference scores)."""
     finished = runs[runs.status == "FINISHED"]
     evals = results.curves_of(client, finished)
     by_run = {run_id: dict(zip(rows.step, rows.return_mean, strict=True))
@@ -223,6 +240,18 @@ def _short(param: str) -> str:
     return param.removeprefix("algo_params.")
 
 
+# Params that follow from the dataset's file, which its sha256 names in a label already.
+_IMPLIED_BY_DATA = {"dataset_refs"}
+
+
+def _label_part(param: str, value: str) -> str:
+    """A param as a label shows it; a dataset's file by its sha256's first 7 digits, as
+    a commit."""
+    if param == "dataset_sha256":
+        return f"data={value[:7]}"
+    return f"{_short(param)}={value}"
+
+
 def _config_labels(groups: Sequence[Group], records: Sequence[RunRecord]) -> list[str]:
     """Label each group by the params its algorithm varies: ``ppo`` when it ran one config
     per env, ``ppo[learning_rate=0.0005]`` when some env ran several. A param counts when
@@ -238,8 +267,8 @@ def _config_labels(groups: Sequence[Group], records: Sequence[RunRecord]) -> lis
         member = next(r for r in records if (r.env, r.algo, r.budget, r.config) ==
                       (group.env, group.algo, group.budget, group.config))
         keys = sorted(varying[group.algo])
-        shown = ", ".join(f"{_short(k)}={member.params.get(k, '—')}" for k in keys
-                          if not k.startswith("rlbench"))
+        shown = ", ".join(_label_part(k, member.params.get(k, "—")) for k in keys
+                          if not k.startswith("rlbench") and k not in _IMPLIED_BY_DATA)
         labels[id(group)] = f"{group.algo}[{shown}]" if shown else group.algo
     by_label: dict[tuple[str, str, int], list[Group]] = {}
     for group in groups:

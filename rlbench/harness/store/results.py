@@ -49,7 +49,7 @@ _TAG_COLUMNS = ("suite", "algorithm", "env", "seed", "config_hash", "git_commit"
                 "mujoco_version", "python_version", "host", "device", "error")
 RUN_COLUMNS = ("run_id", "suite", "algorithm", "env", "seed", "frames", "steps", "config",
                "config_hash", "status", "final_return", "final_score", "fps", "seconds",
-               "start_time", *_TAG_COLUMNS[5:])
+               "start_time", "artifact_uri", *_TAG_COLUMNS[5:])
 _ALIASES = {"algo": "algorithm"}
 
 
@@ -150,6 +150,7 @@ def _row(run: Run) -> dict[str, Any]:
         "seconds": ((info.end_time - info.start_time) / 1000
                     if info.end_time and info.start_time else float("nan")),
         "start_time": pd.to_datetime(info.start_time, unit="ms", utc=True),
+        "artifact_uri": info.artifact_uri or "",
     }
     row.update({name: tags.get(name, "") for name in _TAG_COLUMNS[5:]})
     row.update({f"tag.{k}": v for k, v in tags.items()

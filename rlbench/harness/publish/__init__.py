@@ -1,0 +1,1 @@
+"""``rlbench publish``: a static leaderboard site from the store, readable from disk."""

@@ -1,0 +1,191 @@
+"""The ``rlbench publish`` command: read the stores, render the site, put it in place whole.
+
+    rlbench publish output=DIR [suite=a,b] [algo=...] [env=...] [frames=N] [steps=N]
+        [tag.<name>=v] [param.<name>=v] [config=<key prefix>] [out_dir=a,b]
+        [tracking_uri=uri,...] [baselines=DIR] [seed=0] [reps=2000]
+
+The site is first written to a fresh directory beside ``output`` and then renamed into
+place, so a failure leaves the earlier site (or nothing), never half a site. ``output``
+may be new, empty, or a site published before (it is replaced); anything else is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+
+from rlbench.envs import validate_env_id
+from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
+from rlbench.harness.analysis.baselines import default_baseline_dir
+from rlbench.harness.plan.words import int_word, split_words
+from rlbench.harness.publish.collect import Filters, SuiteData, collect, suites_in
+from rlbench.harness.publish.pages import site_files
+from rlbench.harness.store.results import open_store
+
+__all__ = ["PublishRequest", "parse_publish_args", "publish", "run_publish"]
+
+KEYS = ("output", "suite", "algos", "envs", "frames", "steps", "tag.<name>", "param.<name>",
+        "config", "out_dir", "tracking_uri", "baselines", "seed", "reps")
+ALIASES = {"algo": "algos", "env": "envs", "suites": "suite"}
+MARKER = ".rlbench-site"  # in every site's top directory: what may be replaced
+MAX_REPS = 100_000
+
+
+@dataclass
+class PublishRequest:
+    output: Path | None = None
+    suites: list[str] = field(default_factory=list)  # empty: every suite of the stores
+    filters: Filters = field(default_factory=Filters)
+    out_dirs: list[Path] = field(default_factory=list)
+    tracking_uris: list[str] = field(default_factory=list)
+    baselines: Path = field(default_factory=default_baseline_dir)
+    seed: int = 0
+    reps: int = 2000
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def parse_publish_args(args: Sequence[str]) -> PublishRequest:
+    """``key=value`` words to a request; unknown keys raise with near matches."""
+    request = PublishRequest()
+    filters = request.filters
+    for key, text in split_words(args, ALIASES):
+        if key.startswith("tag.") and len(key) > 4:
+            filters.tags[key[4:]] = text
+        elif key.startswith("param.") and len(key) > 6:
+            filters.params[key[6:]] = text
+        elif key == "config":
+            if not re.fullmatch(r"#?[0-9a-f]{1,8}", text):
+                raise ConfigError(f"config must be a prefix of a config key (hex), got "
+                                  f"{quote(text)}")
+            filters.config = text
+        elif key in ("algos", "envs"):
+            setattr(filters, key, _names(text))
+        elif key in ("frames", "steps"):
+            setattr(filters, key, int_word(key, text, 1, 10**12))
+        elif key == "seed":
+            request.seed = int_word(key, text, 0, 2**63 - 1)
+        elif key == "reps":
+            request.reps = int_word(key, text, 1, MAX_REPS)
+        elif key == "suite":
+            request.suites = [Path(n).stem if n.endswith((".yaml", ".yml")) else n
+                              for n in _names(text)]
+        elif key == "out_dir":
+            request.out_dirs = [Path(n) for n in _names(text)]
+        elif key == "tracking_uri":
+            request.tracking_uris = _names(text)
+        elif key in ("output", "baselines"):
+            setattr(request, key, Path(text))
+        else:
+            raise UnknownNameError("publish key", key, [*KEYS, *ALIASES])
+    if request.output is None:
+        raise ConfigError("publish needs output=<directory>: where the site goes")
+    for env in filters.envs:
+        validate_env_id(env)
+    if not (request.baselines / "normalization.csv").is_file():
+        raise ConfigError(f"baselines={request.baselines}: no normalization.csv there")
+    check_output(request.output)
+    return request
+
+
+def check_output(output: Path) -> None:
+    """Refuses an ``output`` that is a file, a directory holding anything but an earlier
+    site, or a place this process cannot write, before anything is read."""
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"output={output} is a file, not a directory for the site")
+    if output.is_dir() and any(output.iterdir()) and not (output / MARKER).is_file():
+        raise ConfigError(f"output={output} holds files that are not a site rlbench "
+                          "published: give a new or empty directory")
+    parent = output.absolute().parent
+    existing = next(p for p in (parent, *parent.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"output={output}: {existing} cannot be written")
+
+
+def _stores(request: PublishRequest) -> dict[str, MlflowClient]:
+    """Each store to read, by the name the pages give it."""
+    stores = {str(d): open_store(d) for d in request.out_dirs}
+    stores.update({uri: open_store(tracking_uri=uri) for uri in request.tracking_uris})
+    if not stores:  # as every command: MLFLOW_TRACKING_URI, else rlbench_runs
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        stores = ({uri: open_store(tracking_uri=uri)} if uri
+                  else {"rlbench_runs": open_store("rlbench_runs")})
+    return stores
+
+
+def _suites(request: PublishRequest, stores: dict[str, MlflowClient]) -> list[str]:
+    present = sorted({s for client in stores.values() for s in suites_in(client)})
+    if not present:
+        raise ConfigError(f"no runs to publish: {', '.join(stores)} hold no suite")
+    for suite in request.suites:
+        if suite not in present:
+            hint = near_matches(suite, present)
+            raise ConfigError(f"no store given holds suite {quote(suite)} (they hold "
+                              f"{', '.join(present)})"
+                              + (f"; did you mean {', '.join(hint)}?" if hint else ""))
+    return request.suites or present
+
+
+def publish(request: PublishRequest) -> tuple[list[SuiteData], int]:
+    """Reads every suite and writes the site; returns the suites and the files written."""
+    stores = _stores(request)
+    suites = [collect(stores, suite, request.filters, request.baselines, seed=request.seed,
+                      reps=request.reps) for suite in _suites(request, stores)]
+    suites = [s for s in suites if not s.runs.empty]
+    if not suites:
+        raise ConfigError("no run of the suites matches the filters given")
+    files = site_files(suites, list(stores), reps=request.reps, seed=request.seed)
+    write_site(files, request.output)
+    return suites, len(files)
+
+
+def write_site(files: dict[str, str], output: Path) -> None:
+    """Writes ``files`` to a new directory beside ``output``, then swaps it in: a reader
+    sees the old site or the new one, and a failure leaves the old one."""
+    output = output.absolute()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        made: set[Path] = set()
+        for name, content in sorted(files.items()):
+            path = staging / name
+            if path.parent not in made:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                made.add(path.parent)
+            path.write_text(content, encoding="utf-8")
+        (staging / MARKER).write_text("a site made by rlbench publish; rerunning the "
+                                      "command replaces this whole directory\n")
+        staging.chmod(0o755)  # mkdtemp makes it private; a site is for reading
+        if output.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
+            output.rename(retired / "site")
+            staging.rename(output)
+            shutil.rmtree(retired)
+        else:
+            staging.rename(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def run_publish(args: Sequence[str], console: Console) -> int:
+    """The command; returns the exit code. Bad input raises ``ConfigError`` (exit 2)."""
+    request = parse_publish_args(args)
+    suites, count = publish(request)
+    for data in suites:
+        console.print(f"{data.name}: {len(data.runs)} runs ({data.finished} finished)",
+                      markup=False, highlight=False)
+    print(f"rlbench: wrote {count} files under {request.output}; open "
+          f"{request.output / 'index.html'}", file=sys.stderr)
+    return 0

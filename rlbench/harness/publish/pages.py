@@ -1,0 +1,584 @@
+"""The site's pages, as files (relative path -> text): index, suites, envs or datasets, runs.
+
+Every table is written three times: in its page, and beside it as ``<name>.csv`` and
+``<name>.json`` (the values the cells sort by: plain numbers). Offline budgets are gradient
+steps, online ones env frames, and every header and note says which.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import re
+import shlex
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from rlbench.harness.analysis.comparison import Comparison, Group, GroupSummary, RunRecord
+from rlbench.harness.analysis.plots import curve_band, performance_profile_band
+from rlbench.harness.analysis.statistics import AGGREGATES, Interval
+from rlbench.harness.publish.assets import ASSETS
+from rlbench.harness.publish.charts import PALETTE, Band, Series, line_chart
+from rlbench.harness.publish.collect import SuiteData
+from rlbench.harness.publish.markup import Cell, Table, fmt, link, page, table, text
+from rlbench.harness.publish.ranking import ci_ranks
+from rlbench.harness.store.results import budget_unit
+
+__all__ = ["site_files", "slug"]
+
+# Tags shown as filterable row tags: what tells runs of one group apart, not per-run ids.
+_FILTER_TAGS = ("git_commit", "rlbench_version", "torch_version", "host", "device", "library")
+_NOT_TAGS = ("tag.run_dir", "tag.dataset_sha256", "tag.config_hash")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def slug(name: str) -> str:
+    """A file name for ``name``: its safe characters, then a short hash of the whole name
+    (``a/b`` and ``a-b`` differ; ``<script>`` is a plain file name)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:60] or "x"
+    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def _number(value: object) -> float | None:
+    if value is None or value is pd.NA:
+        return None
+    number = float(value)
+    return None if math.isnan(number) else number
+
+
+def _csv(spec: Table) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(spec.headers)
+    for record in spec.records():
+        writer.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v
+                         for v in record.values()])
+    return out.getvalue()
+
+
+def _json_table(spec: Table) -> dict[str, object]:
+    records = [{k: (None if isinstance(v, float) and math.isnan(v) else v)
+                for k, v in record.items()} for record in spec.records()]
+    return {"table": spec.name, "columns": spec.headers, "rows": records}
+
+
+def _json(spec: Table) -> str:
+    return json.dumps(_json_table(spec), indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+def _stacked_csv(specs: Sequence[Table]) -> str:
+    """Several two-column tables as one CSV: ``table``, then each row's two values."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["table", "name", "value"])
+    for spec in specs:
+        for row in spec.rows:
+            writer.writerow([spec.name, *("" if c.value is None else c.value for c in row)])
+    return out.getvalue()
+
+
+@dataclass
+class _Writer:
+    """Collects the site's files; a table's CSV and JSON go beside its page."""
+
+    files: dict[str, str]
+
+    def table(self, directory: str, spec: Table) -> str:
+        self.files[f"{directory}{spec.name}.csv"] = _csv(spec)
+        self.files[f"{directory}{spec.name}.json"] = _json(spec)
+        return table(spec)
+
+
+def _ci_text(interval: Interval | None, digits: int = 1) -> str:
+    if interval is None or math.isnan(interval.value):
+        return "—"
+    if not interval.has_bounds:
+        return fmt(interval.value, digits)
+    return (f"{fmt(interval.value, digits)} [{fmt(interval.low, digits)}, "
+            f"{fmt(interval.high, digits)}]")
+
+
+def _notes(notes: Sequence[str]) -> str:
+    if not notes:
+        return ""
+    return '<ul class="notes">' + "".join(f"<li>{text(n)}</li>" for n in notes) + "</ul>"
+
+
+def _facts(pairs: Sequence[tuple[str, str]]) -> str:
+    """A definition list; values are HTML already."""
+    return '<dl class="facts">' + "".join(f"<dt>{text(k)}</dt><dd>{v}</dd>"
+                                          for k, v in pairs) + "</dl>"
+
+
+def _offline(data: SuiteData) -> bool:
+    return any(r.offline for r in data.records)
+
+
+def _kind_words(data: SuiteData) -> dict[str, str]:
+    kinds = {r.offline for r in data.records}
+    if kinds == {True}:
+        return {"task": "dataset", "tasks": "datasets", "score": "D4RL normalized score",
+                "budget": "gradient steps", "rate": "gradient steps/s"}
+    if kinds == {True, False}:
+        return {"task": "env or dataset", "tasks": "envs and datasets",
+                "score": "return or D4RL normalized score", "budget": "budget",
+                "rate": "frames or gradient steps/s"}
+    return {"task": "env", "tasks": "envs", "score": "return", "budget": "frames",
+            "rate": "frames/s"}
+
+
+def _run_tags(row: pd.Series) -> list[str]:
+    """``name=value`` tokens of a run for the tag filter (whitespace in a value as ``_``)."""
+    pairs = [(name, row.get(name)) for name in _FILTER_TAGS if name in row.index]
+    pairs += [(c.removeprefix("tag."), row[c]) for c in row.index
+              if c.startswith("tag.") and c not in _NOT_TAGS]
+    return sorted({f"{name}={_WHITESPACE.sub('_', value)}" for name, value in pairs
+                   if isinstance(value, str) and value})
+
+
+class SiteBuilder:
+    """Renders every page of the site from the suites' data."""
+
+    def __init__(self, suites: Sequence[SuiteData], stores: Sequence[str], *, reps: int,
+                 seed: int):
+        self.suites = suites
+        self.stores = stores
+        self.reps = reps
+        self.seed = seed
+        self.out = _Writer({})
+        self.records: dict[str, RunRecord] = {}
+
+    def build(self) -> dict[str, str]:
+        self.index()
+        for data in self.suites:
+            self.suite(data)
+        return self.out.files
+
+    # --- the index -----------------------------------------------------------------------
+    def index(self) -> None:
+        rows = []
+        for data in self.suites:
+            runs = data.runs
+            budgets = sorted({(r.budget, r.unit) for r in data.records})
+            last = _last_update(runs)
+            rows.append([
+                Cell(link(f"suites/{slug(data.name)}/index.html", data.name), data.name),
+                Cell.of("offline" if _offline(data) else "online"),
+                Cell.of(", ".join(sorted(set(runs.env))), len(set(runs.env))),
+                Cell.of(", ".join(sorted(set(runs.algorithm)))),
+                Cell.of(", ".join(f"{b:,} {u}" for b, u in budgets)),
+                Cell.of(f"{data.finished} of {len(runs)}", data.finished),
+                Cell.of(last or "—", last or None),
+            ])
+        spec = Table("suites", ["suite", "kind", "envs or datasets", "algorithms", "budgets",
+                                "finished runs", "last update"], rows,
+                     caption="every suite of the stores; a budget is env frames (online) "
+                             "or gradient steps (offline)")
+        body = [f"<p>From {text(', '.join(self.stores))}.</p>",
+                self.out.table("", spec)]
+        self.out.files["index.html"] = page("rlbench leaderboards", body, root="")
+
+    # --- a suite -------------------------------------------------------------------------
+    def suite(self, data: SuiteData) -> None:
+        self.records = {r.run_id: r for r in data.records}
+        here = f"suites/{slug(data.name)}/"
+        root = "../../"
+        words = _kind_words(data)
+        body = [f"<p>{len(data.runs)} runs in {len(set(data.runs.env))} {words['tasks']}; "
+                f"{data.finished} finished.</p>", _notes(data.notes)]
+        comparison = data.comparison
+        if comparison is None:
+            body.append(self._missing(data))
+        else:
+            body += self._aggregates(here, comparison, words)
+            body += self._improvement(here, comparison)
+            body += self._profiles(comparison)
+            body += self._baselines(here, comparison, words)
+        body.append(f"<h2>{text(words['tasks'].capitalize())}</h2>")
+        body.append(self.out.table(here, self._tasks_table(data, words)))
+        if comparison is not None:
+            body.append(_notes([*comparison.group_notes, *comparison.aggregate_notes]))
+        self.out.files[f"{here}index.html"] = page(
+            f"suite {data.name}", body, root=root)
+        for env in sorted(set(data.runs.env)):
+            self.task(data, env, words)
+        for _, row in data.runs.iterrows():
+            self.run(data, row)
+
+    def _missing(self, data: SuiteData) -> str:
+        counts = data.runs.status.value_counts().to_dict()
+        finished = [r for r in data.records if r.status == "FINISHED"]
+        said = ", ".join(f"{n} {status.lower()}" for status, n in sorted(counts.items()))
+        why = (f"{len(finished)} finished without an evaluation" if finished else
+               "none finished")
+        return (f'<p class="missing">No scores to rank: of its {len(data.runs)} runs '
+                f"({said}), {text(why)}. Each run's page below says what it recorded "
+                "(a failed run's traceback included).</p>")
+
+    def _aggregates(self, here: str, comparison: Comparison, words: dict[str, str]
+                    ) -> list[str]:
+        if not comparison.aggregates:
+            return ['<p class="missing">No aggregate: no env or dataset of this suite has a '
+                    "normalization reference (see the notes below).</p>"]
+        ranks = ci_ranks({a: v["iqm"] for a, v in comparison.aggregates.items()})
+        rows = []
+        for algo, values in sorted(comparison.aggregates.items(), key=lambda kv: (
+                ranks[kv[0]], -kv[1]["iqm"].value, kv[0])):
+            budgets = comparison.aggregate_budgets[algo]
+            rows.append([
+                Cell.of(str(ranks[algo]), ranks[algo]), Cell.of(algo),
+                Cell.of(str(len(comparison.aggregate_envs[algo])),
+                        len(comparison.aggregate_envs[algo])),
+                Cell.of(f"{min(budgets):,}" if min(budgets) == max(budgets)
+                        else f"{min(budgets):,}–{max(budgets):,}", max(budgets)),
+                Cell.of(str(sum(len(n) for n in comparison.normalized[algo])),
+                        sum(len(n) for n in comparison.normalized[algo])),
+                *(Cell.of(_ci_text(values[name], 3), values[name].value)
+                  for name in AGGREGATES)])
+        spec = Table("aggregates", ["rank", "algorithm", words["tasks"], words["budget"],
+                                    "runs", *(n.replace("_", " ") for n in AGGREGATES)],
+                     rows,
+                     caption="normalized final scores (1 = the reference score) over the "
+                             f"{text(words['tasks'])} each algorithm ran, with 95% expanded "
+                             "stratified bootstrap CIs; rank by IQM: algorithms whose IQM "
+                             "CIs overlap share a rank; optimality gap: lower is better")
+        return ["<h2>Aggregate scores</h2>", self.out.table(here, spec)]
+
+    def _improvement(self, here: str, comparison: Comparison) -> list[str]:
+        if not comparison.improvement:
+            return []
+        algos = sorted({p.x for p in comparison.improvement}
+                       | {p.y for p in comparison.improvement})
+        cells: dict[tuple[str, str], Interval] = {}
+        for p in comparison.improvement:
+            cells[(p.x, p.y)] = p.probability
+            v = p.probability
+            cells[(p.y, p.x)] = Interval(1 - v.value, 1 - v.high, 1 - v.low)
+        rows = [[Cell.of(x), *(Cell.of(_ci_text(cells[(x, y)], 2), cells[(x, y)].value)
+                               if (x, y) in cells else Cell.of("—", None) for y in algos)]
+                for x in algos]
+        spec = Table("improvement", ["X \\ Y", *algos], rows,
+                     caption="P(X > Y): the chance a run of the row's algorithm beats one of "
+                             "the column's on an env or dataset both ran, averaged over "
+                             "those, with its 95% expanded bootstrap CI")
+        return ["<h2>Probability of improvement</h2>", self.out.table(here, spec)]
+
+    def _profiles(self, comparison: Comparison) -> list[str]:
+        if not comparison.normalized:
+            return []
+        top = max(float(np.nanmax(np.concatenate(v))) for v in comparison.normalized.values())
+        taus = np.linspace(0.0, max(1.0, top if math.isfinite(top) else 1.0) * 1.02, 61)
+        series = []
+        for algo, scores in sorted(comparison.normalized.items()):
+            rng = np.random.default_rng([self.seed, int.from_bytes(
+                hashlib.sha256(f"profile\0{algo}".encode()).digest()[:8], "little")])
+            value, low, high = performance_profile_band(scores, taus, rng=rng,
+                                                        reps=self.reps)
+            series.append(Series(algo, taus, value, low, high))
+        chart = line_chart(series, x_label="normalized score τ",
+                           y_label="fraction of runs with score > τ")
+        return ["<h2>Performance profiles</h2>",
+                f"<figure>{chart}<figcaption>bands: 95% stratified percentile bootstrap "
+                f"CIs ({self.reps:,} resamples of each env's runs)</figcaption></figure>"]
+
+    def _baselines(self, here: str, comparison: Comparison, words: dict[str, str]
+                   ) -> list[str]:
+        rows = []
+        for s in comparison.summaries:
+            for score, judged in s.baselines:
+                rows.append([
+                    Cell.of(s.group.env), Cell.of(s.group.label),
+                    Cell.of(f"{s.group.budget:,} {s.group.unit}", s.group.budget),
+                    Cell.of(_ci_text(s.mean_ci), s.mean),
+                    Cell.of(score.library), Cell.of(score.metric),
+                    Cell.of(fmt(score.mean) + ("" if score.std is None
+                                               else f" ± {fmt(score.std)}"), score.mean),
+                    Cell.of(judged.word), Cell.of("; ".join(judged.caveats) or "none")])
+        if not rows:
+            return []
+        spec = Table("baselines", [words["task"], "algorithm", "budget",
+                                   "ours: mean [95% t-CI]", "published by", "metric",
+                                   "published mean ± std", "verdict", "differences"], rows,
+                     filters=["verdict"],
+                     caption="a verdict compares our 95% t-CI of the mean with the published "
+                             "mean where env, budget and metric match; otherwise it says "
+                             "what differs (sources: results/baselines/SOURCES.md)")
+        return ["<h2>Published baselines beside ours</h2>", self.out.table(here, spec)]
+
+    def _tasks_table(self, data: SuiteData, words: dict[str, str]) -> Table:
+        rows = []
+        for env, runs in data.runs.groupby("env", sort=True):
+            rows.append([
+                Cell(link(f"tasks/{slug(str(env))}/index.html", env), str(env)),
+                Cell.of(", ".join(sorted(set(runs.algorithm)))),
+                Cell.of(str(len(runs)), len(runs)),
+                Cell.of(str(int((runs.status == "FINISHED").sum())),
+                        int((runs.status == "FINISHED").sum()))])
+        return Table("tasks", [words["task"], "algorithms", "runs", "finished"], rows)
+
+    # --- an env or dataset ---------------------------------------------------------------
+    def task(self, data: SuiteData, env: str, words: dict[str, str]) -> None:
+        suite_dir = f"suites/{slug(data.name)}/"
+        here = f"{suite_dir}tasks/{slug(env)}/"
+        root = "../../../../"
+        runs = data.runs[data.runs.env == env]
+        summaries = ([s for s in data.comparison.summaries if s.group.env == env]
+                     if data.comparison is not None else [])
+        records = [r for r in data.records if r.env == env]
+        offline = any(r.offline for r in records)
+        unit = budget_unit(offline)
+        body = [self._provenance(runs) if offline else ""]
+        rows, tags = [], []
+        for s in summaries:
+            g = s.group
+            verdicts = "; ".join(f"{score.library}: {judged.word}"
+                                 for score, judged in s.baselines
+                                 if not score.metric.endswith("_best")) or "—"
+            rows.append([
+                Cell.of(g.label), Cell.of(g.algo), Cell.of(f"{g.budget:,}", g.budget),
+                Cell.of(_seeds(g), len(g.runs)),
+                Cell.of(fmt(s.mean) + ("" if s.std is None else f" ± {fmt(s.std)}"), s.mean),
+                Cell.of(fmt(s.std), s.std),
+                Cell.of(_ci_text(s.iqm), s.iqm.value),
+                Cell.of(fmt(g.fps, 0), g.fps), Cell.of(verdicts)])
+            ids = {r.run_id for r in g.runs}
+            tags.append(sorted({t for _, row in runs[runs.run_id.isin(ids)].iterrows()
+                                for t in _run_tags(row)}))
+        score = "D4RL normalized score" if offline else "return"
+        spec = Table("algorithms", ["configuration", "algorithm", unit, "seeds",
+                                    f"final {score} (mean ± std)", "std",
+                                    "IQM [95% bootstrap CI]", f"{unit}/s",
+                                    "verdict vs published"], rows,
+                     filters=["algorithm", unit], row_tags=tags,
+                     caption="each seed's final deterministic evaluation; the IQM CI is "
+                             f"a percentile bootstrap ({self.reps:,} resamples) and needs 4 "
+                             "seeds; a verdict needs the env, budget and metric to match")
+        if summaries:
+            body += ["<h2>Algorithms</h2>", self.out.table(here, spec)]
+        else:
+            body.append('<p class="missing">No finished run with an evaluation: nothing to '
+                        "score. The runs below say what they recorded.</p>")
+        body += self._curves(summaries, unit, score)
+        body += self._published(here, summaries)
+        body += ["<h2>Runs</h2>", self.out.table(here, self._runs_table(data, runs, unit))]
+        self.out.files[f"{here}index.html"] = page(
+            f"{env} — {data.name}", body, root=root,
+            crumbs=[(f"{root}{suite_dir}index.html", f"suite {data.name}")])
+
+    def _provenance(self, runs: pd.DataFrame) -> str:
+        first = runs.iloc[0]
+        pairs = [("dataset", text(first.get("tag.dataset", "—"))),
+                 ("sha256", f"<code>{text(first.get('tag.dataset_sha256', '—'))}</code>"),
+                 ("evaluated in", text(first.get("tag.eval_env", "—")))]
+        low, high = first.get("tag.ref_min_score"), first.get("tag.ref_max_score")
+        if isinstance(low, str) and low and isinstance(high, str) and high:
+            pairs.append(("reference scores", text(
+                f"{float(low):,.2f} (0) and {float(high):,.2f} (100): the D4RL normalized "
+                "score is 100 × (return − min) / (max − min)")))
+        else:
+            pairs.append(("reference scores", "none: scores are raw returns"))
+        hashes = sorted({h for h in runs.get("tag.dataset_sha256", pd.Series(dtype=str))
+                         if isinstance(h, str) and h})
+        if len(hashes) > 1:
+            pairs.append(("note", text(f"its runs read {len(hashes)} different files under "
+                                       "this name: compare them by tag.dataset_sha256")))
+        return "<h2>Dataset</h2>" + _facts(pairs)
+
+    def _curves(self, summaries: Sequence[GroupSummary], unit: str, score: str
+                ) -> list[str]:
+        out = []
+        by_budget: dict[int, list[GroupSummary]] = {}
+        for s in summaries:
+            by_budget.setdefault(s.group.budget, []).append(s)
+        for budget, members in sorted(by_budget.items()):
+            series = []
+            for s in members:
+                steps, returns = s.group.curves()
+                if steps.size == 0:
+                    continue
+                rng = np.random.default_rng([self.seed, int.from_bytes(hashlib.sha256(
+                    f"curve\0{s.group.env}\0{s.group.label}\0{budget}".encode()).digest()[:8],
+                    "little")])
+                mean, low, high = curve_band(returns, rng=rng, reps=self.reps)
+                series.append(Series(s.group.label, steps, mean, low, high))
+            bands = [Band(f"{p.library} {p.algorithm} on {p.env}: {fmt(p.mean)}"
+                          + ("" if p.std is None else f" ± {fmt(p.std)}") + " (published)",
+                          p.mean - (p.std or 0.0), p.mean + (p.std or 0.0))
+                     for p in _published_scores(members) if p.metric.endswith("_last")
+                     or not p.metric.startswith("d4rl_")]
+            if series:
+                chart = line_chart(series, x_label=unit, y_label=score, bands=bands)
+                out += [f"<h2>Learning curves at {budget:,} {text(unit)}</h2>",
+                        f"<figure>{chart}<figcaption>lines: mean over seeds; bands: 95% "
+                        f"percentile bootstrap CI of that mean ({self.reps:,} resamples; "
+                        "none for one seed); grey: a published mean ± std"
+                        "</figcaption></figure>"]
+        return out
+
+    def _published(self, here: str, summaries: Sequence[GroupSummary]) -> list[str]:
+        rows = [[Cell.of(s.group.label), Cell.of(p.library), Cell.of(p.env),
+                 Cell.of(p.metric), Cell.of(f"{p.steps:,}" if p.steps else "—", p.steps),
+                 Cell.of(fmt(p.mean), p.mean), Cell.of(fmt(p.std), p.std),
+                 Cell.of(str(p.n_seeds or "—"), p.n_seeds), Cell.of(judged.word),
+                 Cell.of("; ".join(judged.caveats) or "none")]
+                for s in summaries for p, judged in s.baselines]
+        if not rows:
+            return []
+        spec = Table("published", ["ours", "published by", "published on", "metric",
+                                   "budget", "mean", "std", "seeds", "verdict",
+                                   "differences"], rows,
+                     caption="published numbers for this env or dataset (or, for a dataset "
+                             "rlbench made, D4RL's of the same env and quality: a sanity "
+                             "band, never a verdict)")
+        return ["<h2>Published</h2>", self.out.table(here, spec)]
+
+    def _runs_table(self, data: SuiteData, runs: pd.DataFrame, unit: str) -> Table:
+        rows = []
+        for _, row in runs.iterrows():
+            record = self.records[row.run_id]
+            final = record.final_return
+            rows.append([
+                Cell(link(f"../../runs/{slug(row.run_id)}.html", row.run_id),
+                     row.run_id),
+                Cell.of(row.algorithm), Cell.of(str(row.seed), int(row.seed)),
+                Cell.of(f"{record.budget:,}", record.budget), Cell.of(row.status),
+                Cell.of(fmt(final), final), Cell.of(record.code)])
+        return Table("runs", ["run", "algorithm", "seed", unit, "status", "final", "code"],
+                     rows, filters=["algorithm", "status"])
+
+    # --- a run ---------------------------------------------------------------------------
+    def run(self, data: SuiteData, row: pd.Series) -> None:
+        suite_dir = f"suites/{slug(data.name)}/"
+        here = f"{suite_dir}runs/"
+        stem = slug(row.run_id)
+        root = "../../../"
+        record = self.records[row.run_id]
+        params = {c.removeprefix("param."): row[c] for c in row.index
+                  if c.startswith("param.") and isinstance(row[c], str)}
+        tags = {c.removeprefix("tag."): row[c] for c in row.index
+                if c.startswith("tag.") and isinstance(row[c], str) and row[c]}
+        tags.update({c: row[c] for c in ("git_commit", "git_dirty", "rlbench_version",
+                                         "torch_version", "tensordict_version",
+                                         "gymnasium_version", "mujoco_version",
+                                         "python_version", "host", "device", "config_hash")
+                     if isinstance(row.get(c), str) and row[c]})
+        final = record.final_return
+        facts = [("algorithm", text(row.algorithm)), ("env or dataset", text(row.env)),
+                 ("seed", text(row.seed)), ("status", text(row.status)),
+                 ("budget", text(f"{record.budget:,} {record.unit}")),
+                 ("final " + ("D4RL normalized score" if record.refs else "return"),
+                  text(fmt(final)) if final is not None else "no evaluation recorded"),
+                 ("code", text(record.code)), ("store", text(row.store))]
+        body = [_facts(facts)]
+        if row.get("error"):
+            body += ["<h2>Error</h2>", f'<pre class="failed">{text(row.error)}</pre>']
+        body += ["<h2>Reproduce</h2>", f"<pre>{text(_command(row, params))}</pre>"]
+        score = "D4RL normalized score" if record.refs else "return"
+        steps = np.array(sorted(record.curve), dtype=np.float64)
+        values = np.array([record.curve[int(s)] for s in steps])
+        curve = Table("curve", [record.unit, score], [
+            [Cell.of(f"{int(s):,}", int(s)), Cell.of(fmt(v, 3), v)]
+            for s, v in zip(steps, values, strict=True)], data=stem)
+        config = Table("config", ["param", "value"],
+                       [[Cell.of(k), Cell.of(v)] for k, v in sorted(params.items())], data=stem)
+        tag_table = Table("tags", ["tag", "value"],
+                          [[Cell.of(k), Cell.of(v)] for k, v in sorted(tags.items())],
+                          data=stem)
+        if record.curve:
+            chart = line_chart([Series(row.algorithm, steps, values)], x_label=record.unit,
+                               y_label=score, colours={row.algorithm: PALETTE[0]})
+            body += ["<h2>Evaluation curve</h2>", f"<figure>{chart}</figure>", table(curve)]
+        body += ["<h2>Config</h2>", table(config), "<h2>Tags and versions</h2>",
+                 table(tag_table), "<h2>Artifacts</h2>", _artifacts(row)]
+        # one CSV and one JSON per run, holding its three tables: a store of 10,000 runs
+        # makes 30,000 files, not 70,000
+        self.out.files[f"{here}{stem}.csv"] = _stacked_csv([curve, config, tag_table])
+        self.out.files[f"{here}{stem}.json"] = json.dumps(
+            {"run_id": row.run_id, "tables": [_json_table(t) for t in (curve, config, tag_table)]},
+            indent=1, sort_keys=True, allow_nan=False) + "\n"
+        self.out.files[f"{here}{stem}.html"] = page(
+            f"{row.algorithm} on {row.env}, seed {row.seed}", body, root=root,
+            crumbs=[(f"{root}{suite_dir}index.html", f"suite {data.name}"),
+                    (f"{root}{suite_dir}tasks/{slug(row.env)}/index.html", row.env)])
+
+
+def _seeds(group: Group) -> str:
+    extra = [f"{n} {word}" for n, word in ((group.failed, "failed"), (group.killed, "killed"),
+                                           (group.running, "running")) if n]
+    return f"{len(group.runs)}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _published_scores(members: Sequence[GroupSummary]) -> Iterator:
+    seen = set()
+    for s in members:
+        for score, _ in s.baselines:
+            key = (score.library, score.algorithm, score.env, score.metric)
+            if key not in seen:
+                seen.add(key)
+                yield score
+
+
+def _last_update(runs: pd.DataFrame) -> str:
+    if runs.empty:
+        return ""
+    ends = runs.start_time + pd.to_timedelta(runs.seconds.fillna(0), unit="s")
+    return ends.max().strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _command(row: pd.Series, params: dict[str, str]) -> str:
+    """The commands that make this run again: its commit, then ``rlbench run`` with its
+    suite, algorithm, env or dataset, budget, evaluation and every hyperparameter as it
+    ran (``seeds`` counts from 0, so this seed is the last of those it runs; finished
+    ones in the out_dir are kept)."""
+    words = ["rlbench", "run", f"suite={row.suite}", f"algo={row.algorithm}"]
+    words.append(f"dataset={params['dataset']}" if params.get("dataset")
+                 else f"env={row.env}")
+    for key in ("frames", "steps", "eval_every", "eval_episodes", "base_seed", "device"):
+        if params.get(key):
+            words.append(f"{key}={params[key]}")
+    words.append(f"seeds={int(params.get('seed_index', row.seed)) + 1}")
+    algo = params.get("algo", row.algorithm)
+    words += [f"{algo}.{k.removeprefix('algo_params.')}={_yaml_value(v)}"
+              for k, v in sorted(params.items()) if k.startswith("algo_params.")]
+    commit = row.get("git_commit")
+    lines = []
+    if isinstance(commit, str) and commit and commit != "unknown":
+        lines.append(f"git checkout {commit}" + ("  # it ran with uncommitted changes"
+                                                  if row.get("git_dirty") == "true" else ""))
+    lines.append(" ".join(shlex.quote(w) for w in words))
+    return "\n".join(lines)
+
+
+def _yaml_value(logged: str) -> str:
+    """A hyperparameter as MLflow logged it (Python's text of the value) as the command
+    line reads it (YAML): tuples as lists, without spaces."""
+    if logged.startswith("(") and logged.endswith(")"):
+        logged = "[" + logged[1:-1].rstrip(",") + "]"
+    return logged.replace(", ", ",")
+
+
+def _artifacts(row: pd.Series) -> str:
+    pairs = []
+    uri = row.get("artifact_uri")
+    if isinstance(uri, str) and uri:
+        pairs.append(("MLflow artifacts", link(uri, uri)))
+    run_dir = row.get("tag.run_dir")
+    if isinstance(run_dir, str) and run_dir:
+        pairs.append(("run directory", link("file://" + run_dir, run_dir)
+                      + " (its config.yaml, curve.csv and saved policies)"))
+    return _facts(pairs) if pairs else "<p>none recorded</p>"
+
+
+def site_files(suites: Sequence[SuiteData], stores: Sequence[str], *, reps: int, seed: int
+               ) -> dict[str, str]:
+    """Every file of the site, by its path relative to the site's top, assets included."""
+    files = SiteBuilder(suites, stores, reps=reps, seed=seed).build()
+    files.update({f"assets/{name}": content for name, content in ASSETS.items()})
+    return files
+

@@ -1,0 +1,249 @@
+"""``rlbench publish`` on a real SQLite MLflow store: the pages, their numbers, their data
+files, escaping, byte-identical output, and bad input."""
+
+from __future__ import annotations
+
+import filecmp
+import html
+import json
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlbench.results
+from rlbench.cli import main
+from rlbench.harness.analysis.statistics import Interval
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.publish import command as publish_command
+from rlbench.harness.publish.charts import Series, line_chart, nice_ticks
+from rlbench.harness.publish.command import MARKER
+from rlbench.harness.publish.pages import slug
+from rlbench.harness.publish.ranking import ci_ranks
+from tests.harness.publish.site_store import DATASET, HOSTILE, OFFLINE, ONLINE, make_store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_store(tmp_path_factory.mktemp("publish") / "store")
+
+
+@pytest.fixture(scope="module")
+def site(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    output = tmp_path_factory.mktemp("publish") / "site"
+    assert main(["publish", f"out_dir={store}", f"output={output}", "reps=300"]) == 0
+    return output
+
+
+def _json_rows(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["rows"]
+
+
+def _task_dir(site: Path, suite: str, env: str) -> Path:
+    return site / "suites" / slug(suite) / "tasks" / slug(env)
+
+
+def test_every_page_type_and_its_data_files(site: Path) -> None:
+    suites = {row["suite"]: row for row in _json_rows(site / "suites.json")}
+    assert set(suites) == {"unit", "broken"}
+    # 16 online, 6 offline, the hostile one and one without evaluations (finished in the
+    # store); the failed one is not
+    assert suites["unit"]["finished runs"] == 24
+    assert suites["unit"]["last update"] == "2026-01-01 00:01 UTC"
+    assert (site / "suites.csv").read_text().splitlines()[0] == (
+        "suite,kind,envs or datasets,algorithms,budgets,finished runs,last update")
+    unit = site / "suites" / slug("unit")
+    for name in ("index.html", "aggregates.csv", "aggregates.json", "improvement.json",
+                 "tasks.json"):
+        assert (unit / name).is_file(), name
+    task = _task_dir(site, "unit", "CartPole-v1")
+    for name in ("index.html", "algorithms.csv", "algorithms.json", "runs.json"):
+        assert (task / name).is_file(), name
+    runs = _json_rows(task / "runs.json")
+    assert len(runs) == 10 and {r["status"] for r in runs} == {"FINISHED", "FAILED"}
+    run_pages = sorted((unit / "runs").glob("*.html"))
+    assert len(run_pages) == 25
+    assert (site / "assets" / "site.js").is_file() and (site / MARKER).is_file()
+
+
+def test_displayed_numbers_are_rlbench_results(site: Path, store: Path) -> None:
+    """Each group's mean on its page is the mean of ``rlbench.results``' final scores."""
+    finals = rlbench.results.load(store, suite="unit", status="FINISHED")
+    for env in ("CartPole-v1", "Acrobot-v1"):
+        rows = {r["algorithm"]: r for r in _json_rows(_task_dir(site, "unit", env) /
+                                                      "algorithms.json")}
+        for algo in ("ppo", "dqn"):
+            expected = finals[(finals.env == env) & (finals.algorithm == algo)
+                              ].final_return.dropna()
+            assert rows[algo]["final return (mean ± std)"] == expected.mean()
+            assert rows[algo]["std"] == pytest.approx(expected.std(ddof=1), rel=1e-12)
+            assert rows[algo]["seeds"] == len(ONLINE[(algo, env)])
+    offline = {r["algorithm"]: r for r in _json_rows(_task_dir(site, "unit", DATASET) /
+                                                     "algorithms.json")}
+    scores = finals[finals.env == DATASET]
+    for algo, expected in OFFLINE.items():
+        shown = offline[algo]["final D4RL normalized score (mean ± std)"]
+        assert shown == pytest.approx(np.mean(expected), abs=1e-9)
+        assert shown == pytest.approx(scores[scores.algorithm == algo].final_score.mean(),
+                                      abs=1e-9)
+    html = (_task_dir(site, "unit", "CartPole-v1") / "index.html").read_text()
+    assert re.search(r'data-value="410\.0">410\.0 ± 108\.9<', html)  # ppo: 500, 480, 260, 400
+
+
+def test_offline_pages_name_gradient_steps_and_the_dataset(site: Path) -> None:
+    page = (_task_dir(site, "unit", DATASET) / "index.html").read_text()
+    assert "gradient steps" in page and "frames" not in page
+    assert "ab" * 32 in page and "Hopper-v5" in page
+    assert "10.00 (0) and 3,010.00 (100)" in page
+    assert "CORL" in page  # hopper-medium-v2's published numbers, as a band
+    header = (_task_dir(site, "unit", DATASET) / "algorithms.csv").read_text().splitlines()[0]
+    assert "gradient steps" in header and "frames" not in header
+
+
+def test_suite_page_ranks_profiles_and_improvement(site: Path) -> None:
+    unit = site / "suites" / slug("unit")
+    aggregates = {r["algorithm"]: r for r in _json_rows(unit / "aggregates.json")}
+    assert set(aggregates) == {"ppo", "dqn", "bc", "iql"}
+    assert {r["rank"] for r in aggregates.values()} <= {1, 2, 3, 4}
+    improvement = {r["X \\ Y"]: r for r in _json_rows(unit / "improvement.json")}
+    assert improvement["ppo"]["dqn"] + improvement["dqn"]["ppo"] == pytest.approx(1.0)
+    assert improvement["iql"]["bc"] == 1.0  # every iql seed beats every bc seed
+    page = (unit / "index.html").read_text()
+    assert "Performance profiles" in page and "<svg" in page
+    broken = (site / "suites" / slug("broken") / "index.html").read_text()
+    assert "No scores to rank" in broken and "1 failed" in broken
+
+
+def test_names_are_escaped_everywhere(site: Path) -> None:
+    """An env and a tag named <script>: shown as text on every page, a plain file name."""
+    pages = list(site.rglob("*.html"))
+    assert not [p for p in pages if HOSTILE in p.read_text()]
+    escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"
+    assert any(escaped in p.read_text() for p in pages)
+    assert (_task_dir(site, "unit", HOSTILE) / "index.html").is_file()
+    failed = [p for p in (site / "suites" / slug("unit") / "runs").glob("*.html")
+              if "boom" in p.read_text()]
+    assert len(failed) == 1 and "&lt;b&gt;bold&lt;/b&gt;" in failed[0].read_text()
+    # nothing fetched from elsewhere: no remote script, stylesheet, font or image
+    assert not [p for p in pages if re.search(r"(src|href)=\"(https?:)?//|@import|url\(",
+                                              p.read_text())]
+
+
+def test_the_same_store_gives_byte_identical_sites(store: Path, site: Path,
+                                                   tmp_path: Path) -> None:
+    again = tmp_path / "again"
+    assert main(["publish", f"out_dir={store}", f"output={again}", "reps=300"]) == 0
+    compared = filecmp.dircmp(site, again)
+    names = sorted(p.relative_to(site) for p in site.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
+    assert all((site / n).read_bytes() == (again / n).read_bytes() for n in names)
+    del compared
+    # publishing again into the same directory replaces it whole
+    (again / "suites" / "stale.html").write_text("old")
+    assert main(["publish", f"out_dir={store}", f"output={again}", "reps=300",
+                 "suite=unit"]) == 0
+    assert not (again / "suites" / "stale.html").exists()
+    assert [r["suite"] for r in _json_rows(again / "suites.json")] == ["unit"]
+
+
+def test_a_runs_command_resolves_to_its_own_config(site: Path, store: Path) -> None:
+    """The command on a run page plans the run's own algorithm, env, budget and
+    hyperparameters (the identity a real run carries is checked in the browser test's
+    real sweep)."""
+    page = next(p for p in (site / "suites" / slug("unit") / "runs").glob("*.html")
+                if "ppo on CartPole-v1, seed 2" in p.read_text())
+    command = re.search(r"<pre>git checkout 0123456789abcdef0123456789abcdef01234567\n"
+                        r"(rlbench run [^<]+)</pre>", page.read_text()).group(1)
+    words = shlex.split(html.unescape(command))[2:]
+    assert "seeds=3" in words and "ppo.hidden_sizes=[64,64]" in words
+    sweep = resolve_sweep([w for w in words if not w.startswith("suite=")])
+    run = sweep.runs[-1]
+    assert (run.algo, run.env, run.frames, run.seed_index) == ("ppo", "CartPole-v1", 1000, 2)
+    assert run.algo_params["hidden_sizes"] in ([64, 64], (64, 64))
+
+
+@pytest.mark.parametrize(("words", "message"), [
+    (["output=x", "colour=red"], "unknown publish key 'colour'"),
+    (["output=x", "suite=unti"], "did you mean unit"),
+    (["suite=unit"], "publish needs output="),
+    (["output=x", "frames=0"], "frames must be between 1"),
+    (["output=x", "env=CartPole"], "CartPole"),
+])
+def test_bad_input_exits_2(words: list[str], message: str, store: Path,
+                           capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    assert main(["publish", f"out_dir={store}", *words]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_bad_outputs_and_stores_exit_2(store: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    for output, message in ((afile, "is a file"), (busy, "not a site rlbench published"),
+                            (afile / "site", "cannot be written")):
+        assert main(["publish", f"out_dir={store}", f"output={output}"]) == 2
+        assert message in capsys.readouterr().err
+    assert afile.read_text() == "mine" and (busy / "notes.txt").read_text() == "mine"
+    empty = tmp_path / "empty"
+    assert main(["run", "suite=smoke", f"out_dir={empty}", "dry_run=true"]) == 0
+    assert main(["publish", f"out_dir={empty}", f"output={tmp_path / 's'}"]) == 2
+    assert "no tracking store" in capsys.readouterr().err
+    assert main(["publish", f"out_dir={store}", f"output={tmp_path / 's'}",
+                 "algo=sac"]) == 2
+    assert "no run of the suites matches" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_failure_while_writing_keeps_the_old_site(store: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    output = tmp_path / "site"
+    assert main(["publish", f"out_dir={store}", f"output={output}", "reps=50"]) == 0
+    before = {p: p.read_bytes() for p in output.rglob("*") if p.is_file()}
+
+    def full_disk(files: dict[str, str], output: Path) -> None:
+        files = dict(files)
+        files["zzz/last.html"] = "\ud800"  # not encodable: fails after most files are written
+        real_write(files, output)
+
+    real_write = publish_command.write_site
+    monkeypatch.setattr(publish_command, "write_site", full_disk)
+    with pytest.raises(UnicodeEncodeError):
+        publish_command.publish(publish_command.parse_publish_args(
+            [f"out_dir={store}", f"output={output}", "reps=50"]))
+    assert {p: p.read_bytes() for p in output.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # no staging left
+
+
+def test_ci_ranks_share_a_rank_where_intervals_overlap() -> None:
+    ranks = ci_ranks({"a": Interval(10, 8, 12), "b": Interval(9, 7, 11),
+                      "c": Interval(3, 2, 4), "d": Interval(2.5, 1, 3.5),
+                      "e": Interval(-5, float("nan"), float("nan"))})
+    assert ranks == {"a": 1, "b": 1, "c": 3, "d": 3, "e": 5}
+    chained = ci_ranks({"a": Interval(10, 9, 11), "b": Interval(8.5, 7, 9.5),
+                        "c": Interval(6.5, 6, 7.5)})
+    assert chained == {"a": 1, "b": 1, "c": 1}  # a-b and b-c overlap: one tier
+    lower = ci_ranks({"gap": Interval(0.2, 0.1, 0.3), "worse": Interval(0.6, 0.5, 0.7)},
+                     higher_is_better=False)
+    assert lower == {"gap": 1, "worse": 2}
+    assert ci_ranks({"x": Interval(float("nan"), float("nan"), float("nan")),
+                     "y": Interval(0, 0, 0)}) == {"y": 1, "x": 2}
+
+
+def test_charts_are_deterministic_and_escaped() -> None:
+    series = [Series(HOSTILE, np.array([0, 1, 2]), np.array([1.0, np.nan, 3.0]),
+                     np.array([0.5, 0.5, 2.0]), np.array([1.5, 1.5, 4.0]))]
+    one = line_chart(series, x_label="frames", y_label="return")
+    assert one == line_chart(series, x_label="frames", y_label="return")
+    assert HOSTILE not in one and "&lt;script&gt;" in one
+    assert one.count("<polyline") == 1 and "<polygon" in one
+    assert nice_ticks(0, 1000) == [0, 250, 500, 750, 1000]
+    assert nice_ticks(-0.3, 0.7)[0] <= -0.3 and nice_ticks(-0.3, 0.7)[-1] >= 0.7
+    assert "no finite points" in line_chart([Series("a", np.array([np.nan]),
+                                                    np.array([np.nan]))],
+                                            x_label="x", y_label="y")
