@@ -258,14 +258,18 @@ def _config_labels(groups: Sequence[Group], records: Sequence[RunRecord]) -> lis
     it differs among one env's configs of the algorithm (not between envs, whose family
     defaults differ anyway); the label gives it for every env, so one config is one entry
     across envs. Configs alike in every such param (another code version) add their key."""
+    by_task: dict[tuple[str, str], list[RunRecord]] = {}
+    first: dict[tuple[str, str, int, str], RunRecord] = {}
+    for r in records:
+        by_task.setdefault((r.env, r.algo), []).append(r)
+        first.setdefault((r.env, r.algo, r.budget, r.config), r)
     varying: dict[str, set[str]] = {}
     for env, algo in {(g.env, g.algo) for g in groups}:
-        members = [r for r in records if (r.env, r.algo) == (env, algo)]
+        members = by_task[(env, algo)]
         varying.setdefault(algo, set()).update(set(_differing_params(members)) - _NOT_CONFIG)
     labels = {}
     for group in groups:
-        member = next(r for r in records if (r.env, r.algo, r.budget, r.config) ==
-                      (group.env, group.algo, group.budget, group.config))
+        member = first[(group.env, group.algo, group.budget, group.config)]
         keys = sorted(varying[group.algo])
         shown = ", ".join(_label_part(k, member.params.get(k, "—")) for k in keys
                           if not k.startswith("rlbench") and k not in _IMPLIED_BY_DATA)

@@ -14,8 +14,9 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -69,7 +70,7 @@ def _json_table(spec: Table) -> dict[str, object]:
 
 
 def _json(spec: Table) -> str:
-    return json.dumps(_json_table(spec), indent=1, sort_keys=True, allow_nan=False) + "\n"
+    return json.dumps(_json_table(spec), sort_keys=True, allow_nan=False) + "\n"
 
 
 def _stacked_csv(specs: Sequence[Table]) -> str:
@@ -133,10 +134,10 @@ def _kind_words(data: SuiteData) -> dict[str, str]:
             "rate": "frames/s"}
 
 
-def _run_tags(row: pd.Series) -> list[str]:
+def _run_tags(row: Mapping[str, Any]) -> list[str]:
     """``name=value`` tokens of a run for the tag filter (whitespace in a value as ``_``)."""
-    pairs = [(name, row.get(name)) for name in _FILTER_TAGS if name in row.index]
-    pairs += [(c.removeprefix("tag."), row[c]) for c in row.index
+    pairs = [(name, row.get(name)) for name in _FILTER_TAGS if name in row]
+    pairs += [(c.removeprefix("tag."), row[c]) for c in row
               if c.startswith("tag.") and c not in _NOT_TAGS]
     return sorted({f"{name}={_WHITESPACE.sub('_', value)}" for name, value in pairs
                    if isinstance(value, str) and value})
@@ -153,6 +154,8 @@ class SiteBuilder:
         self.seed = seed
         self.out = _Writer({})
         self.records: dict[str, RunRecord] = {}
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.run_tags: dict[str, list[str]] = {}
 
     def build(self) -> dict[str, str]:
         self.index()
@@ -187,6 +190,9 @@ class SiteBuilder:
     # --- a suite -------------------------------------------------------------------------
     def suite(self, data: SuiteData) -> None:
         self.records = {r.run_id: r for r in data.records}
+        # plain dicts: pandas' per-cell access costs seconds over 10,000 runs
+        self.rows = {row["run_id"]: row for row in data.runs.to_dict("records")}
+        self.run_tags = {run_id: _run_tags(row) for run_id, row in self.rows.items()}
         here = f"suites/{slug(data.name)}/"
         root = "../../"
         words = _kind_words(data)
@@ -208,7 +214,7 @@ class SiteBuilder:
             f"suite {data.name}", body, root=root)
         for env in sorted(set(data.runs.env)):
             self.task(data, env, words)
-        for _, row in data.runs.iterrows():
+        for row in self.rows.values():
             self.run(data, row)
 
     def _missing(self, data: SuiteData) -> str:
@@ -348,8 +354,7 @@ class SiteBuilder:
                 Cell.of(_ci_text(s.iqm), s.iqm.value),
                 Cell.of(fmt(g.fps, 0), g.fps), Cell.of(verdicts)])
             ids = {r.run_id for r in g.runs}
-            tags.append(sorted({t for _, row in runs[runs.run_id.isin(ids)].iterrows()
-                                for t in _run_tags(row)}))
+            tags.append(sorted({t for run_id in ids for t in self.run_tags[run_id]}))
         score = "D4RL normalized score" if offline else "return"
         spec = Table("algorithms", ["configuration", "algorithm", unit, "seeds",
                                     f"final {score} (mean ± std)", "std",
@@ -440,28 +445,29 @@ class SiteBuilder:
 
     def _runs_table(self, data: SuiteData, runs: pd.DataFrame, unit: str) -> Table:
         rows = []
-        for _, row in runs.iterrows():
-            record = self.records[row.run_id]
+        for run_id in runs.run_id:
+            row = self.rows[run_id]
+            record = self.records[run_id]
             final = record.final_return
             rows.append([
-                Cell(link(f"../../runs/{slug(row.run_id)}.html", row.run_id),
-                     row.run_id),
-                Cell.of(row.algorithm), Cell.of(str(row.seed), int(row.seed)),
-                Cell.of(f"{record.budget:,}", record.budget), Cell.of(row.status),
+                Cell(link(f"../../runs/{slug(row['run_id'])}.html", row['run_id']),
+                     row["run_id"]),
+                Cell.of(row["algorithm"]), Cell.of(str(row["seed"]), int(row["seed"])),
+                Cell.of(f"{record.budget:,}", record.budget), Cell.of(row['status']),
                 Cell.of(fmt(final), final), Cell.of(record.code)])
         return Table("runs", ["run", "algorithm", "seed", unit, "status", "final", "code"],
                      rows, filters=["algorithm", "status"])
 
     # --- a run ---------------------------------------------------------------------------
-    def run(self, data: SuiteData, row: pd.Series) -> None:
+    def run(self, data: SuiteData, row: Mapping[str, Any]) -> None:
         suite_dir = f"suites/{slug(data.name)}/"
         here = f"{suite_dir}runs/"
-        stem = slug(row.run_id)
+        stem = slug(row["run_id"])
         root = "../../../"
-        record = self.records[row.run_id]
-        params = {c.removeprefix("param."): row[c] for c in row.index
+        record = self.records[row["run_id"]]
+        params = {c.removeprefix("param."): row[c] for c in row
                   if c.startswith("param.") and isinstance(row[c], str)}
-        tags = {c.removeprefix("tag."): row[c] for c in row.index
+        tags = {c.removeprefix("tag."): row[c] for c in row
                 if c.startswith("tag.") and isinstance(row[c], str) and row[c]}
         tags.update({c: row[c] for c in ("git_commit", "git_dirty", "rlbench_version",
                                          "torch_version", "tensordict_version",
@@ -469,15 +475,15 @@ class SiteBuilder:
                                          "python_version", "host", "device", "config_hash")
                      if isinstance(row.get(c), str) and row[c]})
         final = record.final_return
-        facts = [("algorithm", text(row.algorithm)), ("env or dataset", text(row.env)),
-                 ("seed", text(row.seed)), ("status", text(row.status)),
+        facts = [("algorithm", text(row["algorithm"])), ("env or dataset", text(row["env"])),
+                 ("seed", text(row["seed"])), ("status", text(row["status"])),
                  ("budget", text(f"{record.budget:,} {record.unit}")),
                  ("final " + ("D4RL normalized score" if record.refs else "return"),
                   text(fmt(final)) if final is not None else "no evaluation recorded"),
-                 ("code", text(record.code)), ("store", text(row.store))]
+                 ("code", text(record.code)), ("store", text(row["store"]))]
         body = [_facts(facts)]
         if row.get("error"):
-            body += ["<h2>Error</h2>", f'<pre class="failed">{text(row.error)}</pre>']
+            body += ["<h2>Error</h2>", f'<pre class="failed">{text(row["error"])}</pre>']
         body += ["<h2>Reproduce</h2>", f"<pre>{text(_command(row, params))}</pre>"]
         score = "D4RL normalized score" if record.refs else "return"
         steps = np.array(sorted(record.curve), dtype=np.float64)
@@ -491,8 +497,8 @@ class SiteBuilder:
                           [[Cell.of(k), Cell.of(v)] for k, v in sorted(tags.items())],
                           data=stem)
         if record.curve:
-            chart = line_chart([Series(row.algorithm, steps, values)], x_label=record.unit,
-                               y_label=score, colours={row.algorithm: PALETTE[0]})
+            chart = line_chart([Series(row["algorithm"], steps, values)], x_label=record.unit,
+                               y_label=score, colours={row["algorithm"]: PALETTE[0]})
             body += ["<h2>Evaluation curve</h2>", f"<figure>{chart}</figure>", table(curve)]
         body += ["<h2>Config</h2>", table(config), "<h2>Tags and versions</h2>",
                  table(tag_table), "<h2>Artifacts</h2>", _artifacts(row)]
@@ -500,12 +506,13 @@ class SiteBuilder:
         # makes 30,000 files, not 70,000
         self.out.files[f"{here}{stem}.csv"] = _stacked_csv([curve, config, tag_table])
         self.out.files[f"{here}{stem}.json"] = json.dumps(
-            {"run_id": row.run_id, "tables": [_json_table(t) for t in (curve, config, tag_table)]},
-            indent=1, sort_keys=True, allow_nan=False) + "\n"
+            {"run_id": row["run_id"],
+             "tables": [_json_table(t) for t in (curve, config, tag_table)]},
+            sort_keys=True, allow_nan=False) + "\n"
         self.out.files[f"{here}{stem}.html"] = page(
-            f"{row.algorithm} on {row.env}, seed {row.seed}", body, root=root,
+            f"{row['algorithm']} on {row['env']}, seed {row['seed']}", body, root=root,
             crumbs=[(f"{root}{suite_dir}index.html", f"suite {data.name}"),
-                    (f"{root}{suite_dir}tasks/{slug(row.env)}/index.html", row.env)])
+                    (f"{root}{suite_dir}tasks/{slug(row['env'])}/index.html", row['env'])])
 
 
 def _seeds(group: Group) -> str:
@@ -531,19 +538,19 @@ def _last_update(runs: pd.DataFrame) -> str:
     return ends.max().strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _command(row: pd.Series, params: dict[str, str]) -> str:
+def _command(row: Mapping[str, Any], params: dict[str, str]) -> str:
     """The commands that make this run again: its commit, then ``rlbench run`` with its
     suite, algorithm, env or dataset, budget, evaluation and every hyperparameter as it
     ran (``seeds`` counts from 0, so this seed is the last of those it runs; finished
     ones in the out_dir are kept)."""
-    words = ["rlbench", "run", f"suite={row.suite}", f"algo={row.algorithm}"]
+    words = ["rlbench", "run", f"suite={row['suite']}", f"algo={row['algorithm']}"]
     words.append(f"dataset={params['dataset']}" if params.get("dataset")
-                 else f"env={row.env}")
+                 else f"env={row['env']}")
     for key in ("frames", "steps", "eval_every", "eval_episodes", "base_seed", "device"):
         if params.get(key):
             words.append(f"{key}={params[key]}")
-    words.append(f"seeds={int(params.get('seed_index', row.seed)) + 1}")
-    algo = params.get("algo", row.algorithm)
+    words.append(f"seeds={int(params.get('seed_index', row['seed'])) + 1}")
+    algo = params.get("algo", row["algorithm"])
     words += [f"{algo}.{k.removeprefix('algo_params.')}={_yaml_value(v)}"
               for k, v in sorted(params.items()) if k.startswith("algo_params.")]
     commit = row.get("git_commit")
@@ -563,7 +570,7 @@ def _yaml_value(logged: str) -> str:
     return logged.replace(", ", ",")
 
 
-def _artifacts(row: pd.Series) -> str:
+def _artifacts(row: Mapping[str, Any]) -> str:
     pairs = []
     uri = row.get("artifact_uri")
     if isinstance(uri, str) and uri:
