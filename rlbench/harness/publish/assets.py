@@ -111,6 +111,7 @@ _JS = """\
     block.querySelectorAll("select[data-filter-column], input[data-filter-tags]")
       .forEach(function (control) {
         control.addEventListener("input", function () { filter(block); });
+        control.addEventListener("change", function () { filter(block); });
       });
     count(block);
   });

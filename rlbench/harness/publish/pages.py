@@ -122,16 +122,13 @@ def _offline(data: SuiteData) -> bool:
 
 
 def _kind_words(data: SuiteData) -> dict[str, str]:
+    """What a suite's pages call its tasks: envs (online), datasets (offline) or both."""
     kinds = {r.offline for r in data.records}
     if kinds == {True}:
-        return {"task": "dataset", "tasks": "datasets", "score": "D4RL normalized score",
-                "budget": "gradient steps", "rate": "gradient steps/s"}
+        return {"task": "dataset", "tasks": "datasets"}
     if kinds == {True, False}:
-        return {"task": "env or dataset", "tasks": "envs and datasets",
-                "score": "return or D4RL normalized score", "budget": "budget",
-                "rate": "frames or gradient steps/s"}
-    return {"task": "env", "tasks": "envs", "score": "return", "budget": "frames",
-            "rate": "frames/s"}
+        return {"task": "env or dataset", "tasks": "envs and datasets"}
+    return {"task": "env", "tasks": "envs"}
 
 
 def _run_tags(row: Mapping[str, Any]) -> list[str]:
@@ -233,22 +230,24 @@ class SiteBuilder:
             return ['<p class="missing">No aggregate: no env or dataset of this suite has a '
                     "normalization reference (see the notes below).</p>"]
         ranks = ci_ranks({a: v["iqm"] for a, v in comparison.aggregates.items()})
+        units = {s.group.env: s.group.unit for s in comparison.summaries}
         rows = []
         for algo, values in sorted(comparison.aggregates.items(), key=lambda kv: (
                 ranks[kv[0]], -kv[1]["iqm"].value, kv[0])):
             budgets = comparison.aggregate_budgets[algo]
+            unit = units[comparison.aggregate_envs[algo][0]]
             rows.append([
                 Cell.of(str(ranks[algo]), ranks[algo]), Cell.of(algo),
                 Cell.of(str(len(comparison.aggregate_envs[algo])),
                         len(comparison.aggregate_envs[algo])),
-                Cell.of(f"{min(budgets):,}" if min(budgets) == max(budgets)
-                        else f"{min(budgets):,}–{max(budgets):,}", max(budgets)),
+                Cell.of(f"{min(budgets):,} {unit}" if min(budgets) == max(budgets)
+                        else f"{min(budgets):,}–{max(budgets):,} {unit}", max(budgets)),
                 Cell.of(str(sum(len(n) for n in comparison.normalized[algo])),
                         sum(len(n) for n in comparison.normalized[algo])),
                 *(Cell.of(_ci_text(values[name], 3), values[name].value)
                   for name in AGGREGATES)])
-        spec = Table("aggregates", ["rank", "algorithm", words["tasks"], words["budget"],
-                                    "runs", *(n.replace("_", " ") for n in AGGREGATES)],
+        spec = Table("aggregates", ["rank", "algorithm", words["tasks"], "budget", "runs",
+                                    *(n.replace("_", " ") for n in AGGREGATES)],
                      rows,
                      caption="normalized final scores (1 = the reference score) over the "
                              f"{text(words['tasks'])} each algorithm ran, with 95% expanded "

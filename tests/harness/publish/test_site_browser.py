@@ -1,0 +1,152 @@
+"""The published site in a real browser: Debian's headless chromium through selenium,
+opened from disk with no server.
+
+Where no chromium and chromedriver are installed these tests are reported as not run, with
+the reason (``.ci/run`` installs them when it runs as root). Screenshots of each page type
+go to ``RLBENCH_ARTIFACTS`` (default ``.artifacts/`` in the repository)/``site/``.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shlex
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import rlbench.results
+from rlbench.cli import main
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.publish.pages import slug
+from tests.harness.publish.site_store import make_store
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select  # noqa: E402
+
+REPOSITORY = Path(__file__).resolve().parents[3]
+ARTIFACTS = Path(os.environ.get("RLBENCH_ARTIFACTS", REPOSITORY / ".artifacts")) / "site"
+
+
+def _browser_paths() -> tuple[str, str] | str:
+    """(chromium, chromedriver), or why they cannot be used."""
+    browser = next((shutil.which(n) for n in ("chromium", "chromium-browser") if
+                    shutil.which(n)), None)
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None:
+        missing = [name for name, path in (("chromium", browser), ("chromedriver", driver))
+                   if path is None]
+        return (f"{' and '.join(missing)} not installed (apt-get install chromium "
+                "chromium-driver; .ci/run does it when run as root)")
+    return browser, driver
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site from two stores: the hand-made one and a real sweep's."""
+    base = tmp_path_factory.mktemp("browser")
+    made = make_store(base / "made")
+    real = base / "real"
+    assert main(["run", "suite=smoke", "algo=ppo,dqn", "env=CartPole-v1", "seeds=2",
+                 "frames=1024", "eval_every=512", "eval_episodes=2", f"out_dir={real}"]) == 0
+    output = base / "site"
+    assert main(["publish", f"out_dir={made},{real}", f"output={output}", "reps=300"]) == 0
+    return output
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    paths = _browser_paths()
+    if isinstance(paths, str):
+        pytest.skip(f"browser tests not run: {paths}")
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--window-size=1300,1800", "--allow-file-access-from-files"):
+        options.add_argument(argument)
+    options.binary_location = paths[0]
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=webdriver.ChromeService(paths[1]), options=options)
+    yield driver
+    driver.quit()
+
+
+def _open(browser, path: Path, shot: str) -> None:
+    browser.get(path.as_uri())
+    errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == [], errors
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / f"{shot}.png"))
+
+
+def _rows(browser, table: str) -> list[list[str]]:
+    body = browser.find_element(By.CSS_SELECTOR, f"section#{table} tbody")
+    return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in body.find_elements(By.TAG_NAME, "tr") if row.is_displayed()]
+
+
+def test_every_page_type_opens_from_disk_without_errors(browser, site: Path) -> None:
+    _open(browser, site / "index.html", "index")
+    suites = [row[0] for row in _rows(browser, "suites")]
+    assert suites == ["broken", "smoke", "unit"]
+    browser.find_element(By.LINK_TEXT, "unit").click()
+    assert browser.title == "suite unit"
+    _open(browser, Path(browser.current_url.removeprefix("file://")), "suite")
+    assert browser.find_element(By.CSS_SELECTOR, "svg polyline").is_displayed()
+    _open(browser, site / "suites" / slug("broken") / "index.html", "suite-no-finished-run")
+    assert "No scores to rank" in browser.find_element(By.CLASS_NAME, "missing").text
+
+
+def test_sorting_filtering_and_a_run_link(browser, site: Path) -> None:
+    task = site / "suites" / slug("unit") / "tasks" / slug("CartPole-v1") / "index.html"
+    _open(browser, task, "env")
+    header = browser.find_element(
+        By.XPATH, "//section[@id='algorithms']//th[button='final return (mean ± std)']")
+    header.find_element(By.TAG_NAME, "button").click()
+    assert [row[1] for row in _rows(browser, "algorithms")] == ["dqn", "ppo"]  # 280 < 410
+    assert header.get_attribute("aria-sort") == "ascending"
+    header.find_element(By.TAG_NAME, "button").click()
+    assert [row[1] for row in _rows(browser, "algorithms")] == ["ppo", "dqn"]
+    runs = browser.find_element(By.CSS_SELECTOR, "section#runs")
+    Select(runs.find_element(By.CSS_SELECTOR, "select[data-filter-column='4']")
+           ).select_by_value("FAILED")
+    left = _rows(browser, "runs")
+    assert len(left) == 1 and left[0][1:3] == ["dqn", "9"]
+    assert runs.find_element(By.CLASS_NAME, "shown").text == "1 of 10 rows"
+    tag_box = browser.find_element(By.CSS_SELECTOR, "section#algorithms input")
+    tag_box.send_keys("note=")  # only ppo's seed 0 carries a note tag
+    assert [row[1] for row in _rows(browser, "algorithms")] == ["ppo"]
+    runs.find_element(By.LINK_TEXT, left[0][0]).click()
+    assert browser.title == "dqn on CartPole-v1, seed 9"
+    _open(browser, Path(browser.current_url.removeprefix("file://")), "run-failed")
+    assert "boom <b>bold</b>" in browser.find_element(By.CSS_SELECTOR, "pre.failed").text
+
+
+def test_displayed_numbers_equal_rlbench_results(browser, site: Path) -> None:
+    """The dataset page's means, as shown, are rlbench.results' final scores' means."""
+    store = site.parent / "made"
+    finals = rlbench.results.load(store, suite="unit", status="FINISHED")
+    dataset = "rlbench/hopper/medium-v0"
+    _open(browser, site / "suites" / slug("unit") / "tasks" / slug(dataset) / "index.html",
+          "dataset")
+    shown = {row[1]: row[4] for row in _rows(browser, "algorithms")}
+    for algo in ("bc", "iql"):
+        scores = finals[(finals.env == dataset) & (finals.algorithm == algo)].final_score
+        assert shown[algo] == f"{scores.mean():,.1f} ± {scores.std(ddof=1):,.1f}"
+    assert "gradient steps" in browser.find_element(By.TAG_NAME, "body").text
+
+
+def test_a_real_runs_command_plans_that_run(browser, site: Path) -> None:
+    """The command on a real run's page plans the same config identity."""
+    store = site.parent / "real"
+    run = rlbench.results.load(store, suite="smoke", algorithm="dqn", seed=1).iloc[0]
+    _open(browser, site / "suites" / slug("smoke") / "runs" / f"{slug(run.run_id)}.html",
+          "run")
+    command = browser.find_elements(By.TAG_NAME, "pre")[-1].text.splitlines()[-1]
+    words = shlex.split(html.unescape(command))
+    assert words[:2] == ["rlbench", "run"]
+    planned = resolve_sweep(words[2:]).runs
+    assert planned[-1].identity == run.config_hash
+    assert planned[-1].seed_index == 1
