@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint bench clean regress regress-nightly
+.PHONY: run test lint bench clean regress regress-nightly leaderboard
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,5 +58,15 @@ bench: $(STAMP)  ## throughput benchmarks, saved under results/benchmarks/, then
 nightly: $(STAMP)  ## the property tests of hostile inputs at 10,000 examples per target
 	HYPOTHESIS_PROFILE=nightly $(BIN)/python -m pytest -m "not bench" tests/properties $(ARGS)
 
+# The leaderboard site: rlbench publish over the committed reference stores, unpacked here.
+LEADERBOARD_STORES ?= .leaderboard
+leaderboard: $(STAMP)  ## results/leaderboard/ from results/reference/store/*.db.gz
+	rm -rf $(LEADERBOARD_STORES)
+	mkdir -p $(LEADERBOARD_STORES)/mujoco $(LEADERBOARD_STORES)/offline
+	gunzip -c results/reference/store/mujoco.db.gz > $(LEADERBOARD_STORES)/mujoco/mlflow.db
+	gunzip -c results/reference/store/offline.db.gz > $(LEADERBOARD_STORES)/offline/mlflow.db
+	$(BIN)/rlbench publish out_dir=$(LEADERBOARD_STORES)/mujoco,$(LEADERBOARD_STORES)/offline \
+		output=results/leaderboard
+
 clean:
-	rm -rf $(VENV) rlbench_runs .pytest_cache .ruff_cache $(REGRESS_DIR)
+	rm -rf $(VENV) rlbench_runs .pytest_cache .ruff_cache $(REGRESS_DIR) $(LEADERBOARD_STORES)
