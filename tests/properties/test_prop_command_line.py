@@ -1,9 +1,9 @@
 """Command lines are untrusted input: for any words, ``rlbench show``, ``list``, ``dataset
-info``, ``dataset make``, ``eval``, ``compare`` and ``run ... dry_run=true`` hold the
-command's contract (see ``contract``).
+info``, ``dataset make``, ``eval``, ``compare``, ``publish`` and ``run ... dry_run=true`` hold
+the command's contract (see ``contract``).
 
 Words are built from the real keys (the sweep's, the suites', every recipe's
-hyperparameters, compare's and eval's) and their near misses, with values of the right
+hyperparameters, compare's, publish's and eval's) and their near misses, with values of the right
 kind, random and hostile (control characters, NUL, very long, paths longer than the OS
 allows, YAML look-alikes), keys given twice, and suite files of generated YAML. ``rlbench
 run`` is only ever generated with ``dry_run=true`` (anything else would train), ``dataset
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm
 from rlbench.harness.plan.config import ALIASES, SWEEP_KEYS
 from rlbench.harness.plan.suites import SUITE_SETTINGS, list_suites
 from rlbench.harness.policy.eval import EVAL_KEYS
+from rlbench.harness.publish.command import KEYS as PUBLISH_KEYS
 from tests.properties.contract import (
     Attacker,
     Datasets,
@@ -361,18 +362,44 @@ def compare_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
         "baselines": st.sampled_from(["nostore", "notes.txt"]),
         "tag.git_commit": st.just("abc"), "param.gamma": st.just("0.9"),
     }
+    return _report_lines("compare", values, COMPARE_KEYS, [[f"out_dir={run.out_dir}"], []])
+
+
+def _report_lines(command: str, values: dict[str, st.SearchStrategy[str]],
+                  keys: Sequence[str], heads: list[list[str]]) -> st.SearchStrategy[CommandLine]:
+    """A reading command's words (``compare``, ``publish``): one of ``heads``, then its
+    keys with values of the right kind or junk; its ``output=`` paths are its outputs."""
     junk = {"output": st.sampled_from(OUTPUTS[3:])}
-    first = st.sampled_from([[f"out_dir={run.out_dir}"], []])
-    keys = sorted({*values, *(key for key in COMPARE_KEYS if "<" not in key)})
-    rest = key_values(st.sampled_from(keys), lambda key: values.get(key, _junk()),
+    names = sorted({*values, *(key for key in keys if "<" not in key)})
+    rest = key_values(st.sampled_from(names), lambda key: values.get(key, _junk()),
                       lambda key: junk.get(key, _junk()))
 
     def line(head: list[str], tail: list[str]) -> CommandLine:
         words = [*head, *tail]
         outputs = [w.partition("=")[2] for w in words if w.startswith("output=")]
-        return CommandLine(["compare", *words], outputs=outputs)
+        return CommandLine([command, *words], outputs=outputs)
 
-    return st.builds(line, first, rest)
+    return st.builds(line, st.sampled_from(heads), rest)
+
+
+def publish_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
+    """``publish`` of the session's store (and of a directory with no store) with its keys,
+    and their spoilt forms; the site goes inside the example's directory or is refused
+    before anything is written."""
+    values = {
+        "suite": _listed(["smoke", "mujoco", "x.yaml"]), "suites": st.just("smoke"),
+        "algos": _listed(["ppo", "sac"]), "algo": _listed(["ppo", "dqn"]),
+        "envs": _listed(["Pendulum-v1", "CartPole-v1"]), "env": st.just("Pendulum-v1"),
+        "frames": st.sampled_from(["400", "1000"]), "steps": st.just("200"),
+        "seed": st.sampled_from(["0", "1"]), "reps": st.sampled_from(["100", "2000"]),
+        "config": st.just("0f"), "output": st.sampled_from(OUTPUTS[:3]),
+        "out_dir": st.sampled_from([str(run.out_dir), "nostore", f"{run.out_dir},nostore"]),
+        "tracking_uri": st.sampled_from(["sqlite:///nostore/mlflow.db", "http://127.0.0.1:9"]),
+        "baselines": st.sampled_from(["nostore", "notes.txt"]),
+        "tag.git_commit": st.just("abc"), "param.gamma": st.just("0.9"),
+    }
+    return _report_lines("publish", values, PUBLISH_KEYS,
+                         [[f"out_dir={run.out_dir}", "output=report"], []])
 
 
 def odd_lines() -> st.SearchStrategy[CommandLine]:
@@ -404,7 +431,7 @@ def command_lines(datasets: Datasets, run: FinishedRun) -> st.SearchStrategy[Com
     """A command line of any of the commands, none that trains or plays for long."""
     return st.one_of(show_or_dry_run(datasets), suite_lines(datasets), list_lines(),
                      dataset_lines(datasets), dataset_make_lines(run), eval_lines(run),
-                     compare_lines(run), odd_lines()).filter(harmless)
+                     compare_lines(run), publish_lines(run), odd_lines()).filter(harmless)
 
 
 def _prepare(here: Path, line: CommandLine) -> None:

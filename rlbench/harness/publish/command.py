@@ -30,6 +30,7 @@ from rlbench.harness.plan.words import int_word, split_words
 from rlbench.harness.publish.collect import Filters, SuiteData, collect, suites_in
 from rlbench.harness.publish.pages import site_files
 from rlbench.harness.store.results import open_store
+from rlbench.harness.store.sqlite import check_out_dir
 
 __all__ = ["PublishRequest", "parse_publish_args", "publish", "run_publish"]
 
@@ -102,15 +103,11 @@ def parse_publish_args(args: Sequence[str]) -> PublishRequest:
 def check_output(output: Path) -> None:
     """Refuses an ``output`` that is a file, a directory holding anything but an earlier
     site, or a place this process cannot write, before anything is read."""
-    if output.exists() and not output.is_dir():
-        raise ConfigError(f"output={output} is a file, not a directory for the site")
+    check_out_dir(output, key="output")  # a directory, or one that can be made
+    check_out_dir(output.absolute().parent, key="output's parent")  # the new site goes there
     if output.is_dir() and any(output.iterdir()) and not (output / MARKER).is_file():
         raise ConfigError(f"output={output} holds files that are not a site rlbench "
                           "published: give a new or empty directory")
-    parent = output.absolute().parent
-    existing = next(p for p in (parent, *parent.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"output={output}: {existing} cannot be written")
 
 
 def _stores(request: PublishRequest) -> dict[str, MlflowClient]:

@@ -185,8 +185,9 @@ def test_bad_outputs_and_stores_exit_2(store: Path, tmp_path: Path,
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
-    for output, message in ((afile, "is a file"), (busy, "not a site rlbench published"),
-                            (afile / "site", "cannot be written")):
+    for output, message in ((afile, "is not a directory"),
+                            (busy, "not a site rlbench published"),
+                            (afile / "site", "cannot be made")):
         assert main(["publish", f"out_dir={store}", f"output={output}"]) == 2
         assert message in capsys.readouterr().err
     assert afile.read_text() == "mine" and (busy / "notes.txt").read_text() == "mine"
