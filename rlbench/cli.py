@@ -34,6 +34,8 @@ keys: suite (a shipped name or a .yaml path), algo (algos), env (envs): comma li
       dataset (datasets): d4rl:<name>, minari:<id> or paths, for offline algorithms
       seeds, base_seed, frames (online), steps (offline), eval_every, eval_episodes
       threads (per run, at most the cores here; force_threads=true for more), device
+      reuse=code (a finished run of the same config by other code counts as done: for a
+      change you know leaves the numbers alone; a run's identity includes its code's hash)
       out_dir (default rlbench_runs; MLFLOW_TRACKING_URI overrides its store)
       jobs (runs at a time, each in its own process), launcher (local|ray),
       ray.address (with launcher=ray: auto, host:port or ray://host:port), dry_run

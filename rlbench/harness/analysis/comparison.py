@@ -245,10 +245,12 @@ _IMPLIED_BY_DATA = {"dataset_refs"}
 
 
 def _label_part(param: str, value: str) -> str:
-    """A param as a label shows it; a dataset's file by its sha256's first 7 digits, as
-    a commit."""
+    """A param as a label shows it; a dataset's file and the code by the first 7 digits of
+    their hashes, as a commit."""
     if param == "dataset_sha256":
         return f"data={value[:7]}"
+    if param == "code":  # the fingerprint of the code the run executes
+        return f"code={value[:7]}"
     return f"{_short(param)}={value}"
 
 

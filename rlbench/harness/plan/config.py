@@ -31,6 +31,7 @@ from rlbench.harness.plan.algorithms import (
     resolve_with_sources,
 )
 from rlbench.harness.plan.datasets import MadeFamily, PlannedDataset, dataset_label, plan_dataset
+from rlbench.harness.plan.fingerprint import code_fingerprint
 from rlbench.harness.plan.suites import SUITE_SETTINGS, Suite, load_suite
 from rlbench.harness.plan.words import split_words
 from rlbench.version import __version__
@@ -40,11 +41,12 @@ __all__ = ["Overrides", "RunConfig", "SweepConfig", "check_device_here", "check_
 
 ALIASES = {"algo": "algos", "env": "envs", "dataset": "datasets"}
 SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
-              "launcher": "local", "ray.address": None, "force_threads": False}
+              "launcher": "local", "ray.address": None, "force_threads": False, "reuse": None}
+REUSE = ("code",)  # reuse=code: finished runs of the same config made by other code count
 LAUNCHERS = ("local", "ray")
 LIST_KEYS = {"algos", "envs", "datasets"}
 # Settings whose value is a name or a path: taken as typed, never as a YAML number or null.
-TEXT_KEYS = {"suite", "out_dir", "launcher", "ray.address", "device"}
+TEXT_KEYS = {"suite", "out_dir", "launcher", "ray.address", "device", "reuse"}
 DEVICE_PATTERN = re.compile(r"(cpu|mps)(:0)?|cuda(:\d+)?")
 
 
@@ -159,6 +161,9 @@ class RunConfig:
     dataset_sha256: str | None = None
     dataset_refs: tuple[float, float] | None = None
     steps: int = 0
+    # the fingerprint of the code the run executes (``plan.fingerprint``): part of its
+    # identity, so a changed recipe or loss makes its runs new; empty: not taken
+    code: str = ""
 
     @property
     def offline(self) -> bool:
@@ -199,14 +204,28 @@ class RunConfig:
                 del fields[option]
         if self.offline:
             del fields["frames"]
+        if not fields["code"]:
+            del fields["code"]
         return fields
 
     @property
     def identity(self) -> str:
-        """Hash of the resolved config and the rlbench version (16 hex digits)."""
-        payload = json.dumps({"config": self.as_dict(), "rlbench": __version__},
-                             sort_keys=True, default=list)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        """Hash of the resolved config, the code it runs and the rlbench version (16 hex
+        digits): a run is done once per identity."""
+        return _hash_of(self.as_dict())
+
+    @property
+    def config_identity(self) -> str:
+        """The identity without the code: what runs made by other code with the same
+        config share (``reuse=code``), and the identity of runs made before rlbench
+        fingerprinted code."""
+        return _hash_of({k: v for k, v in self.as_dict().items() if k != "code"})
+
+
+def _hash_of(fields: dict[str, Any]) -> str:
+    payload = json.dumps({"config": fields, "rlbench": __version__}, sort_keys=True,
+                         default=list)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 _ARTIFACT_OPTIONS = ("save_snapshots", "save_transitions")
@@ -223,6 +242,7 @@ class SweepConfig:
     launcher: str = "local"
     ray_address: str | None = None
     force_threads: bool = False
+    reuse_code: bool = False  # a finished run of the same config by other code is done
     # per (algo, env): the layer each hyperparameter came from (see resolve_with_sources)
     sources: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the plan should say (show, run)
@@ -525,6 +545,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                     threads=_positive_int(settings, "threads"),
                     device=_check_device(settings["device"]),
                     algo_params=params,
+                    code=code_fingerprint(algo),
                     **budget,
                     **options,
                 ))
@@ -551,10 +572,14 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     if address is not None and launcher != "ray":
         raise ConfigError("ray.address is only used with launcher=ray")
     jobs = _positive_int(sweep, "jobs")
+    reuse = sweep["reuse"]
+    if reuse is not None and reuse not in REUSE:
+        raise UnknownNameError("reuse", str(reuse), REUSE)
     if launcher == "ray" and "jobs" in overrides.sweep:
         raise ConfigError("jobs is for launcher=local; Ray runs as many runs at once as its "
                           "cluster has CPUs for")
     return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
                        runs=runs, jobs=jobs, launcher=launcher, force_threads=force_threads,
+                       reuse_code=reuse == "code",
                        ray_address=None if address is None else str(address),
                        sources=sources, notes=notes, to_make=to_make)

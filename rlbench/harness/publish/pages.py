@@ -35,7 +35,8 @@ __all__ = ["site_files", "slug"]
 
 # Tags shown as filterable row tags: what tells runs of one group apart, not per-run ids.
 _FILTER_TAGS = ("git_commit", "rlbench_version", "torch_version", "host", "device", "library")
-_NOT_TAGS = ("tag.run_dir", "tag.dataset_sha256", "tag.config_hash")
+_NOT_TAGS = ("tag.run_dir", "tag.dataset_sha256", "tag.config_hash", "tag.config_identity",
+             "tag.reused_for")
 _WHITESPACE = re.compile(r"\s+")
 
 

@@ -1,7 +1,12 @@
 """Resuming a sweep: runs already finished with the same identity are not run again.
 
-A run's identity is the hash of its resolved config and the rlbench version
-(``RunConfig.identity``), stored as the ``config_hash`` tag of its MLflow run. Before a
+A run's identity is the hash of its resolved config, the fingerprint of the code it runs
+and the rlbench version (``RunConfig.identity``), stored as the ``config_hash`` tag of its
+MLflow run: a run made by other code is not this run. With ``reuse=code`` the user says a
+code change left the numbers alone: a finished run of the same config made by other code
+(its ``config_identity`` tag, or the ``config_hash`` of a run made before rlbench
+fingerprinted code) counts as done, and is tagged ``reused_for`` with the identity and
+code it stands for. Before a
 sweep starts, finished runs are taken from the store as they are; failed, killed or
 interrupted attempts (a run still marked RUNNING after its process was killed) are deleted
 from the active view and run again, so each identity ends with exactly one run. A run
@@ -39,10 +44,12 @@ class ResumePlan:
     to_run: list[RunConfig]
     finished: list[RunResult]
     superseded: list[str]  # run ids of earlier unfinished attempts, deleted
+    reused: list[str] = field(default_factory=list)  # names of runs other code made
     deaths: list[str] = field(default_factory=list)  # runs found dead of a fatal error
 
 
-def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> ResumePlan:
+def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
+                reuse_code: bool = False) -> ResumePlan:
     """Split ``runs`` into those to run and those finished earlier; delete stale attempts.
 
     Done under the out dir's planning lock, so no run starts or ends meanwhile. A run a
@@ -58,7 +65,7 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> 
                                   f"{tracker.out_dir} now: let it finish, or give another "
                                   "out_dir")
             deaths = reap_dead_sweeps(tracker)
-            plan = _plan(tracker, experiment_id, runs)
+            plan = _plan(tracker, experiment_id, runs, reuse_code)
             plan.deaths = deaths
             return plan
     except RunInProgressError as err:
@@ -107,10 +114,16 @@ def _record_death(tracker: Tracker, run: Run) -> list[str]:
     return []
 
 
-def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> ResumePlan:
+def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig],
+          reuse_code: bool) -> ResumePlan:
     by_identity: dict[str, list[Run]] = {}
+    by_config: dict[str, list[Run]] = {}  # finished runs by their identity without code
     for run in tracker.runs(experiment_id, "tags.kind = 'run'"):
-        by_identity.setdefault(run.data.tags.get("config_hash", ""), []).append(run)
+        tags = run.data.tags
+        by_identity.setdefault(tags.get("config_hash", ""), []).append(run)
+        if run.info.status == "FINISHED":
+            key = tags.get("config_identity", tags.get("config_hash", ""))
+            by_config.setdefault(key, []).append(run)
     plan = ResumePlan([], [], [])
     for config in runs:
         attempts = by_identity.get(config.identity, [])
@@ -119,6 +132,14 @@ def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig]) -> Resume
             if stale.info.status != "FINISHED":
                 tracker.delete(stale.info.run_id)
                 plan.superseded.append(stale.info.run_id)
+        if not done and reuse_code:
+            done = sorted(by_config.get(config.config_identity, []),
+                          key=lambda r: -(r.info.start_time or 0))[:1]
+            for run in done:
+                tracker.set_tags(run.info.run_id, {
+                    "reused_for": f"{config.identity} (code {config.code or 'unknown'}, "
+                                  "reuse=code)"})
+                plan.reused.append(config.name)
         if done:
             plan.finished.append(stored_result(tracker, config, done[0]))
         else:

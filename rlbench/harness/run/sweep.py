@@ -98,7 +98,8 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
         tracker = Tracker(sweep.out_dir)
         try:
             experiment_id = tracker.experiment(suite)  # before any worker opens the store
-            plan = plan_resume(tracker, experiment_id, sweep.runs)
+            plan = plan_resume(tracker, experiment_id, sweep.runs,
+                               reuse_code=sweep.reuse_code)
             devices = sorted({run.device for run in sweep.runs})
             with planning(sweep.out_dir):  # parent run and its lock appear together
                 parent_id = tracker.start_sweep(
@@ -126,6 +127,11 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
         f", {len(sweep.runs)} runs ({len(plan.finished)} finished earlier, "
         f"{len(plan.to_run)} to run, launcher {_launcher_name(sweep)}), tracking at "
         f"{tracker.uri}"))
+    if plan.reused:
+        shown = ", ".join(plan.reused[:5]) + (f" and {len(plan.reused) - 5} more"
+                                             if len(plan.reused) > 5 else "")
+        console.print(Text(f"reuse=code: {len(plan.reused)} finished runs made by other code "
+                           f"count as done ({shown}); each is tagged reused_for"))
     progress = SweepProgress(plan.to_run, console)
     order = {run.identity: index for index, run in enumerate(plan.to_run)}
     status = "KILLED"

@@ -268,6 +268,8 @@ class Tracker:
                 "env": config.task,
                 "seed": str(config.seed_index),
                 "config_hash": config.identity,
+                "config_identity": config.config_identity,
+                **({"code_fingerprint": config.code} if config.code else {}),
                 **_offline_tags(config),
                 **tags,
             },

@@ -1,0 +1,135 @@
+"""What code a run executes, as a hash: part of its identity, so a changed recipe or loss
+makes its runs new without anyone remembering to bump a version.
+
+A recipe's code is its own module and every module of the library layers it reaches
+through imports (any depth, deferred ones included: read from the source, nothing is
+imported), starting from the recipe and from the run protocol that drives every recipe
+(``rlbench.recipe``, the runner and the seed derivation). Followed are the layers that
+compute a run's numbers: envs, data, returns, modules, objectives, collectors, the recipes
+and their shared builders. Not followed: the CLI, planning, tracking, analysis, reports.
+The versions of torch, tensordict, gymnasium and mujoco are part of it too.
+
+Editing ``objectives/cql.py`` renews the runs of the recipes that import it and no others;
+editing ``harness/analysis`` renews none.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib
+from collections.abc import Iterator, Mapping
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+__all__ = ["LIBRARIES", "code_files", "code_fingerprint", "fingerprint_of"]
+
+# What a run's numbers depend on, beside our code
+LIBRARIES = ("torch", "tensordict", "gymnasium", "mujoco")
+# The modules every run executes, whatever its recipe
+PROTOCOL = ("rlbench.recipe", "rlbench.harness.run.runner", "rlbench.harness.plan.seeding")
+# Imports followed from a module: these packages' modules are part of the code
+FOLLOWED = ("rlbench.envs", "rlbench.data", "rlbench.returns", "rlbench.modules",
+            "rlbench.objectives", "rlbench.collectors", "rlbench.algorithms", *PROTOCOL)
+
+
+@functools.cache
+def _module_files() -> dict[str, Path]:
+    """Every module of the package and of the recipes, by its installed name."""
+    found = {}
+    package = Path(__file__).resolve().parents[2]  # rlbench/, without importing it here
+    # the recipes are installed as rlbench.algorithms from the repository's algorithms/
+    recipes = Path(importlib.import_module("rlbench.algorithms").__file__).parent
+    for base, prefix in ((package, "rlbench"), (recipes, "rlbench.algorithms")):
+        for path in sorted(base.rglob("*.py")):
+            parts = [prefix, *path.relative_to(base).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found.setdefault(".".join(parts), path)
+    return found
+
+
+def _followed(name: str) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in FOLLOWED)
+
+
+def _imports(path: Path, module: str) -> Iterator[tuple[str, str | None]]:
+    """(module, name) for every name an import statement of the file imports (relative
+    modules resolved; ``import a.b`` gives ("a.b", None))."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")
+                keep = len(parts) - node.level + (1 if is_package else 0)
+                base = ".".join([*parts[:keep], *([base] if base else [])])
+            yield from ((base, alias.name) for alias in node.names)
+
+
+def _source_of(package: str, name: str) -> str | None:
+    """The module a package's ``__init__`` takes ``name`` from (``from .ppo import
+    PPOLoss``), or None when the package defines it itself."""
+    files = _module_files()
+    for module, imported in _imports(files[package], package):
+        if imported == name and module in files and module != package:
+            return module
+    return None
+
+
+def code_files(algo: str) -> dict[str, Path]:
+    """The modules a run of ``algo`` executes, by name (see the module's docstring).
+
+    ``from rlbench.objectives import PPOLoss`` reaches ``rlbench.objectives.ppo`` (where the
+    package takes it from) and the package's own source, not every loss the package
+    re-exports: editing CQL's loss leaves PPO's runs as they are."""
+    files = _module_files()
+    reached: dict[str, Path] = {}
+    stack = [name for name in (f"rlbench.algorithms.{algo}", *PROTOCOL) if name in files]
+    while stack:
+        name = stack.pop()
+        if name in reached:
+            continue
+        reached[name] = files[name]
+        for module, imported in _imports(files[name], name):
+            while module and module not in files:  # an attribute path: its module
+                module = module.rpartition(".")[0]
+            if not module or not _followed(module):
+                continue
+            submodule = f"{module}.{imported}"
+            if imported is not None and submodule in files:
+                stack.append(submodule)
+            elif imported is not None and files[module].name == "__init__.py":
+                source = _source_of(module, imported)
+                stack.append(source if source is not None else module)
+            else:
+                stack.append(module)
+    return dict(sorted(reached.items()))
+
+
+def _library_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def fingerprint_of(sources: Mapping[str, bytes], versions: Mapping[str, str]) -> str:
+    """16 hex digits of a hash over each module's name and bytes and the versions."""
+    digest = hashlib.sha256()
+    for name in sorted(sources):
+        digest.update(f"{name}\0{len(sources[name])}\0".encode())
+        digest.update(sources[name])
+    for name in sorted(versions):
+        digest.update(f"{name}={versions[name]}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def code_fingerprint(algo: str) -> str:
+    """The fingerprint of the code a run of ``algo`` executes, read once per process."""
+    sources = {name: path.read_bytes() for name, path in code_files(algo).items()}
+    return fingerprint_of(sources, {name: _library_version(name) for name in LIBRARIES})
