@@ -512,6 +512,16 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
     when algorithms ran different envs, the table says which. The probability of
     improvement of X over Y covers the envs both ran.
     """
+    # A score another tool logged may be infinite (MLflow stores an infinity as the largest
+    # float): the statistics that include it are then infinite or NaN, which the notes
+    # name; numpy's overflow warnings about it would say nothing more.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _compare(records, suite, baseline_dir, seed=seed, reps=reps,
+                        requested_algos=requested_algos)
+
+
+def _compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, seed: int,
+             reps: int, requested_algos: Sequence[str]) -> Comparison:
     published = load_published(baseline_dir)
     references: dict[str, Reference] = load_references(baseline_dir)
     offline_references, offline_notes = _offline_references(records, published)
@@ -522,6 +532,11 @@ def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, see
                     "score: the statistics that include it are NaN"
                     for r in records if r.final_return is not None
                     and np.isnan(r.final_return)]
+    group_notes += [f"run {r.run_id} ({r.algo} on {r.env}, seed {r.seed}) has an infinite "
+                    f"final score ({r.final_return:g}): the statistics that include it are "
+                    "infinite or NaN"
+                    for r in records if r.final_return is not None
+                    and not np.isnan(r.final_return) and abs(r.final_return) > 1e300]
     present = {r.algo for r in records}
     group_notes += [f"{algo}: asked for, but no run matches the filters"
                     for algo in requested_algos if algo not in present]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlbench.harness.publish.markup import attr, text
+from rlbench.harness.publish.markup import LARGEST, attr, text
 
 __all__ = ["Band", "Series", "line_chart", "nice_ticks"]
 
@@ -38,9 +38,15 @@ class Band:
     high: float
 
 
+def _drawable(values: np.ndarray) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float64)
+    return np.isfinite(values) & (np.abs(values) <= LARGEST)
+
+
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """About ``count`` round values covering [low, high] (steps of 1, 2, 2.5 or 5 × 10^k)."""
-    if not (math.isfinite(low) and math.isfinite(high)):
+    """About ``count`` round values covering [low, high] (steps of 1, 2, 2.5 or 5 × 10^k);
+    none for bounds that are not finite or beyond ``LARGEST``."""
+    if not (math.isfinite(low) and math.isfinite(high)) or max(abs(low), abs(high)) > LARGEST:
         return []
     if high <= low:
         high = low + (abs(low) or 1.0)
@@ -69,13 +75,15 @@ def line_chart(series: Sequence[Series], *, x_label: str, y_label: str,
                bands: Sequence[Band] = (), colours: dict[str, str] | None = None,
                width: int = 640, height: int = 300, title: str = "") -> str:
     """An ``<svg>`` of the lines over a shared x and y range, with their bands, the
-    horizontal ``bands`` behind them and a legend; non-finite points are left out."""
+    horizontal ``bands`` behind them and a legend; non-finite points (and those beyond
+    ``LARGEST``) are left out."""
     colours = colours or {s.name: PALETTE[i % len(PALETTE)]
                           for i, s in enumerate(sorted(series, key=lambda s: s.name))}
-    xs = [v for s in series for v in np.asarray(s.x, dtype=np.float64) if math.isfinite(v)]
+    xs = [v for s in series for v in np.asarray(s.x, dtype=np.float64)[_drawable(s.x)]]
     ys = [v for s in series for arr in (s.y, s.low, s.high) if arr is not None
-          for v in np.asarray(arr, dtype=np.float64) if math.isfinite(v)]
-    ys += [v for b in bands for v in (b.low, b.high) if math.isfinite(v)]
+          for v in np.asarray(arr, dtype=np.float64)[_drawable(arr)]]
+    bands = [b for b in bands if _drawable(np.array([b.low, b.high])).all()]
+    ys += [v for b in bands for v in (b.low, b.high)]
     legend_rows = len(series) + len(bands)
     left, right, top = 64, 16, 24 if title else 10
     total_height = height + 16 * legend_rows
@@ -121,14 +129,14 @@ def line_chart(series: Sequence[Series], *, x_label: str, y_label: str,
         y = np.asarray(s.y, dtype=np.float64)
         if s.low is not None and s.high is not None:
             low, high = np.asarray(s.low, np.float64), np.asarray(s.high, np.float64)
-            ok = np.isfinite(x) & np.isfinite(low) & np.isfinite(high)
+            ok = _drawable(x) & _drawable(low) & _drawable(high)
             if ok.sum() > 1:
                 outline = ([_point(sx(a), sy(b)) for a, b in zip(x[ok], high[ok], strict=True)]
                            + [_point(sx(a), sy(b)) for a, b in
                               zip(x[ok][::-1], low[ok][::-1], strict=True)])
                 parts.append(f'<polygon points="{" ".join(outline)}" fill="{colour}" '
                              'fill-opacity="0.2" stroke="none"/>')
-        ok = np.isfinite(x) & np.isfinite(y)
+        ok = _drawable(x) & _drawable(y)
         points = " ".join(_point(sx(a), sy(b)) for a, b in zip(x[ok], y[ok], strict=True))
         parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" '
                      f'stroke-width="2" data-series={attr(s.name)}/>')

@@ -30,7 +30,7 @@ from rlbench.harness.plan.words import int_word, split_words
 from rlbench.harness.publish.collect import Filters, SuiteData, collect, suites_in
 from rlbench.harness.publish.pages import site_files
 from rlbench.harness.store.results import open_store
-from rlbench.harness.store.sqlite import check_out_dir
+from rlbench.harness.store.sqlite import check_out_dir, sqlite_path
 
 __all__ = ["PublishRequest", "parse_publish_args", "publish", "run_publish"]
 
@@ -97,6 +97,12 @@ def parse_publish_args(args: Sequence[str]) -> PublishRequest:
     if not (request.baselines / "normalization.csv").is_file():
         raise ConfigError(f"baselines={request.baselines}: no normalization.csv there")
     check_output(request.output)
+    for store in [*request.out_dirs, *(sqlite_path(uri) or Path("/nonexistent") for uri
+                                       in request.tracking_uris)]:
+        inside = store.absolute()
+        if inside == request.output.absolute() or request.output.absolute() in inside.parents:
+            raise ConfigError(f"output={request.output} holds the store {store}: publishing "
+                              "would replace it; give an output outside it")
     return request
 
 
@@ -149,10 +155,20 @@ def publish(request: PublishRequest) -> tuple[list[SuiteData], int]:
 
 def write_site(files: dict[str, str], output: Path) -> None:
     """Writes ``files`` to a new directory beside ``output``, then swaps it in: a reader
-    sees the old site or the new one, and a failure leaves the old one."""
-    output = output.absolute()
+    sees the old site or the new one, and a failure (a full disk) leaves the old one, is
+    a ``ConfigError`` and leaves nothing else behind."""
+    try:
+        _swap_in(files, output.absolute())
+    except OSError as err:
+        raise ConfigError(f"the site could not be written to {output} ({err.strerror or err}"
+                          f"{': ' + err.filename if err.filename else ''}); the earlier "
+                          "site, if any, is as it was") from None
+
+
+def _swap_in(files: dict[str, str], output: Path) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    retired: Path | None = None
     try:
         made: set[Path] = set()
         for name, content in sorted(files.items()):
@@ -167,13 +183,16 @@ def write_site(files: dict[str, str], output: Path) -> None:
         if output.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
             output.rename(retired / "site")
-            staging.rename(output)
-            shutil.rmtree(retired)
-        else:
-            staging.rename(output)
+        staging.rename(output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if retired is not None:
+            if (retired / "site").exists() and not output.exists():
+                (retired / "site").rename(output)  # the old site back where it was
+            shutil.rmtree(retired, ignore_errors=True)
         raise
+    if retired is not None:
+        shutil.rmtree(retired)
 
 
 def run_publish(args: Sequence[str], console: Console) -> int:

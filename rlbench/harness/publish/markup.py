@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Cell", "Table", "attr", "fmt", "link", "page", "table", "text"]
+__all__ = ["LARGEST", "Cell", "Table", "attr", "fmt", "link", "page", "table", "text"]
 
 
 def text(value: object) -> str:
@@ -37,18 +37,27 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+_SHOWN = object()  # ``Cell.of``'s default: the cell sorts by the text it shows
+LARGEST = 1e300  # beyond it a number has no value: MLflow stores an infinity as 1.8e308
+
+
 @dataclass(frozen=True)
 class Cell:
     """A table cell: its HTML, and the value it sorts and exports by (a number sorts as
-    one; None sorts last)."""
+    one; None, NaN and infinities, stored ones included, have no value: they sort last
+    and export empty)."""
 
     html: str
     value: float | str | None = None
 
     @classmethod
-    def of(cls, shown: str, value: float | str | None = None) -> Cell:
-        """A cell showing ``shown`` as text, sorting by ``value`` (else by ``shown``)."""
-        return cls(text(shown), shown if value is None else value)
+    def of(cls, shown: str, value: object = _SHOWN) -> Cell:
+        """A cell showing ``shown`` as text, sorting by ``value``, by default ``shown``."""
+        if value is _SHOWN:
+            return cls(text(shown), shown)
+        if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= LARGEST):
+            value = None
+        return cls(text(shown), value)
 
 
 @dataclass
@@ -71,13 +80,20 @@ class Table:
 
 
 def _sort_value(value: float | str | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return ""
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, int | float):
         return repr(float(value))
     return str(value)
+
+
+def _shown(value: float | str) -> str:
+    """A choice as its box shows it: a whole number without its ``.0``."""
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value):,}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def table(spec: Table) -> str:
@@ -87,8 +103,11 @@ def table(spec: Table) -> str:
     controls = []
     for column in spec.filters:
         index = spec.headers.index(column)
-        choices = sorted({str(row[index].value) for row in spec.rows})
-        options = "".join(f"<option value={attr(c)}>{text(c)}</option>" for c in choices)
+        choices = sorted({(_sort_value(row[index].value), row[index].value)
+                          for row in spec.rows if row[index].value is not None},
+                         key=lambda choice: (isinstance(choice[1], str), choice[1]))
+        options = "".join(f"<option value={attr(key)}>{text(_shown(shown))}</option>"
+                          for key, shown in choices)
         controls.append(f"<label>{text(column)} <select data-filter-column={attr(index)}>"
                         f'<option value="">all</option>{options}</select></label>')
     if spec.row_tags:
@@ -101,7 +120,7 @@ def table(spec: Table) -> str:
                f'<span class="downloads">{downloads}</span></div>')
     out.append('<div class="scroll"><table class="sortable">')
     if spec.caption:
-        out.append(f"<caption>{spec.caption}</caption>")
+        out.append(f"<caption>{text(spec.caption)}</caption>")
     out.append("<thead><tr>" + "".join(
         f'<th scope="col" aria-sort="none"><button type="button">{text(h)}</button></th>'
         for h in spec.headers) + "</tr></thead><tbody>")

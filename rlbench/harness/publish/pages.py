@@ -14,8 +14,10 @@ import json
 import math
 import re
 import shlex
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -65,7 +67,7 @@ def _csv(spec: Table) -> str:
 
 
 def _json_table(spec: Table) -> dict[str, object]:
-    records = [{k: (None if isinstance(v, float) and math.isnan(v) else v)
+    records = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                 for k, v in record.items()} for record in spec.records()]
     return {"table": spec.name, "columns": spec.headers, "rows": records}
 
@@ -118,8 +120,10 @@ def _facts(pairs: Sequence[tuple[str, str]]) -> str:
                                           for k, v in pairs) + "</dl>"
 
 
-def _offline(data: SuiteData) -> bool:
-    return any(r.offline for r in data.records)
+def _kind(data: SuiteData) -> str:
+    kinds = {r.offline for r in data.records}
+    return {frozenset({True}): "offline", frozenset({True, False}): "online and offline"
+            }.get(frozenset(kinds), "online")
 
 
 def _kind_words(data: SuiteData) -> dict[str, str]:
@@ -133,11 +137,11 @@ def _kind_words(data: SuiteData) -> dict[str, str]:
 
 
 def _run_tags(row: Mapping[str, Any]) -> list[str]:
-    """``name=value`` tokens of a run for the tag filter (whitespace in a value as ``_``)."""
+    """``name=value`` tokens of a run for the tag filter (whitespace in them as ``_``)."""
     pairs = [(name, row.get(name)) for name in _FILTER_TAGS if name in row]
     pairs += [(c.removeprefix("tag."), row[c]) for c in row
               if c.startswith("tag.") and c not in _NOT_TAGS]
-    return sorted({f"{name}={_WHITESPACE.sub('_', value)}" for name, value in pairs
+    return sorted({_WHITESPACE.sub("_", f"{name}={value}") for name, value in pairs
                    if isinstance(value, str) and value})
 
 
@@ -156,9 +160,12 @@ class SiteBuilder:
         self.run_tags: dict[str, list[str]] = {}
 
     def build(self) -> dict[str, str]:
-        self.index()
-        for data in self.suites:
-            self.suite(data)
+        # as compare: an infinite score makes the bands that include it infinite or NaN
+        # (not drawn), and numpy's warnings about it would say nothing more
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.index()
+            for data in self.suites:
+                self.suite(data)
         return self.out.files
 
     # --- the index -----------------------------------------------------------------------
@@ -170,7 +177,7 @@ class SiteBuilder:
             last = _last_update(runs)
             rows.append([
                 Cell(link(f"suites/{slug(data.name)}/index.html", data.name), data.name),
-                Cell.of("offline" if _offline(data) else "online"),
+                Cell.of(_kind(data)),
                 Cell.of(", ".join(sorted(set(runs.env))), len(set(runs.env))),
                 Cell.of(", ".join(sorted(set(runs.algorithm)))),
                 Cell.of(", ".join(f"{b:,} {u}" for b, u in budgets)),
@@ -251,7 +258,7 @@ class SiteBuilder:
                                     *(n.replace("_", " ") for n in AGGREGATES)],
                      rows,
                      caption="normalized final scores (1 = the reference score) over the "
-                             f"{text(words['tasks'])} each algorithm ran, with 95% expanded "
+                             f"{words['tasks']} each algorithm ran, with 95% expanded "
                              "stratified bootstrap CIs; rank by IQM: algorithms whose IQM "
                              "CIs overlap share a rank; optimality gap: lower is better")
         return ["<h2>Aggregate scores</h2>", self.out.table(here, spec)]
@@ -549,7 +556,8 @@ def _command(row: Mapping[str, Any], params: dict[str, str]) -> str:
     for key in ("frames", "steps", "eval_every", "eval_episodes", "base_seed", "device"):
         if params.get(key):
             words.append(f"{key}={params[key]}")
-    words.append(f"seeds={int(params.get('seed_index', row['seed'])) + 1}")
+    index = params.get("seed_index", "")
+    words.append(f"seeds={(int(index) if index.isdigit() else int(row['seed'])) + 1}")
     algo = params.get("algo", row["algorithm"])
     words += [f"{algo}.{k.removeprefix('algo_params.')}={_yaml_value(v)}"
               for k, v in sorted(params.items()) if k.startswith("algo_params.")]
@@ -570,14 +578,26 @@ def _yaml_value(logged: str) -> str:
     return logged.replace(", ", ",")
 
 
+def _location(where: str) -> str:
+    """A link to an artifact location when it is a URL a browser opens safely (http,
+    https, file) or an absolute path; anything else (``javascript:``, a relative path, a
+    cloud store's scheme) is shown as text, never as a link."""
+    scheme = urllib.parse.urlsplit(where).scheme.lower()
+    if scheme in ("http", "https", "file"):
+        return link(where, where)
+    if not scheme and where.startswith("/"):
+        return link(PurePosixPath(where).as_uri(), where)
+    return f"<code>{text(where)}</code>"
+
+
 def _artifacts(row: Mapping[str, Any]) -> str:
     pairs = []
     uri = row.get("artifact_uri")
     if isinstance(uri, str) and uri:
-        pairs.append(("MLflow artifacts", link(uri, uri)))
+        pairs.append(("MLflow artifacts", _location(uri)))
     run_dir = row.get("tag.run_dir")
     if isinstance(run_dir, str) and run_dir:
-        pairs.append(("run directory", link("file://" + run_dir, run_dir)
+        pairs.append(("run directory", _location(run_dir)
                       + " (its config.yaml, curve.csv and saved policies)"))
     return _facts(pairs) if pairs else "<p>none recorded</p>"
 

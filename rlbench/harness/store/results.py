@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,7 @@ def _row(run: Run) -> dict[str, Any]:
     final = run.data.metrics.get(RETURN) if finished else None
     score = run.data.metrics.get(SCORE) if finished else None
     offline = "steps" in params and "frames" not in params  # offline runs count steps
-    budget = int(float(params.get("steps" if offline else "frames", 0)))
+    budget = _whole(params.get("steps" if offline else "frames", "0"))
     row: dict[str, Any] = {
         "run_id": info.run_id,
         "suite": tags.get("suite", ""),
@@ -157,6 +158,14 @@ def _row(run: Run) -> dict[str, Any]:
                 if not k.startswith("mlflow.") and k not in _TAG_COLUMNS and k != "kind"})
     row.update({f"param.{k}": v for k, v in params.items()})
     return row
+
+
+def _whole(text: str) -> int:
+    """A budget param as an integer; 0 when another tool logged something that is not a
+    finite whole number."""
+    value = _number(text)
+    return int(value) if value is not None and math.isfinite(value) and \
+        value.is_integer() else 0
 
 
 def load_filter(frame: pd.DataFrame, **filters: Any) -> pd.DataFrame:

@@ -23,6 +23,7 @@ from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
 __all__ = ["metric_histories", "runs_tagged"]
 
 _BUSY_TIMEOUT_S = 60.0
+_IDS_PER_QUERY = 500
 
 
 @contextlib.contextmanager
@@ -54,21 +55,25 @@ def runs_tagged(path: Path, experiment_id: str, key: str, value: str) -> list[Ru
             "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' "
             "ORDER BY r.start_time DESC, r.run_uuid", (key, value, int(experiment_id)),
         ).fetchall()
-        chosen = "SELECT run_uuid FROM tags WHERE key = ? AND value = ?"
+        # the same runs, for the queries below: only this experiment's rows are read
+        chosen = ("SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+                  "AND t.key = ? AND t.value = ? WHERE r.experiment_id = ? "
+                  "AND r.lifecycle_stage = 'active'")
+        arguments = (key, value, int(experiment_id))
         tags: dict[str, list[RunTag]] = {}
         for run_id, name, text in db.execute(
                 f"SELECT run_uuid, key, value FROM tags WHERE run_uuid IN ({chosen})",
-                (key, value)):
+                arguments):
             tags.setdefault(run_id, []).append(RunTag(name, text))
         params: dict[str, list[Param]] = {}
         for run_id, name, text in db.execute(
                 f"SELECT run_uuid, key, value FROM params WHERE run_uuid IN ({chosen})",
-                (key, value)):
+                arguments):
             params.setdefault(run_id, []).append(Param(name, text))
         metrics: dict[str, list[Metric]] = {}
         for run_id, *row in db.execute(
                 "SELECT run_uuid, key, value, timestamp, step, is_nan FROM latest_metrics "
-                f"WHERE run_uuid IN ({chosen})", (key, value)):
+                f"WHERE run_uuid IN ({chosen})", arguments):
             metrics.setdefault(run_id, []).append(_metric(*row))
     found = []
     for run_id, name, experiment, user, status, start, end, stage, artifacts in runs:
@@ -90,14 +95,16 @@ def metric_histories(path: Path, run_ids: Sequence[str], keys: Sequence[str]
     histories: dict[tuple[str, str], list[Metric]] = {}
     if not run_ids or not keys:
         return histories
-    wanted = set(run_ids)
-    marks = ", ".join("?" * len(keys))
+    ids = sorted(set(run_ids))
+    key_marks = ", ".join("?" * len(keys))
     with _snapshot(path) as db:
-        rows = db.execute(
-            f"SELECT run_uuid, key, value, timestamp, step, is_nan FROM metrics "
-            f"WHERE key IN ({marks}) ORDER BY run_uuid, key, step, timestamp", tuple(keys))
-        for run_id, key, value, timestamp, step, is_nan in rows:
-            if run_id in wanted:
+        for start in range(0, len(ids), _IDS_PER_QUERY):  # within SQLite's variable limit
+            chunk = ids[start:start + _IDS_PER_QUERY]
+            rows = db.execute(
+                "SELECT run_uuid, key, value, timestamp, step, is_nan FROM metrics "
+                f"WHERE key IN ({key_marks}) AND run_uuid IN ({', '.join('?' * len(chunk))}) "
+                "ORDER BY run_uuid, key, step, timestamp", (*keys, *chunk))
+            for run_id, key, value, timestamp, step, is_nan in rows:
                 histories.setdefault((run_id, key), []).append(
                     _metric(key, value, timestamp, step, is_nan))
     return histories

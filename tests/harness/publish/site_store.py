@@ -27,7 +27,8 @@ def _log(client: MlflowClient, experiment: str, algo: str, env: str, seed: int,
                             run_name=f"{algo}/{env}/seed{seed}")
     budget = 20_000 if offline else 1_000
     params = {"algo": algo, "env": "Hopper-v5" if offline else env, "base_seed": "0",
-              "seed_index": str(seed), "eval_every": str(budget // 2), "eval_episodes": "5",
+              **({} if "run_dir" in (tags or {}) else {"seed_index": str(seed)}),
+              "eval_every": str(budget // 2), "eval_episodes": "5",
               "algo_params.learning_rate": "0.0003", "algo_params.hidden_sizes": "(64, 64)"}
     all_tags = {"kind": "run", "suite": "unit", "algorithm": algo, "env": env,
                 "seed": str(seed), "config_hash": f"{algo}-{env}-{seed}",
@@ -60,8 +61,8 @@ def _log(client: MlflowClient, experiment: str, algo: str, env: str, seed: int,
 
 
 def make_store(out: Path) -> Path:
-    """Fills the store under ``out``: suite ``unit`` (online and offline) and suite
-    ``broken`` (no finished run)."""
+    """Fills the store under ``out``: suite ``unit`` (online and offline), suite ``odd``
+    (what another tool might log) and suite ``broken`` (no finished run)."""
     out.mkdir(parents=True, exist_ok=True)
     client = MlflowClient(tracking_uri(out))
     unit = client.create_experiment("unit")
@@ -80,6 +81,19 @@ def make_store(out: Path) -> Path:
     _log(client, unit, "dqn", "CartPole-v1", 9, [], status="FAILED", start=101,
          tags={"error": "Traceback (most recent call last):\n  boom <b>bold</b>"})
     _log(client, unit, "dqn", "CartPole-v1", 8, [], start=102)  # finished, no evaluation
+    # another tool's runs: a script URL as the artifact location, an infinite score, params
+    # that are not numbers
+    odd = client.create_experiment("odd", artifact_location="javascript:alert(1)")
+    run_id = _log(client, odd, "ppo", "CartPole-v1", 0, [5.0, float("inf")], start=300,
+                  tags={"run_dir": "relative/dir"})
+    _log(client, odd, "ppo", "CartPole-v1", 1, [1e300, -1e300], start=301)
+    client.log_batch(run_id, params=[Param("seed_index", "x")])
+    other = client.create_run(odd, start_time=1_767_225_600_000 + 302,
+                              tags={"kind": "run", "algorithm": "dqn", "env": "CartPole-v1",
+                                    "config_hash": "odd"})
+    client.log_batch(other.info.run_id, params=[Param("frames", "nan")],
+                     metrics=[Metric("eval/return_mean", 1.0, 0, 1)])
+    client.set_terminated(other.info.run_id, "FINISHED")
     broken = client.create_experiment("broken")
     _log(client, broken, "ppo", "CartPole-v1", 0, [], status="FAILED", start=200,
          tags={"error": "RuntimeError: out of memory"})

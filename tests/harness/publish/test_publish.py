@@ -3,11 +3,13 @@ files, escaping, byte-identical output, and bad input."""
 
 from __future__ import annotations
 
+import errno
 import filecmp
 import html
 import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,6 @@ import rlbench.results
 from rlbench.cli import main
 from rlbench.harness.analysis.statistics import Interval
 from rlbench.harness.plan.config import resolve_sweep
-from rlbench.harness.publish import command as publish_command
 from rlbench.harness.publish.charts import Series, line_chart, nice_ticks
 from rlbench.harness.publish.command import MARKER
 from rlbench.harness.publish.pages import slug
@@ -47,7 +48,7 @@ def _task_dir(site: Path, suite: str, env: str) -> Path:
 
 def test_every_page_type_and_its_data_files(site: Path) -> None:
     suites = {row["suite"]: row for row in _json_rows(site / "suites.json")}
-    assert set(suites) == {"unit", "broken"}
+    assert set(suites) == {"unit", "odd", "broken"}
     # 16 online, 6 offline, the hostile one and one without evaluations (finished in the
     # store); the failed one is not
     assert suites["unit"]["finished runs"] == 24
@@ -201,24 +202,72 @@ def test_bad_outputs_and_stores_exit_2(store: Path, tmp_path: Path,
     assert not (tmp_path / "s").exists()
 
 
-def test_a_failure_while_writing_keeps_the_old_site(store: Path, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fails", ["a file", "the swap"])
+def test_a_failure_while_writing_keeps_the_old_site(fails: str, store: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    """A full disk while the files are written, or when the new site is renamed into place
+    after the old one moved aside: exit 2, the old site as it was, nothing else left."""
     output = tmp_path / "site"
-    assert main(["publish", f"out_dir={store}", f"output={output}", "reps=50"]) == 0
+    assert main(["publish", f"out_dir={store}", f"output={output}", "reps=50",
+                 "suite=broken"]) == 0
     before = {p: p.read_bytes() for p in output.rglob("*") if p.is_file()}
+    write_text, rename = Path.write_text, Path.rename
+    written = []
 
-    def full_disk(files: dict[str, str], output: Path) -> None:
-        files = dict(files)
-        files["zzz/last.html"] = "\ud800"  # not encodable: fails after most files are written
-        real_write(files, output)
+    def write_until_full(path: Path, *args, **kwargs):
+        written.append(path)
+        if len(written) == 30:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return write_text(path, *args, **kwargs)
 
-    real_write = publish_command.write_site
-    monkeypatch.setattr(publish_command, "write_site", full_disk)
-    with pytest.raises(UnicodeEncodeError):
-        publish_command.publish(publish_command.parse_publish_args(
-            [f"out_dir={store}", f"output={output}", "reps=50"]))
+    def rename_fails_into_place(path: Path, target):
+        if Path(target) == output.absolute() and path.name.startswith(".site."):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return rename(path, target)
+
+    if fails == "a file":
+        monkeypatch.setattr(Path, "write_text", write_until_full)
+    else:
+        monkeypatch.setattr(Path, "rename", rename_fails_into_place)
+    assert main(["publish", f"out_dir={store}", f"output={output}", "reps=50"]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    monkeypatch.undo()
     assert {p: p.read_bytes() for p in output.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # no staging left
+
+
+def test_what_another_tool_logged_is_shown_safely(site: Path) -> None:
+    """A script URL as the artifact location, an infinite score, scores near the float
+    limit and params that are not numbers: published, never a script link or a crash."""
+    odd = site / "suites" / slug("odd")
+    pages = [p.read_text() for p in (odd / "runs").glob("*.html")]
+    assert len(pages) == 3
+    assert not [p for p in pages if 'href="javascript' in p]
+    assert sum("<code>javascript:alert(1)" in p for p in pages) == 3
+    assert sum("<code>relative/dir</code>" in p for p in pages) == 1
+    rows = _json_rows(_task_dir(site, "odd", "CartPole-v1") / "runs.json")
+    assert {r["frames"] for r in rows} == {1000, 0}  # a budget logged as "nan" reads as 0
+    runs = {r["seed"]: r for r in rows}
+    assert runs[0]["final"] is None  # an infinite score has no value: empty, sorts last
+    json.loads((_task_dir(site, "odd", "CartPole-v1") / "algorithms.json").read_text())
+    unit_runs = _json_rows(_task_dir(site, "unit", "CartPole-v1") / "runs.json")
+    failed = [r for r in unit_runs if r["status"] == "FAILED"]
+    assert failed[0]["final"] is None
+    page = (_task_dir(site, "unit", "CartPole-v1") / "index.html").read_text()
+    assert 'data-value="—"' not in page
+    assert '<option value="1000.0">1,000</option>' in page  # as the cells' data-value
+    assert 'data-value="1000.0">1,000<' in page
+
+
+def test_an_output_that_holds_a_store_is_refused(store: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    site = tmp_path / "site"
+    assert main(["publish", f"out_dir={store}", f"output={site}", "suite=broken"]) == 0
+    shutil.copytree(store, site / "mystore")
+    assert main(["publish", f"out_dir={site / 'mystore'}", f"output={site}"]) == 2
+    assert "holds the store" in capsys.readouterr().err
+    assert (site / "mystore" / "mlflow.db").is_file()
 
 
 def test_ci_ranks_share_a_rank_where_intervals_overlap() -> None:

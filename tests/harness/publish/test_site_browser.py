@@ -90,7 +90,7 @@ def _rows(browser, table: str) -> list[list[str]]:
 def test_every_page_type_opens_from_disk_without_errors(browser, site: Path) -> None:
     _open(browser, site / "index.html", "index")
     suites = [row[0] for row in _rows(browser, "suites")]
-    assert suites == ["broken", "smoke", "unit"]
+    assert suites == ["broken", "odd", "smoke", "unit"]
     browser.find_element(By.LINK_TEXT, "unit").click()
     assert browser.title == "suite unit"
     _open(browser, Path(browser.current_url.removeprefix("file://")), "suite")
@@ -109,6 +109,12 @@ def test_sorting_filtering_and_a_run_link(browser, site: Path) -> None:
     assert header.get_attribute("aria-sort") == "ascending"
     header.find_element(By.TAG_NAME, "button").click()
     assert [row[1] for row in _rows(browser, "algorithms")] == ["ppo", "dqn"]
+    algorithms = browser.find_element(By.CSS_SELECTOR, "section#algorithms")
+    budget = Select(algorithms.find_element(By.CSS_SELECTOR, "select[data-filter-column='2']"))
+    assert [o.text for o in budget.options] == ["all", "1,000"]
+    budget.select_by_visible_text("1,000")
+    assert len(_rows(browser, "algorithms")) == 2  # both configurations ran 1,000 frames
+    budget.select_by_visible_text("all")
     runs = browser.find_element(By.CSS_SELECTOR, "section#runs")
     Select(runs.find_element(By.CSS_SELECTOR, "select[data-filter-column='4']")
            ).select_by_value("FAILED")
