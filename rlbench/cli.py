@@ -65,7 +65,8 @@ usage: rlbench compare [key=value ...]
 Tables of the finished runs in a store: per group, beside published baselines,
 normalized aggregates across envs, probabilities of improvement; plots with output=.
 
-keys: suite, algo (algos), env (envs), frames, tag.<name> (e.g. tag.git_commit=abc123)
+keys: suite, algo (algos), env (envs), frames (online budget), steps (offline budget:
+      gradient steps), tag.<name> (e.g. tag.git_commit=abc123)
       param.<name> (a config's param or hyperparameter, e.g. param.learning_rate=5e-4)
       config (a prefix of a config key), format (table|markdown|csv|json|latex|html)
       output (a directory: every format,
