@@ -45,6 +45,8 @@ class ResumePlan:
     finished: list[RunResult]
     superseded: list[str]  # run ids of earlier unfinished attempts, deleted
     reused: list[str] = field(default_factory=list)  # names of runs other code made
+    # names of runs to run again because their finished run was made by other code
+    other_code: list[str] = field(default_factory=list)
     deaths: list[str] = field(default_factory=list)  # runs found dead of a fatal error
 
 
@@ -132,9 +134,12 @@ def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig],
             if stale.info.status != "FINISHED":
                 tracker.delete(stale.info.run_id)
                 plan.superseded.append(stale.info.run_id)
+        elsewhere = sorted(by_config.get(config.config_identity, []),
+                           key=lambda r: -(r.info.start_time or 0))[:1]
+        if not done and elsewhere and not reuse_code:
+            plan.other_code.append(config.name)
         if not done and reuse_code:
-            done = sorted(by_config.get(config.config_identity, []),
-                          key=lambda r: -(r.info.start_time or 0))[:1]
+            done = elsewhere
             for run in done:
                 tracker.set_tags(run.info.run_id, {
                     "reused_for": f"{config.identity} (code {config.code or 'unknown'}, "

@@ -127,6 +127,12 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
         f", {len(sweep.runs)} runs ({len(plan.finished)} finished earlier, "
         f"{len(plan.to_run)} to run, launcher {_launcher_name(sweep)}), tracking at "
         f"{tracker.uri}"))
+    if plan.other_code:
+        shown = ", ".join(plan.other_code[:5]) + (f" and {len(plan.other_code) - 5} more"
+                                                 if len(plan.other_code) > 5 else "")
+        console.print(Text(f"run again from the start, finished earlier with other code: "
+                           f"{shown} (a run's identity includes its code; reuse=code keeps "
+                           "them when the change leaves the numbers alone)"))
     if plan.reused:
         shown = ", ".join(plan.reused[:5]) + (f" and {len(plan.reused) - 5} more"
                                              if len(plan.reused) > 5 else "")

@@ -89,7 +89,10 @@ def test_changed_code_reruns_unless_reuse_code_says_it_changed_nothing(
         capsys.readouterr().out)
     (reused,) = runs()
     assert reused.data.tags["reused_for"].endswith(f"(code {'e' * 16}, reuse=code)")
+    capsys.readouterr()
     assert main(words) == 0  # without reuse=code, other code is another run
+    assert ("run again from the start, finished earlier with other code: "
+            "ppo/CartPole-v1/seed0") in capsys.readouterr().out
     assert len(runs()) == 2
     assert {r.data.tags["code_fingerprint"] for r in runs()} == {code_fingerprint("ppo"),
                                                                   "e" * 16}
