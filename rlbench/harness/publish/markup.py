@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["LARGEST", "Cell", "Table", "attr", "fmt", "link", "page", "table", "text"]
+__all__ = ["LARGEST", "Cell", "Table", "attr", "facts", "fmt", "link", "page", "table", "text"]
 
 
 def text(value: object) -> str:
@@ -155,3 +155,9 @@ def page(title: str, body: Iterable[str], *, root: str, crumbs: Sequence[tuple[s
         "</body></html>",
         "",
     ])
+
+
+def facts(pairs: Sequence[tuple[str, str]]) -> str:
+    """A definition list; values are HTML already."""
+    return '<dl class="facts">' + "".join(f"<dt>{text(k)}</dt><dd>{v}</dd>"
+                                          for k, v in pairs) + "</dl>"

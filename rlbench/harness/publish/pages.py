@@ -7,17 +7,10 @@ steps, online ones env frames, and every header and note says which.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
-import json
 import math
 import re
-import shlex
-import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -27,76 +20,21 @@ from rlbench.harness.analysis.comparison import Comparison, Group, GroupSummary,
 from rlbench.harness.analysis.plots import curve_band, performance_profile_band
 from rlbench.harness.analysis.statistics import AGGREGATES, Interval
 from rlbench.harness.publish.assets import ASSETS
-from rlbench.harness.publish.charts import PALETTE, Band, Series, line_chart
+from rlbench.harness.publish.charts import Band, Series, line_chart
 from rlbench.harness.publish.collect import SuiteData
-from rlbench.harness.publish.markup import Cell, Table, fmt, link, page, table, text
+from rlbench.harness.publish.data_files import DataWriter, slug
+from rlbench.harness.publish.markup import Cell, Table, facts, fmt, link, page, text
 from rlbench.harness.publish.ranking import ci_ranks
+from rlbench.harness.publish.run_page import run_page
 from rlbench.harness.store.results import budget_unit
 
-__all__ = ["site_files", "slug"]
+__all__ = ["site_files"]
 
 # Tags shown as filterable row tags: what tells runs of one group apart, not per-run ids.
 _FILTER_TAGS = ("git_commit", "rlbench_version", "torch_version", "host", "device", "library")
 _NOT_TAGS = ("tag.run_dir", "tag.dataset_sha256", "tag.config_hash", "tag.config_identity",
              "tag.reused_for")
 _WHITESPACE = re.compile(r"\s+")
-
-
-def slug(name: str) -> str:
-    """A file name for ``name``: its safe characters, then a short hash of the whole name
-    (``a/b`` and ``a-b`` differ; ``<script>`` is a plain file name)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:60] or "x"
-    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-
-
-def _number(value: object) -> float | None:
-    if value is None or value is pd.NA:
-        return None
-    number = float(value)
-    return None if math.isnan(number) else number
-
-
-def _csv(spec: Table) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(spec.headers)
-    for record in spec.records():
-        writer.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v
-                         for v in record.values()])
-    return out.getvalue()
-
-
-def _json_table(spec: Table) -> dict[str, object]:
-    records = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in record.items()} for record in spec.records()]
-    return {"table": spec.name, "columns": spec.headers, "rows": records}
-
-
-def _json(spec: Table) -> str:
-    return json.dumps(_json_table(spec), sort_keys=True, allow_nan=False) + "\n"
-
-
-def _stacked_csv(specs: Sequence[Table]) -> str:
-    """Several two-column tables as one CSV: ``table``, then each row's two values."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["table", "name", "value"])
-    for spec in specs:
-        for row in spec.rows:
-            writer.writerow([spec.name, *("" if c.value is None else c.value for c in row)])
-    return out.getvalue()
-
-
-@dataclass
-class _Writer:
-    """Collects the site's files; a table's CSV and JSON go beside its page."""
-
-    files: dict[str, str]
-
-    def table(self, directory: str, spec: Table) -> str:
-        self.files[f"{directory}{spec.name}.csv"] = _csv(spec)
-        self.files[f"{directory}{spec.name}.json"] = _json(spec)
-        return table(spec)
 
 
 def _ci_text(interval: Interval | None, digits: int = 1) -> str:
@@ -112,12 +50,6 @@ def _notes(notes: Sequence[str]) -> str:
     if not notes:
         return ""
     return '<ul class="notes">' + "".join(f"<li>{text(n)}</li>" for n in notes) + "</ul>"
-
-
-def _facts(pairs: Sequence[tuple[str, str]]) -> str:
-    """A definition list; values are HTML already."""
-    return '<dl class="facts">' + "".join(f"<dt>{text(k)}</dt><dd>{v}</dd>"
-                                          for k, v in pairs) + "</dl>"
 
 
 def _kind(data: SuiteData) -> str:
@@ -154,7 +86,7 @@ class SiteBuilder:
         self.stores = stores
         self.reps = reps
         self.seed = seed
-        self.out = _Writer({})
+        self.out = DataWriter({})
         self.records: dict[str, RunRecord] = {}
         self.rows: dict[str, dict[str, Any]] = {}
         self.run_tags: dict[str, list[str]] = {}
@@ -219,8 +151,8 @@ class SiteBuilder:
             f"suite {data.name}", body, root=root)
         for env in sorted(set(data.runs.env)):
             self.task(data, env, words)
-        for row in self.rows.values():
-            self.run(data, row)
+        for run_id, row in self.rows.items():
+            self.out.files.update(run_page(data.name, row, self.records[run_id]))
 
     def _missing(self, data: SuiteData) -> str:
         counts = data.runs.status.value_counts().to_dict()
@@ -400,7 +332,7 @@ class SiteBuilder:
         if len(hashes) > 1:
             pairs.append(("note", text(f"its runs read {len(hashes)} different files under "
                                        "this name: compare them by tag.dataset_sha256")))
-        return "<h2>Dataset</h2>" + _facts(pairs)
+        return "<h2>Dataset</h2>" + facts(pairs)
 
     def _curves(self, summaries: Sequence[GroupSummary], unit: str, score: str
                 ) -> list[str]:
@@ -465,63 +397,6 @@ class SiteBuilder:
         return Table("runs", ["run", "algorithm", "seed", unit, "status", "final", "code"],
                      rows, filters=["algorithm", "status"])
 
-    # --- a run ---------------------------------------------------------------------------
-    def run(self, data: SuiteData, row: Mapping[str, Any]) -> None:
-        suite_dir = f"suites/{slug(data.name)}/"
-        here = f"{suite_dir}runs/"
-        stem = slug(row["run_id"])
-        root = "../../../"
-        record = self.records[row["run_id"]]
-        params = {c.removeprefix("param."): row[c] for c in row
-                  if c.startswith("param.") and isinstance(row[c], str)}
-        tags = {c.removeprefix("tag."): row[c] for c in row
-                if c.startswith("tag.") and isinstance(row[c], str) and row[c]}
-        tags.update({c: row[c] for c in ("git_commit", "git_dirty", "rlbench_version",
-                                         "torch_version", "tensordict_version",
-                                         "gymnasium_version", "mujoco_version",
-                                         "python_version", "host", "device", "config_hash")
-                     if isinstance(row.get(c), str) and row[c]})
-        final = record.final_return
-        facts = [("algorithm", text(row["algorithm"])), ("env or dataset", text(row["env"])),
-                 ("seed", text(row["seed"])), ("status", text(row["status"])),
-                 ("budget", text(f"{record.budget:,} {record.unit}")),
-                 ("final " + ("D4RL normalized score" if record.refs else "return"),
-                  text(fmt(final)) if final is not None else "no evaluation recorded"),
-                 ("code", text(record.code)), ("store", text(row["store"]))]
-        body = [_facts(facts)]
-        if row.get("error"):
-            body += ["<h2>Error</h2>", f'<pre class="failed">{text(row["error"])}</pre>']
-        body += ["<h2>Reproduce</h2>", f"<pre>{text(_command(row, params))}</pre>"]
-        score = "D4RL normalized score" if record.refs else "return"
-        steps = np.array(sorted(record.curve), dtype=np.float64)
-        values = np.array([record.curve[int(s)] for s in steps])
-        curve = Table("curve", [record.unit, score], [
-            [Cell.of(f"{int(s):,}", int(s)), Cell.of(fmt(v, 3), v)]
-            for s, v in zip(steps, values, strict=True)], data=stem)
-        config = Table("config", ["param", "value"],
-                       [[Cell.of(k), Cell.of(v)] for k, v in sorted(params.items())], data=stem)
-        tag_table = Table("tags", ["tag", "value"],
-                          [[Cell.of(k), Cell.of(v)] for k, v in sorted(tags.items())],
-                          data=stem)
-        if record.curve:
-            chart = line_chart([Series(row["algorithm"], steps, values)], x_label=record.unit,
-                               y_label=score, colours={row["algorithm"]: PALETTE[0]})
-            body += ["<h2>Evaluation curve</h2>", f"<figure>{chart}</figure>", table(curve)]
-        body += ["<h2>Config</h2>", table(config), "<h2>Tags and versions</h2>",
-                 table(tag_table), "<h2>Artifacts</h2>", _artifacts(row)]
-        # one CSV and one JSON per run, holding its three tables: a store of 10,000 runs
-        # makes 30,000 files, not 70,000
-        self.out.files[f"{here}{stem}.csv"] = _stacked_csv([curve, config, tag_table])
-        self.out.files[f"{here}{stem}.json"] = json.dumps(
-            {"run_id": row["run_id"],
-             "tables": [_json_table(t) for t in (curve, config, tag_table)]},
-            sort_keys=True, allow_nan=False) + "\n"
-        self.out.files[f"{here}{stem}.html"] = page(
-            f"{row['algorithm']} on {row['env']}, seed {row['seed']}", body, root=root,
-            crumbs=[(f"{root}{suite_dir}index.html", f"suite {data.name}"),
-                    (f"{root}{suite_dir}tasks/{slug(row['env'])}/index.html", row['env'])])
-
-
 def _seeds(group: Group) -> str:
     extra = [f"{n} {word}" for n, word in ((group.failed, "failed"), (group.killed, "killed"),
                                            (group.running, "running")) if n]
@@ -543,63 +418,6 @@ def _last_update(runs: pd.DataFrame) -> str:
         return ""
     ends = runs.start_time + pd.to_timedelta(runs.seconds.fillna(0), unit="s")
     return ends.max().strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _command(row: Mapping[str, Any], params: dict[str, str]) -> str:
-    """The commands that make this run again: its commit, then ``rlbench run`` with its
-    suite, algorithm, env or dataset, budget, evaluation and every hyperparameter as it
-    ran (``seeds`` counts from 0, so this seed is the last of those it runs; finished
-    ones in the out_dir are kept)."""
-    words = ["rlbench", "run", f"suite={row['suite']}", f"algo={row['algorithm']}"]
-    words.append(f"dataset={params['dataset']}" if params.get("dataset")
-                 else f"env={row['env']}")
-    for key in ("frames", "steps", "eval_every", "eval_episodes", "base_seed", "device"):
-        if params.get(key):
-            words.append(f"{key}={params[key]}")
-    index = params.get("seed_index", "")
-    words.append(f"seeds={(int(index) if index.isdigit() else int(row['seed'])) + 1}")
-    algo = params.get("algo", row["algorithm"])
-    words += [f"{algo}.{k.removeprefix('algo_params.')}={_yaml_value(v)}"
-              for k, v in sorted(params.items()) if k.startswith("algo_params.")]
-    commit = row.get("git_commit")
-    lines = []
-    if isinstance(commit, str) and commit and commit != "unknown":
-        lines.append(f"git checkout {commit}" + ("  # it ran with uncommitted changes"
-                                                  if row.get("git_dirty") == "true" else ""))
-    lines.append(" ".join(shlex.quote(w) for w in words))
-    return "\n".join(lines)
-
-
-def _yaml_value(logged: str) -> str:
-    """A hyperparameter as MLflow logged it (Python's text of the value) as the command
-    line reads it (YAML): tuples as lists, without spaces."""
-    if logged.startswith("(") and logged.endswith(")"):
-        logged = "[" + logged[1:-1].rstrip(",") + "]"
-    return logged.replace(", ", ",")
-
-
-def _location(where: str) -> str:
-    """A link to an artifact location when it is a URL a browser opens safely (http,
-    https, file) or an absolute path; anything else (``javascript:``, a relative path, a
-    cloud store's scheme) is shown as text, never as a link."""
-    scheme = urllib.parse.urlsplit(where).scheme.lower()
-    if scheme in ("http", "https", "file"):
-        return link(where, where)
-    if not scheme and where.startswith("/"):
-        return link(PurePosixPath(where).as_uri(), where)
-    return f"<code>{text(where)}</code>"
-
-
-def _artifacts(row: Mapping[str, Any]) -> str:
-    pairs = []
-    uri = row.get("artifact_uri")
-    if isinstance(uri, str) and uri:
-        pairs.append(("MLflow artifacts", _location(uri)))
-    run_dir = row.get("tag.run_dir")
-    if isinstance(run_dir, str) and run_dir:
-        pairs.append(("run directory", _location(run_dir)
-                      + " (its config.yaml, curve.csv and saved policies)"))
-    return _facts(pairs) if pairs else "<p>none recorded</p>"
 
 
 def site_files(suites: Sequence[SuiteData], stores: Sequence[str], *, reps: int, seed: int

@@ -21,7 +21,7 @@ from rlbench.harness.analysis.statistics import Interval
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.publish.charts import Series, line_chart, nice_ticks
 from rlbench.harness.publish.command import MARKER
-from rlbench.harness.publish.pages import slug
+from rlbench.harness.publish.data_files import slug
 from rlbench.harness.publish.ranking import ci_ranks
 from tests.harness.publish.site_store import DATASET, HOSTILE, OFFLINE, ONLINE, make_store
 

@@ -20,7 +20,7 @@ import pytest
 import rlbench.results
 from rlbench.cli import main
 from rlbench.harness.plan.config import resolve_sweep
-from rlbench.harness.publish.pages import slug
+from rlbench.harness.publish.data_files import slug
 from tests.harness.publish.site_store import make_store
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")

@@ -1,0 +1,138 @@
+"""A run's page: what it is, how it ended, the commands that make it again, its curve,
+config, tags and versions, and where its artifacts are; its tables in one CSV and one JSON
+beside it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import urllib.parse
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from rlbench.harness.analysis.comparison import RunRecord
+from rlbench.harness.publish.charts import PALETTE, Series, line_chart
+from rlbench.harness.publish.data_files import slug, stacked_csv, table_record
+from rlbench.harness.publish.markup import Cell, Table, facts, fmt, link, page, table, text
+
+__all__ = ["run_page"]
+
+# Columns of a run's rlbench.results row shown among its tags
+_VERSIONS = ("git_commit", "git_dirty", "rlbench_version", "torch_version",
+             "tensordict_version", "gymnasium_version", "mujoco_version", "python_version",
+             "host", "device", "config_hash")
+
+
+def run_page(suite: str, row: Mapping[str, Any], record: RunRecord) -> dict[str, str]:
+    """The run's page and its data files, by their paths in the site."""
+    suite_dir = f"suites/{slug(suite)}/"
+    here = f"{suite_dir}runs/"
+    stem = slug(row["run_id"])
+    root = "../../../"
+    files: dict[str, str] = {}
+    params = {c.removeprefix("param."): row[c] for c in row
+              if c.startswith("param.") and isinstance(row[c], str)}
+    tags = {c.removeprefix("tag."): row[c] for c in row
+            if c.startswith("tag.") and isinstance(row[c], str) and row[c]}
+    tags.update({c: row[c] for c in _VERSIONS if isinstance(row.get(c), str) and row[c]})
+    final = record.final_return
+    summary = [("algorithm", text(row["algorithm"])),
+               ("env or dataset", text(row["env"])),
+               ("seed", text(row["seed"])), ("status", text(row["status"])),
+               ("budget", text(f"{record.budget:,} {record.unit}")),
+               ("final " + ("D4RL normalized score" if record.refs else "return"),
+                text(fmt(final)) if final is not None else "no evaluation recorded"),
+               ("code", text(record.code)), ("store", text(row["store"]))]
+    body = [facts(summary)]
+    if row.get("error"):
+        body += ["<h2>Error</h2>", f'<pre class="failed">{text(row["error"])}</pre>']
+    body += ["<h2>Reproduce</h2>", f"<pre>{text(_command(row, params))}</pre>"]
+    score = "D4RL normalized score" if record.refs else "return"
+    steps = np.array(sorted(record.curve), dtype=np.float64)
+    values = np.array([record.curve[int(s)] for s in steps])
+    curve = Table("curve", [record.unit, score], [
+        [Cell.of(f"{int(s):,}", int(s)), Cell.of(fmt(v, 3), v)]
+        for s, v in zip(steps, values, strict=True)], data=stem)
+    config = Table("config", ["param", "value"],
+                   [[Cell.of(k), Cell.of(v)] for k, v in sorted(params.items())], data=stem)
+    tag_table = Table("tags", ["tag", "value"],
+                      [[Cell.of(k), Cell.of(v)] for k, v in sorted(tags.items())],
+                      data=stem)
+    if record.curve:
+        chart = line_chart([Series(row["algorithm"], steps, values)], x_label=record.unit,
+                           y_label=score, colours={row["algorithm"]: PALETTE[0]})
+        body += ["<h2>Evaluation curve</h2>", f"<figure>{chart}</figure>", table(curve)]
+    body += ["<h2>Config</h2>", table(config), "<h2>Tags and versions</h2>",
+             table(tag_table), "<h2>Artifacts</h2>", _artifacts(row)]
+    # one CSV and one JSON per run, holding its three tables: a store of 10,000 runs
+    # makes 30,000 files, not 70,000
+    files[f"{here}{stem}.csv"] = stacked_csv([curve, config, tag_table])
+    files[f"{here}{stem}.json"] = json.dumps(
+        {"run_id": row["run_id"],
+         "tables": [table_record(t) for t in (curve, config, tag_table)]},
+        sort_keys=True, allow_nan=False) + "\n"
+    files[f"{here}{stem}.html"] = page(
+        f"{row['algorithm']} on {row['env']}, seed {row['seed']}", body, root=root,
+        crumbs=[(f"{root}{suite_dir}index.html", f"suite {suite}"),
+                (f"{root}{suite_dir}tasks/{slug(row['env'])}/index.html", row['env'])])
+    return files
+
+
+def _command(row: Mapping[str, Any], params: dict[str, str]) -> str:
+    """The commands that make this run again: its commit, then ``rlbench run`` with its
+    suite, algorithm, env or dataset, budget, evaluation and every hyperparameter as it
+    ran (``seeds`` counts from 0, so this seed is the last of those it runs; finished
+    ones in the out_dir are kept)."""
+    words = ["rlbench", "run", f"suite={row['suite']}", f"algo={row['algorithm']}"]
+    words.append(f"dataset={params['dataset']}" if params.get("dataset")
+                 else f"env={row['env']}")
+    for key in ("frames", "steps", "eval_every", "eval_episodes", "base_seed", "device"):
+        if params.get(key):
+            words.append(f"{key}={params[key]}")
+    index = params.get("seed_index", "")
+    words.append(f"seeds={(int(index) if index.isdigit() else int(row['seed'])) + 1}")
+    algo = params.get("algo", row["algorithm"])
+    words += [f"{algo}.{k.removeprefix('algo_params.')}={_yaml_value(v)}"
+              for k, v in sorted(params.items()) if k.startswith("algo_params.")]
+    commit = row.get("git_commit")
+    lines = []
+    if isinstance(commit, str) and commit and commit != "unknown":
+        lines.append(f"git checkout {commit}" + ("  # it ran with uncommitted changes"
+                                                  if row.get("git_dirty") == "true" else ""))
+    lines.append(" ".join(shlex.quote(w) for w in words))
+    return "\n".join(lines)
+
+
+def _yaml_value(logged: str) -> str:
+    """A hyperparameter as MLflow logged it (Python's text of the value) as the command
+    line reads it (YAML): tuples as lists, without spaces."""
+    if logged.startswith("(") and logged.endswith(")"):
+        logged = "[" + logged[1:-1].rstrip(",") + "]"
+    return logged.replace(", ", ",")
+
+
+def _location(where: str) -> str:
+    """A link to an artifact location when it is a URL a browser opens safely (http,
+    https, file) or an absolute path; anything else (``javascript:``, a relative path, a
+    cloud store's scheme) is shown as text, never as a link."""
+    scheme = urllib.parse.urlsplit(where).scheme.lower()
+    if scheme in ("http", "https", "file"):
+        return link(where, where)
+    if not scheme and where.startswith("/"):
+        return link(PurePosixPath(where).as_uri(), where)
+    return f"<code>{text(where)}</code>"
+
+
+def _artifacts(row: Mapping[str, Any]) -> str:
+    pairs = []
+    uri = row.get("artifact_uri")
+    if isinstance(uri, str) and uri:
+        pairs.append(("MLflow artifacts", _location(uri)))
+    run_dir = row.get("tag.run_dir")
+    if isinstance(run_dir, str) and run_dir:
+        pairs.append(("run directory", _location(run_dir)
+                      + " (its config.yaml, curve.csv and saved policies)"))
+    return facts(pairs) if pairs else "<p>none recorded</p>"
