@@ -31,9 +31,12 @@ def link(href: str, label: object) -> str:
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
-    """A number as the tables show it: thousands separated, ``—`` for none or NaN."""
+    """A number as the tables show it: thousands separated, ``—`` for none or NaN, ``∞``
+    for an infinity (or a number past ``LARGEST``, as MLflow stores one)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
+    if not math.isfinite(value) or abs(value) > LARGEST:
+        return "∞" if value > 0 else "-∞"
     return f"{value:,.{digits}f}"
 
 
