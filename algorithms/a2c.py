@@ -118,10 +118,13 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                               total_frames=spec.frames)
         loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
                        log_every=cfg.log_every,
-                       normalization=env.transform if isinstance(env, TransformedEnv) else None)
+                       normalization=env.transform if isinstance(env, TransformedEnv) else None,
+                       state={"loss": loss_fn, "optimizer": optimizer, "collector": collector,
+                              "eval_env": eval_env})
 
-        for iteration, batch in enumerate(loop.batches(collector)):
+        for batch in loop.batches(collector):
             if cfg.anneal_lr:
+                iteration = collector.frames // collector.frames_per_batch - 1
                 remaining = 1.0 - iteration / len(collector)
                 optimizer.param_groups[0]["lr"] = cfg.learning_rate * remaining
             advantage_module(batch)  # writes state_value, advantage and value_target

@@ -100,7 +100,11 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                               frames_per_batch=cfg.num_envs * cfg.train_every,
                               total_frames=spec.frames, init_random_frames=cfg.learning_starts)
         loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
-                       log_every=cfg.log_every)
+                       log_every=cfg.log_every,
+                       state={"loss": loss_fn, "critic_optimizer": critic_optimizer,
+                              "actor_optimizer": actor_optimizer, "buffer": buffer,
+                              "policy": collector.policy, "collector": collector,
+                              "eval_env": eval_env})
 
         for batch in loop.batches(collector):
             buffer.extend(batch.select(*TRANSITION_KEYS))

@@ -133,7 +133,10 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                               total_frames=spec.frames, init_random_frames=cfg.learning_starts)
         n_step = MultiStep(cfg.n_step, cfg.gamma)
         loop = RunLoop(spec, logger, policy=greedy, evaluate=lambda: evaluate(eval_env, greedy),
-                       log_every=cfg.log_every)
+                       log_every=cfg.log_every,
+                       state={"loss": loss_fn, "optimizer": optimizer, "policy": policy,
+                              "target_update": target_update, "n_step": n_step,
+                              "buffer": buffer, "collector": collector, "eval_env": eval_env})
 
         for batch in loop.batches(collector):
             policy.step(collector.frames)

@@ -154,7 +154,10 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         loop = RunLoop(spec, logger, policy=actor,
                        evaluate=lambda: evaluate(data.eval_env, actor),
                        log_every=cfg.log_every, normalization=data.normalization,
-                       score=data.score)
+                       score=data.score,
+                       state={"loss": loss_fn, "optimizers": list(optimizers),
+                              "sampler": data.buffer.sampler, "eval_env": data.eval_env,
+                              **({"schedule": schedule} if schedule is not None else {})})
 
         for step in loop.steps():
             batch = data.buffer.sample()

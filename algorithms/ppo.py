@@ -164,9 +164,12 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
                               total_frames=spec.frames)
         loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
-                       normalization=env.transform if isinstance(env, TransformedEnv) else None)
+                       normalization=env.transform if isinstance(env, TransformedEnv) else None,
+                       state={"loss": loss_fn, "optimizer": optimizer, "collector": collector,
+                              "eval_env": eval_env})
 
-        for iteration, batch in enumerate(loop.batches(collector)):
+        for batch in loop.batches(collector):
+            iteration = collector.frames // collector.frames_per_batch - 1  # 0 for the first
             remaining = 1.0 - iteration / len(collector)
             if cfg.anneal_lr:
                 optimizer.param_groups[0]["lr"] = cfg.learning_rate * remaining

@@ -156,7 +156,10 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.train_every,
                               total_frames=spec.frames, init_random_frames=cfg.learning_starts)
         loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
-                       log_every=cfg.log_every)
+                       log_every=cfg.log_every,
+                       state={"loss": loss_fn, "critic_optimizer": critic_optimizer,
+                              "actor_optimizers": actor_optimizers, "buffer": buffer,
+                              "collector": collector, "eval_env": eval_env})
 
         for batch in loop.batches(collector):
             buffer.extend(batch.select(*TRANSITION_KEYS))

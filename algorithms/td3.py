@@ -27,7 +27,7 @@ from rlbench.data import TRANSITION_KEYS, ReplayBuffer, TensorStorage
 from rlbench.envs import EnvBase
 from rlbench.modules import DeterministicActor
 from rlbench.objectives import SoftUpdate, TD3Loss, backward_and_step, make_target
-from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+from rlbench.recipe import Count, RunLogger, RunLoop, RunSpec, check_ranges, hp
 
 KIND = "online"
 ACTION_SPACES = ("box",)
@@ -103,9 +103,13 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                                                       cfg.exploration_sigma),
                               frames_per_batch=cfg.num_envs * cfg.train_every,
                               total_frames=spec.frames, init_random_frames=cfg.learning_starts)
+        critic_steps = Count()
         loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
-                       log_every=cfg.log_every)
-        critic_steps = 0
+                       log_every=cfg.log_every,
+                       state={"loss": loss_fn, "critic_optimizer": critic_optimizer,
+                              "actor_optimizer": actor_optimizer, "buffer": buffer,
+                              "policy": collector.policy, "collector": collector,
+                              "eval_env": eval_env, "critic_steps": critic_steps})
 
         for batch in loop.batches(collector):
             buffer.extend(batch.select(*TRANSITION_KEYS))
@@ -115,8 +119,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                     value_losses = loss_fn.value_loss(sample)
                     backward_and_step(value_losses, critic_optimizer, frames=collector.frames)
                     loop.metrics.add(value_losses)
-                    critic_steps += 1
-                    if critic_steps % cfg.policy_delay == 0:
+                    critic_steps.value += 1
+                    if critic_steps.value % cfg.policy_delay == 0:
                         actor_losses = loss_fn.actor_loss(sample)
                         backward_and_step(actor_losses, actor_optimizer, frames=collector.frames)
                         for update in target_updates:

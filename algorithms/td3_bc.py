@@ -89,7 +89,10 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         loop = RunLoop(spec, logger, policy=actor,
                        evaluate=lambda: evaluate(data.eval_env, actor),
                        log_every=cfg.log_every, normalization=data.normalization,
-                       score=data.score)
+                       score=data.score,
+                       state={"loss": loss_fn, "critic_optimizer": critic_optimizer,
+                              "actor_optimizer": actor_optimizer, "sampler": data.buffer.sampler,
+                              "eval_env": data.eval_env})
 
         for step in loop.steps():
             batch = data.buffer.sample()

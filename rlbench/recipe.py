@@ -21,8 +21,9 @@ A recipe module in ``algorithms/`` defines:
 - ``train(spec: RunSpec, logger: RunLogger) -> None``: builds its envs (or reads its
   dataset) from ``spec`` and runs its algorithm inside a ``RunLoop``, which owns
   everything else a run does: the evaluation and logging schedules, throughput, the
-  evaluation at the end of the budget, snapshots, collected transitions and saving the
-  policy.
+  evaluation at the end of the budget, snapshots, collected transitions, saving the
+  policy, and checkpoints: the recipe names every part whose state changes as it trains
+  (``RunLoop(state=...)``), and keeps no other state between iterations.
 
 The harness seeds python, numpy and torch before calling ``train``; the recipe seeds nothing
 itself and passes ``spec.seeds.env`` / ``spec.seeds.eval_env`` to the envs it makes.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,10 +44,26 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from rlbench.checkpoint import (
+    CheckpointSettings,
+    RunStopped,
+    clear_stop,
+    stop_requested,
+    write_checkpoint,
+)
 from rlbench.envs.transforms import VecNorm
 from rlbench.errors import quote
+from rlbench.state import (
+    Count,
+    load_part_state,
+    load_rng_state,
+    part_state,
+    rng_state,
+    tensordict_from_state,
+    tensordict_state,
+)
 
-__all__ = ["FrameSchedule", "MetricMean", "RunLogger", "RunLoop", "RunSpec", "Seeds",
+__all__ = ["Count", "FrameSchedule", "MetricMean", "RunLogger", "RunLoop", "RunSpec", "Seeds",
            "check_ranges", "help_of", "hp"]
 
 
@@ -123,6 +141,7 @@ class RunSpec:
     dataset_sha256: str | None = None  # of the file the run was planned with
     save_snapshots: bool = False  # the policy at every evaluation, under snapshots/<n>/
     save_transitions: bool = False  # every collected transition, under transitions/
+    checkpoint: CheckpointSettings | None = None  # where to checkpoint, what to resume from
 
     @property
     def offline(self) -> bool:
@@ -155,6 +174,11 @@ class RunLogger(Protocol):
     def save_tensordict(self, name: str, data: TensorDict) -> None:
         """Keep ``data`` as the run's ``<name>/`` artifact (a memory-mapped TensorDict)."""
 
+    # A logger that can be checkpointed also has ``state_dict()`` (what it logged so far;
+    # called at each checkpoint, after which everything logged must be stored) and
+    # ``load_state_dict(state)`` (log it again into a resumed run): then no metric point is
+    # lost or logged twice across a kill.
+
 
 class FrameSchedule:
     """Says when something periodic is due (an evaluation, a log line, a target copy):
@@ -172,6 +196,15 @@ class FrameSchedule:
             return False
         self._next = (frames // self.every + 1) * self.every
         return True
+
+    def state_dict(self) -> dict[str, int]:
+        return {"every": self.every, "next": self._next}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state["every"] != self.every:
+            raise ValueError(f"the checkpoint's schedule is every {state['every']}, this one "
+                             f"every {self.every}")
+        self._next = int(state["next"])
 
 
 class MetricMean:
@@ -205,6 +238,14 @@ class MetricMean:
         self._sums, self._counts = {}, {}
         return means
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": {key: value.clone() for key, value in self._sums.items()},
+                "counts": dict(self._counts)}
+
+    def load_state_dict(self, state: dict[str, Any], device: str | torch.device = "cpu") -> None:
+        self._sums = {key: value.to(device, copy=True) for key, value in state["sums"].items()}
+        self._counts = dict(state["counts"])
+
 
 # What ``save_transitions`` keeps of each collected batch: enough to rebuild episodes.
 STORED_TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"),
@@ -219,7 +260,9 @@ class RunLoop:
     update in the body::
 
         loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
-                       log_every=cfg.log_every)
+                       log_every=cfg.log_every,
+                       state={"loss": loss_fn, "optimizer": optimizer, "buffer": buffer,
+                              "collector": collector, "eval_env": eval_env})
         for batch in loop.batches(collector):   # online; offline: ``for step in loop.steps()``
             ...                                 # the update; ``loop.metrics.add(losses)``
 
@@ -228,36 +271,59 @@ class RunLoop:
     averaged since the last log every ``log_every`` units of the budget (every iteration
     when None) with ``loop.diagnostics`` beside them, evaluates every ``spec.eval_every``,
     and always at the end of the budget (with ``score``, the normalized score of those
-    returns beside them), then calls each of ``on_iteration`` (where checkpoints plug in).
+    returns beside them), then calls each of ``on_iteration``.
     When the budget is spent it saves the policy (and the normalisation, when given) and,
     as ``spec`` asks, the policy at every evaluation (``snapshots/<step>/``) and every
     collected transition (``transitions/``).
+
+    Checkpoints (``spec.checkpoint``): every ``every`` units of the budget, and when a stop
+    is requested (``rlbench.checkpoint.request_stop``: SIGTERM, Ctrl-C), the loop writes the
+    state of every part in ``state`` (each has ``state_dict``/``load_state_dict``: modules,
+    optimizers, buffers, the collector with its env, the eval env, ``Count``s), its own
+    schedules, averages and timings, the global random streams and what the logger logged;
+    a stop then raises ``RunStopped``. With ``spec.checkpoint.resume`` the loop first puts
+    every part back and goes on from there: the run logs what it would have logged had it
+    never stopped, bit for bit on CPU. ``state`` must name every part whose state changes
+    as the run trains; a run that checkpoints without it is refused.
     """
 
     def __init__(self, spec: RunSpec, logger: RunLogger, *, policy: nn.Module,
                  evaluate: Callable[[], Sequence[float]], log_every: int | None = None,
                  normalization: nn.Module | None = None,
-                 score: Callable[[Sequence[float]], float] | None = None):
+                 score: Callable[[Sequence[float]], float] | None = None,
+                 state: Mapping[str, Any] | None = None):
         if spec.save_transitions and _rewrites_transitions(normalization):
             raise ValueError("save_transitions keeps transitions as the agent saw them, and "
                              "this run normalises its observations or rewards: turn "
                              "normalize_observation and normalize_reward off")
+        if spec.checkpoint is not None and state is None:
+            raise ValueError("this run checkpoints, but its recipe names no state: give "
+                             "RunLoop(state={...}) every part that changes as it trains")
         self.spec, self.logger = spec, logger
         self.policy, self.normalization = policy, normalization
         self.metrics = MetricMean()
         self.diagnostics: dict[str, float] = {}
         self.on_iteration: list[Callable[[int], None]] = []
         self._evaluate, self._score = evaluate, score
+        self._parts = dict(state or {})
         self._eval_schedule = FrameSchedule(spec.eval_every)
         self._log_schedule = FrameSchedule(log_every) if log_every else None
+        every = spec.checkpoint.every if spec.checkpoint is not None else None
+        self._checkpoint_schedule = FrameSchedule(every) if every else None
         self._throughput = "train/steps_per_s" if spec.offline else "train/fps"
         self._train_seconds = 0.0
         self._last_eval: int | None = None
         self._progress = 0
         self._transitions: list[TensorDict] = []
 
+    @property
+    def progress(self) -> int:
+        """Frames collected (online) or gradient steps taken (offline) so far."""
+        return self._progress
+
     def batches(self, collector: Any) -> Iterator[TensorDict]:
         """The collector's batches, each followed by the protocol (progress: frames)."""
+        self._resume()
         for batch in collector:
             start = time.perf_counter()
             yield batch
@@ -269,7 +335,8 @@ class RunLoop:
 
     def steps(self) -> Iterator[int]:
         """Gradient steps 1 to ``spec.steps``, each followed by the protocol."""
-        for step in range(1, self.spec.steps + 1):
+        self._resume()
+        for step in range(self._progress + 1, self.spec.steps + 1):
             start = time.perf_counter()
             yield step
             self._train_seconds += time.perf_counter() - start
@@ -286,6 +353,82 @@ class RunLoop:
             self._evaluate_now(progress)
         for hook in self.on_iteration:
             hook(progress)
+        if self.spec.checkpoint is None or last:
+            return
+        if stop_requested():
+            raise RunStopped(progress, self._checkpoint(progress, on_stop=True))
+        if self._checkpoint_schedule is not None and self._checkpoint_schedule.due(progress):
+            self._checkpoint(progress, on_stop=False)
+
+    def _checkpoint(self, progress: int, on_stop: bool) -> Path | None:
+        """Write a checkpoint at ``progress``. A scheduled one that cannot be written (a
+        full disk) is reported and the run goes on, the previous checkpoint still valid;
+        on a stop, the error propagates."""
+        settings = self.spec.checkpoint
+        state = {
+            "parts": {name: part_state(part) for name, part in self._parts.items()},
+            "loop": self._loop_state(),
+            "rng": rng_state(),
+            "logger": self.logger.state_dict() if hasattr(self.logger, "state_dict") else None,
+        }
+        try:
+            return write_checkpoint(settings.directory, settings.identity, progress, state,
+                                    keep=settings.keep)
+        except OSError as err:
+            if on_stop:
+                raise
+            print(f"rlbench: could not write the checkpoint at {progress:,} into "
+                  f"{settings.directory} ({type(err).__name__}: {err}); the run goes on, "
+                  "its last checkpoint stays the one to resume from", file=sys.stderr)
+            return None
+
+    def _loop_state(self) -> dict[str, Any]:
+        transitions = (tensordict_state(torch.cat(self._transitions, dim=-1))
+                       if self._transitions else None)
+        return {
+            "progress": self._progress,
+            "train_seconds": self._train_seconds,
+            "last_eval": self._last_eval,
+            "eval_schedule": self._eval_schedule.state_dict(),
+            "log_schedule": None if self._log_schedule is None else
+            self._log_schedule.state_dict(),
+            "checkpoint_schedule": None if self._checkpoint_schedule is None else
+            self._checkpoint_schedule.state_dict(),
+            "metrics": self.metrics.state_dict(),
+            "diagnostics": dict(self.diagnostics),
+            "transitions": transitions,
+        }
+
+    def _resume(self) -> None:
+        """Put every part back as the checkpoint in ``spec.checkpoint.resume`` has it."""
+        settings = self.spec.checkpoint
+        clear_stop()
+        if settings is None or settings.resume is None:
+            return
+        checkpoint = settings.resume["state"]
+        saved, ours = set(checkpoint["parts"]), set(self._parts)
+        if saved != ours:
+            raise ValueError(f"the checkpoint holds the parts {sorted(saved)}; this run has "
+                             f"{sorted(ours)}")
+        for name, part in self._parts.items():
+            load_part_state(part, checkpoint["parts"][name])
+        loop = checkpoint["loop"]
+        self._progress, self._train_seconds = loop["progress"], loop["train_seconds"]
+        self._last_eval = loop["last_eval"]
+        self._eval_schedule.load_state_dict(loop["eval_schedule"])
+        for schedule, key in ((self._log_schedule, "log_schedule"),
+                              (self._checkpoint_schedule, "checkpoint_schedule")):
+            if schedule is not None and loop[key] is not None:
+                schedule.load_state_dict(loop[key])
+        if self._checkpoint_schedule is not None and loop["checkpoint_schedule"] is None:
+            self._checkpoint_schedule.due(self._progress)  # the next multiple after here
+        self.metrics.load_state_dict(loop["metrics"], self.spec.device)
+        self.diagnostics = dict(loop["diagnostics"])
+        if loop["transitions"] is not None:
+            self._transitions = [tensordict_from_state(loop["transitions"])]
+        if checkpoint["logger"] is not None:
+            self.logger.load_state_dict(checkpoint["logger"])
+        load_rng_state(checkpoint["rng"])
 
     def _evaluate_now(self, progress: int) -> None:
         returns = self._evaluate()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from tensordict import NestedKey, TensorDict
@@ -11,6 +12,7 @@ from tensordict import NestedKey, TensorDict
 from rlbench.collectors.stacking import cat_parts, stack_steps
 from rlbench.collectors.trajectories import TRAJ_IDS, TrajectoryIds, split_trajectories
 from rlbench.envs.common import EnvBase
+from rlbench.state import tensordict_from_state, tensordict_state
 
 __all__ = ["Collector"]
 
@@ -139,6 +141,34 @@ class Collector:
         batch = cat_parts(chunks, dim)
         batch.set(TRAJ_IDS, self._traj_ids(batch.get(("next", "done")).squeeze(-1)))
         return batch if self.storing_device == batch.device else batch.to(self.storing_device)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the collection stands: frames so far, the root it steps from next, the
+        trajectory ids, the random-action generator, and the env's own state
+        (``env.state_dict()``). A checkpoint of a run: load it into a fresh collector over
+        a fresh env of the same kind to go on exactly where this one is."""
+        return {
+            "frames": self.frames,
+            "random_steps": self._random_steps,
+            "generator": None if self._generator is None else self._generator.get_state(),
+            "root": None if self._root is None else tensordict_state(self._root),
+            "template": None if self._template is None else tensordict_state(self._template),
+            "traj_ids": self._traj_ids.state_dict(),
+            "env": self.env.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.env.load_state_dict(state["env"])
+        self.frames, self._random_steps = state["frames"], state["random_steps"]
+        if state["generator"] is not None:
+            if self._generator is None:
+                raise ValueError("the checkpoint's collector acted at random at its start; "
+                                 "this one has no init_random_frames")
+            self._generator.set_state(state["generator"])
+        self._root = None if state["root"] is None else tensordict_from_state(state["root"])
+        self._template = (None if state["template"] is None else
+                          tensordict_from_state(state["template"]))
+        self._traj_ids.load_state_dict(state["traj_ids"])
 
     def __iter__(self) -> Iterator[TensorDict]:
         while self.frames < self.total_frames:

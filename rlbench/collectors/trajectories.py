@@ -27,6 +27,16 @@ class TrajectoryIds:
         self._current = torch.arange(env_batch.numel(), device=device)
         self._next = env_batch.numel()
 
+    def state_dict(self) -> dict:
+        return {"current": self._current.clone(), "next": self._next}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["current"].shape != self._current.shape:
+            raise ValueError(f"the checkpoint's trajectory ids are for {state['current'].numel()}"
+                             f" sub-envs, this collector has {self._current.numel()}")
+        self._current = state["current"].clone().to(self._current.device)
+        self._next = int(state["next"])
+
     def __call__(self, done: torch.Tensor) -> torch.Tensor:
         """The ids (int64, shape of ``done``) of a batch whose step-wise done is ``done``.
 

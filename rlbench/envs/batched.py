@@ -28,6 +28,7 @@ from tensordict import TensorDict
 
 from rlbench.envs.common import DONE_KEYS, EnvBase, _merge_rows
 from rlbench.envs.specs import Composite
+from rlbench.state import tensordict_from_state, tensordict_state
 from rlbench.workers import read_reply
 
 __all__ = ["ParallelEnv", "SerialEnv"]
@@ -141,6 +142,21 @@ class SerialEnv(_Batched):
         for env in self.envs:
             env.close()
 
+    def state_dict(self) -> dict[str, Any]:
+        """Each env's state and the root it will step from next."""
+        return {"envs": [env.state_dict() for env in self.envs],
+                "roots": [tensordict_state(root) for root in self._roots],
+                "ended": self._ended.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["envs"]) != len(self.envs):
+            raise ValueError(f"the checkpoint holds {len(state['envs'])} envs, this "
+                             f"SerialEnv has {len(self.envs)}")
+        for env, env_state in zip(self.envs, state["envs"], strict=True):
+            env.load_state_dict(env_state)
+        self._roots = [tensordict_from_state(root) for root in state["roots"]]
+        self._ended = state["ended"].clone()
+
 
 def _reset_some(env: EnvBase, mask: torch.Tensor, root: TensorDict) -> TensorDict:
     """``root`` with the sub-envs in ``mask`` reset (a scalar mask for unbatched envs)."""
@@ -170,6 +186,10 @@ class _WorkerState:
         self.write_next, self.write_root = _writer(buffers["next"]), _writer(buffers["root"])
         self.root: TensorDict | None = None
 
+    def state(self) -> dict[str, Any]:
+        return {"env": self.env.state_dict(),
+                "root": None if self.root is None else tensordict_state(self.root)}
+
     def handle(self, command: str, arg: Any) -> None:
         if command == "reset":
             self.root = self.env.reset(arg)
@@ -179,6 +199,12 @@ class _WorkerState:
             self.write_next(transition.get("next"))
         elif command == "reset_rows":
             self.root = _reset_some(self.env, arg, self.root)
+        elif command == "load_state":
+            self.env.load_state_dict(arg["env"])
+            if arg["root"] is None:
+                self.root = None
+                return
+            self.root = tensordict_from_state(arg["root"])
         else:
             raise ValueError(f"unknown env worker command {command!r}")
         self.write_root(self.root)
@@ -202,6 +228,9 @@ def _worker(index: int, create_env_fn: EnvFactory, conn: Connection, spin: float
                 env.close()
                 conn.send(("ok", None))
                 return
+            if command == "state":
+                conn.send(("ok", state.state()))
+                continue
             state.handle(command, arg)
             conn.send(("ok", None))
     except KeyboardInterrupt:
@@ -375,6 +404,25 @@ class ParallelEnv(_Batched):
         if commands:
             self._broadcast(commands)
         return self._gather("root").to_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each worker's env state and root (gathered from the worker processes)."""
+        workers = {}
+        if self._local is not None:
+            workers[0] = self._local.state()
+        for worker, conn in self._conns.items():
+            conn.send(("state", None))
+            workers[worker] = self._receive(worker)
+        return {"workers": [workers[i] for i in range(self._num_workers)],
+                "ended": None if getattr(self, "_ended", None) is None else self._ended.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["workers"]) != self._num_workers:
+            raise ValueError(f"the checkpoint holds {len(state['workers'])} env workers, this "
+                             f"ParallelEnv has {self._num_workers}")
+        self._broadcast({i: ("load_state", worker) for i, worker in enumerate(state["workers"])})
+        if state["ended"] is not None:
+            self._ended = state["ended"].clone()
 
     def _shutdown(self) -> None:
         if not self._closed:

@@ -84,6 +84,17 @@ class EnvBase(ABC):
     def close(self) -> None:  # noqa: B027 - envs without resources need not override it
         """Release simulator resources."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint needs to put a fresh copy of this env (built with the same
+        arguments) where this one is, as plain data and tensors: envs that can be
+        checkpointed override it (gymnasium, dm_control, batched and transformed envs)."""
+        raise TypeError(f"{type(self).__name__} cannot be checkpointed: it has no state_dict")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put this fresh env where the env that gave ``state_dict()`` was."""
+        raise TypeError(f"{type(self).__name__} cannot be checkpointed: it has no "
+                        "load_state_dict")
+
     def _done_entries(self, terminated: np.ndarray, truncated: np.ndarray
                       ) -> dict[str, torch.Tensor]:
         """The three done flags from bool arrays of shape ``[*batch, 1]`` (copied).
@@ -231,3 +242,4 @@ def _merge_rows(mask: torch.Tensor, fresh: TensorDict, current: TensorDict) -> T
         row_mask = mask.reshape(*mask.shape, *([1] * (value.dim() - mask.dim())))
         current.set(key, torch.where(row_mask, value, current.get(key)))
     return current
+

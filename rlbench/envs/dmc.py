@@ -36,6 +36,7 @@ import torch
 
 from rlbench.envs.box_actions import ActionCheck, BoxActionCheck
 from rlbench.envs.common import DONE_KEYS, EnvBase
+from rlbench.envs.episode_log import EpisodeLog, random_state, set_random_state
 from rlbench.envs.rendering import default_render_backends
 from rlbench.envs.specs import Bounded, Composite, TensorSpec, Unbounded
 from rlbench.errors import ConfigError, UnknownNameError
@@ -150,6 +151,9 @@ class DMControlEnv(EnvBase):
         self._task_kwargs = dict(task_kwargs or {})
         self._environment_kwargs = dict(environment_kwargs) if environment_kwargs else None
         self._envs = [self._load(None if seed is None else seed + i) for i in range(num_envs)]
+        # per sub-env, the seed its model was built from (see _reseed); what a checkpoint replays
+        self._model_seeds = [None if seed is None else seed + i for i in range(num_envs)]
+        self._log = EpisodeLog(num_envs)
         self._on_cpu = self.device.type == "cpu"
         self._reset_in_step: list[tuple[int, float]] = []  # (sub-env, discount) pairs
         self._build_specs(cast_float64)
@@ -280,8 +284,16 @@ class DMControlEnv(EnvBase):
         if self.domain in _MODEL_FROM_SEED:
             self._close_one(self._envs[i])
             self._envs[i] = self._load(seed)
+            self._model_seeds[i] = seed
         else:
             self._envs[i].task.random.seed(seed)
+
+    def _reset_one(self, i: int) -> Any:
+        """Reset sub-env ``i``, noting its random state in the episode log first."""
+        env = self._envs[i]
+        self._log.began(i, {"random": random_state(env.task.random),
+                            "model_seed": self._model_seeds[i]})
+        return env.reset().observation
 
     def _check_open(self) -> None:
         if not self._envs:
@@ -289,11 +301,10 @@ class DMControlEnv(EnvBase):
 
     def _reset(self, seed: int | None) -> dict[str, Any]:
         self._check_open()
-        for i, env in enumerate(self._envs):
+        for i in range(self.numel):
             if seed is not None:
                 self._reseed(i, seed + i)
-                env = self._envs[i]
-            self._write(i, env.reset().observation)
+            self._write(i, self._reset_one(i))
         return self._observation()
 
     def _step(self, action: torch.Tensor) -> dict[str, Any]:
@@ -301,6 +312,7 @@ class DMControlEnv(EnvBase):
         actions = self._action_to_numpy(action)
         reward = self._reward
         finished = []
+        self._log.stepped(actions)
         for i, env in enumerate(self._envs):
             timestep = env.step(actions[i])
             reward[i] = timestep.reward
@@ -311,7 +323,7 @@ class DMControlEnv(EnvBase):
         entries["reward"] = self._tensor(reward)
         entries.update(self._flags(finished))
         for i, _ in finished:
-            self._write(i, self._envs[i].reset().observation)
+            self._write(i, self._reset_one(i))
         self._reset_in_step = finished
         return entries
 
@@ -341,9 +353,37 @@ class DMControlEnv(EnvBase):
         reset_in_step = {i for i, _ in self._reset_in_step}
         for i in np.flatnonzero(done.cpu().numpy()):
             if i not in reset_in_step:
-                self._write(i, self._envs[i].reset().observation)
+                self._write(i, self._reset_one(i))
         self._reset_in_step = []
         return self._observation()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each sub-env's current episode: the task's random state at its reset, the seed
+        its model was built from, and the actions since (``EpisodeLog``)."""
+        return {"episodes": self._log.episodes()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Rebuild each sub-env by replaying its episode from ``state_dict()``; this env
+        must be a fresh copy of the saved one (same task, ``num_envs`` and arguments)."""
+        self._check_open()
+        episodes = state["episodes"]
+        if len(episodes) != self.numel:
+            raise ValueError(f"the checkpoint holds {len(episodes)} sub-envs of {self.name}, "
+                             f"this env has {self.numel}")
+        for i, episode in enumerate(episodes):
+            if episode is None:
+                continue
+            start = episode["start"]
+            if self.domain in _MODEL_FROM_SEED and start["model_seed"] != self._model_seeds[i]:
+                self._reseed(i, start["model_seed"])
+            env = self._envs[i]
+            set_random_state(env.task.random, start["random"])
+            observation = env.reset().observation
+            for action in episode["actions"]:
+                observation = env.step(action.numpy()).observation
+            self._write(i, observation)
+        self._log.restart(episodes)
+        self._reset_in_step = []
 
     @staticmethod
     def _close_one(env: Any) -> None:

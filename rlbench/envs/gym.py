@@ -19,6 +19,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from rlbench.envs.common import DONE_KEYS, EnvBase
+from rlbench.envs.episode_log import EpisodeLog, generator_from_state, generator_state
 from rlbench.envs.gym_spaces import ActionCheck, ActionConverter, ObservationConverter
 from rlbench.envs.rendering import default_render_backends
 from rlbench.envs.specs import Composite
@@ -92,6 +93,7 @@ class GymEnv(EnvBase):
         self._last_observation: dict[str, Any] = {}
         # one sub-env in this process on CPU: the step skips the batching (see _step_one)
         self._one = self._vec is None and num_envs == 1 and self.device.type == "cpu"
+        self._log = EpisodeLog(num_envs)  # what a checkpoint replays (state_dict)
 
     @property
     def max_episode_steps(self) -> int | None:
@@ -127,8 +129,15 @@ class GymEnv(EnvBase):
             return self._obs.from_batched(obs)
         seeds = [None] * len(self._envs) if seed is None else [seed + i for i in
                                                                range(len(self._envs))]
-        return self._obs.from_list([env.reset(seed=s)[0] for env, s in zip(self._envs, seeds,
-                                                                            strict=True)])
+        return self._obs.from_list([self._reset_one(i, s) for i, s in enumerate(seeds)])
+
+    def _reset_one(self, index: int, seed: int | None) -> Any:
+        """Reset sub-env ``index`` (a sync env), noting how in the episode log."""
+        env = self._envs[index]
+        start = ({"seed": seed} if seed is not None else
+                 {"generator": generator_state(env.unwrapped.np_random)})
+        self._log.began(index, start)
+        return env.reset(seed=seed)[0]
 
     def _step(self, action: torch.Tensor) -> dict[str, Any]:
         actions = self._act(action)
@@ -141,6 +150,7 @@ class GymEnv(EnvBase):
         terminated = np.empty((n, 1), dtype=bool)
         truncated = np.empty((n, 1), dtype=bool)
         observations = []
+        self._log.stepped(actions)
         for i, env in enumerate(self._envs):
             obs, reward[i, 0], terminated[i, 0], truncated[i, 0], _ = env.step(actions[i])
             observations.append(obs)
@@ -156,6 +166,7 @@ class GymEnv(EnvBase):
         values are those of the batched path, bit for bit.
         """
         obs, reward, terminated, truncated, _ = self._envs[0].step(action)
+        self._log.stepped(action[None])
         observation = self._obs.from_list((obs,))
         self._last_observation = observation
         rewards = np.empty((1, 1), dtype=np.float32)
@@ -192,7 +203,7 @@ class GymEnv(EnvBase):
         rows = done.cpu().numpy()
         if self._vec is None:
             index = np.flatnonzero(rows)
-            fresh = self._obs.from_list([self._envs[i].reset()[0] for i in index])
+            fresh = self._obs.from_list([self._reset_one(i, None) for i in index])
             observation = _clone(self._last_observation)
             _assign_rows(observation, fresh, torch.as_tensor(index))
             return observation
@@ -204,6 +215,45 @@ class GymEnv(EnvBase):
             index = torch.as_tensor(np.flatnonzero(extra))
             _assign_rows(observation, {k: _take(v, index) for k, v in fresh.items()}, index)
         return observation
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each sub-env's current episode: how it was reset and its actions since
+        (``EpisodeLog``), and whether the constructor's seed still awaits the first reset."""
+        self._check_checkpointable()
+        return {"episodes": self._log.episodes(), "seed": self._seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Rebuild each sub-env by replaying its episode from ``state_dict()``; this env
+        must be a fresh copy of the saved one (same id, ``num_envs`` and arguments)."""
+        self._check_checkpointable()
+        episodes = state["episodes"]
+        if len(episodes) != len(self._envs):
+            raise ValueError(f"the checkpoint holds {len(episodes)} sub-envs of {self.env_id}, "
+                             f"this env has {len(self._envs)}")
+        observations = []
+        for env, episode in zip(self._envs, episodes, strict=True):
+            if episode is None:
+                observations.append(None)
+                continue
+            start = episode["start"]
+            if "seed" in start:
+                obs = env.reset(seed=start["seed"])[0]
+            else:
+                env.unwrapped.np_random = generator_from_state(start["generator"])
+                obs = env.reset()[0]
+            for action in episode["actions"]:
+                obs = env.step(action.numpy())[0]
+            observations.append(obs)
+        self._log.restart(episodes)
+        self._seed = state["seed"]
+        if all(obs is not None for obs in observations):
+            self._last_observation = self._obs.from_list(observations)
+
+    def _check_checkpointable(self) -> None:
+        if self._vec is not None:
+            raise TypeError(f"{self.env_id}: a GymEnv with vectorization='async' cannot be "
+                            "checkpointed; rlbench.envs.make(..., vectorization='async') "
+                            "gives a ParallelEnv, which can")
 
     def close(self) -> None:
         for env in self._envs:

@@ -65,6 +65,16 @@ class GSDEActor(nn.Module):
         """Draw a new exploration matrix at the next call."""
         self._theta = None
 
+    def running_state(self) -> dict:
+        """The exploration matrix in use and the calls since it was drawn (checkpoints)."""
+        return {"theta": None if self._theta is None else self._theta.clone(),
+                "calls": self._calls}
+
+    def load_running_state(self, state: dict) -> None:
+        self._theta = None if state["theta"] is None else state["theta"].to(
+            self.log_std.device, copy=True)
+        self._calls = int(state["calls"])
+
     def _features(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         latent = self.latent_net(observation)
         return latent, self.mean_head(latent)

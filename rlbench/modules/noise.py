@@ -165,6 +165,14 @@ class OrnsteinUhlenbeck(_BoxNoise):
         self.is_init_key = is_init_key
         self.state: torch.Tensor | None = None
 
+    def running_state(self) -> dict:
+        """Each sub-env's noise process where it stands (checkpoints)."""
+        return {"state": None if self.state is None else self.state.clone()}
+
+    def load_running_state(self, state: dict) -> None:
+        self.state = None if state["state"] is None else state["state"].to(
+            self.low.device, copy=True)
+
     def _explore(self, tensordict: TensorDict, action: torch.Tensor) -> torch.Tensor:
         if self.state is None or self.state.shape != action.shape:
             self.state = torch.full_like(action, self.mu)

@@ -148,6 +148,13 @@ class KLPENPPOLoss(PPOLoss):
         return {"loss_objective": -(ratio * advantage).mean(), "loss_kl": self._beta.to(kl) * kl,
                 "beta": self._beta.to(kl, copy=True)}
 
+    def running_state(self) -> dict:
+        """The penalty coefficient, kept out of ``state_dict`` (checkpoints)."""
+        return {"beta": self._beta.clone()}
+
+    def load_running_state(self, state: dict) -> None:
+        self._beta.copy_(state["beta"])
+
     def adapt_beta(self, kl: float) -> float:
         """Adjust the penalty after an update whose mean KL was ``kl``; returns the new beta."""
         if kl < self.kl_target / 1.5:

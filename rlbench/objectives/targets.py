@@ -60,6 +60,12 @@ class HardUpdate:
         self._next = every
         self._source, self._target = _paired_tensors(source, target)
 
+    def state_dict(self) -> dict[str, int]:
+        return {"next": self._next}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._next = int(state["next"])
+
     @torch.no_grad()
     def step(self, progress: int) -> bool:
         """Copy if ``progress`` reached the next multiple of ``every``; whether it did."""

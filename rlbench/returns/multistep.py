@@ -6,6 +6,7 @@ import torch
 from tensordict import TensorDict
 
 from rlbench.returns.functional import _shift_back
+from rlbench.state import tensordict_from_state, tensordict_state
 
 __all__ = ["MultiStep", "multi_step"]
 
@@ -74,6 +75,13 @@ class MultiStep:
             raise ValueError(f"n must be >= 1, got {n}")
         self.n, self.gamma = n, gamma
         self._tail: TensorDict | None = None
+
+    def state_dict(self) -> dict:
+        """The steps held back for the next batch (checkpoints)."""
+        return {"tail": None if self._tail is None else tensordict_state(self._tail)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._tail = None if state["tail"] is None else tensordict_from_state(state["tail"])
 
     def __call__(self, batch: TensorDict) -> TensorDict:
         if self.n == 1:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -53,6 +54,14 @@ class Transform(nn.Module):
 
     def inv(self, root: TensorDict) -> TensorDict:
         return root
+
+    def running_state(self) -> dict[str, Any]:
+        """What the transform carries from step to step beyond its ``state_dict`` (a
+        running return, say), for checkpoints; most carry nothing."""
+        return {}
+
+    def load_running_state(self, state: dict[str, Any]) -> None:
+        """Restore ``running_state()``."""
 
 
 class Compose(Transform):
@@ -111,6 +120,16 @@ class Compose(Transform):
         for t in reversed(self.transforms):
             root = t.inv(root)
         return root
+
+    def running_state(self) -> dict[str, Any]:
+        return {"transforms": [t.running_state() for t in self.transforms]}
+
+    def load_running_state(self, state: dict[str, Any]) -> None:
+        if len(state["transforms"]) != len(self.transforms):
+            raise ValueError(f"the checkpoint has {len(state['transforms'])} transforms, this "
+                             f"env {len(self.transforms)}")
+        for transform, running in zip(self.transforms, state["transforms"], strict=True):
+            transform.load_running_state(running)
 
 
 class TransformedEnv(EnvBase):
@@ -186,6 +205,18 @@ class TransformedEnv(EnvBase):
 
     def close(self) -> None:
         self.base_env.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base env's state, the transforms' parameters and statistics, and what they
+        carry between steps."""
+        return {"base": self.base_env.state_dict(),
+                "transform": self.transform.state_dict(),
+                "running": self.transform.running_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.transform.load_state_dict(state["transform"])
+        self.transform.load_running_state(state["running"])
+        self.base_env.load_state_dict(state["base"])
 
     def __getattr__(self, name: str):
         # attributes of the base env (env_id, max_episode_steps...) stay reachable

@@ -281,6 +281,14 @@ class VecNorm(Transform):
             self._returns = torch.where(done, 0.0, self._returns)
         return next_td
 
+    def running_state(self) -> dict[str, Any]:
+        """The discounted return of each sub-env so far (reward normalisation)."""
+        return {"returns": None if self._returns is None else self._returns.clone()}
+
+    def load_running_state(self, state: dict[str, Any]) -> None:
+        returns = state["returns"]
+        self._returns = None if returns is None else returns.clone()
+
     def _scale_reward_numpy(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """The reward path of ``step`` on numpy views (CPU): the same arithmetic in float64,
         without a dozen tiny torch ops per step."""

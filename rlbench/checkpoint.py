@@ -1,0 +1,228 @@
+"""Checkpoint files: written whole or not at all, read without running code, refused when
+they are not exactly the run's.
+
+A run's checkpoints live in one directory: ``checkpoint-<progress>.pt`` files and a
+``checkpoint.json`` manifest naming the newest one with its size and sha256, the run's
+identity and the rlbench version. A checkpoint is written to a temporary file, flushed to
+disk (fsync) and renamed into place; only then is the manifest replaced the same way, so a
+kill or a full disk at any moment leaves the previous checkpoint valid. Older files are
+removed once the manifest names the new one (``keep`` of them stay).
+
+Reading checks the manifest, the file's size and digest, the identity and the version
+before ``torch.load(weights_only=True)``: a truncated, corrupt or foreign checkpoint is a
+``CheckpointRefused`` with the reason, never a crash and never a silent mix.
+
+``request_stop()`` (a signal handler calls it) asks the running loop to checkpoint at the
+end of its current iteration and stop with ``RunStopped``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+
+from rlbench.version import __version__
+
+__all__ = ["FORMAT", "MANIFEST", "CheckpointRefused", "CheckpointSettings", "RunStopped",
+           "clear_stop", "read_checkpoint", "read_manifest", "request_stop", "stop_requested",
+           "write_checkpoint"]
+
+FORMAT = "rlbench-checkpoint/1"
+MANIFEST = "checkpoint.json"
+_MANIFEST_LIMIT = 64 * 1024  # a manifest is a few hundred bytes; a larger one is not ours
+
+
+class CheckpointRefused(Exception):
+    """A checkpoint that cannot be resumed from; the message says why."""
+
+
+class RunStopped(KeyboardInterrupt):
+    """A run stopped on request (SIGTERM, Ctrl-C) after writing a checkpoint."""
+
+    def __init__(self, progress: int, path: Path | None):
+        super().__init__(f"stopped at {progress:,}" + (f", checkpoint {path}" if path else ""))
+        self.progress, self.path = progress, path
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """Where and how often a run checkpoints, and what it resumes from.
+
+    ``every``: units of the run's budget (frames or gradient steps) between checkpoints;
+    None checkpoints only when a stop is requested. ``identity``: the run's identity; a
+    checkpoint of another identity is refused. ``resume``: the state read from the run's
+    last checkpoint (``read_checkpoint``), or None to start from the beginning.
+    """
+
+    directory: Path
+    identity: str
+    every: int | None = None
+    keep: int = 1
+    resume: dict[str, Any] | None = None
+
+
+_stop = threading.Event()
+
+
+def request_stop() -> None:
+    """Ask the running loop to checkpoint after its current iteration, then stop."""
+    _stop.set()
+
+
+def stop_requested() -> bool:
+    return _stop.is_set()
+
+
+def clear_stop() -> None:
+    _stop.clear()
+
+
+class _HashingWriter:
+    """A binary file that hashes what goes through it (one pass over a large checkpoint)."""
+
+    def __init__(self, handle: BinaryIO):
+        self.handle, self.digest, self.size = handle, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.handle.write(data)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def write_checkpoint(directory: Path, identity: str, progress: int, state: dict[str, Any],
+                     keep: int = 1) -> Path:
+    """Write ``state`` as the checkpoint of ``identity`` at ``progress``; returns its path.
+
+    On any failure (a full disk, say) the temporary file is removed, the previous checkpoint
+    stays the valid one and the error propagates."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"checkpoint-{progress}.pt"
+    partial = directory / f".{path.name}.partial"
+    payload = {"format": FORMAT, "rlbench": __version__, "identity": identity,
+               "progress": progress, "state": state}
+    try:
+        with partial.open("wb") as handle:
+            writer = _HashingWriter(handle)
+            torch.save(payload, writer)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+        manifest = {"format": FORMAT, "rlbench": __version__, "identity": identity,
+                    "progress": progress, "file": path.name, "size": writer.size,
+                    "sha256": writer.digest.hexdigest()}
+        _write_atomically(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
+        _fsync_directory(directory)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    _remove_older(directory, keep, path)
+    return path
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with partial.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def _fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _progress_of(path: Path) -> int:
+    return int(path.stem.removeprefix("checkpoint-"))
+
+
+def _remove_older(directory: Path, keep: int, newest: Path) -> None:
+    files = sorted((p for p in directory.glob("checkpoint-*.pt")
+                    if p.stem.removeprefix("checkpoint-").isdigit()), key=_progress_of)
+    for old in files[:max(len(files) - keep, 0)]:
+        if old != newest:
+            old.unlink(missing_ok=True)
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    """The manifest of ``directory``'s newest checkpoint, None when there is none;
+    ``CheckpointRefused`` when it is not a manifest rlbench wrote."""
+    path = directory / MANIFEST
+    if not path.is_file():
+        return None
+    if path.stat().st_size > _MANIFEST_LIMIT:
+        raise CheckpointRefused(f"{path} is {path.stat().st_size:,} bytes: not a checkpoint "
+                                "manifest")
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CheckpointRefused(f"{path} is not valid JSON ({err})") from None
+    expected = {"format": str, "rlbench": str, "identity": str, "progress": int, "file": str,
+                "size": int, "sha256": str}
+    if not isinstance(manifest, dict) or any(
+            not isinstance(manifest.get(key), kind) or isinstance(manifest.get(key), bool)
+            for key, kind in expected.items()):
+        raise CheckpointRefused(f"{path} lacks the fields of a checkpoint manifest")
+    if manifest["format"] != FORMAT:
+        raise CheckpointRefused(f"{path} is of format {manifest['format']!r}; this rlbench "
+                                f"reads {FORMAT!r}")
+    return manifest
+
+
+def read_checkpoint(directory: Path, identity: str) -> dict[str, Any] | None:
+    """The newest checkpoint in ``directory`` (``{"progress", "state", ...}``), None when
+    there is none; ``CheckpointRefused`` when it cannot be resumed from: another identity,
+    another rlbench version, a missing, truncated or corrupt file."""
+    manifest = read_manifest(directory)
+    if manifest is None:
+        return None
+    if manifest["identity"] != identity:
+        raise CheckpointRefused(f"the checkpoint belongs to run identity "
+                                f"{manifest['identity']}, not {identity}")
+    if manifest["rlbench"] != __version__:
+        raise CheckpointRefused(f"the checkpoint was written by rlbench {manifest['rlbench']}, "
+                                f"this is {__version__}")
+    name = manifest["file"]
+    if Path(name).name != name or not name.startswith("checkpoint-"):
+        raise CheckpointRefused(f"the manifest names {name!r}, not a checkpoint file of its "
+                                "directory")
+    path = directory / name
+    if not path.is_file():
+        raise CheckpointRefused(f"{path} is missing")
+    size = path.stat().st_size
+    if size != manifest["size"]:
+        raise CheckpointRefused(f"{path} is {size:,} bytes, the manifest says "
+                                f"{manifest['size']:,}: truncated or replaced")
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    if digest.hexdigest() != manifest["sha256"]:
+        raise CheckpointRefused(f"{path} does not match its sha256: corrupt")
+    try:
+        payload = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as err:
+        raise CheckpointRefused(f"{path} cannot be read safely ({type(err).__name__}: "
+                                f"{str(err)[:300]})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT or any(
+            payload.get(key) != manifest[key] for key in ("identity", "rlbench", "progress")):
+        raise CheckpointRefused(f"{path} does not hold what its manifest says")
+    return payload

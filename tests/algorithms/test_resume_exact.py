@@ -1,0 +1,156 @@
+"""Every recipe resumes from its checkpoint exactly: a run that dies at random moments, three
+times, and is resumed from its last checkpoint each time logs the same series, bit for bit,
+as the run that never stopped (throughput aside: it is a timing).
+
+The runs here die by an exception out of their logger, in this process, and resume in a new
+recipe call with everything rebuilt (networks, optimizers, envs, buffers, datasets): what a
+new process does. ``tests/harness/run/test_checkpoint_kill.py`` kills real processes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tensordict import TensorDict
+from torch import nn
+
+from rlbench.checkpoint import CheckpointSettings, read_checkpoint
+from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
+from rlbench.harness.plan.seeding import derive_seeds, seed_everything
+from rlbench.recipe import RunSpec
+from tests.algorithms.test_offline_runs import write_pendulum_d4rl
+
+TIMINGS = ("train/fps", "train/steps_per_s")
+
+# algo: (env, family, hyperparameters, frames or steps, eval_every, checkpoint_every)
+ONLINE: dict[str, tuple[str, str, dict[str, Any], int, int, int]] = {
+    "ppo": ("Pendulum-v1", "classic", {"rollout_steps": 32, "num_envs": 2, "epochs": 2,
+                                       "minibatch_size": 16, "use_sde": True,
+                                       "sde_sample_freq": 4, "anneal_lr": True,
+                                       "normalize_observation": True,
+                                       "normalize_reward": True}, 640, 256, 128),
+    "ppo-kl": ("CartPole-v1", "classic", {"rollout_steps": 32, "num_envs": 2, "epochs": 2,
+                                          "minibatch_size": 16, "objective": "kl"},
+               640, 256, 128),
+    "a2c": ("CartPole-v1", "classic", {"num_envs": 4, "anneal_lr": True}, 800, 300, 120),
+    "dqn": ("CartPole-v1", "classic", {"learning_starts": 100, "train_every": 10,
+                                       "gradient_steps": 2, "hidden_sizes": (16, 16),
+                                       "n_step": 3, "target_update_interval": 50,
+                                       "num_envs": 2}, 600, 200, 70),
+    "sac": ("Pendulum-v1", "classic", {"learning_starts": 50, "batch_size": 16,
+                                       "hidden_sizes": (16, 16), "log_every": 30}, 400, 150, 40),
+    "sac-discrete": ("CartPole-v1", "classic", {"learning_starts": 50, "batch_size": 16,
+                                                "hidden_sizes": (16, 16), "log_every": 30},
+                     400, 150, 40),
+    "td3": ("Pendulum-v1", "classic", {"learning_starts": 50, "batch_size": 16,
+                                       "hidden_sizes": (16, 16), "log_every": 30,
+                                       "exploration_noise": "ou", "num_envs": 2}, 400, 150, 40),
+    "ddpg": ("Pendulum-v1", "classic", {"learning_starts": 50, "batch_size": 16,
+                                        "hidden_sizes": (16, 16), "log_every": 30}, 400, 150, 40),
+    "sac-dmc": ("dmc:cartpole-balance", "dmc", {"learning_starts": 50, "batch_size": 16,
+                                                "hidden_sizes": (16, 16), "log_every": 30,
+                                                "num_envs": 2}, 300, 150, 40),
+}
+OFFLINE = ("bc", "td3_bc", "iql", "cql", "rebrac", "awac", "edac")
+
+
+class Died(Exception):
+    """The stand-in for a kill."""
+
+
+class SeriesLogger:
+    """Keeps every logged point; dies (raises ``Died``) at its ``die_at``-th logged point.
+    Checkpointed like the harness's logger: its state is the series so far."""
+
+    def __init__(self, die_at: int | None = None):
+        self.points: list[tuple[str, int, float]] = []
+        self.die_at = die_at
+
+    def _add(self, step: int, metrics: Mapping[str, float]) -> None:
+        for key, value in metrics.items():
+            if self.die_at is not None and len(self.points) >= self.die_at:
+                raise Died
+            self.points.append((key, step, float(value)))
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        self._add(step, metrics)
+
+    def log_eval(self, step: int, returns: Sequence[float]) -> None:
+        self._add(step, {f"eval/{i}": value for i, value in enumerate(returns)})
+
+    def log_score(self, step: int, score: float) -> None:
+        self._add(step, {"eval/normalized_score": score})
+
+    def save_model(self, name: str, module: nn.Module) -> None:
+        pass
+
+    def save_tensordict(self, name: str, data: TensorDict) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {"points": list(self.points)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.points = [tuple(point) for point in state["points"]]
+
+    def series(self) -> list[tuple[str, int, float]]:
+        return [point for point in self.points if point[0] not in TIMINGS]
+
+
+def _spec(algo: str, tmp: Path, checkpoint: CheckpointSettings | None) -> RunSpec:
+    seeds = derive_seeds(3, 0)
+    if algo in OFFLINE:
+        dataset = tmp / "pendulum.hdf5"
+        if not dataset.exists():
+            write_pendulum_d4rl(dataset, episodes=3)
+        params = resolve_algo_config(algo, "classic", {"batch_size": 32, "log_every": 7,
+                                                       "hidden_sizes": (16, 16)})
+        recipe = load_algorithm(algo)
+        return RunSpec(env="Pendulum-v1", env_family="classic", frames=0, eval_every=40,
+                       eval_episodes=2, seeds=seeds, device="cpu", run_dir=tmp,
+                       algo=recipe.Config(**params), steps=120, dataset=str(dataset),
+                       checkpoint=checkpoint)
+    env, family, overrides, frames, eval_every, _ = ONLINE[algo]
+    name = algo.split("-")[0]
+    params = resolve_algo_config(name, family, overrides)
+    return RunSpec(env=env, env_family=family, frames=frames, eval_every=eval_every,
+                   eval_episodes=2, seeds=seeds, device="cpu", run_dir=tmp,
+                   algo=load_algorithm(name).Config(**params), checkpoint=checkpoint)
+
+
+def _train(algo: str, spec: RunSpec, logger: SeriesLogger) -> None:
+    seed_everything(spec.seeds, threads=1, device="cpu")
+    load_algorithm(algo.split("-")[0]).train(spec, logger)
+
+
+def _every(algo: str) -> int:
+    return 25 if algo in OFFLINE else ONLINE[algo][5]
+
+
+@pytest.mark.parametrize("algo", [*ONLINE, *OFFLINE])
+def test_a_run_killed_three_times_logs_what_the_whole_run_logs(tmp_path: Path, algo: str) -> None:
+    whole = SeriesLogger()
+    _train(algo, _spec(algo, tmp_path, None), whole)
+    total = len(whole.points)
+
+    directory, identity = tmp_path / "checkpoints", f"test-{algo}"
+    draw = random.Random(algo)
+    deaths, resumed_from = sorted(draw.sample(range(total // 4, total - 2), 3)), []
+    resume = None
+    for die_at in [*deaths, None]:
+        settings = CheckpointSettings(directory, identity, every=_every(algo), resume=resume)
+        logger = SeriesLogger(die_at)
+        if die_at is None:
+            _train(algo, _spec(algo, tmp_path, settings), logger)
+            break
+        with pytest.raises(Died):
+            _train(algo, _spec(algo, tmp_path, settings), logger)
+        resume = read_checkpoint(directory, identity)
+        assert resume is not None
+        resumed_from.append(resume["progress"])
+    assert logger.series() == whole.series()
+    assert resumed_from == sorted(resumed_from) and resumed_from[-1] > 0  # it went on each time
