@@ -47,7 +47,6 @@ from torch import nn
 from rlbench.checkpoint import (
     CheckpointSettings,
     RunStopped,
-    clear_stop,
     stop_requested,
     write_checkpoint,
 )
@@ -402,7 +401,8 @@ class RunLoop:
     def _resume(self) -> None:
         """Put every part back as the checkpoint in ``spec.checkpoint.resume`` has it."""
         settings = self.spec.checkpoint
-        clear_stop()
+        if settings is not None and stop_requested():  # asked to stop while setting up
+            raise RunStopped(self._progress, None)
         if settings is None or settings.resume is None:
             return
         checkpoint = settings.resume["state"]

@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,13 @@ from rlbench.version import __version__
 __all__ = ["Overrides", "RunConfig", "SweepConfig", "check_device_here", "check_devices_here",
            "parse_overrides", "resolve_sweep"]
 
+# frames or gradient steps between a run's checkpoints: at SAC's CPU speed a few minutes,
+# for a checkpoint of its full 1M-transition buffer that takes about a second
+CHECKPOINT_EVERY = 25_000
 ALIASES = {"algo": "algos", "env": "envs", "dataset": "datasets"}
 SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
-              "launcher": "local", "ray.address": None, "force_threads": False, "reuse": None}
+              "launcher": "local", "ray.address": None, "force_threads": False, "reuse": None,
+              "checkpoint_every": CHECKPOINT_EVERY}
 REUSE = ("code",)  # reuse=code: finished runs of the same config made by other code count
 LAUNCHERS = ("local", "ray")
 LIST_KEYS = {"algos", "envs", "datasets"}
@@ -164,6 +168,9 @@ class RunConfig:
     # the fingerprint of the code the run executes (``plan.fingerprint``): part of its
     # identity, so a changed recipe or loss makes its runs new; empty: not taken
     code: str = ""
+    # frames or gradient steps between checkpoints: how a run is kept, not what it
+    # computes (a resumed run computes the same numbers), so not part of its identity
+    checkpoint_every: int = field(default=CHECKPOINT_EVERY, compare=False)
 
     @property
     def offline(self) -> bool:
@@ -206,6 +213,7 @@ class RunConfig:
             del fields["frames"]
         if not fields["code"]:
             del fields["code"]
+        del fields["checkpoint_every"]
         return fields
 
     @property
@@ -253,7 +261,8 @@ class SweepConfig:
 # progress bar overflows and that a typo (frames=1e30, seeds=1e20) fails at once.
 # eval_episodes: one env per episode is built at each evaluation (``rlbench eval``'s cap);
 # runs: a grid plans 10^5 runs in about a second and 0.5 GB, and ``show`` lists a few
-LIMITS = {"frames": 10**12, "steps": 10**12, "eval_every": 10**12, "eval_episodes": 10**4,
+LIMITS = {"frames": 10**12, "steps": 10**12, "eval_every": 10**12, "checkpoint_every": 10**12,
+          "eval_episodes": 10**4,
           "seeds": 10**5, "base_seed": 2**63 - 1, "threads": 1024, "jobs": 1024}
 MAX_RUNS = 10**5  # runs in one grid
 
@@ -572,6 +581,9 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     if address is not None and launcher != "ray":
         raise ConfigError("ray.address is only used with launcher=ray")
     jobs = _positive_int(sweep, "jobs")
+    checkpoint_every = _positive_int(sweep, "checkpoint_every")
+    if checkpoint_every != CHECKPOINT_EVERY:
+        runs = [replace(run, checkpoint_every=checkpoint_every) for run in runs]
     reuse = sweep["reuse"]
     if reuse is not None and reuse not in REUSE:
         raise UnknownNameError("reuse", str(reuse), REUSE)

@@ -1,4 +1,12 @@
-"""One run: seed it, hand the recipe its spec and logger, record the outcome in MLflow."""
+"""One run: seed it, hand the recipe its spec and logger, record the outcome in MLflow.
+
+A run checkpoints every ``checkpoint_every`` frames or gradient steps, and on SIGTERM or
+Ctrl-C before it stops, into ``checkpoint_dir_for``. Run again after a kill, it resumes
+from its last checkpoint in a new MLflow run that first logs everything the killed attempt
+had logged up to that checkpoint; it ends with the numbers an uninterrupted run gives. A
+checkpoint made by other code, or that cannot be read (truncated, corrupt), is removed and
+the run starts from the beginning, with one line saying why.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,9 @@ import contextlib
 import dataclasses
 import faulthandler
 import shutil
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -17,6 +27,14 @@ from pathlib import Path
 import yaml
 from mlflow.entities import Run
 
+from rlbench.checkpoint import (
+    CheckpointRefused,
+    CheckpointSettings,
+    clear_stop,
+    read_checkpoint,
+    read_manifest,
+    request_stop,
+)
 from rlbench.harness.plan.algorithms import load_algorithm
 from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
@@ -24,8 +42,8 @@ from rlbench.harness.run.locks import RunInProgressError, run_lock
 from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags, with_retry
 from rlbench.recipe import RunSpec, Seeds
 
-__all__ = ["FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "claimed", "execute_run", "one_line",
-           "run_dir_for", "stored_result"]
+__all__ = ["FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "checkpoint_dir_for", "claimed",
+           "execute_run", "one_line", "run_dir_for", "stored_result"]
 
 
 @dataclass
@@ -49,6 +67,16 @@ def run_dir_for(out_dir: Path, config: RunConfig) -> Path:
     task = config.task.replace("/", "-")
     name = f"{config.algo}-{task}-seed{config.seed_index}-{config.identity}"
     return out_dir / "runs" / config.suite / name
+
+
+def checkpoint_dir_for(out_dir: Path, config: RunConfig) -> Path:
+    """Where a run keeps its checkpoints: ``<out_dir>/checkpoints/<suite>/<algo>-<env>-
+    seed<i>-<config identity>``. Named by the identity without the code, so that a run
+    whose code changed finds the checkpoint the old code left, and says why it does not
+    resume from it."""
+    task = config.task.replace("/", "-")
+    name = f"{config.algo}-{task}-seed{config.seed_index}-{config.config_identity}"
+    return out_dir / "checkpoints" / config.suite / name
 
 
 # How long a run waits for its lock: long enough for another sweep to finish planning,
@@ -139,11 +167,19 @@ def _execute_locked(
     start = time.perf_counter()
     seeds = derive_seeds(config.base_seed, config.seed_index)
     run_dir = run_dir_for(tracker.out_dir, config)
-    if run_dir.exists():  # a rerun: nothing of an earlier attempt may reach this MLflow run
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    run_id = tracker.start_run(experiment_id, parent_id, config,
-                               {**environment_tags(config.device), "run_dir": str(run_dir)})
+    checkpoints = checkpoint_dir_for(tracker.out_dir, config)
+    resume, why_not = _checkpoint_to_resume(config, checkpoints)
+    _prepare_run_dir(run_dir, None if resume is None else resume["progress"])
+    tags = {**environment_tags(config.device), "run_dir": str(run_dir)}
+    if resume is not None:
+        tags["resumed_from"] = f"{resume['progress']} {config.unit}"
+        print(f"rlbench: {config.name} resumes from its checkpoint at "
+              f"{resume['progress']:,} {config.unit}", file=sys.stderr)
+    elif why_not is not None:
+        tags["checkpoint_refused"] = why_not[:5000]
+        print(f"rlbench: {config.name} starts from {config.unit} 0: {why_not}",
+              file=sys.stderr)
+    run_id = tracker.start_run(experiment_id, parent_id, config, tags)
     recorder = RunRecorder(tracker, run_id, run_dir, on_update)
     config_path = run_dir / "config.yaml"
     status, error, unrecorded = "FAILED", None, False
@@ -152,7 +188,11 @@ def _execute_locked(
         config_path.write_text(yaml.safe_dump(
             {**config.as_dict(), "seeds": dataclasses.asdict(seeds),
              "identity": config.identity}, sort_keys=False))
-        status, error = _train(config, seeds, run_dir, recorder)
+        settings = CheckpointSettings(checkpoints, config.identity,
+                                      every=config.checkpoint_every, resume=resume)
+        status, error = _train(config, seeds, run_dir, recorder, settings)
+        if status == "FINISHED":  # nothing to resume any more
+            shutil.rmtree(checkpoints, ignore_errors=True)
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):  # a full disk must not swallow the interrupt
             recorder.flush()
@@ -192,8 +232,72 @@ def _execute_locked(
     )
 
 
-def _train(config: RunConfig, seeds: Seeds, run_dir: Path,
-           recorder: RunRecorder) -> tuple[str, str | None]:
+def _checkpoint_to_resume(config: RunConfig, directory: Path
+                          ) -> tuple[dict | None, str | None]:
+    """The checkpoint ``config``'s run resumes from, else None and why not (None when
+    there is none). A checkpoint that cannot be resumed from is removed: a run never mixes
+    two codes or reads a damaged file."""
+    try:
+        manifest = read_manifest(directory)
+        if manifest is None:
+            return None, None
+        if manifest["identity"] != config.identity:
+            raise CheckpointRefused(
+                f"its checkpoint at {manifest['progress']:,} {config.unit} was made by other "
+                f"code (run identity {manifest['identity']}, now {config.identity})")
+        return read_checkpoint(directory, config.identity), None
+    except CheckpointRefused as refused:
+        shutil.rmtree(directory, ignore_errors=True)
+        return None, str(refused)
+
+
+def _prepare_run_dir(run_dir: Path, progress: int | None) -> None:
+    """An empty run dir for a run from the beginning: nothing of an earlier attempt may
+    reach its MLflow run. A resumed run keeps the snapshots saved up to its checkpoint."""
+    if run_dir.exists():
+        for path in run_dir.iterdir():
+            if progress is not None and path.name == "snapshots":
+                for snapshot in path.iterdir():
+                    if not (snapshot.name.isdigit() and int(snapshot.name) <= progress):
+                        shutil.rmtree(snapshot)
+            elif path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+@contextmanager
+def _checkpoint_on_signals() -> Iterator[None]:
+    """SIGTERM or Ctrl-C while the recipe trains: its loop checkpoints at the end of the
+    iteration and stops (``RunStopped``). The same signal again within a second is the
+    echo of one stop (Ctrl-C reaches a sweep and its workers, which pass it on as
+    SIGTERM) and is ignored; a later one stops at once. Outside the main thread (where
+    Python takes no handlers) signals keep their handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    first: list[float] = []
+
+    def stop(signum: int, frame: object) -> None:
+        if not first:
+            first.append(time.monotonic())
+            request_stop()
+        elif time.monotonic() - first[0] > 1.0:
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    clear_stop()
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        clear_stop()
+
+
+def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder,
+           checkpoint: CheckpointSettings) -> tuple[str, str | None]:
     """Seed, then run the recipe: ``("FINISHED", None)``, or ``("FAILED", error)`` with the
     traceback in ``traceback.txt`` when the recipe raises."""
     recipe = load_algorithm(config.algo)
@@ -212,9 +316,10 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path,
         steps=config.steps,
         dataset=config.dataset,
         dataset_sha256=config.dataset_sha256,
+        checkpoint=checkpoint,
     )
     seed_everything(seeds, threads=config.threads, device=config.device)
-    with _fatal_errors_into(run_dir / FATAL_ERROR_FILE):
+    with _fatal_errors_into(run_dir / FATAL_ERROR_FILE), _checkpoint_on_signals():
         try:
             recipe.train(spec, recorder)
         except Exception as exc:

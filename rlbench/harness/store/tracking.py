@@ -315,6 +315,11 @@ class RunRecorder:
 
     Metrics are buffered and written with one ``log_batch`` call per evaluation (and on
     close), so tracking costs a few database writes per run, not one per step.
+
+    A checkpoint holds everything logged so far (``state_dict``, which stores what is
+    pending first); a run resumed from it logs that again into its new MLflow run
+    (``load_state_dict``), timestamps and all, and goes on from there: no point is lost
+    and none is logged twice.
     """
 
     def __init__(
@@ -329,6 +334,7 @@ class RunRecorder:
         self.curve: list[dict[str, float]] = []
         self.last_metrics: dict[str, float] = {}
         self._pending: list[Metric] = []
+        self._logged: list[Metric] = []  # every point, for checkpoints
 
     def _buffer(self, frames: int, metrics: Mapping[str, float]) -> None:
         now = int(time.time() * 1000)
@@ -340,9 +346,29 @@ class RunRecorder:
 
     def flush(self) -> None:
         pending, self._pending = self._pending, []
-        for start in range(0, len(pending), _BATCH):
+        self._write(pending)
+        self._logged += pending
+
+    def _write(self, metrics: list[Metric]) -> None:
+        for start in range(0, len(metrics), _BATCH):
             with_retry(self.tracker.client.log_batch, self.run_id,
-                       metrics=pending[start:start + _BATCH])
+                       metrics=metrics[start:start + _BATCH])
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every point logged so far (stored first), the curve and the last metrics."""
+        self.flush()
+        points = [(m.key, m.value, m.timestamp, m.step) for m in self._logged]
+        return {"points": points, "curve": [dict(row) for row in self.curve],
+                "last_metrics": dict(self.last_metrics)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Log a checkpoint's points into this run, and go on from its curve."""
+        logged = [Metric(key, float(value), int(timestamp), int(step))
+                  for key, value, timestamp, step in state["points"]]
+        self._write(logged)
+        self._logged = logged
+        self.curve = [dict(row) for row in state["curve"]]
+        self.last_metrics = dict(state["last_metrics"])
 
     def log_metrics(self, frames: int, metrics: Mapping[str, float]) -> None:
         self._buffer(frames, metrics)
