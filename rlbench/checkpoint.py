@@ -89,11 +89,16 @@ class _HashingWriter:
 
     def __init__(self, handle: BinaryIO):
         self.handle, self.digest, self.size = handle, hashlib.sha256(), 0
+        self.error: OSError | None = None  # torch.save reports a failed write as its own
 
     def write(self, data: bytes) -> int:
         self.digest.update(data)
         self.size += len(data)
-        return self.handle.write(data)
+        try:
+            return self.handle.write(data)
+        except OSError as err:
+            self.error = err
+            raise
 
     def flush(self) -> None:
         self.handle.flush()
@@ -113,7 +118,12 @@ def write_checkpoint(directory: Path, identity: str, progress: int, state: dict[
     try:
         with partial.open("wb") as handle:
             writer = _HashingWriter(handle)
-            torch.save(payload, writer)
+            try:
+                torch.save(payload, writer)
+            except RuntimeError:
+                if writer.error is not None:  # a full disk: say so, not torch's zip error
+                    raise writer.error from None
+                raise
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(partial, path)

@@ -154,3 +154,39 @@ def test_a_run_killed_three_times_logs_what_the_whole_run_logs(tmp_path: Path, a
         resumed_from.append(resume["progress"])
     assert logger.series() == whole.series()
     assert resumed_from == sorted(resumed_from) and resumed_from[-1] > 0  # it went on each time
+
+
+class FillingLogger(SeriesLogger):
+    """Fills the disk the checkpoints go to once its ``fill_at``-th point is logged."""
+
+    def __init__(self, disk: Path, fill_at: int):
+        super().__init__()
+        self.disk, self.fill_at = disk, fill_at
+
+    def _add(self, step: int, metrics: Mapping[str, float]) -> None:
+        super()._add(step, metrics)
+        if len(self.points) >= self.fill_at and not (self.disk / "filler").exists():
+            with (self.disk / "filler").open("wb") as handle:
+                try:
+                    while True:
+                        handle.write(b"\0" * (1 << 16))
+                except OSError:
+                    pass
+
+
+def test_a_full_disk_stops_the_checkpoints_not_the_run(
+        tmp_path: Path, small_disk: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    whole = SeriesLogger()
+    _train("sac", _spec("sac", tmp_path, None), whole)
+    directory = small_disk / "checkpoints"
+    filling = FillingLogger(small_disk, fill_at=len(whole.points) // 2)
+    settings = CheckpointSettings(directory, "test-sac", every=_every("sac"))
+    _train("sac", _spec("sac", tmp_path, settings), filling)
+
+    assert filling.series() == whole.series()
+    err = capfd.readouterr().err
+    assert "could not write the checkpoint at" in err and "No space left on device" in err
+    assert "its last checkpoint stays the one to resume from" in err
+    last = read_checkpoint(directory, "test-sac")  # the one before the disk filled
+    assert 0 < last["progress"] < 400
+    assert not list(directory.glob(".*partial"))

@@ -3,7 +3,12 @@ unreachable tracking servers and Ray clusters are clear errors before anything s
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +100,32 @@ def test_bad_launcher_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown launcher 'slurm'" in capsys.readouterr().err.lower()
     assert main(["run", "ray.address=auto"]) == 2
     assert "only used with launcher=ray" in capsys.readouterr().err
+
+
+def test_runs_killed_in_the_local_pool_resume_under_ray(tmp_path: Path, ray_local) -> None:
+    """SIGKILL to a pool sweep once both runs have checkpointed; Ray resumes both from
+    their checkpoints, and the series are those of runs that never stopped."""
+    suite = tmp_path / "pair.yaml"
+    suite.write_text(SUITE.replace("frames: 1024", "frames: 4096"))
+    killed = tmp_path / "killed"
+    command = [str(Path(sys.executable).parent / "rlbench"), "run", f"suite={suite}",
+               f"out_dir={killed}", "jobs=2", "checkpoint_every=256"]
+    sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while len(list((killed / "checkpoints").glob("*/*/checkpoint.json"))) < 2:
+            assert sweep.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        os.killpg(sweep.pid, signal.SIGKILL)
+        sweep.wait()
+    assert main(["run", f"suite={suite}", f"out_dir={killed}", "launcher=ray",
+                 "checkpoint_every=256"]) == 0
+    client = MlflowClient(tracking_uri(killed))
+    experiment = client.get_experiment_by_name("pair")
+    runs = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
+    assert len(runs) == 2 and all("resumed_from" in r.data.tags for r in runs)
+    whole = tmp_path / "whole"
+    assert main(["run", f"suite={suite}", f"out_dir={whole}"]) == 0
+    assert _series(killed) == _series(whole)
