@@ -3,10 +3,11 @@
     python ci/bench_report.py [results/benchmarks/<machine>/<run>.json]
 
 A benchmark records ``frames_per_round`` (reported as frames/s over the median round
-time), ``torchrl_best_ms`` (the speed-up over that TorchRL figure) or ``goal_ms`` in its
-extra info. Medians, because a shared machine's hiccups inflate means. Goals are the
-throughput targets the project sets itself, reported as met or missed, never asserted here:
-speed is measured in benchmarks, not in unit tests.
+time), ``torchrl_best_ms`` (the speed-up over that TorchRL figure), ``goal_ms``, or
+``share_of_run_time`` with ``goal_share`` (what checkpoints cost a run) in its extra info.
+Medians, because a shared machine's hiccups inflate means. Goals are the throughput targets
+the project sets itself, reported as met or missed, never asserted here: speed is measured
+in benchmarks, not in unit tests.
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ def main(argv: list[str]) -> int:
             verdict = "met" if ratio <= goal else "MISSED"
             print(f"  {bench['name']:45s} peak memory {ratio:.2f}x its arrays (goal <= "
                   f"{goal}x): {verdict}")
+        if "share_of_run_time" in extra:
+            share, goal = extra["share_of_run_time"], extra["goal_share"]
+            verdict = "met" if share <= goal else "MISSED"
+            print(f"  {bench['name']:45s} {share:.2%} of the run time, "
+                  f"{extra['checkpoint_bytes'] / 2**20:.0f} MiB per checkpoint (goal <= "
+                  f"{goal:.0%}): {verdict}")
         reference = extra.get("torchrl_best_ms")
         if reference:
             speedup = reference / ms

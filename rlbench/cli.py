@@ -36,6 +36,8 @@ keys: suite (a shipped name or a .yaml path), algo (algos), env (envs): comma li
       threads (per run, at most the cores here; force_threads=true for more), device
       reuse=code (a finished run of the same config by other code counts as done: for a
       change you know leaves the numbers alone; a run's identity includes its code's hash)
+      checkpoint_every (frames or gradient steps between checkpoints, default 25000: a
+      killed run resumes from its last one; SIGTERM and Ctrl-C checkpoint first)
       out_dir (default rlbench_runs; MLFLOW_TRACKING_URI overrides its store)
       jobs (runs at a time, each in its own process), launcher (local|ray),
       ray.address (with launcher=ray: auto, host:port or ray://host:port), dry_run

@@ -359,6 +359,13 @@ class RunLoop:
         if self._checkpoint_schedule is not None and self._checkpoint_schedule.due(progress):
             self._checkpoint(progress, on_stop=False)
 
+    def checkpoint_now(self) -> Path:
+        """Write a checkpoint at the current progress (what the schedule and a stop do);
+        errors propagate. Needs ``spec.checkpoint``."""
+        if self.spec.checkpoint is None:
+            raise ValueError("this run has no checkpoint settings (spec.checkpoint)")
+        return self._checkpoint(self._progress, on_stop=True)
+
     def _checkpoint(self, progress: int, on_stop: bool) -> Path | None:
         """Write a checkpoint at ``progress``. A scheduled one that cannot be written (a
         full disk) is reported and the run goes on, the previous checkpoint still valid;
