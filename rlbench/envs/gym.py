@@ -141,16 +141,16 @@ class GymEnv(EnvBase):
 
     def _step(self, action: torch.Tensor) -> dict[str, Any]:
         actions = self._act(action)
-        if self._one:
-            return self._step_one(actions[0])
         if self._vec is not None:
             return self._step_vec(actions)
+        self._log.stepped(actions)
+        if self._one:
+            return self._step_one(actions[0])
         n = self.batch_size[0]
         reward = np.empty((n, 1), dtype=np.float32)
         terminated = np.empty((n, 1), dtype=bool)
         truncated = np.empty((n, 1), dtype=bool)
         observations = []
-        self._log.stepped(actions)
         for i, env in enumerate(self._envs):
             obs, reward[i, 0], terminated[i, 0], truncated[i, 0], _ = env.step(actions[i])
             observations.append(obs)
@@ -166,7 +166,6 @@ class GymEnv(EnvBase):
         values are those of the batched path, bit for bit.
         """
         obs, reward, terminated, truncated, _ = self._envs[0].step(action)
-        self._log.stepped(action[None])
         observation = self._obs.from_list((obs,))
         self._last_observation = observation
         rewards = np.empty((1, 1), dtype=np.float32)

@@ -188,3 +188,51 @@ def test_sigterm_and_ctrl_c_checkpoint_before_the_run_stops(
     reference = tmp_path / "reference"
     assert main(["run", f"suite={suite}", f"out_dir={reference}", *rare]) == 0
     assert series == _series(reference)[1]
+
+
+# Every recipe, killed three times by SIGKILL at random moments in real processes (nightly:
+# about 40 process starts; ``tests/algorithms/test_resume_exact.py`` kills each recipe
+# three times in-process on every CI run).
+EVERY_RECIPE = {
+    "ppo": ("CartPole-v1", {"num_envs": 2, "rollout_steps": 64, "epochs": 2,
+                            "minibatch_size": 64, "anneal_lr": True}, 3072),
+    "a2c": ("CartPole-v1", {"num_envs": 4, "anneal_lr": True}, 3000),
+    "dqn": ("CartPole-v1", {"learning_starts": 100, "train_every": 4, "hidden_sizes": [32, 32],
+                            "n_step": 3, "target_update_interval": 100}, 2400),
+    "sac": ("Pendulum-v1", {"learning_starts": 100, "batch_size": 32,
+                            "hidden_sizes": [32, 32]}, 2400),
+    "td3": ("Pendulum-v1", {"learning_starts": 100, "batch_size": 32, "hidden_sizes": [32, 32],
+                            "exploration_noise": "ou"}, 2400),
+    "ddpg": ("Pendulum-v1", {"learning_starts": 100, "batch_size": 32,
+                             "hidden_sizes": [32, 32]}, 2400),
+    **{algo: ("dataset", {"batch_size": 64, "hidden_sizes": [32, 32]}, 3000)
+       for algo in ("bc", "td3_bc", "iql", "cql", "rebrac", "awac", "edac")},
+}
+
+
+@pytest.mark.nightly
+@pytest.mark.parametrize("algo", sorted(EVERY_RECIPE))
+def test_every_recipe_killed_three_times_resumes_exactly(tmp_path: Path, algo: str) -> None:
+    task, params, budget = EVERY_RECIPE[algo]
+    if task == "dataset":
+        dataset = write_pendulum_d4rl(tmp_path / "pendulum.hdf5", episodes=3)
+        grid = f"datasets: [{dataset}]\nsteps: {budget}\n"
+    else:
+        grid = f"envs: [{task}]\nframes: {budget}\n"
+    suite = tmp_path / f"kill_{algo}.yaml"
+    suite.write_text(f"algos: [{algo}]\n{grid}eval_every: {budget // 3}\neval_episodes: 2\n"
+                     f"per_algo:\n  {algo}: {json.dumps({**params, 'log_every': 100})}\n")
+    out, draw, progress = tmp_path / "out", random.Random(algo), 0
+    for _ in range(3):
+        process = _start(_command(suite, out))
+        try:
+            progress = _wait_for_checkpoint_past(process, out, progress)
+            time.sleep(draw.uniform(0.0, 0.4))
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+        progress = _checkpointed(out)
+    resumed = subprocess.run(_command(suite, out), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumes from its checkpoint at {progress:,}" in resumed.stderr
+    assert _series(out)[1] == _uninterrupted(suite, tmp_path)
