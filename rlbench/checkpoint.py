@@ -51,14 +51,16 @@ class RunStopped(KeyboardInterrupt):
         self.progress, self.path = progress, path
 
 
-@dataclass(frozen=True)
+@dataclass
 class CheckpointSettings:
     """Where and how often a run checkpoints, and what it resumes from.
 
     ``every``: units of the run's budget (frames or gradient steps) between checkpoints;
     None checkpoints only when a stop is requested. ``identity``: the run's identity; a
     checkpoint of another identity is refused. ``resume``: the state read from the run's
-    last checkpoint (``read_checkpoint``), or None to start from the beginning.
+    last checkpoint (``read_checkpoint``), or None to start from the beginning; the run's
+    loop lets go of it (sets None) once loaded, so a resumed run does not hold its buffer
+    twice.
     """
 
     directory: Path
@@ -127,6 +129,7 @@ def write_checkpoint(directory: Path, identity: str, progress: int, state: dict[
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(partial, path)
+        _fsync_directory(directory)  # the file's name is on disk before a manifest names it
         manifest = {"format": FORMAT, "rlbench": __version__, "identity": identity,
                     "progress": progress, "file": path.name, "size": writer.size,
                     "sha256": writer.digest.hexdigest()}
@@ -165,11 +168,14 @@ def _progress_of(path: Path) -> int:
 
 
 def _remove_older(directory: Path, keep: int, newest: Path) -> None:
+    """All but the ``keep`` newest checkpoints, and what writes a kill cut short left."""
     files = sorted((p for p in directory.glob("checkpoint-*.pt")
                     if p.stem.removeprefix("checkpoint-").isdigit()), key=_progress_of)
     for old in files[:max(len(files) - keep, 0)]:
         if old != newest:
             old.unlink(missing_ok=True)
+    for partial in directory.glob(".*.partial"):
+        partial.unlink(missing_ok=True)
 
 
 def read_manifest(directory: Path) -> dict[str, Any] | None:
@@ -229,6 +235,8 @@ def read_checkpoint(directory: Path, identity: str) -> dict[str, Any] | None:
         raise CheckpointRefused(f"{path} does not match its sha256: corrupt")
     try:
         payload = torch.load(path, weights_only=True, map_location="cpu")
+    except (MemoryError, OSError):  # this machine's trouble, not the file's: it stays
+        raise
     except Exception as err:
         raise CheckpointRefused(f"{path} cannot be read safely ({type(err).__name__}: "
                                 f"{str(err)[:300]})") from None

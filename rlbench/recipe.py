@@ -54,10 +54,8 @@ from rlbench.envs.transforms import VecNorm
 from rlbench.errors import quote
 from rlbench.state import (
     Count,
-    load_part_state,
-    load_rng_state,
-    part_state,
-    rng_state,
+    load_run_state,
+    run_state,
     tensordict_from_state,
     tensordict_state,
 )
@@ -371,12 +369,7 @@ class RunLoop:
         full disk) is reported and the run goes on, the previous checkpoint still valid;
         on a stop, the error propagates."""
         settings = self.spec.checkpoint
-        state = {
-            "parts": {name: part_state(part) for name, part in self._parts.items()},
-            "loop": self._loop_state(),
-            "rng": rng_state(),
-            "logger": self.logger.state_dict() if hasattr(self.logger, "state_dict") else None,
-        }
+        state = {**run_state(self._parts, self.logger), "loop": self._loop_state()}
         try:
             return write_checkpoint(settings.directory, settings.identity, progress, state,
                                     keep=settings.keep)
@@ -398,44 +391,33 @@ class RunLoop:
             "eval_schedule": self._eval_schedule.state_dict(),
             "log_schedule": None if self._log_schedule is None else
             self._log_schedule.state_dict(),
-            "checkpoint_schedule": None if self._checkpoint_schedule is None else
-            self._checkpoint_schedule.state_dict(),
             "metrics": self.metrics.state_dict(),
             "diagnostics": dict(self.diagnostics),
             "transitions": transitions,
         }
 
     def _resume(self) -> None:
-        """Put every part back as the checkpoint in ``spec.checkpoint.resume`` has it."""
+        """Put every part back as the checkpoint in ``spec.checkpoint.resume`` has it, then
+        let go of that checkpoint (its tensors were copied into the parts)."""
         settings = self.spec.checkpoint
         if settings is not None and stop_requested():  # asked to stop while setting up
             raise RunStopped(self._progress, None)
         if settings is None or settings.resume is None:
             return
-        checkpoint = settings.resume["state"]
-        saved, ours = set(checkpoint["parts"]), set(self._parts)
-        if saved != ours:
-            raise ValueError(f"the checkpoint holds the parts {sorted(saved)}; this run has "
-                             f"{sorted(ours)}")
-        for name, part in self._parts.items():
-            load_part_state(part, checkpoint["parts"][name])
+        checkpoint, settings.resume = settings.resume["state"], None
         loop = checkpoint["loop"]
         self._progress, self._train_seconds = loop["progress"], loop["train_seconds"]
         self._last_eval = loop["last_eval"]
         self._eval_schedule.load_state_dict(loop["eval_schedule"])
-        for schedule, key in ((self._log_schedule, "log_schedule"),
-                              (self._checkpoint_schedule, "checkpoint_schedule")):
-            if schedule is not None and loop[key] is not None:
-                schedule.load_state_dict(loop[key])
-        if self._checkpoint_schedule is not None and loop["checkpoint_schedule"] is None:
-            self._checkpoint_schedule.due(self._progress)  # the next multiple after here
+        if self._log_schedule is not None and loop["log_schedule"] is not None:
+            self._log_schedule.load_state_dict(loop["log_schedule"])
+        if self._checkpoint_schedule is not None:  # the next multiple, whatever the interval was
+            self._checkpoint_schedule.due(self._progress)
         self.metrics.load_state_dict(loop["metrics"], self.spec.device)
         self.diagnostics = dict(loop["diagnostics"])
         if loop["transitions"] is not None:
             self._transitions = [tensordict_from_state(loop["transitions"])]
-        if checkpoint["logger"] is not None:
-            self.logger.load_state_dict(checkpoint["logger"])
-        load_rng_state(checkpoint["rng"])
+        load_run_state(self._parts, self.logger, checkpoint)
 
     def _evaluate_now(self, progress: int) -> None:
         returns = self._evaluate()

@@ -12,6 +12,7 @@ is read with ``torch.load(weights_only=True)``, which runs no code.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-__all__ = ["Count", "load_part_state", "load_rng_state", "part_state", "rng_state",
-           "tensordict_from_state", "tensordict_state"]
+__all__ = ["Count", "load_part_state", "load_rng_state", "load_run_state", "part_state",
+           "rng_state", "run_state", "tensordict_from_state", "tensordict_state"]
 
 
 def tensordict_state(td: TensorDict) -> dict[str, Any]:
@@ -105,3 +106,25 @@ def load_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] is not None:
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def run_state(parts: Mapping[str, Any], logger: Any) -> dict[str, Any]:
+    """What a checkpoint holds of a run beyond its loop: the state of each named part, what
+    the logger logged (when it can say), and the global random streams."""
+    return {"parts": {name: part_state(part) for name, part in parts.items()},
+            "logger": logger.state_dict() if hasattr(logger, "state_dict") else None,
+            "rng": rng_state()}
+
+
+def load_run_state(parts: Mapping[str, Any], logger: Any, state: dict[str, Any]) -> None:
+    """Put ``parts`` (built afresh) and ``logger`` back as ``run_state`` found them; the
+    random streams last, so that nothing loading draws from them afterwards."""
+    saved, ours = set(state["parts"]), set(parts)
+    if saved != ours:
+        raise ValueError(f"the checkpoint holds the parts {sorted(saved)}; this run has "
+                         f"{sorted(ours)}")
+    for name, part in parts.items():
+        load_part_state(part, state["parts"][name])
+    if state["logger"] is not None:
+        logger.load_state_dict(state["logger"])
+    load_rng_state(state["rng"])

@@ -17,6 +17,7 @@ import contextlib
 import copy
 import multiprocessing as mp
 import os
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -217,6 +218,9 @@ def _worker(index: int, create_env_fn: EnvFactory, conn: Connection, spin: float
     actions there and writes its transitions and next roots there.
     """
     torch.set_num_threads(1)  # workers step simulators; parallelism is across workers
+    # Ctrl-C reaches every process of the terminal's group: the env's owner decides what
+    # it means (a run checkpoints first), then closes this worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         env = create_env_fn(index)
         conn.send(("specs", _specs_of(env)))
@@ -233,8 +237,6 @@ def _worker(index: int, create_env_fn: EnvFactory, conn: Connection, spin: float
                 continue
             state.handle(command, arg)
             conn.send(("ok", None))
-    except KeyboardInterrupt:
-        return
     except BaseException:
         conn.send(("error", traceback.format_exc()))
 

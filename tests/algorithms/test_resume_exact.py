@@ -190,3 +190,20 @@ def test_a_full_disk_stops_the_checkpoints_not_the_run(
     last = read_checkpoint(directory, "test-sac")  # the one before the disk filled
     assert 0 < last["progress"] < 400
     assert not list(directory.glob(".*partial"))
+
+
+def test_a_run_resumed_with_another_checkpoint_interval_goes_on(tmp_path: Path) -> None:
+    """``checkpoint_every`` is not part of a run's identity: a run killed under one interval
+    resumes under another and still logs the whole run's series."""
+    whole = SeriesLogger()
+    _train("sac", _spec("sac", tmp_path, None), whole)
+    directory = tmp_path / "checkpoints"
+    with pytest.raises(Died):
+        _train("sac", _spec("sac", tmp_path, CheckpointSettings(directory, "i", every=40)),
+               SeriesLogger(die_at=len(whole.points) // 2))
+    resume = read_checkpoint(directory, "i")
+    resumed = SeriesLogger()
+    _train("sac", _spec("sac", tmp_path, CheckpointSettings(directory, "i", every=70,
+                                                             resume=resume)), resumed)
+    assert resumed.series() == whole.series()
+    assert read_checkpoint(directory, "i")["progress"] % 70 == 0

@@ -30,15 +30,17 @@ from mlflow.entities import Run
 from rlbench.checkpoint import (
     CheckpointRefused,
     CheckpointSettings,
+    RunStopped,
     clear_stop,
     read_checkpoint,
     read_manifest,
     request_stop,
+    stop_requested,
 )
 from rlbench.harness.plan.algorithms import load_algorithm
 from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
-from rlbench.harness.run.locks import RunInProgressError, run_lock
+from rlbench.harness.run.locks import RunInProgressError, is_running_id, run_lock
 from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags, with_retry
 from rlbench.recipe import RunSpec, Seeds
 
@@ -71,12 +73,13 @@ def run_dir_for(out_dir: Path, config: RunConfig) -> Path:
 
 def checkpoint_dir_for(out_dir: Path, config: RunConfig) -> Path:
     """Where a run keeps its checkpoints: ``<out_dir>/checkpoints/<suite>/<algo>-<env>-
-    seed<i>-<config identity>``. Named by the identity without the code, so that a run
-    whose code changed finds the checkpoint the old code left, and says why it does not
-    resume from it."""
+    seed<i>-<config identity>/<identity>``. The runs of one config made by different code
+    share the parent directory (named by the identity without the code), so a run whose
+    code changed finds the checkpoint the old code left and says why it does not resume
+    from it; each code writes only its own directory, which the run's lock guards."""
     task = config.task.replace("/", "-")
     name = f"{config.algo}-{task}-seed{config.seed_index}-{config.config_identity}"
-    return out_dir / "checkpoints" / config.suite / name
+    return out_dir / "checkpoints" / config.suite / name / config.identity
 
 
 # How long a run waits for its lock: long enough for another sweep to finish planning,
@@ -168,13 +171,16 @@ def _execute_locked(
     seeds = derive_seeds(config.base_seed, config.seed_index)
     run_dir = run_dir_for(tracker.out_dir, config)
     checkpoints = checkpoint_dir_for(tracker.out_dir, config)
-    resume, why_not = _checkpoint_to_resume(config, checkpoints)
-    _prepare_run_dir(run_dir, None if resume is None else resume["progress"])
+    why_not = _remove_other_codes_checkpoints(tracker.out_dir, config, checkpoints)
+    resume, refused = _checkpoint_to_resume(config, checkpoints)
+    why_not = refused or why_not
+    progress = None if resume is None else resume["progress"]
+    _prepare_run_dir(run_dir, progress)
     tags = {**environment_tags(config.device), "run_dir": str(run_dir)}
-    if resume is not None:
-        tags["resumed_from"] = f"{resume['progress']} {config.unit}"
+    if progress is not None:
+        tags["resumed_from"] = f"{progress} {config.unit}"
         print(f"rlbench: {config.name} resumes from its checkpoint at "
-              f"{resume['progress']:,} {config.unit}", file=sys.stderr)
+              f"{progress:,} {config.unit}", file=sys.stderr)
     elif why_not is not None:
         tags["checkpoint_refused"] = why_not[:5000]
         print(f"rlbench: {config.name} starts from {config.unit} 0: {why_not}",
@@ -190,9 +196,8 @@ def _execute_locked(
              "identity": config.identity}, sort_keys=False))
         settings = CheckpointSettings(checkpoints, config.identity,
                                       every=config.checkpoint_every, resume=resume)
+        del resume  # the run's loop lets go of it once loaded
         status, error = _train(config, seeds, run_dir, recorder, settings)
-        if status == "FINISHED":  # nothing to resume any more
-            shutil.rmtree(checkpoints, ignore_errors=True)
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):  # a full disk must not swallow the interrupt
             recorder.flush()
@@ -210,6 +215,8 @@ def _execute_locked(
         if error:
             tracker.set_tags(run_id, {"error": error[:5000]})
         tracker.finish(run_id, status)
+        if status == "FINISHED":  # recorded: nothing to resume any more
+            shutil.rmtree(checkpoints.parent, ignore_errors=True)
     except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
         if not unrecorded:
             error = f"{status.lower()}, but could not be recorded: {one_line(exc)}"
@@ -232,19 +239,33 @@ def _execute_locked(
     )
 
 
+def _remove_other_codes_checkpoints(out_dir: Path, config: RunConfig,
+                                    directory: Path) -> str | None:
+    """Remove the checkpoints other code left for ``config`` (none is resumed: a run never
+    mixes two codes), but those of a run another process is running now; say which."""
+    said = None
+    siblings = directory.parent.iterdir() if directory.parent.is_dir() else ()
+    for other in sorted(siblings):
+        if other == directory or is_running_id(out_dir, other.name):
+            continue
+        try:
+            manifest = read_manifest(other)
+        except CheckpointRefused:
+            manifest = None
+        if manifest is not None:
+            said = (f"its checkpoint at {manifest['progress']:,} {config.unit} was made by "
+                    f"other code (run identity {other.name}, now {config.identity})")
+        shutil.rmtree(other, ignore_errors=True)
+    return said
+
+
 def _checkpoint_to_resume(config: RunConfig, directory: Path
                           ) -> tuple[dict | None, str | None]:
     """The checkpoint ``config``'s run resumes from, else None and why not (None when
-    there is none). A checkpoint that cannot be resumed from is removed: a run never mixes
-    two codes or reads a damaged file."""
+    there is none). A checkpoint that cannot be resumed from (truncated, corrupt) is
+    removed; a read that fails for this machine's reasons (memory, I/O) raises and the
+    checkpoint stays."""
     try:
-        manifest = read_manifest(directory)
-        if manifest is None:
-            return None, None
-        if manifest["identity"] != config.identity:
-            raise CheckpointRefused(
-                f"its checkpoint at {manifest['progress']:,} {config.unit} was made by other "
-                f"code (run identity {manifest['identity']}, now {config.identity})")
         return read_checkpoint(directory, config.identity), None
     except CheckpointRefused as refused:
         shutil.rmtree(directory, ignore_errors=True)
@@ -270,26 +291,34 @@ def _prepare_run_dir(run_dir: Path, progress: int | None) -> None:
 @contextmanager
 def _checkpoint_on_signals() -> Iterator[None]:
     """SIGTERM or Ctrl-C while the recipe trains: its loop checkpoints at the end of the
-    iteration and stops (``RunStopped``). The same signal again within a second is the
-    echo of one stop (Ctrl-C reaches a sweep and its workers, which pass it on as
-    SIGTERM) and is ignored; a later one stops at once. Outside the main thread (where
-    Python takes no handlers) signals keep their handlers."""
+    iteration and stops (``RunStopped``), and what the signal meant before (a sweep's
+    SIGTERM handler, say) takes it from there. While that stop is pending, SIGTERM is
+    ignored (Ctrl-C reaches a sweep and its workers, and the sweep passes it on as SIGTERM)
+    and a second Ctrl-C stops at once. Outside the main thread (where Python takes no
+    handlers) signals keep their handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    first: list[float] = []
+    received: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
-        if not first:
-            first.append(time.monotonic())
+        if not stop_requested():
+            received.append(signum)
             request_stop()
-        elif time.monotonic() - first[0] > 1.0:
+        elif signum == signal.SIGINT:
             raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     clear_stop()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+    except RunStopped:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        handler = previous[received[0]] if received else None
+        if callable(handler):
+            handler(received[0], None)  # raises what that signal raises there
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -46,7 +46,9 @@ def test_a_checkpoint_of_other_code_is_not_resumed(tmp_path: Path,
     args, out = _sweep(tmp_path)
     (config,) = resolve_sweep(args).runs
     directory = checkpoint_dir_for(out, config)
-    write_checkpoint(directory, "0123456789abcdef", 400, {"anything": 1})
+    assert directory.name == config.identity
+    write_checkpoint(directory.parent / "0123456789abcdef", "0123456789abcdef", 400,
+                     {"anything": 1})
 
     assert main(["run", *args]) == 0
     err = capfd.readouterr().err
@@ -56,7 +58,7 @@ def test_a_checkpoint_of_other_code_is_not_resumed(tmp_path: Path,
     run = _run(out)
     assert run.data.tags["checkpoint_refused"].startswith("its checkpoint at 400 frames")
     assert "resumed_from" not in run.data.tags
-    assert not directory.exists()
+    assert not directory.parent.exists()
 
 
 def test_a_corrupt_checkpoint_is_not_resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -114,7 +114,7 @@ def test_runs_killed_in_the_local_pool_resume_under_ray(tmp_path: Path, ray_loca
                              stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
-        while len(list((killed / "checkpoints").glob("*/*/checkpoint.json"))) < 2:
+        while len(list((killed / "checkpoints").glob("*/*/*/checkpoint.json"))) < 2:
             assert sweep.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
     finally:
