@@ -353,32 +353,32 @@ class RunLoop:
         if self.spec.checkpoint is None or last:
             return
         if stop_requested():
-            raise RunStopped(progress, self._checkpoint(progress, on_stop=True))
+            raise RunStopped(progress, self._checkpoint(progress, report_errors=True))
         if self._checkpoint_schedule is not None and self._checkpoint_schedule.due(progress):
-            self._checkpoint(progress, on_stop=False)
+            self._checkpoint(progress, report_errors=True)
 
     def checkpoint_now(self) -> Path:
         """Write a checkpoint at the current progress (what the schedule and a stop do);
         errors propagate. Needs ``spec.checkpoint``."""
         if self.spec.checkpoint is None:
             raise ValueError("this run has no checkpoint settings (spec.checkpoint)")
-        return self._checkpoint(self._progress, on_stop=True)
+        return self._checkpoint(self._progress, report_errors=False)
 
-    def _checkpoint(self, progress: int, on_stop: bool) -> Path | None:
-        """Write a checkpoint at ``progress``. A scheduled one that cannot be written (a
-        full disk) is reported and the run goes on, the previous checkpoint still valid;
-        on a stop, the error propagates."""
+    def _checkpoint(self, progress: int, report_errors: bool) -> Path | None:
+        """Write a checkpoint at ``progress``. With ``report_errors``, one that cannot be
+        written (a full disk, an unwritable directory) is reported and None returned: the
+        run goes on (or stops, on a stop request) with its previous checkpoint still valid."""
         settings = self.spec.checkpoint
         state = {**run_state(self._parts, self.logger), "loop": self._loop_state()}
         try:
             return write_checkpoint(settings.directory, settings.identity, progress, state,
                                     keep=settings.keep)
         except OSError as err:
-            if on_stop:
+            if not report_errors:
                 raise
             print(f"rlbench: could not write the checkpoint at {progress:,} into "
-                  f"{settings.directory} ({type(err).__name__}: {err}); the run goes on, "
-                  "its last checkpoint stays the one to resume from", file=sys.stderr)
+                  f"{settings.directory} ({type(err).__name__}: {err}); its last checkpoint "
+                  "stays the one to resume from", file=sys.stderr)
             return None
 
     def _loop_state(self) -> dict[str, Any]:

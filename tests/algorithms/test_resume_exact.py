@@ -18,7 +18,13 @@ import pytest
 from tensordict import TensorDict
 from torch import nn
 
-from rlbench.checkpoint import CheckpointSettings, read_checkpoint
+from rlbench.checkpoint import (
+    CheckpointSettings,
+    RunStopped,
+    clear_stop,
+    read_checkpoint,
+    request_stop,
+)
 from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.recipe import RunSpec
@@ -174,6 +180,19 @@ class FillingLogger(SeriesLogger):
                     pass
 
 
+class StoppingLogger(SeriesLogger):
+    """Asks the run to stop (as SIGTERM does) once its ``stop_at``-th point is logged."""
+
+    def __init__(self, stop_at: int):
+        super().__init__()
+        self.stop_at = stop_at
+
+    def _add(self, step: int, metrics: Mapping[str, float]) -> None:
+        super()._add(step, metrics)
+        if len(self.points) >= self.stop_at:
+            request_stop()
+
+
 def test_a_full_disk_stops_the_checkpoints_not_the_run(
         tmp_path: Path, small_disk: Path, capfd: pytest.CaptureFixture[str]) -> None:
     whole = SeriesLogger()
@@ -190,6 +209,15 @@ def test_a_full_disk_stops_the_checkpoints_not_the_run(
     last = read_checkpoint(directory, "test-sac")  # the one before the disk filled
     assert 0 < last["progress"] < 400
     assert not list(directory.glob(".*partial"))
+
+    stopping = StoppingLogger(stop_at=len(whole.points) // 2)  # the disk is still full
+    with pytest.raises(RunStopped) as stopped:
+        try:
+            _train("sac", _spec("sac", tmp_path, settings), stopping)
+        finally:
+            clear_stop()
+    assert stopped.value.path is None  # it stopped all the same, with what it had
+    assert read_checkpoint(directory, "test-sac")["progress"] == last["progress"]
 
 
 def test_a_run_resumed_with_another_checkpoint_interval_goes_on(tmp_path: Path) -> None:
