@@ -13,6 +13,13 @@ Our recipes run through their ``train`` entry exactly as the harness calls them 
 final evaluation is one episode, a few ms on Hopper's early policies). Goals:
 PPO >= 2x and SAC >= 3x SB3's frames/s. Run: ``make bench`` (``ci/bench_report.py``
 prints the ratios).
+
+Those rounds pay each side's setup (imports aside: model, buffer and env construction, the
+first call's warm-up) in every round. What a long run pays is the steady state, measured by
+the ``*_steady`` pairs: SB3's model is built once and each round continues its training
+(``learn(..., reset_num_timesteps=False)``); a ``train`` call cannot continue, so our
+steady rate is the frames between a long and a short run over the difference of their
+times (``steady_minus``: the short one), in which setup cancels out.
 """
 
 from __future__ import annotations
@@ -125,3 +132,56 @@ def test_sac_sb3(benchmark) -> None:
 
     benchmark.extra_info["frames_per_round"] = SAC_FRAMES
     benchmark.pedantic(run, rounds=3, warmup_rounds=1)
+
+
+STEADY_ROLLOUTS = 4  # PPO rollouts per steady round
+SAC_STEADY_FRAMES = 1024  # SAC training frames per steady round
+
+
+def test_ppo_rlbench_steady(benchmark, tmp_path: Path) -> None:
+    """``test_ppo_rlbench`` with ``STEADY_ROLLOUTS`` more rollouts."""
+    frames = PPO_FRAMES * (1 + STEADY_ROLLOUTS)
+    spec = _spec(_ppo_config(), frames, tmp_path)
+    benchmark.extra_info.update(steady_minus="test_ppo_rlbench",
+                                steady_frames=frames - PPO_FRAMES)
+    benchmark.pedantic(ppo.train, args=(spec, NullLogger()), rounds=3, warmup_rounds=1)
+
+
+def test_ppo_sb3_steady(benchmark) -> None:
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    cfg = _ppo_config()
+    env = VecNormalize(make_vec_env("Hopper-v5", n_envs=1, seed=0), gamma=cfg.gamma)
+    model = sb3.PPO("MlpPolicy", env, n_steps=cfg.rollout_steps,
+                    batch_size=cfg.minibatch_size, n_epochs=cfg.epochs,
+                    learning_rate=cfg.learning_rate, gamma=cfg.gamma,
+                    gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_epsilon,
+                    ent_coef=cfg.entropy_coef, vf_coef=cfg.critic_coef / 2,
+                    max_grad_norm=cfg.max_grad_norm, seed=0, device="cpu")
+    frames = PPO_FRAMES * STEADY_ROLLOUTS
+    benchmark.extra_info["frames_per_round"] = frames
+    benchmark.pedantic(model.learn, args=(frames,), kwargs={"reset_num_timesteps": False},
+                       rounds=3, warmup_rounds=1)
+    env.close()
+
+
+def test_sac_rlbench_steady(benchmark, tmp_path: Path) -> None:
+    """``test_sac_rlbench`` with ``SAC_STEADY_FRAMES`` more training frames."""
+    spec = _spec(_sac_config(), SAC_FRAMES + SAC_STEADY_FRAMES, tmp_path)
+    benchmark.extra_info.update(steady_minus="test_sac_rlbench",
+                                steady_frames=SAC_STEADY_FRAMES)
+    benchmark.pedantic(sac.train, args=(spec, NullLogger()), rounds=3, warmup_rounds=1)
+
+
+def test_sac_sb3_steady(benchmark) -> None:
+    cfg = _sac_config()
+    model = sb3.SAC("MlpPolicy", "Hopper-v5", buffer_size=cfg.buffer_size,
+                    batch_size=cfg.batch_size, learning_starts=cfg.learning_starts,
+                    learning_rate=cfg.actor_lr, gamma=cfg.gamma, tau=cfg.tau,
+                    train_freq=cfg.train_every, gradient_steps=cfg.gradient_steps,
+                    policy_kwargs={"net_arch": list(cfg.hidden_sizes)}, seed=0, device="cpu")
+    model.learn(cfg.learning_starts)  # past the random start: every timed frame trains
+    benchmark.extra_info["frames_per_round"] = SAC_STEADY_FRAMES
+    benchmark.pedantic(model.learn, args=(SAC_STEADY_FRAMES,),
+                       kwargs={"reset_num_timesteps": False}, rounds=3, warmup_rounds=1)

@@ -203,17 +203,19 @@ def test_sigterm_and_ctrl_c_checkpoint_before_the_run_stops(
 # three times in-process on every CI run).
 EVERY_RECIPE = {
     "ppo": ("CartPole-v1", {"num_envs": 2, "rollout_steps": 64, "epochs": 2,
-                            "minibatch_size": 64, "anneal_lr": True}, 20480),
-    "a2c": ("CartPole-v1", {"num_envs": 4, "anneal_lr": True}, 20000),
-    "dqn": ("CartPole-v1", {"learning_starts": 100, "train_every": 4, "hidden_sizes": [32, 32],
-                            "n_step": 3, "target_update_interval": 100}, 12000),
+                            "minibatch_size": 64, "anneal_lr": True}, 20480),  # logs every rollout
+    "a2c": ("CartPole-v1", {"num_envs": 4, "anneal_lr": True, "log_every": 100}, 20000),
+    "dqn": ("CartPole-v1", {"learning_starts": 100, "train_every": 4, "gradient_steps": 1,
+                            "hidden_sizes": [32, 32], "n_step": 3,
+                            "target_update_interval": 100, "log_every": 100}, 12000),
     "sac": ("Pendulum-v1", {"learning_starts": 100, "batch_size": 32,
-                            "hidden_sizes": [32, 32]}, 6000),
+                            "hidden_sizes": [32, 32], "log_every": 100}, 6000),
     "td3": ("Pendulum-v1", {"learning_starts": 100, "batch_size": 32, "hidden_sizes": [32, 32],
-                            "exploration_noise": "ou"}, 6000),
+                            "exploration_noise": "ou", "log_every": 100}, 6000),
     "ddpg": ("Pendulum-v1", {"learning_starts": 100, "batch_size": 32,
-                             "hidden_sizes": [32, 32]}, 6000),
-    **{algo: ("dataset", {"batch_size": 64, "hidden_sizes": [32, 32]}, 6000)
+                             "hidden_sizes": [32, 32], "log_every": 100}, 6000),
+    **{algo: ("dataset", {"batch_size": 64, "hidden_sizes": [32, 32], "log_every": 100},
+              6000)
        for algo in ("bc", "td3_bc", "iql", "cql", "rebrac", "awac", "edac")},
 }
 
@@ -229,7 +231,7 @@ def test_every_recipe_killed_three_times_resumes_exactly(tmp_path: Path, algo: s
         grid = f"envs: [{task}]\nframes: {budget}\n"
     suite = tmp_path / f"kill_{algo}.yaml"
     suite.write_text(f"algos: [{algo}]\n{grid}eval_every: {budget // 3}\neval_episodes: 2\n"
-                     f"per_algo:\n  {algo}: {json.dumps({**params, 'log_every': 100})}\n")
+                     f"per_algo:\n  {algo}: {json.dumps(params)}\n")
     out, draw, progress = tmp_path / "out", random.Random(algo), 0
     for _ in range(3):
         process = _start(_command(suite, out))
