@@ -18,7 +18,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlbench.data import TRANSITION_KEYS, OfflineDataset, ReplayBuffer, TensorStorage, load_dataset
+from rlbench.data import OfflineDataset, ReplayBuffer, TensorStorage, load_dataset
+from rlbench.data.offline_dataset import INDEX_KEY, STEP_KEYS
 from rlbench.envs import EnvBase, TransformedEnv, make
 from rlbench.envs.transforms import ObservationNorm
 from rlbench.errors import ConfigError
@@ -85,24 +86,22 @@ def open_dataset(spec: RunSpec, cfg: Any, *, batch_size: int,
     if spec.dataset_sha256 is not None and sha256 != spec.dataset_sha256:
         raise ConfigError(f"{spec.dataset} changed since the sweep was planned (sha256 "
                           f"{sha256[:12]}, planned {spec.dataset_sha256[:12]}): plan it again")
+    steps = dataset.steps.select(*STEP_KEYS, *(("episode",) if next_actions else ()))
     if next_actions:
-        transitions = with_next_actions(dataset.transitions.select(*TRANSITION_KEYS, "episode"))
-        transitions = transitions.exclude("episode")
-    else:
-        transitions = dataset.transitions.select(*TRANSITION_KEYS)
+        steps = with_next_actions(steps).exclude("episode")
+    observations = dataset.observations
     normalization = None
-    if cfg.normalize_states:
-        observations = transitions.get("observation").double()
-        loc = observations.mean(0)
-        scale = observations.std(0, unbiased=False) + STATE_STD_EPS
-        for key in ("observation", ("next", "observation")):
-            transitions.set(key, ((transitions.get(key).double() - loc) / scale).float())
+    if cfg.normalize_states:  # the statistics of the observations the steps start from
+        own = observations[steps.get(INDEX_KEY)].double()
+        loc = own.mean(0)
+        scale = own.std(0, unbiased=False) + STATE_STD_EPS
+        del own
+        observations = ((observations.double() - loc) / scale).float()
         normalization = ObservationNorm(loc.float(), scale.float(), keys=("observation",))
     if reward_scale is not None:
-        reward = transitions.get(("next", "reward"))
-        transitions.set(("next", "reward"),
-                        (reward.double() * reward_scale(dataset)).float())
-    normalized = OfflineDataset(transitions, dataset.env_id, dataset.ref_min_score,
+        reward = steps.get(("next", "reward"))
+        steps.set(("next", "reward"), (reward.double() * reward_scale(dataset)).float())
+    normalized = OfflineDataset(observations, steps, dataset.env_id, dataset.ref_min_score,
                                 dataset.ref_max_score, dataset.provenance)
     buffer = normalized.replay_buffer(batch_size, storage=TensorStorage(
         max(len(normalized), 1), device=spec.device))
@@ -131,9 +130,8 @@ def return_range_scale(dataset: OfflineDataset, max_episode_steps: int = 1000) -
     """CORL's reward normalisation for gym-MuJoCo (IQL, from the IQL paper):
     ``max_episode_steps / (max return - min return)`` over the dataset's episodes, with
     gym-MuJoCo's 1000-step episode limit."""
-    transitions = dataset.transitions
-    rewards = transitions.get(("next", "reward")).reshape(-1).double()
-    episodes = transitions.get("episode").reshape(-1)
+    rewards = dataset.steps.get(("next", "reward")).reshape(-1).double()
+    episodes = dataset.steps.get("episode").reshape(-1)
     _, index = torch.unique_consecutive(episodes, return_inverse=True)
     returns = torch.zeros(int(index.max()) + 1, dtype=torch.float64).index_add_(0, index, rewards)
     spread = float(returns.max() - returns.min())

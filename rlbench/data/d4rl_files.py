@@ -34,7 +34,13 @@ from rlbench.data.hdf5_arrays import (
     stored_array,
     unreadable_as_config_error,
 )
-from rlbench.data.offline_dataset import OfflineDataset, reference_scores, sha256_of
+from rlbench.data.offline_dataset import (
+    INDEX_KEY,
+    OfflineDataset,
+    index_dtype,
+    reference_scores,
+    sha256_of,
+)
 from rlbench.envs.registry import check_stored_env_id
 from rlbench.errors import ConfigError, one_line
 
@@ -81,19 +87,21 @@ def read_d4rl(path: str | os.PathLike, *, name: str | None = None,
         raise ConfigError(f"{path} is not a readable HDF5 file ({one_line(err)})") from err
     with unreadable_as_config_error(path), handle:
         arrays, metadata, attrs = _read_d4rl_arrays(path, handle)
-    obs, actions, next_obs = arrays["observations"], arrays["actions"], arrays["next_observations"]
-    if obs.ndim != 2 or actions.ndim not in (1, 2):
-        raise ConfigError(f"{path}: observations {obs.shape} must be (N, size) and actions "
-                          f"{actions.shape} (N, size), or (N,) for discrete actions")
-    if next_obs is not None and next_obs.shape != obs.shape:
-        raise ConfigError(f"{path}: next_observations has shape {next_obs.shape}, expected "
-                          f"{obs.shape} like observations")
-    for key in ("observations", "actions", "rewards", "next_observations"):
-        if arrays[key] is not None:
-            check_finite(path, key, arrays[key])
-    steps_in_file, timeouts_stored = len(obs), arrays["timeouts_stored"]
-    transitions = _d4rl_transitions(obs, actions, arrays["rewards"], arrays["terminals"],
-                                    arrays["timeouts"], next_obs)
+        table, actions, next_obs = (arrays["observations"], arrays["actions"],
+                                    arrays["next_observations"])
+        steps_in_file = len(arrays["terminals"])
+        obs = table[:steps_in_file]
+        if obs.ndim != 2 or actions.ndim not in (1, 2):
+            raise ConfigError(f"{path}: observations {obs.shape} must be (N, size) and actions "
+                              f"{actions.shape} (N, size), or (N,) for discrete actions")
+        if next_obs is not None and next_obs.shape != obs.shape:
+            raise ConfigError(f"{path}: next_observations has shape {next_obs.shape}, "
+                              f"expected {obs.shape} like observations")
+        check_finite(path, "observations", obs)
+        check_finite(path, "actions", actions)
+        observations, steps = _d4rl_dataset(path, table, actions, arrays["rewards"],
+                                             arrays["terminals"], arrays["timeouts"], next_obs)
+    timeouts_stored = arrays["timeouts_stored"]
     default_env = D4RL_ENVS.get(name.split("-")[0])
     stored_env = attrs.get("env_id", metadata.get("metadata/env_id"))
     env_id = (default_env if stored_env is None else
@@ -114,7 +122,8 @@ def read_d4rl(path: str | os.PathLike, *, name: str | None = None,
         provenance["eval_env_note"] = (f"D4RL's data came from mujoco-py {name.split('-')[0]} "
                                        f"v3 envs, which gymnasium 1.x cannot make; evaluated "
                                        f"in {env_id}, the same model, observations and actions")
-    return OfflineDataset(transitions, env_id, ref_min, ref_max, provenance)
+    return OfflineDataset(torch.from_numpy(observations), steps, env_id, ref_min, ref_max,
+                          provenance)
 
 
 def _read_d4rl_arrays(path: Path, handle: Any) -> tuple[dict[str, Any], dict[str, Any],
@@ -137,17 +146,20 @@ def _read_d4rl_arrays(path: Path, handle: Any) -> tuple[dict[str, Any], dict[str
     check_fits_memory(where, items.values())
     metadata = {key: small_value(handle[key]) for key in _walk(where, handle, "metadata")}
     attrs = {key: small_value(handle.attrs[key]) for key in handle.attrs}
+    terminals = flags(where, "terminals", per_step(path, "terminals", items["terminals"][()], n))
+    timeouts = (flags(where, "timeouts", per_step(path, "timeouts", items["timeouts"][()], n))
+                if "timeouts" in items else np.zeros(n, dtype=bool))
+    # room for the observations the table adds: a zero row (no next observations stored),
+    # or each episode's final observation (next observations stored)
+    extra = 1 if "next_observations" not in items else int((terminals | timeouts).sum()) + 1
     return {
-        "observations": read_float32(items["observations"]),
+        "observations": read_float32(items["observations"], extra_rows=extra),
         "actions": read_float32(items["actions"]),
         "rewards": as_float32(_finite(path, "rewards", per_step(path, "rewards",
                                                                 items["rewards"][()], n))),
-        "terminals": flags(where, "terminals", per_step(path, "terminals",
-                                                     items["terminals"][()], n)),
-        "timeouts": (flags(where, "timeouts", per_step(path, "timeouts", items["timeouts"][()], n))
-                     if "timeouts" in items else np.zeros(n, dtype=bool)),
-        "next_observations": (read_float32(items["next_observations"])
-                              if "next_observations" in items else None),
+        "terminals": terminals,
+        "timeouts": timeouts,
+        "next_observations": items.get("next_observations"),
         "timeouts_stored": "timeouts" in items,
     }, metadata, attrs
 
@@ -195,41 +207,102 @@ def _compact(values: np.ndarray, keep: np.ndarray, chunk: int = 1 << 16) -> np.n
     return values[:len(keep)]
 
 
-def _d4rl_transitions(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-                      terminals: np.ndarray, timeouts: np.ndarray,
-                      next_obs: np.ndarray | None) -> TensorDict:
-    """The file's arrays as transitions; ``obs`` and ``actions`` are reused in place."""
-    n = obs.shape[0]
-    ends = terminals | timeouts
-    episode = np.concatenate([[0], np.cumsum(ends[:-1])]) if n else np.zeros(0, np.int64)
+def _d4rl_dataset(path: Path, table: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+                  terminals: np.ndarray, timeouts: np.ndarray,
+                  next_obs: h5py.Dataset | None) -> tuple[np.ndarray, TensorDict]:
+    """The file's arrays as an observation table and steps (see ``OfflineDataset``).
+
+    ``table`` holds the file's observations followed by room for the rows added here;
+    ``actions`` is reused in place. Without next observations (``next_obs`` None) the next
+    observation is the next row, within an episode only; a terminal step's is a zero row.
+    With them, each is compared with the next row bit for bit, and those that differ (an
+    episode's final observation) are appended to the table.
+    """
+    n = len(terminals)
+    rows = index_dtype(len(table) + n)
+    numpy_rows = np.int32 if rows == torch.int32 else np.int64
+    episode = np.zeros(n, dtype=numpy_rows)
+    if n:
+        np.cumsum(terminals[:-1] | timeouts[:-1], out=episode[1:])
     if next_obs is not None:  # every step has its next observation: keep them all
-        keep = np.arange(n)
-        following = next_obs
         truncated = timeouts.copy()
         if n:
             truncated[-1] |= not terminals[-1]  # the file cuts the last episode
-    else:  # the next observation is the next row, within an episode only
+        table, following = _next_observation_rows(path, next_obs, table, n)
+        own = torch.arange(n, dtype=rows)
+        following = torch.from_numpy(following).to(rows)
+    else:
         last = np.zeros(n, dtype=bool)
         if n:
             last[-1] = True
-        keep = np.flatnonzero(~((timeouts | last) & ~terminals))
-        following = np.zeros((len(keep), *obs.shape[1:]), dtype=obs.dtype)
-        for start in range(0, len(keep), 1 << 16):  # chunks: no full-size temporary
-            rows = keep[start:start + (1 << 16)]
-            inside = ~terminals[rows]
-            following[start:start + len(rows)][inside] = obs[rows[inside] + 1]
-        truncated = np.zeros(n, dtype=bool)
-    terminated = terminals[keep]
-    truncated = truncated[keep]
-    return TensorDict({
-        "observation": torch.from_numpy(_compact(obs, keep)),
-        "action": torch.from_numpy(_compact(actions, keep)),
-        "episode": torch.from_numpy(episode[keep].astype(np.int64)),
+        keep = _rows_where(~((timeouts | last) & ~terminals), numpy_rows)
+        table = table[:n + 1]
+        table[n] = 0
+        # every per-step array is compacted in place: no second copy of any of them
+        actions, rewards, episode = (_compact(values, keep)
+                                     for values in (actions, rewards, episode))
+        terminals = terminals[keep]
+        truncated = np.zeros(len(keep), dtype=bool)
+        own = torch.from_numpy(keep)
+        following = own + 1
+        following[torch.from_numpy(terminals)] = n
+    steps = TensorDict({
+        "action": torch.from_numpy(actions),
+        "episode": torch.from_numpy(episode),
+        INDEX_KEY: own,
         "next": {
-            "observation": torch.from_numpy(following),
-            "reward": torch.from_numpy(rewards[keep].reshape(-1, 1).copy()),
-            "terminated": torch.from_numpy(terminated.reshape(-1, 1).copy()),
-            "truncated": torch.from_numpy(truncated.reshape(-1, 1).copy()),
-            "done": torch.from_numpy((terminated | truncated).reshape(-1, 1)),
+            "reward": torch.from_numpy(rewards.reshape(-1, 1)),
+            "terminated": torch.from_numpy(terminals.reshape(-1, 1).copy()),
+            "truncated": torch.from_numpy(truncated.reshape(-1, 1)),
+            "done": torch.from_numpy((terminals | truncated).reshape(-1, 1)),
+            INDEX_KEY: following,
         },
-    }, batch_size=[len(keep)])
+    }, batch_size=[len(own)])
+    return table, steps
+
+
+def _rows_where(mask: np.ndarray, dtype: type, chunk: int = 1 << 16) -> np.ndarray:
+    """``np.flatnonzero(mask)`` as ``dtype``, found ``chunk`` rows at a time (no int64
+    array of every row on the way)."""
+    found = np.empty(int(mask.sum()), dtype=dtype)
+    filled = 0
+    for start in range(0, len(mask), chunk):
+        part = np.flatnonzero(mask[start:start + chunk])
+        found[filled:filled + len(part)] = part + start
+        filled += len(part)
+    return found
+
+
+def _next_observation_rows(path: Path, item: Any, table: np.ndarray, n: int,
+                           chunk: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
+    """The table with the stored next observations that are not the next row appended,
+    and each step's next-observation row. Read ``chunk`` rows at a time."""
+    following = np.arange(1, n + 1, dtype=np.int64)
+    appended: list[np.ndarray] = []
+    room = len(table) - n
+    used = 0
+    for start in range(0, n, chunk):
+        end = min(start + chunk, n)
+        values = (item.astype(np.float32)[start:end] if item.dtype.kind == "f" else
+                  item[start:end])
+        if values.dtype != table.dtype:
+            raise ConfigError(f"{path}: next_observations are {values.dtype} and observations "
+                              f"{table.dtype}: they must be of one kind")
+        check_finite(path, "next_observations", values)
+        same = np.zeros(end - start, dtype=bool)
+        inside = min(end, n - 1) - start  # steps with a next row in the file
+        if inside > 0:
+            flat = values[:inside].reshape(inside, -1).view(np.uint8)
+            ahead = table[start + 1:start + 1 + inside].reshape(inside, -1).view(np.uint8)
+            same[:inside] = (flat == ahead).all(axis=1)
+        differ = np.flatnonzero(~same)
+        for i in differ:
+            if used < room:
+                table[n + used] = values[i]
+            else:
+                appended.append(values[i])
+            following[start + i] = n + used
+            used += 1
+    if appended:  # more than one differing row per episode: grow the table (a copy)
+        table = np.concatenate((table[:n + room], np.stack(appended)))
+    return table[:n + used], following

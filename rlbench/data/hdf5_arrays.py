@@ -135,18 +135,22 @@ def unreadable_as_config_error(path: Path) -> Iterator[None]:
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def check_finite(path: Path | str, key: str, values: np.ndarray) -> None:
+def check_finite(path: Path | str, key: str, values: np.ndarray, chunk: int = 1 << 16) -> None:
     """Refuse, naming its index, a NaN, an infinity, or a number too large for float32
-    (rlbench keeps floats as float32: 1e300 would become an infinity)."""
+    (rlbench keeps floats as float32: 1e300 would become an infinity). Checked ``chunk``
+    rows at a time: the masks stay small beside a large array."""
     if values.dtype.kind != "f":
         return
-    bad = ~np.isfinite(values)
-    if values.dtype.itemsize > 4:
-        bad |= np.abs(np.where(bad, 0, values)) > _FLOAT32_MAX
-    if bad.any():
-        index = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ConfigError(f"{path}: {key} holds {values[index]} at index {index}: datasets "
-                          f"must be finite and within float32's range")
+    for start in range(0, max(len(values), 1), chunk):
+        part = values[start:start + chunk]
+        bad = ~np.isfinite(part)
+        if values.dtype.itemsize > 4:
+            bad |= np.abs(np.where(bad, 0, part)) > _FLOAT32_MAX
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            index = (index[0] + start, *index[1:]) if index else index
+            raise ConfigError(f"{path}: {key} holds {values[index]} at index {index}: "
+                              f"datasets must be finite and within float32's range")
 
 
 def as_float32(values: np.ndarray) -> np.ndarray:
@@ -154,12 +158,17 @@ def as_float32(values: np.ndarray) -> np.ndarray:
     return values.astype(np.float32, copy=False) if values.dtype.kind == "f" else values
 
 
-def read_float32(item: Any) -> np.ndarray:
+def read_float32(item: Any, extra_rows: int = 0) -> np.ndarray:
     """An HDF5 dataset read into memory, floats converted to float32 as they are read (a
-    float64 file never has a float64 copy in memory)."""
-    if item.dtype.kind == "f" and item.dtype != np.float32:
-        return item.astype(np.float32)[()]
-    return item[()]
+    float64 file never has a float64 copy in memory); ``extra_rows`` uninitialised rows
+    follow the data, room a caller fills without copying the array."""
+    dtype = np.float32 if item.dtype.kind == "f" else item.dtype
+    if not extra_rows:
+        return item.astype(np.float32)[()] if dtype != item.dtype else item[()]
+    out = np.empty((item.shape[0] + extra_rows, *item.shape[1:]), dtype=dtype)
+    if item.shape[0]:
+        item.read_direct(out, dest_sel=np.s_[:item.shape[0]])
+    return out
 
 
 def per_step(path: Path | str, key: str, values: np.ndarray, n: int) -> np.ndarray:

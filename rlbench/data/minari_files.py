@@ -29,7 +29,13 @@ from rlbench.data.hdf5_arrays import (
     stored_array,
     unreadable_as_config_error,
 )
-from rlbench.data.offline_dataset import OfflineDataset, reference_scores, sha256_of
+from rlbench.data.offline_dataset import (
+    INDEX_KEY,
+    OfflineDataset,
+    index_dtype,
+    reference_scores,
+    sha256_of,
+)
 from rlbench.envs.registry import check_stored_env_id
 from rlbench.errors import ConfigError, one_line, quote
 from rlbench.untrusted_files import path_is, read_json
@@ -82,8 +88,8 @@ def read_minari(path: str | os.PathLike, *,
                                       for item in _arrays_of(group, _EPISODE_KEYS)))
         episodes = [_minari_episode(main, name, group, number)
                     for number, (name, group) in enumerate(groups.items())]
-    _check_same_layout(main, list(groups), episodes)
-    transitions = torch.cat(episodes, dim=0)
+    _check_same_layout(main, list(groups), [_layout(*episode) for episode in episodes])
+    observations, steps = _joined(episodes)
     provenance = {
         "source": str(path), "name": metadata.get("dataset_id"), "format": "minari-hdf5",
         "minari_version": metadata.get("minari_version"), "sha256": sha256_of(main),
@@ -93,7 +99,7 @@ def read_minari(path: str | os.PathLike, *,
                                           "num_episodes_average_score") if key in metadata},
         "reference_scores": "the dataset's metadata" if ref_min is not None else None,
     }
-    return OfflineDataset(transitions, env_id, ref_min, ref_max, provenance)
+    return OfflineDataset(observations, steps, env_id, ref_min, ref_max, provenance)
 
 
 def _minari_metadata(meta_path: Path) -> dict[str, Any]:
@@ -167,7 +173,9 @@ def _arrays_of(group: Any, keys: Sequence[str] | None = None) -> list[Any]:
     return found
 
 
-def _minari_episode(main: Path, name: str, group: Any, number: int) -> TensorDict:
+def _minari_episode(main: Path, name: str, group: Any, number: int
+                    ) -> tuple[torch.Tensor | TensorDict, TensorDict]:
+    """An episode group's T+1 observations and its T steps (without their observations)."""
     where = f"{main}: {name}"
     items = {key: stored_array(where, group, key)
              for key in ("rewards", "terminations", "truncations")}
@@ -188,18 +196,31 @@ def _minari_episode(main: Path, name: str, group: Any, number: int) -> TensorDic
     check_finite(where, "rewards", rewards)
     terminated = ended["terminations"].reshape(steps, 1)
     truncated = ended["truncations"].reshape(steps, 1)
-    return TensorDict({
-        "observation": observations[:-1],
+    return observations, TensorDict({
         "action": actions,
         "episode": torch.full((steps,), number, dtype=torch.int64),
         "next": {
-            "observation": observations[1:],
             "reward": torch.from_numpy(as_float32(rewards).reshape(steps, 1).copy()),
             "terminated": torch.from_numpy(terminated.copy()),
             "truncated": torch.from_numpy(truncated.copy()),
             "done": torch.from_numpy(terminated | truncated),
         },
     }, batch_size=[steps])
+
+
+def _joined(episodes: list[tuple[torch.Tensor | TensorDict, TensorDict]]
+            ) -> tuple[torch.Tensor | TensorDict, TensorDict]:
+    """One observation table of every episode's T+1 observations, and every step with the
+    rows of its observation and the next one in it."""
+    observations = torch.cat([obs for obs, _ in episodes])
+    steps = torch.cat([episode_steps for _, episode_steps in episodes])
+    own = torch.ones(observations.shape[0], dtype=torch.bool)
+    ends = torch.tensor([obs.shape[0] for obs, _ in episodes]).cumsum(0) - 1
+    own[ends] = False  # an episode's final observation is no step's own
+    rows = torch.arange(observations.shape[0], dtype=index_dtype(observations.shape[0]))[own]
+    steps.set(INDEX_KEY, rows)
+    steps.set(("next", INDEX_KEY), rows + 1)
+    return observations, steps
 
 
 def _nested(parent: Any, where: str, key: str, length: int) -> torch.Tensor | TensorDict:
@@ -219,17 +240,23 @@ def _nested(parent: Any, where: str, key: str, length: int) -> torch.Tensor | Te
     return torch.from_numpy(np.ascontiguousarray(values))
 
 
-def _layout(episode: TensorDict) -> dict[Any, tuple]:
-    return {key: (tuple(value.shape[1:]), value.dtype)
-            for key, value in episode.items(include_nested=True, leaves_only=True)}
+def _layout(observations: torch.Tensor | TensorDict, steps: TensorDict) -> dict[Any, tuple]:
+    """Each observation and step key's per-item shape and dtype."""
+    layout = ({"observation": (tuple(observations.shape[1:]), observations.dtype)}
+              if isinstance(observations, torch.Tensor) else
+              {("observation", *(key if isinstance(key, tuple) else (key,))):
+               (tuple(value.shape[1:]), value.dtype)
+               for key, value in observations.items(include_nested=True, leaves_only=True)})
+    layout.update({key: (tuple(value.shape[1:]), value.dtype)
+                   for key, value in steps.items(include_nested=True, leaves_only=True)})
+    return layout
 
 
-def _check_same_layout(main: Path, names: list[str], episodes: list[TensorDict]) -> None:
+def _check_same_layout(main: Path, names: list[str], layouts: list[dict[Any, tuple]]) -> None:
     """Every episode's observations and actions have the first episode's keys, shapes and
     dtypes (concatenating them would fail or, worse, broadcast)."""
-    first = _layout(episodes[0])
-    for name, episode in zip(names[1:], episodes[1:], strict=True):
-        layout = _layout(episode)
+    first = layouts[0]
+    for name, layout in zip(names[1:], layouts[1:], strict=True):
         if layout != first:
             key = next(k for k in [*first, *layout] if first.get(k) != layout.get(k))
             shown = "/".join(key) if isinstance(key, tuple) else key

@@ -115,8 +115,9 @@ def _checked(dataset: OfflineDataset) -> OfflineDataset:
                     "action": env.action_spec.shape[batch:]}
     finally:
         env.close()
+    stored_values = {"observation": dataset.observations, "action": dataset.steps.get("action")}
     for key, shape in expected.items():
-        stored = dataset.transitions.get(key)
+        stored = stored_values[key]
         if isinstance(stored, torch.Tensor) and stored.shape[1:] != shape:
             raise ConfigError(f"{dataset.provenance['source']}: {key}s have shape "
                               f"{tuple(stored.shape[1:])}, and {dataset.env_id}'s are "

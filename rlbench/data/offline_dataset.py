@@ -11,43 +11,106 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tensordict import TensorDict
 
 from rlbench.data.replay_buffer import ReplayBuffer
 from rlbench.data.storages import Storage, TensorStorage
 from rlbench.errors import ConfigError, quote
 
-__all__ = ["OfflineDataset", "d4rl_score", "reference_scores", "sha256_of"]
+__all__ = ["INDEX_KEY", "STEP_KEYS", "OfflineDataset", "d4rl_score", "index_dtype",
+           "reference_scores", "sha256_of"]
+
+
+INDEX_KEY = "observation_index"  # a step's row of ``observations``; under "next": its next's
+_INDEX_KEYS = (INDEX_KEY, ("next", INDEX_KEY))
+# ``rlbench.data.TRANSITION_KEYS`` as steps: what an off-policy learner reads, the two
+# observations as their rows
+STEP_KEYS = ("action", ("next", "reward"), ("next", "terminated"), *_INDEX_KEYS)
+
+
+def index_dtype(rows: int) -> torch.dtype:
+    """The narrowest dtype that indexes ``rows`` observations: int32 below 2**31 rows."""
+    return torch.int32 if rows < 2**31 else torch.int64
 
 
 @dataclass
 class OfflineDataset:
-    """A fixed dataset of transitions, with what is known about where it came from."""
+    """A fixed dataset of transitions, with what is known about where it came from.
 
-    transitions: TensorDict  # [N], see the module docstring
+    Observations are kept once: ``observations`` (``[M, ...]``, a tensor or a TensorDict of
+    nested entries) holds every observation of every episode, and ``steps`` (``[N]``) holds
+    the rest of each transition with two row numbers into it, ``"observation_index"`` and
+    ``("next", "observation_index")``. A step's next observation is usually the row after
+    its own (an episode's T+1 observations, as Minari stores them), so a dataset takes
+    little more than its file's arrays, where storing the next observations would double
+    the largest array. ``transitions`` gives the usual TensorDict (see the module docstring
+    of ``rlbench.data.offline``), gathering both observations; ``replay_buffer`` writes the
+    same transitions chunk by chunk, never holding all of them twice.
+    """
+
+    observations: torch.Tensor | TensorDict  # [M, ...]
+    steps: TensorDict  # [N]: action, episode (int32 when it fits), next/{reward, flags}, rows
     env_id: str | None  # the env to evaluate in, when the source names one
     ref_min_score: float | None = None
     ref_max_score: float | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_transitions(cls, transitions: TensorDict, env_id: str | None, *args: Any,
+                         **kwargs: Any) -> OfflineDataset:
+        """A dataset of ``transitions`` (``[N]``, the keys of ``rlbench.data.offline``'s data
+        model), their observations and next observations stored side by side."""
+        n = transitions.shape[0]
+        observations = torch.cat((transitions.get("observation"),
+                                  transitions.get(("next", "observation"))))
+        rows = torch.arange(2 * n, dtype=index_dtype(2 * n))
+        steps = transitions.exclude("observation", ("next", "observation"))
+        steps.set(INDEX_KEY, rows[:n])
+        steps.set(("next", INDEX_KEY), rows[n:])
+        return cls(observations, steps, env_id, *args, **kwargs)
+
     def __len__(self) -> int:
-        return self.transitions.shape[0]
+        return self.steps.shape[0]
 
     @property
     def num_episodes(self) -> int:
-        episodes = self.transitions.get("episode")
+        episodes = self.steps.get("episode")
         return int(episodes.unique().numel()) if len(self) else 0
+
+    @property
+    def step_observations(self) -> torch.Tensor | TensorDict:
+        """Each step's own observation, ``[N, ...]`` (a gather: a copy of those rows)."""
+        return self.observations[self.steps.get(INDEX_KEY)]
+
+    @property
+    def transitions(self) -> TensorDict:
+        """Every transition as one TensorDict ``[N]``: both observations are gathered, so
+        this holds the observations twice; ``replay_buffer`` does not."""
+        return self._gathered(self.steps)
+
+    def _gathered(self, steps: TensorDict) -> TensorDict:
+        """``steps`` (rows of ``self.steps``) with their observations in place of the row
+        numbers."""
+        transitions = steps.exclude(*_INDEX_KEYS)
+        episode = transitions.get("episode", None)
+        if episode is not None and episode.dtype != torch.int64:  # kept narrower in steps
+            transitions.set("episode", episode.long())
+        transitions.set("observation", self.observations[steps.get(INDEX_KEY)])
+        transitions.set(("next", "observation"),
+                        self.observations[steps.get(("next", INDEX_KEY))])
+        return transitions
 
     def replay_buffer(self, batch_size: int, *, storage: Storage | None = None,
                       chunk: int = 1 << 16) -> ReplayBuffer:
         """The transitions in a ``ReplayBuffer`` sampling ``batch_size`` uniformly, in
         ``storage`` (default: a ``TensorStorage`` of exactly their size; a ``MemmapStorage``
-        keeps them on disk), written ``chunk`` rows at a time so that no second full copy
-        is made on the way."""
+        keeps them on disk), gathered and written ``chunk`` rows at a time so that no second
+        full copy is made on the way."""
         storage = TensorStorage(max(len(self), 1)) if storage is None else storage
         buffer = ReplayBuffer(storage, batch_size=batch_size)
         for start in range(0, len(self), chunk):
-            buffer.extend(self.transitions[start:start + chunk])
+            buffer.extend(self._gathered(self.steps[start:start + chunk]))
         return buffer
 
     def normalized_score(self, returns: float | Sequence[float] | np.ndarray
@@ -95,9 +158,12 @@ def _finite_float(value: int | float) -> bool:
 
 
 def sha256_of(path: Path) -> str:
-    """The file's sha256, read in 4 MiB chunks (part of an offline run's identity)."""
+    """The file's sha256, read in 4 MiB chunks into one buffer (part of an offline run's
+    identity)."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 22):
-            digest.update(chunk)
+    chunk = bytearray(1 << 22)
+    view = memoryview(chunk)
+    with path.open("rb", buffering=0) as handle:
+        while size := handle.readinto(chunk):
+            digest.update(view[:size])
     return digest.hexdigest()

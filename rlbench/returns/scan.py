@@ -64,7 +64,7 @@ def _backward_loop(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     rows_a = a.reshape(-1, steps).tolist()
     rows_b = b.reshape(-1, steps).tolist()
     solved = []
-    for coefficients, offsets in zip(rows_a, rows_b):
+    for coefficients, offsets in zip(rows_a, rows_b, strict=True):
         row = [0.0] * steps
         x = 0.0
         for t in range(steps - 1, -1, -1):

@@ -86,7 +86,7 @@ def two_million() -> TensorDict:
 
 
 def test_sample_256_of_2m_dataset(benchmark, two_million) -> None:
-    buffer = OfflineDataset(two_million, None).replay_buffer(BATCH)
+    buffer = OfflineDataset.from_transitions(two_million, None).replay_buffer(BATCH)
     buffer.sampler = RandomSampler(seed=0)
     benchmark.extra_info["frames_per_round"] = BATCH
     assert benchmark(buffer.sample).batch_size == (BATCH,)

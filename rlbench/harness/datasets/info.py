@@ -60,15 +60,15 @@ def _info_words(words: Sequence[str]) -> tuple[str, tuple[str, ...]]:
 
 def episode_returns(dataset: OfflineDataset) -> np.ndarray:
     """Each episode's return, in episode order (a partial last episode included)."""
-    rewards = dataset.transitions["next", "reward"].squeeze(-1).double()
-    episodes = dataset.transitions["episode"]
+    rewards = dataset.steps["next", "reward"].squeeze(-1).double()
+    episodes = dataset.steps["episode"]
     totals = torch.zeros(int(episodes.max()) + 1, dtype=torch.float64).index_add_(
         0, episodes, rewards)
     return totals[torch.unique(episodes)].numpy()
 
 
 def _info_table(source: str, dataset: OfflineDataset) -> Table:
-    t = dataset.transitions
+    t = dataset.steps
     table = Table(title=Text(f"dataset {source}"), show_header=False)
     table.add_column("what")
     table.add_column("value")
@@ -81,7 +81,7 @@ def _info_table(source: str, dataset: OfflineDataset) -> Table:
         ("episodes", f"{dataset.num_episodes:,}"),
         ("terminated / truncated", f"{int(t['next', 'terminated'].sum()):,} / "
                                    f"{int(t['next', 'truncated'].sum()):,}"),
-        ("observation", _describe(t.get("observation"))),
+        ("observation", _describe(dataset.observations)),
         ("action", _describe(t.get("action"))),
     ]
     if returns.size:
