@@ -47,8 +47,9 @@ class BoxActionCheck:
                        and low.size <= _SMALL)
         self._np_dtype = torch.empty((), dtype=dtype).numpy().dtype if self._short else None
 
-    def from_tensor(self, action: torch.Tensor) -> np.ndarray:
-        """``self(action.numpy(force=True))``: the checked action, as numpy.
+    def from_tensor(self, action: torch.Tensor, dtype: np.dtype | None = None) -> np.ndarray:
+        """``self(action.numpy(force=True))``: the checked action, as numpy of ``dtype``
+        (default: the action's).
 
         A small in-bounds action of the spec's dtype and shape goes through python floats
         (one torch call instead of several; the same values, since every float32 or float64
@@ -57,8 +58,9 @@ class BoxActionCheck:
         if self._short and action.dtype is self.dtype and action.shape == self.low.shape:
             values = action.tolist()
             if all(map(_between, self._lows, chain.from_iterable(values), self._highs)):
-                return np.array(values, dtype=self._np_dtype)
-        return self(to_numpy(action))
+                return np.array(values, dtype=self._np_dtype if dtype is None else dtype)
+        checked = self(to_numpy(action))
+        return checked if dtype is None else checked.astype(dtype, copy=False)
 
     def __call__(self, array: np.ndarray) -> np.ndarray:
         if array.shape != self.low.shape:

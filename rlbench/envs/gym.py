@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from rlbench.envs.common import DONE_KEYS, EnvBase
+from rlbench.envs.common import EnvBase
 from rlbench.envs.episode_log import EpisodeLog, generator_from_state, generator_state
 from rlbench.envs.gym_spaces import ActionCheck, ActionConverter, ObservationConverter
 from rlbench.envs.rendering import default_render_backends
@@ -170,14 +170,14 @@ class GymEnv(EnvBase):
         self._last_observation = observation
         rewards = np.empty((1, 1), dtype=np.float32)
         rewards[0, 0] = reward
-        entries = {**observation, "reward": torch.from_numpy(rewards)}
-        if terminated or truncated:
-            flags = np.empty((2, 1, 1), dtype=bool)
-            flags[0, 0, 0], flags[1, 0, 0] = terminated, truncated
-            entries.update(self._done_entries(flags[0], flags[1]))
-        else:
-            entries.update(dict.fromkeys(DONE_KEYS, self._false))
-        return entries
+        if not (terminated or truncated):
+            false = self._false
+            return {**observation, "reward": torch.from_numpy(rewards), "done": false,
+                    "terminated": false, "truncated": false}
+        flags = np.empty((2, 1, 1), dtype=bool)
+        flags[0, 0, 0], flags[1, 0, 0] = terminated, truncated
+        return {**observation, "reward": torch.from_numpy(rewards),
+                **self._done_entries(flags[0], flags[1])}
 
     def _step_vec(self, actions: np.ndarray) -> dict[str, Any]:
         obs, rew, term, trunc, info = self._vec.step(actions)

@@ -167,7 +167,7 @@ class ActionConverter:
 
     def __call__(self, action: torch.Tensor) -> np.ndarray:
         if self._is_box:
-            return self._box.from_tensor(action).astype(self.space.dtype, copy=False)
+            return self._box.from_tensor(action, self.space.dtype)
         array = to_numpy(action)
         if array.dtype.kind == "f":  # a float action must name a whole one (0.0, not 0.7)
             if not np.array_equal(array, np.round(array)):

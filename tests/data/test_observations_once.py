@@ -139,5 +139,5 @@ def test_minari_episodes_are_stored_once(tmp_path: Path,
     assert torch.equal(t["next", "observation"], torch.cat([o[1:] for o in observations]))
     assert torch.equal(t["next", "terminated"].reshape(-1),
                        torch.tensor([False] * 10 + [True] + [False] * 6))
-    assert INDEX_KEY not in t.keys() and ("next", INDEX_KEY) not in t.keys(True)
+    assert INDEX_KEY not in t and ("next", INDEX_KEY) not in t.keys(True)
     assert_samples_match(dataset, t)
