@@ -155,9 +155,10 @@ class EnvBase(ABC):
 
     def _root_after_step(self, carried: dict[str, Any], done: torch.Tensor) -> TensorDict:
         """The next root: ``carried`` entries, done flags cleared, finished sub-envs reset."""
-        carried.update(dict.fromkeys(DONE_KEYS, self._false))
+        false = self._false
+        carried["done"] = carried["terminated"] = carried["truncated"] = false
         root = _tensordict(carried, self.batch_size, self.device, nested=False)
-        if done is not self._false and _any(done):
+        if done is not false and _any(done):
             done = done.squeeze(-1)
             root = _merge_rows(done, self._reset_rows(done), root)
         return root
