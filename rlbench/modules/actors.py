@@ -84,9 +84,17 @@ class ProbabilisticActor(nn.Module):
         self.in_keys = [in_key]
         self.out_keys = [action_key, log_prob_key]
 
-    def dist(self, observation: torch.Tensor) -> Distribution:
-        """The action distribution at ``observation`` (a tensor, for losses)."""
+    def dist(self, observation: torch.Tensor, repeats: int | None = None) -> Distribution:
+        """The action distribution at ``observation`` (a tensor, for losses).
+
+        ``repeats=n`` gives it ``n`` times over along a new dim after the first,
+        ``[k, n, ...]`` for an observation ``[k, ...]``: the network runs once per
+        observation, not once per sample (CQL draws 10 actions at each state).
+        """
         params = self.network(observation)
+        if repeats is not None:
+            params = tuple(p.unsqueeze(1).expand(p.shape[0], repeats, *p.shape[1:])
+                           for p in (params if isinstance(params, tuple) else (params,)))
         if isinstance(params, tuple):
             return self.distribution(*params)
         return self.distribution(params)

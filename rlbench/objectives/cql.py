@@ -109,11 +109,12 @@ class CQLLoss(SACLoss):
             width = self.action_high.to(obs.dtype) - low
             uniform = low + width * torch.rand(n, *batch, self.action_dim, dtype=obs.dtype,
                                                device=obs.device)
-            states = torch.cat((next_obs.unsqueeze(0).expand(n, *next_obs.shape),
-                                obs.unsqueeze(0).expand(n, *obs.shape)))
-            policy, policy_log_prob = self.actor.dist(states).rsample_and_log_prob()
+            # the actor runs once per state, and its distribution is sampled n times there
+            dist = self.actor.dist(torch.stack((next_obs, obs)), repeats=n)  # [2, n, *batch]
+            policy, policy_log_prob = dist.rsample_and_log_prob()
             uniform_log_prob = (-width.log().sum()).expand(n, *batch)
-        return torch.cat((uniform, policy)), torch.cat((uniform_log_prob, policy_log_prob))
+        return (torch.cat((uniform, policy.flatten(0, 1))),
+                torch.cat((uniform_log_prob, policy_log_prob.flatten(0, 1))))
 
     def _td_target(self, nxt: TensorDict) -> torch.Tensor:
         with torch.no_grad():

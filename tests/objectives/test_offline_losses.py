@@ -418,6 +418,19 @@ def test_cql_samples_uniform_next_and_current_policy_actions() -> None:
     torch.testing.assert_close(uniform.var(0), (high - low) ** 2 / 12, rtol=0.05, atol=0)
 
 
+def test_cql_runs_the_actor_once_per_state_for_its_sampled_actions() -> None:
+    """The network sees s' and s once each (2 x batch rows), not once per sample."""
+    loss, batch = _cql()
+    seen = []
+    handle = loss.actor.network.register_forward_hook(
+        lambda module, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        loss._sampled_actions(batch["observation"], batch["next", "observation"])
+    finally:
+        handle.remove()
+    assert seen == [(2, 5, 3)]
+
+
 @pytest.mark.parametrize(("importance_sample", "backup_entropy", "temperature"),
                          [(True, False, 1.0), (False, False, 1.0), (True, True, 0.7),
                           (False, True, 2.0)])

@@ -5,10 +5,13 @@ core multiplies matrices of its shapes at.
         [--hidden 256,256,256] [--critics 2]
 
 CQL evaluates every critic on ``1 + 3 * samples`` actions per state (the data's, uniform
-ones, and the policy's at s and s'), with gradient, and samples the policy's actions at
-``2 * samples`` states per state without. Those products are most of an update whatever the
+ones, and the policy's at s and s'), with gradient, and samples ``samples`` policy actions
+at s and at s' without. rlbench runs the actor once per state and samples its distribution
+there; CORL and d3rlpy run it once per sample, on ``2 * samples`` copies of each state
+(``--policy-per-sample`` counts that). Those products are most of an update whatever the
 library: the ratio of this bound to a peer's measured steps per second is the most any
-implementation with the same arithmetic could reach over it (one torch thread).
+implementation with the same arithmetic could reach over it (one torch thread). The rate is
+that of the product alone, written into a preallocated output.
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ def linear_macs(sizes: list[int], rows: int, *, backward: bool) -> int:
 
 
 def update_flops(obs: int, act: int, batch: int, samples: int, hidden: list[int],
-                 critics: int) -> float:
+                 critics: int, *, policy_per_sample: bool = False) -> float:
     critic_rows = batch * (1 + 3 * samples)
     critic = critics * linear_macs([obs + act, *hidden, 1], critic_rows, backward=True)
-    policy_samples = linear_macs([obs, *hidden, 2 * act], 2 * samples * batch, backward=False)
+    policy_rows = 2 * batch * (samples if policy_per_sample else 1)
+    policy_samples = linear_macs([obs, *hidden, 2 * act], policy_rows, backward=False)
     target = critics * linear_macs([obs + act, *hidden, 1], batch, backward=False)
     actor = (linear_macs([obs, *hidden, 2 * act], batch, backward=True)
              + critics * linear_macs([obs + act, *hidden, 1], batch, backward=True))
@@ -45,13 +49,13 @@ def update_flops(obs: int, act: int, batch: int, samples: int, hidden: list[int]
 def gemm_rate(rows: int, width: int, repeats: int = 20) -> float:
     """FLOP/s of ``[rows, width] @ [width, width]``, the critics' hidden layers, best of
     ``repeats``."""
-    x, w = torch.randn(rows, width), torch.randn(width, width)
+    x, w, out = torch.randn(rows, width), torch.randn(width, width), torch.empty(rows, width)
     for _ in range(3):
-        x @ w
+        torch.mm(x, w, out=out)
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        x @ w
+        torch.mm(x, w, out=out)
         best = min(best, time.perf_counter() - start)
     return 2.0 * rows * width * width / best
 
@@ -64,10 +68,14 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--hidden", default="256,256,256")
     parser.add_argument("--critics", type=int, default=2)
+    parser.add_argument("--policy-per-sample", action="store_true",
+                        help="count the actor run on every sampled copy of a state (CORL's, "
+                             "d3rlpy's arithmetic)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     hidden = [int(h) for h in args.hidden.split(",")]
-    flops = update_flops(args.obs, args.act, args.batch, args.samples, hidden, args.critics)
+    flops = update_flops(args.obs, args.act, args.batch, args.samples, hidden, args.critics,
+                         policy_per_sample=args.policy_per_sample)
     rate = gemm_rate(args.batch * (1 + 3 * args.samples), hidden[0])
     print(f"CQL update: {flops / 1e9:.1f} GFLOP in matrix products; one core multiplies "
           f"[{args.batch * (1 + 3 * args.samples)}, {hidden[0]}] x [{hidden[0]}, {hidden[0]}] "

@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 from mlflow.entities import Run
 
+from rlbench.allocator import keep_freed_memory
 from rlbench.checkpoint import (
     CheckpointRefused,
     CheckpointSettings,
@@ -348,6 +349,7 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder
         checkpoint=checkpoint,
     )
     seed_everything(seeds, threads=config.threads, device=config.device)
+    keep_freed_memory()
     with _fatal_errors_into(run_dir / FATAL_ERROR_FILE), _checkpoint_on_signals():
         try:
             recipe.train(spec, recorder)
