@@ -106,7 +106,9 @@ def test_runs_killed_in_the_local_pool_resume_under_ray(tmp_path: Path, ray_loca
     """SIGKILL to a pool sweep once both runs have checkpointed; Ray resumes both from
     their checkpoints, and the series are those of runs that never stopped."""
     suite = tmp_path / "pair.yaml"
-    suite.write_text(SUITE.replace("frames: 1024", "frames: 4096"))
+    # long enough that both runs hold a checkpoint together, however late the pool starts
+    # the second (a finished run removes its checkpoints)
+    suite.write_text(SUITE.replace("frames: 1024", "frames: 12288"))
     killed = tmp_path / "killed"
     command = [str(Path(sys.executable).parent / "rlbench"), "run", f"suite={suite}",
                f"out_dir={killed}", "jobs=2", "checkpoint_every=256"]
