@@ -26,7 +26,7 @@ from rlbench.algorithms._actor_critic import (
 from rlbench.collectors import Collector, evaluate
 from rlbench.envs import TransformedEnv
 from rlbench.modules import GSDEActor
-from rlbench.objectives import ClipPPOLoss, KLPENPPOLoss, backward_and_step
+from rlbench.objectives import ClipPPOLoss, CompiledStep, EagerStep, KLPENPPOLoss
 from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
 from rlbench.returns import GAE
 
@@ -68,15 +68,19 @@ class Config:
     activation: str = hp("tanh", "hidden activation: tanh, relu or elu")
     orthogonal_init: bool = hp(True, "orthogonal weight init with PPO's gains")
     # Speed options, off in the published tunes: both change float rounding, so a run's
-    # numbers differ (reproducibly) from the plain one. torch.compile pays for PPO's small
-    # minibatches on CPU.
-    compile: bool = hp(False, "run the loss (forward and backward) through torch.compile")
-    fused_adam: bool = hp(False, "PyTorch's fused Adam step")
+    # numbers differ (reproducibly) from the plain one. Compiling the whole step pays for
+    # PPO's small minibatches on CPU, whose eager cost is per-op overhead.
+    compile: bool = hp(False, "run each minibatch step (loss, backward, clipping, Adam) as "
+                              "one torch.compile graph")
+    fused_adam: bool = hp(False, "PyTorch's fused Adam step (eager steps only)")
 
     def __post_init__(self) -> None:
         check_ranges(self)
         if self.objective not in ("clip", "kl"):
             raise ValueError(f"objective must be 'clip' or 'kl', got {self.objective!r}")
+        if self.compile and self.fused_adam:
+            raise ValueError("compile=true takes its own Adam step; fused_adam is for the "
+                             "eager step: set one of them")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
                              f"got {self.activation!r}")
@@ -156,11 +160,13 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                             entropy_coef=cfg.entropy_coef, critic_coef=cfg.critic_coef,
                             normalize_advantage=cfg.normalize_advantage,
                             clip_value=cfg.clip_value, **extra).to(spec.device)
-        update_loss = torch.compile(loss_fn) if cfg.compile else loss_fn
         advantage_module = GAE(critic, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
         # foreach: PyTorch's multi-tensor step, the same numbers as its CPU default, faster
         optimizer = torch.optim.Adam(loss_fn.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
                                      foreach=not cfg.fused_adam, fused=cfg.fused_adam or None)
+        minibatch_step = (
+            CompiledStep(loss_fn, optimizer, loss_fn.in_keys, max_grad_norm=cfg.max_grad_norm)
+            if cfg.compile else EagerStep(loss_fn, optimizer, max_grad_norm=cfg.max_grad_norm))
         collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
                               total_frames=spec.frames)
         loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
@@ -181,10 +187,7 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
             flat = batch.reshape(-1)
             for _ in range(cfg.epochs):
                 for index in torch.randperm(flat.shape[0]).split(cfg.minibatch_size):
-                    losses = update_loss(flat[index])
-                    backward_and_step(losses, optimizer, frames=collector.frames,
-                                      max_grad_norm=cfg.max_grad_norm)
-                    loop.metrics.add(losses)
+                    loop.metrics.add(minibatch_step(flat, index, frames=collector.frames))
             if cfg.objective == "kl":  # the paper's d: KL of the whole update, measured after it
                 with torch.no_grad():
                     loss_fn.adapt_beta(loss_fn(flat)["kl_approx"].item())

@@ -216,7 +216,7 @@ class MetricMean:
         self._sums: dict[str, torch.Tensor] = {}
         self._counts: dict[str, int] = {}
 
-    def add(self, values: TensorDict) -> None:
+    def add(self, values: TensorDict | Mapping[str, torch.Tensor]) -> None:
         for key, value in values.items():
             value = value.detach()
             if key in self._sums:

@@ -15,6 +15,7 @@ from rlbench.objectives.cql import CQLLoss
 from rlbench.objectives.ddpg import DDPGLoss, TD3Loss
 from rlbench.objectives.dqn import DQNLoss
 from rlbench.objectives.edac import EDACLoss
+from rlbench.objectives.gradient_step import CompiledStep, EagerStep
 from rlbench.objectives.iql import IQLLoss
 from rlbench.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from rlbench.objectives.rebrac import ReBRACLoss
@@ -28,10 +29,12 @@ __all__ = [
     "BCLoss",
     "CQLLoss",
     "ClipPPOLoss",
+    "CompiledStep",
     "DDPGLoss",
     "DQNLoss",
     "DiscreteSACLoss",
     "EDACLoss",
+    "EagerStep",
     "HardUpdate",
     "IQLLoss",
     "KLPENPPOLoss",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict
+from tensordict.utils import NestedKey
 from torch import nn
 
 from rlbench.modules.actors import ProbabilisticActor, ValueOperator
@@ -63,6 +64,15 @@ class PPOLoss(nn.Module):
         if value <= 0:
             raise ValueError(f"clip_epsilon must be > 0, got {value}")
         self._clip_epsilon.fill_(value)
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        """The keys ``forward`` reads from its batch."""
+        keys = [self.actor.in_key, self.actor.action_key, self.actor.log_prob_key,
+                "advantage", "value_target", self.critic.in_key]
+        if self.clip_value is not None:
+            keys.append(self.critic.out_key)
+        return list(dict.fromkeys(keys))
 
     def _policy_terms(self, ratio: torch.Tensor, log_ratio: torch.Tensor,
                       advantage: torch.Tensor, dist: Distribution) -> dict[str, torch.Tensor]:

@@ -98,18 +98,25 @@ def test_off_policy_runs_repeat_bit_for_bit(tmp_path: Path, algo: str) -> None:
 
 @pytest.mark.slow  # torch.compile takes tens of seconds on a small CPU
 def test_ppo_speed_options_train_like_the_plain_recipe(tmp_path: Path) -> None:
-    """compile=true fused_adam=true changes float rounding only: the mean losses of the
-    first update (its minibatches) agree with the plain recipe's to float32 noise."""
-    first_losses, graphs = [], []
-    torch._dynamo.reset()
-    for name, options in (("plain", []), ("fast", ["ppo.compile=true", "ppo.fused_adam=true"])):
-        client, run = _run_tiny("ppo", tmp_path / name, *options)
+    """compile=true and fused_adam=true change float rounding only: the mean losses of the
+    first update (its minibatches) agree with the plain recipe's to float32 noise, and a
+    compiled run repeats itself bit for bit."""
+    first_losses, graphs, histories = [], [], []
+    options = (("plain", []), ("compiled", ["ppo.compile=true"]),
+               ("compiled_again", ["ppo.compile=true"]), ("fused", ["ppo.fused_adam=true"]))
+    for name, overrides in options:
+        torch._dynamo.reset()
+        counters.clear()
+        client, run = _run_tiny("ppo", tmp_path / name, *overrides)
         assert run.info.status == "FINISHED"
         history = client.get_metric_history(run.info.run_id, "loss/critic")
         first_losses.append(min(history, key=lambda m: m.step).value)
+        histories.append([(m.step, m.value) for m in history])
         graphs.append(counters["stats"]["unique_graphs"])
-    assert graphs == [0, 1], "the plain run compiles nothing, the fast one its loss once"
+    assert graphs == [0, 1, 1, 0], "only compiled runs compile, their step once"
     assert first_losses[1] == pytest.approx(first_losses[0], rel=1e-4)
+    assert first_losses[3] == pytest.approx(first_losses[0], rel=1e-4)
+    assert histories[1] == histories[2]
 
 
 @pytest.mark.parametrize(("env_id", "expected"), [

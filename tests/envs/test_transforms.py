@@ -276,3 +276,45 @@ def test_normalized_integer_observations_are_float32() -> None:
     fixed = TransformedEnv(make("FrozenLake-v1", seed=0), ObservationNorm(1.0, 2.0))
     assert fixed.reset()["observation"].dtype == torch.float32
     check_env_specs(fixed)
+
+
+@pytest.mark.parametrize("size", [1, 11])
+def test_one_row_update_is_the_rows_update_bit_for_bit(size: int) -> None:
+    """A single env's statistics take a shorter path; it must give the general update's
+    numbers exactly, on float32 rows of mixed scales (float64 rows for a running return)."""
+    from rlbench.envs.transforms.normalization import _RunningMoments
+
+    rng = np.random.default_rng(0)
+    one, rows = _RunningMoments(torch.Size([size])), _RunningMoments(torch.Size([size]))
+    dtype = np.float64 if size == 1 else np.float32
+    for t in range(300):
+        row = (rng.standard_normal(size) * 10.0 ** rng.integers(-3, 4, size)).astype(dtype)
+        if t % 50 == 7:
+            row[0] = -0.0
+        one._update_one_row(row)
+        rows._update_rows(row[None])
+        for name in ("count", "mean", "var"):
+            assert torch.equal(getattr(one, name), getattr(rows, name)), (t, name)
+
+
+def test_one_reward_scaling_is_the_general_path_bit_for_bit() -> None:
+    rng = np.random.default_rng(1)
+    fast, general = VecNorm(reward=True, gamma=0.97, clip_reward=0.5), \
+        VecNorm(reward=True, gamma=0.97, clip_reward=0.5)
+    for vecnorm in (fast, general):
+        vecnorm._returns = torch.zeros(1, 1, dtype=torch.float64)
+    clipped = 0
+    for t in range(400):
+        reward = torch.tensor([[rng.standard_normal() * 10.0 ** rng.integers(-2, 3)]],
+                              dtype=torch.float32)
+        done = torch.tensor([[bool(rng.random() < 0.05)]])
+        got = fast._scale_reward_numpy(reward, done)
+        expected = general._scale_rewards(reward, done)
+        assert got.dtype == expected.dtype == torch.float32
+        assert torch.equal(got, expected), t
+        assert torch.equal(fast._returns, general._returns), t
+        for name in ("count", "mean", "var"):
+            assert torch.equal(getattr(fast.return_moments, name),
+                               getattr(general.return_moments, name)), (t, name)
+        clipped += int(got.abs().item() == 0.5)
+    assert clipped > 10, "the clip was exercised"

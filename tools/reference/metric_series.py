@@ -27,6 +27,9 @@ CONFIGS = {
             "ppo.epochs=2", "ppo.minibatch_size=32", "ppo.normalize_observation=true",
             "ppo.normalize_reward=true"],
     "ppo-kl": ["algo=ppo", "env=CartPole-v1", "ppo.objective=kl", "ppo.rollout_steps=50"],
+    # the MuJoCo family's single env with observation and reward normalisation
+    "ppo-mujoco": ["algo=ppo", "env=Hopper-v5", "ppo.rollout_steps=200", "ppo.epochs=2",
+                   "ppo.minibatch_size=50"],
     "a2c": ["algo=a2c", "env=Pendulum-v1"],
     "a2c-adam": ["algo=a2c", "env=CartPole-v1", "a2c.optimizer=adam",
                  "a2c.normalize_observation=true"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -155,20 +156,46 @@ class _RunningMoments(torch.nn.Module):
     def update_numpy(self, batch: np.ndarray) -> None:
         """``update`` for CPU rows: the same float64 operations in the same order."""
         n = batch.shape[0]
-        if n == 0:
-            return
-        mean, var, count = self.numpy_views()
         if n == 1:
-            batch_mean, batch_var = batch[0].astype(np.float64), 0.0
-        else:
-            batch = batch.astype(np.float64, copy=False)
-            batch_mean, batch_var = batch.mean(0), batch.var(0)
+            self._update_one_row(batch[0])
+        elif n > 1:
+            self._update_rows(batch)
+
+    def _update_rows(self, batch: np.ndarray) -> None:
+        mean, var, count = self.numpy_views()
+        n = batch.shape[0]
+        batch = batch.astype(np.float64, copy=False)
+        batch_mean, batch_var = batch.mean(0), batch.var(0)
         seen = float(count)
         total = seen + n
         delta = batch_mean - mean
         m2 = var * seen + batch_var * n + delta**2 * seen * n / total
         mean += delta * n / total
         var[...] = m2 / total
+        count[...] = total
+
+    def _update_one_row(self, row: np.ndarray) -> None:
+        """``_update_rows`` of one row, bit for bit, with the operations that are exact
+        no-ops for one row left out (``x * 1``; ``+ 0.0`` on the non-negative ``var *
+        seen``) and fewer temporaries: a single env's step pays this one."""
+        mean, var, count = self.numpy_views()
+        seen = float(count)
+        total = seen + 1
+        if mean.size == 1:  # a running return: python floats beat numpy's dispatch
+            delta = float(row.flat[0]) - float(mean.flat[0])
+            m2 = float(var.flat[0]) * seen + delta * delta * seen / total
+            mean.flat[0] = float(mean.flat[0]) + delta / total
+            var.flat[0] = m2 / total
+        else:
+            delta = row - mean  # a float32 row is widened exactly, as by astype
+            m2 = var * seen
+            square = delta * delta
+            square *= seen
+            square /= total
+            m2 += square
+            delta /= total
+            mean += delta
+            np.divide(m2, total, out=var)
         count[...] = total
 
     def normalize(self, value: torch.Tensor, eps: float, clip: float) -> torch.Tensor:
@@ -254,7 +281,11 @@ class VecNorm(Transform):
             if update and not self.frozen:
                 rows = value if mask is None else value[mask]
                 stats.update(rows.reshape(-1, *stats.mean.shape))
-            td.set(key, stats.normalize(value, self.eps, self.clip_obs))
+            normalized = stats.normalize(value, self.eps, self.clip_obs)
+            if isinstance(key, str):  # same batch size and device as ``value`` by construction
+                td._set_str(key, normalized, inplace=False, validated=True)
+            else:
+                td.set(key, normalized)
         return td
 
     def reset(self, root: TensorDict, mask: torch.Tensor | None) -> TensorDict:
@@ -292,6 +323,11 @@ class VecNorm(Transform):
     def _scale_reward_numpy(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """The reward path of ``step`` on numpy views (CPU): the same arithmetic in float64,
         without a dozen tiny torch ops per step."""
+        if reward.shape == (1, 1) and reward.dtype == torch.float32:
+            return self._scale_one_reward(reward, done)
+        return self._scale_rewards(reward, done)
+
+    def _scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         returns = self._returns.numpy()
         raw = reward.numpy()
         returns *= self.gamma
@@ -301,4 +337,27 @@ class VecNorm(Transform):
         std = np.sqrt(self.return_moments.numpy_views()[1] + self.eps)
         scaled = _clip_(raw / std.astype(raw.dtype), self.clip_reward)
         returns[done.numpy()] = 0.0
+        return torch.from_numpy(scaled)
+
+    def _scale_one_reward(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """``_scale_rewards`` of a single env's float32 reward in python floats, bit for
+        bit: float64 operations are the same IEEE ones, and the float32 quotient of two
+        float32 values computed in float64 and rounded once is the float32 quotient."""
+        returns = self._returns.numpy()
+        raw = float(reward.numpy()[0, 0])
+        running = float(returns[0, 0]) * self.gamma + raw
+        returns[0, 0] = running
+        if not self.frozen:
+            self.return_moments._update_one_row(returns[0])
+        var = float(self.return_moments.numpy_views()[1][0])
+        std = float(np.float32(math.sqrt(var + self.eps)))
+        scaled = np.empty((1, 1), dtype=np.float32)
+        scaled[0, 0] = raw / std
+        value, bound = scaled[0, 0], self.clip_reward
+        if value > bound:  # NaN stays NaN, as through np.maximum/np.minimum
+            scaled[0, 0] = bound
+        elif value < -bound:
+            scaled[0, 0] = -bound
+        if done.numpy()[0, 0]:
+            returns[0, 0] = 0.0
         return torch.from_numpy(scaled)
