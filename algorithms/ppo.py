@@ -25,7 +25,7 @@ from rlbench.algorithms._actor_critic import (
 )
 from rlbench.collectors import Collector, evaluate
 from rlbench.envs import TransformedEnv
-from rlbench.modules import GSDEActor
+from rlbench.modules import GSDEActor, NumpyGaussianPolicy
 from rlbench.objectives import ClipPPOLoss, CompiledStep, EagerStep, KLPENPPOLoss
 from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
 from rlbench.returns import GAE
@@ -73,11 +73,15 @@ class Config:
     compile: bool = hp(False, "run each minibatch step (loss, backward, clipping, Adam) as "
                               "one torch.compile graph")
     fused_adam: bool = hp(False, "PyTorch's fused Adam step (eager steps only)")
+    numpy_actor: bool = hp(False, "collect with the Gaussian actor evaluated in numpy (half "
+                                  "its time at one env)")
 
     def __post_init__(self) -> None:
         check_ranges(self)
         if self.objective not in ("clip", "kl"):
             raise ValueError(f"objective must be 'clip' or 'kl', got {self.objective!r}")
+        if self.numpy_actor and self.use_sde:
+            raise ValueError("numpy_actor runs the plain Gaussian actor, not gSDE's")
         if self.compile and self.fused_adam:
             raise ValueError("compile=true takes its own Adam step; fused_adam is for the "
                              "eager step: set one of them")
@@ -167,7 +171,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
         minibatch_step = (
             CompiledStep(loss_fn, optimizer, loss_fn.in_keys, max_grad_norm=cfg.max_grad_norm)
             if cfg.compile else EagerStep(loss_fn, optimizer, max_grad_norm=cfg.max_grad_norm))
-        collector = Collector(env, actor, frames_per_batch=cfg.num_envs * cfg.rollout_steps,
+        collector = Collector(env, NumpyGaussianPolicy(actor) if cfg.numpy_actor else actor,
+                              frames_per_batch=cfg.num_envs * cfg.rollout_steps,
                               total_frames=spec.frames)
         loop = RunLoop(spec, logger, policy=actor, evaluate=lambda: evaluate(eval_env, actor),
                        normalization=env.transform if isinstance(env, TransformedEnv) else None,

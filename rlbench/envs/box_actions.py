@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from itertools import chain
 from typing import Literal
 
@@ -57,8 +58,14 @@ class BoxActionCheck:
         """
         if self._short and action.dtype is self.dtype and action.shape == self.low.shape:
             values = action.tolist()
-            if all(map(_between, self._lows, chain.from_iterable(values), self._highs)):
-                return np.array(values, dtype=self._np_dtype if dtype is None else dtype)
+            flat = list(chain.from_iterable(values))
+            out_dtype = self._np_dtype if dtype is None else dtype
+            if all(map(_between, self._lows, flat, self._highs)):
+                return np.array(values, dtype=out_dtype)
+            if self.mode == "clip" and not any(map(math.isnan, flat)):
+                # np.clip's values: each number or the bound it crossed, all exact floats
+                clipped = list(map(min, map(max, flat, self._lows), self._highs))
+                return np.array(clipped, dtype=out_dtype).reshape(self.low.shape)
         checked = self(to_numpy(action))
         return checked if dtype is None else checked.astype(dtype, copy=False)
 

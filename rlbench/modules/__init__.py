@@ -21,6 +21,7 @@ from rlbench.modules.gsde import GSDEActor
 from rlbench.modules.mlp import MLP
 from rlbench.modules.networks import ConvNet, DuelingQNetwork, EnsembleMLP, init_like_edac
 from rlbench.modules.noise import AdditiveGaussian, EGreedy, OrnsteinUhlenbeck, linear_schedule
+from rlbench.modules.numpy_policy import NumpyGaussianPolicy
 
 __all__ = [
     "MLP",
@@ -37,6 +38,7 @@ __all__ = [
     "GSDEActor",
     "IndependentNormal",
     "NormalParams",
+    "NumpyGaussianPolicy",
     "OneHotCategorical",
     "OrnsteinUhlenbeck",
     "ProbabilisticActor",

@@ -6,9 +6,18 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import torch
 from torch import nn
+from torch.nn.modules import module as module_hooks
 
 __all__ = ["MLP"]
+
+
+def _global_hooks() -> bool:
+    """Whether a module forward or backward hook is registered globally."""
+    return bool(module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks
+                or module_hooks._global_backward_hooks
+                or module_hooks._global_backward_pre_hooks)
 
 
 class MLP(nn.Sequential):
@@ -38,6 +47,20 @@ class MLP(nn.Sequential):
         layers.append(linear(sizes[-1], out_features, out_gain))
         super().__init__(*layers)
         self.in_features, self.out_features = in_features, out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``nn.Sequential``'s forward; layers without hooks are run through their
+        ``forward`` directly, the same ops without a module call each (about 1 us per layer,
+        a sixth of a 64x64 actor's time at batch 1)."""
+        if _global_hooks():
+            return super().forward(x)
+        for layer in self._modules.values():
+            if (layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks
+                    or layer._backward_pre_hooks):
+                x = layer(x)
+            else:
+                x = layer.forward(x)
+        return x
 
     @staticmethod
     def _linear(fan_in: int, fan_out: int, gain: float) -> nn.Linear:

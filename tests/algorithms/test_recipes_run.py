@@ -119,6 +119,23 @@ def test_ppo_speed_options_train_like_the_plain_recipe(tmp_path: Path) -> None:
     assert histories[1] == histories[2]
 
 
+def test_ppo_numpy_actor_collects_like_the_torch_actor(tmp_path: Path) -> None:
+    """numpy_actor=true changes float rounding only: the first update's mean losses agree
+    with collecting through torch, and a run repeats itself bit for bit."""
+    first_losses, histories = [], []
+    for name, overrides in (("torch", []), ("numpy", ["ppo.numpy_actor=true"]),
+                            ("numpy_again", ["ppo.numpy_actor=true"])):
+        client, run = _run_tiny("ppo", tmp_path / name, "ppo.use_sde=false", *overrides)
+        assert run.info.status == "FINISHED"
+        history = sorted(client.get_metric_history(run.info.run_id, "loss/critic"),
+                         key=lambda m: m.step)
+        first_losses.append(history[0].value)
+        histories.append([(m.step, m.value) for m in history])
+    assert first_losses[1] == pytest.approx(first_losses[0], rel=1e-4)
+    assert histories[1] == histories[2]
+    assert histories[0] != histories[1], "the numpy actor ran"
+
+
 @pytest.mark.parametrize(("env_id", "expected"), [
     ("Hopper-v5", -3.0),                        # bounds ±1: SB3's -action_dim as it is
     ("Pendulum-v1", -1.0 + math.log(2.0)),      # ±2

@@ -73,6 +73,30 @@ def test_action_from_tensor_equals_the_numpy_path(action: torch.Tensor) -> None:
     np.testing.assert_array_equal(fast, slow)
 
 
+def test_clipped_actions_equal_the_numpy_path_bit_for_bit() -> None:
+    """Out-of-bounds actions are clipped in python floats: np.clip's values exactly, on
+    random actions with infinities and values on the bounds, for two envs and two dtypes."""
+    low = np.float32([[-1.0, -2.0, -0.5], [-0.3, -1.0, -7.25]])
+    high = np.float32([[1.0, 2.0, 0.5], [0.7, 1.0, 7.25]])
+    check = BoxActionCheck(low, high, "clip", "test", torch.float32)
+    rng = np.random.default_rng(3)
+    clipped = 0
+    for _ in range(500):
+        values = (rng.standard_normal((2, 3)) * 3).astype(np.float32)
+        pick = rng.random((2, 3))
+        values[pick < 0.05] = np.inf
+        values[(pick > 0.05) & (pick < 0.1)] = -np.inf
+        values[(pick > 0.1) & (pick < 0.15)] = low[(pick > 0.1) & (pick < 0.15)]
+        for dtype in (None, np.float64):
+            fast = check.from_tensor(torch.from_numpy(values), dtype)
+            slow = np.clip(values, low, high)
+            slow = slow if dtype is None else slow.astype(dtype)
+            assert fast.dtype == slow.dtype and fast.shape == slow.shape
+            assert fast.tobytes() == slow.tobytes()
+        clipped += int((values != slow).any())
+    assert clipped > 300
+
+
 def test_action_from_tensor_rejects_nan_bounds_and_shape() -> None:
     with pytest.raises(ValueError, match="NaN"):
         _check().from_tensor(torch.tensor([[0.0, float("nan"), 0.0]]))

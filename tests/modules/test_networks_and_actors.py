@@ -200,3 +200,31 @@ def test_mlp_default_init_option() -> None:
     assert mlp[0].bias.abs().sum() > 0  # PyTorch's default init, not the zero biases
     ortho = MLP(4, 2, (8,))
     assert ortho[0].bias.abs().sum() == 0
+
+
+def test_mlp_forward_is_sequentials_and_keeps_hooks() -> None:
+    """The MLP runs hook-free layers without a module call each: the same numbers as
+    ``nn.Sequential``'s forward, and a hook on a layer, or a global one, still fires."""
+    torch.manual_seed(0)
+    mlp = MLP(5, 3, num_cells=(8, 8), activation=nn.ELU)
+    x = torch.randn(4, 5, requires_grad=True)
+    out = mlp(x)
+    assert torch.equal(out, nn.Sequential.forward(mlp, x))
+    out.sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    nn.Sequential.forward(mlp, x).sum().backward()
+    assert torch.equal(x.grad, grad)
+
+    seen = []
+    handle = mlp[2].register_forward_hook(lambda module, args, output: seen.append("layer"))
+    doubled = mlp[4].register_forward_hook(lambda module, args, output: output * 2)
+    torch.testing.assert_close(mlp(x), 2 * out, rtol=0, atol=0)
+    assert seen == ["layer"]
+    handle.remove()
+    doubled.remove()
+    with torch.nn.modules.module.register_module_forward_hook(
+            lambda module, args, output: seen.append(type(module).__name__)):
+        mlp(x)
+    assert seen.count("Linear") == 3 and "MLP" in seen
+    assert torch.equal(mlp(x), out)
