@@ -81,7 +81,8 @@ class Config:
         if self.objective not in ("clip", "kl"):
             raise ValueError(f"objective must be 'clip' or 'kl', got {self.objective!r}")
         if self.numpy_actor and self.use_sde:
-            raise ValueError("numpy_actor runs the plain Gaussian actor, not gSDE's")
+            raise ValueError("numpy_actor runs the plain Gaussian actor, not gSDE's: set "
+                             "use_sde=false with it, or leave it off")
         if self.compile and self.fused_adam:
             raise ValueError("compile=true takes its own Adam step; fused_adam is for the "
                              "eager step: set one of them")
