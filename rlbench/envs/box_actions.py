@@ -63,8 +63,9 @@ class BoxActionCheck:
             if all(map(_between, self._lows, flat, self._highs)):
                 return np.array(values, dtype=out_dtype)
             if self.mode == "clip" and not any(map(math.isnan, flat)):
-                # np.clip's values: each number or the bound it crossed, all exact floats
-                clipped = list(map(min, map(max, flat, self._lows), self._highs))
+                # np.clip's values: each number or the bound it reached (the bound's zero
+                # sign on a tie, as np.clip), all exact floats
+                clipped = list(map(min, self._highs, map(max, self._lows, flat)))
                 return np.array(clipped, dtype=out_dtype).reshape(self.low.shape)
         checked = self(to_numpy(action))
         return checked if dtype is None else checked.astype(dtype, copy=False)

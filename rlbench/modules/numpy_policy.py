@@ -31,9 +31,10 @@ class NumpyGaussianPolicy:
     """``actor(td)`` for ``ProbabilisticActor(NormalParams(MLP), IndependentNormal)`` in numpy.
 
     Reads ``actor.in_key`` and writes ``action_key`` and ``log_prob_key`` as the actor does
-    (the mode under deterministic exploration). The parameters are read through numpy views
-    made here, so they must stay float32 CPU tensors updated in place, as optimizers and
-    ``load_state_dict`` update them. Other actors are refused with ``TypeError``.
+    (the mode under deterministic exploration). The parameters are read through numpy views,
+    made again whenever a parameter's memory changed; they must stay float32 CPU tensors.
+    Other actors, and observations that are not ``[batch, features]`` float32, are refused
+    with ``TypeError``.
     """
 
     def __init__(self, actor: ProbabilisticActor):
@@ -42,23 +43,51 @@ class NumpyGaussianPolicy:
                 and isinstance(network, NormalParams) and isinstance(network.loc_net, MLP)):
             raise TypeError("a numpy policy evaluates a ProbabilisticActor of NormalParams(MLP) "
                             f"and IndependentNormal, not {actor}")
-        params = list(actor.parameters())
+        self.actor = actor
+        self._linear = [layer for layer in network.loc_net if isinstance(layer, nn.Linear)]
+        for layer in network.loc_net:
+            if not isinstance(layer, nn.Linear) and type(layer) not in _ACTIVATIONS:
+                raise TypeError(f"a numpy policy runs Linear, Tanh and ReLU layers, not {layer}")
+        if not isinstance(network.loc_net[0], nn.Linear):
+            raise TypeError("a numpy policy's network starts with a Linear layer")
+        self._layers: list = []
+        self._log_std: np.ndarray | None = None
+        self._addresses: tuple[int, ...] | None = None
+        self._log_sqrt_2pi = np.float32(0.5 * math.log(2 * math.pi))
+        self._views()
+
+    def _parameters(self) -> list[torch.Tensor]:
+        # the modules' parameter dicts, read directly: nn.Module attribute access costs
+        # several us a step here
+        return [*(p for layer in self._linear for p in layer._parameters.values()),
+                self.actor.network._parameters["log_std"]]
+
+    def _views(self) -> None:
+        """Numpy views of the actor's parameters, made again when one was replaced or moved
+        (``load_state_dict(assign=True)``, ``to()``): a step reads the actor as it is."""
+        params = self._parameters()
+        addresses = tuple(map(torch.Tensor.data_ptr, params))
+        if addresses == self._addresses:
+            return
         if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in params):
             raise TypeError("a numpy policy reads float32 CPU parameters")
-        self.actor = actor
-        self._layers: list = []
-        for layer in network.loc_net:
+        self._layers = []
+        for layer in self.actor.network.loc_net:
             if isinstance(layer, nn.Linear):
-                self._layers.append((layer.weight.detach().numpy().T, layer.bias.detach().numpy()))
-            elif type(layer) in _ACTIVATIONS:
-                self._layers.append(_ACTIVATIONS[type(layer)])
+                self._layers.append((layer.weight.detach().numpy().T,
+                                     layer.bias.detach().numpy()))
             else:
-                raise TypeError(f"a numpy policy runs Linear, Tanh and ReLU layers, not {layer}")
-        self._log_std = network.log_std.detach().numpy()
-        self._log_sqrt_2pi = np.float32(0.5 * math.log(2 * math.pi))
+                self._layers.append(_ACTIVATIONS[type(layer)])
+        self._log_std = self.actor.network.log_std.detach().numpy()
+        self._addresses = addresses
 
     def __call__(self, tensordict: TensorDict) -> TensorDict:
-        loc = tensordict.get(self.actor.in_key).numpy()
+        self._views()
+        observation = tensordict.get(self.actor.in_key)
+        if observation.dtype != torch.float32 or observation.dim() < 2:
+            raise TypeError(f"a numpy policy takes [batch, features] float32 observations, not "
+                            f"{observation.dtype} of shape {tuple(observation.shape)}")
+        loc = observation.numpy()
         for layer in self._layers:
             if callable(layer):
                 layer(loc)

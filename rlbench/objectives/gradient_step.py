@@ -58,10 +58,11 @@ class CompiledStep:
     ``loss_*`` entries sum to the loss; its other entries are returned as diagnostics.
     ``optimizer`` is a ``torch.optim.Adam`` over exactly ``loss_fn``'s parameters in one
     group (no weight decay, amsgrad or maximize); its learning rate is read at every step,
-    so schedules apply without recompiling. The gradient's global norm is clipped to
-    ``max_grad_norm`` when given. A non-finite loss or gradient raises
-    ``NonFiniteLossError`` and leaves parameters and optimizer state as they were, as
-    ``backward_and_step`` does.
+    so schedules apply without recompiling. Every parameter is stepped: one the loss does not
+    use gets a zero gradient (eager Adam would skip it), and frozen parameters are refused.
+    The gradient's global norm is clipped to ``max_grad_norm`` when given. A non-finite loss
+    or gradient raises ``NonFiniteLossError`` and leaves parameters and optimizer state as
+    they were, as ``backward_and_step`` does.
     """
 
     def __init__(self, loss_fn: nn.Module, optimizer: torch.optim.Optimizer,
@@ -69,7 +70,6 @@ class CompiledStep:
         _check_adam(loss_fn, optimizer)
         group = optimizer.param_groups[0]
         self.loss_fn, self.optimizer, self.in_keys = loss_fn, optimizer, list(in_keys)
-        self._group = group
         self._names = [name for name, _ in loss_fn.named_parameters()]
         self._params = list(group["params"])
         # Views that share the parameters' storage but not their autograd identity: the
@@ -85,8 +85,14 @@ class CompiledStep:
     def __call__(self, batch: TensorDict, index: torch.Tensor, *,
                  frames: int | None = None, step: int | None = None) -> dict[str, torch.Tensor]:
         """Step on the rows ``index`` of ``batch``; returns the loss terms and diagnostics."""
+        # the optimizer's group as it is now: load_state_dict puts in new group dicts
+        group = self.optimizer.param_groups[0]
+        if (tuple(group["betas"]), group["eps"]) != (self._betas, self._eps):
+            raise ValueError(f"the step was compiled for Adam betas {self._betas} and eps "
+                             f"{self._eps}; the optimizer now has {tuple(group['betas'])} and "
+                             f"{group['eps']}")
         state = [self._adam_state(p) for p in self._params]
-        lr = torch.tensor(float(self._group["lr"]), dtype=torch.float64)
+        lr = torch.tensor(float(group["lr"]), dtype=torch.float64)
         inputs = [batch.get(key) for key in self.in_keys]
         terms, ok = self._step(self._values, [s["exp_avg"] for s in state],
                                [s["exp_avg_sq"] for s in state], [s["step"] for s in state],
@@ -147,9 +153,10 @@ class CompiledStep:
 def _own_code(method: types.MethodType) -> types.MethodType:
     """``method`` with a code object of its own, so that its compiled graphs are its own.
 
-    Dynamo keeps at most ``recompile_limit`` graphs per code object and runs further
-    variants eagerly; shared code would make a run's numbers depend on which other steps the
-    process compiled before it (more than eight network shapes or settings in one sweep).
+    Dynamo keeps at most ``recompile_limit`` graphs per code object and refuses to compile
+    more (``fullgraph=True`` raises); shared code would make a run fail or not depending on
+    which other steps its process compiled before it (more than eight network shapes or
+    settings in one sweep).
     """
     func = method.__func__
     fresh = types.FunctionType(func.__code__.replace(), func.__globals__, func.__name__,
@@ -171,3 +178,6 @@ def _check_adam(loss_fn: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         raise ValueError(f"CompiledStep does not take Adam with {', '.join(unsupported)}")
     if [id(p) for p in group["params"]] != [id(p) for p in loss_fn.parameters()]:
         raise ValueError("the optimizer must hold exactly the loss's parameters, in order")
+    frozen = [name for name, p in loss_fn.named_parameters() if not p.requires_grad]
+    if frozen:
+        raise ValueError(f"CompiledStep steps every parameter; these are frozen: {frozen}")

@@ -42,6 +42,13 @@ ONLINE: dict[str, tuple[str, str, dict[str, Any], int, int, int]] = {
     "ppo-kl": ("CartPole-v1", "classic", {"rollout_steps": 32, "num_envs": 2, "epochs": 2,
                                           "minibatch_size": 16, "objective": "kl"},
                640, 256, 128),
+    # the speed options: a compiled step whose optimizer is loaded after it is built, the
+    # numpy actor, one env's VecNorm
+    "ppo-speed": ("Pendulum-v1", "classic", {"rollout_steps": 64, "num_envs": 1, "epochs": 2,
+                                             "minibatch_size": 16, "use_sde": False,
+                                             "anneal_lr": True, "compile": True,
+                                             "numpy_actor": True, "normalize_observation": True,
+                                             "normalize_reward": True}, 640, 256, 128),
     "a2c": ("CartPole-v1", "classic", {"num_envs": 4, "anneal_lr": True}, 800, 300, 120),
     "dqn": ("CartPole-v1", "classic", {"learning_starts": 100, "train_every": 10,
                                        "gradient_steps": 2, "hidden_sizes": (16, 16),

@@ -75,9 +75,10 @@ def test_action_from_tensor_equals_the_numpy_path(action: torch.Tensor) -> None:
 
 def test_clipped_actions_equal_the_numpy_path_bit_for_bit() -> None:
     """Out-of-bounds actions are clipped in python floats: np.clip's values exactly, on
-    random actions with infinities and values on the bounds, for two envs and two dtypes."""
-    low = np.float32([[-1.0, -2.0, -0.5], [-0.3, -1.0, -7.25]])
-    high = np.float32([[1.0, 2.0, 0.5], [0.7, 1.0, 7.25]])
+    random actions with infinities, values on the bounds and signed zeros at zero bounds,
+    for two envs and two dtypes."""
+    low = np.float32([[-1.0, -2.0, 0.0], [-0.3, -1.0, -7.25]])
+    high = np.float32([[1.0, 2.0, 0.5], [0.7, -0.0, 7.25]])
     check = BoxActionCheck(low, high, "clip", "test", torch.float32)
     rng = np.random.default_rng(3)
     clipped = 0
@@ -87,6 +88,8 @@ def test_clipped_actions_equal_the_numpy_path_bit_for_bit() -> None:
         values[pick < 0.05] = np.inf
         values[(pick > 0.05) & (pick < 0.1)] = -np.inf
         values[(pick > 0.1) & (pick < 0.15)] = low[(pick > 0.1) & (pick < 0.15)]
+        values[(pick > 0.15) & (pick < 0.25)] = -0.0  # a tie with a zero bound of either sign
+        values[(pick > 0.25) & (pick < 0.3)] = 0.0
         for dtype in (None, np.float64):
             fast = check.from_tensor(torch.from_numpy(values), dtype)
             slow = np.clip(values, low, high)

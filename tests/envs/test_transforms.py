@@ -297,10 +297,12 @@ def test_one_row_update_is_the_rows_update_bit_for_bit(size: int) -> None:
             assert torch.equal(getattr(one, name), getattr(rows, name)), (t, name)
 
 
-def test_one_reward_scaling_is_the_general_path_bit_for_bit() -> None:
+@pytest.mark.parametrize(("gamma", "eps"), [(0.97, 1e-8), (np.float32(0.97), 0.0)])
+def test_one_reward_scaling_is_the_general_path_bit_for_bit(gamma: float, eps: float) -> None:
+    """Also with a numpy float32 gamma and eps 0 (the first step's std is 0: inf, clipped)."""
     rng = np.random.default_rng(1)
-    fast, general = VecNorm(reward=True, gamma=0.97, clip_reward=0.5), \
-        VecNorm(reward=True, gamma=0.97, clip_reward=0.5)
+    fast, general = VecNorm(reward=True, gamma=gamma, clip_reward=0.5, eps=eps), \
+        VecNorm(reward=True, gamma=gamma, clip_reward=0.5, eps=eps)
     for vecnorm in (fast, general):
         vecnorm._returns = torch.zeros(1, 1, dtype=torch.float64)
     clipped = 0
@@ -308,8 +310,9 @@ def test_one_reward_scaling_is_the_general_path_bit_for_bit() -> None:
         reward = torch.tensor([[rng.standard_normal() * 10.0 ** rng.integers(-2, 3)]],
                               dtype=torch.float32)
         done = torch.tensor([[bool(rng.random() < 0.05)]])
-        got = fast._scale_reward_numpy(reward, done)
-        expected = general._scale_rewards(reward, done)
+        with np.errstate(divide="ignore", invalid="ignore"):  # eps 0: a zero std at first
+            got = fast._scale_reward_numpy(reward, done)
+            expected = general._scale_rewards(reward, done)
         assert got.dtype == expected.dtype == torch.float32
         assert torch.equal(got, expected), t
         assert torch.equal(fast._returns, general._returns), t

@@ -69,9 +69,10 @@ def test_numpy_policy_reads_the_parameters_as_they_are_now() -> None:
     with torch.no_grad():
         for p in other.parameters():
             p.add_(1.0)
-    for source in (None, other.state_dict()):
-        if source is not None:
-            actor.load_state_dict(source)
+    for source, assign in ((None, False), (other.state_dict(), False),
+                           (_actor(nn.Tanh, 11, 3).state_dict(), True)):
+        if source is not None:  # assign=True replaces the parameters themselves
+            actor.load_state_dict(source, assign=assign)
         with set_exploration_type(ExplorationType.DETERMINISTIC), torch.no_grad():
             expected = actor(obs.clone())["action"]
             got = policy(obs.clone())["action"]
@@ -88,3 +89,15 @@ def test_numpy_policy_refuses_what_it_does_not_evaluate() -> None:
         NumpyGaussianPolicy(_actor(nn.ELU))
     with pytest.raises(TypeError, match="float32 CPU"):
         NumpyGaussianPolicy(_actor().double())
+
+
+def test_numpy_policy_refuses_other_inputs_and_parameters_that_left_float32() -> None:
+    actor = _actor()
+    policy = NumpyGaussianPolicy(actor)
+    with pytest.raises(TypeError, match=r"float32 observations, not torch\.float64"):
+        policy(TensorDict({"observation": torch.zeros(1, 11, dtype=torch.float64)}, [1]))
+    with pytest.raises(TypeError, match=r"of shape \(11,\)"):
+        policy(TensorDict({"observation": torch.zeros(11)}, []))
+    actor.double()
+    with pytest.raises(TypeError, match="float32 CPU parameters"):
+        policy(_observations(1))

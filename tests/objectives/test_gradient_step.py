@@ -166,6 +166,27 @@ def test_optimizer_state_survives_a_checkpoint() -> None:
         assert torch.equal(a, b)
 
 
+def test_learning_rate_is_read_from_the_optimizer_after_it_loads_a_checkpoint() -> None:
+    """``load_state_dict`` replaces the optimizer's param groups: a step built before the
+    load (as a resumed run builds it) must read the schedule's rate from the new group."""
+    batch, indices = _batch(), _indices()
+    saved = _adam(_loss()).state_dict()
+    lrs = [1e-2 * (1 - k / len(indices)) for k in range(len(indices))]
+    finals = []
+    for step_type in (EagerStep, CompiledStep):
+        loss = _loss()
+        optimizer = _adam(loss)
+        step = (CompiledStep(loss, optimizer, loss.in_keys, max_grad_norm=0.5)
+                if step_type is CompiledStep else EagerStep(loss, optimizer, max_grad_norm=0.5))
+        optimizer.load_state_dict(saved)
+        for lr, index in zip(lrs, indices, strict=True):
+            optimizer.param_groups[0]["lr"] = lr
+            step(batch, index, frames=0)
+        finals.append([p.detach().clone() for p in loss.parameters()])
+    for compiled, eager in zip(finals[1], finals[0], strict=True):
+        torch.testing.assert_close(compiled, eager, rtol=1e-12, atol=1e-14)
+
+
 def test_compiled_step_refuses_what_it_does_not_implement() -> None:
     loss = _loss()
     with pytest.raises(TypeError, match=r"takes torch\.optim\.Adam, not SGD"):
@@ -177,11 +198,20 @@ def test_compiled_step_refuses_what_it_does_not_implement() -> None:
     actor_only = torch.optim.Adam(loss.actor.parameters())
     with pytest.raises(ValueError, match="exactly the loss's parameters"):
         CompiledStep(loss, actor_only, loss.in_keys)
+    loss.actor.network.log_std.requires_grad_(False)
+    with pytest.raises(ValueError, match=r"frozen: \['actor.network.log_std'\]"):
+        CompiledStep(loss, torch.optim.Adam(loss.parameters()), loss.in_keys)
+    loss.actor.network.log_std.requires_grad_(True)
+    optimizer = torch.optim.Adam(loss.parameters())
+    step = CompiledStep(loss, optimizer, loss.in_keys)
+    optimizer.param_groups[0]["betas"] = (0.5, 0.999)
+    with pytest.raises(ValueError, match=r"compiled for Adam betas \(0.9, 0.999\)"):
+        step(_batch(), torch.arange(MINIBATCH), frames=0)
 
 
 def test_every_step_compiles_its_own_graph_however_many_the_process_has() -> None:
-    """Past Dynamo's recompile limit a shared function would run eagerly (other numbers);
-    each step has its own, so the third of three settings still runs compiled."""
+    """Past Dynamo's recompile limit a shared function would not compile (fullgraph
+    raises); each step has its own, so the third of three settings still runs compiled."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()

@@ -175,8 +175,9 @@ class _RunningMoments(torch.nn.Module):
         count[...] = total
 
     def _update_one_row(self, row: np.ndarray) -> None:
-        """``_update_rows`` of one row, bit for bit, with the operations that are exact
-        no-ops for one row left out (``x * 1``; ``+ 0.0`` on the non-negative ``var *
+        """``_update_rows`` of one row, bit for bit while the row and the statistics are
+        finite (an infinite row gives var inf here, NaN there), with the operations that are
+        exact no-ops for one row left out (``x * 1``; ``+ 0.0`` on the non-negative ``var *
         seen``) and fewer temporaries: a single env's step pays this one."""
         mean, var, count = self.numpy_views()
         seen = float(count)
@@ -239,8 +240,9 @@ class VecNorm(Transform):
                  gamma: float = 0.99, clip_obs: float = 10.0, clip_reward: float = 10.0,
                  eps: float = 1e-8):
         super().__init__()
-        self.keys, self.normalize_reward, self.gamma = list(keys), reward, gamma
-        self.clip_obs, self.clip_reward, self.eps = clip_obs, clip_reward, eps
+        # python floats: a numpy scalar would turn the single-env path's arithmetic float32
+        self.keys, self.normalize_reward, self.gamma = list(keys), reward, float(gamma)
+        self.clip_obs, self.clip_reward, self.eps = float(clip_obs), float(clip_reward), float(eps)
         self.frozen = False
         self.moments = torch.nn.ModuleDict()
         self.return_moments = _RunningMoments(torch.Size([1])) if reward else None
@@ -352,7 +354,8 @@ class VecNorm(Transform):
         var = float(self.return_moments.numpy_views()[1][0])
         std = float(np.float32(math.sqrt(var + self.eps)))
         scaled = np.empty((1, 1), dtype=np.float32)
-        scaled[0, 0] = raw / std
+        # a zero std (eps=0, first step) divides as numpy does: inf or nan, then clipped
+        scaled[0, 0] = raw / std if std else np.float32(raw) / np.float32(std)
         value, bound = scaled[0, 0], self.clip_reward
         if value > bound:  # NaN stays NaN, as through np.maximum/np.minimum
             scaled[0, 0] = bound
