@@ -78,6 +78,17 @@ def _steady_rates(benchmarks: list[dict]) -> dict[str, float]:
     return rates
 
 
+def _print_device_pairs(benchmarks: list[dict]) -> None:
+    """Each CUDA benchmark beside its CPU twin from the same run (ids ``[cuda...]`` and
+    ``[cpu...]``), as the CPU row's median over the CUDA row's: above 1, CUDA is faster."""
+    medians = {b["name"]: b["stats"]["median"] for b in benchmarks}
+    for name, median in medians.items():
+        twin = name.replace("[cuda", "[cpu", 1)
+        if twin != name and twin in medians:
+            print(f"  {name:45s} {median * 1e3:8.3f} ms on CUDA, {medians[twin] / median:6.2f}x "
+                  f"its CPU twin")
+
+
 def main(argv: list[str]) -> int:
     path, benchmarks = load(Path(argv[0]) if argv else None)
     print(f"benchmark run: {path}")
@@ -110,6 +121,7 @@ def main(argv: list[str]) -> int:
             verdict = "met" if speedup >= 3 else "MISSED"
             print(f"  {bench['name']:45s} {ms:8.3f} ms, {speedup:5.1f}x TorchRL's best "
                   f"(goal >= 3x): {verdict}")
+    _print_device_pairs(benchmarks)
     for description, top, bottom, goal in GOALS:
         if top in fps and bottom in fps:
             ratio = fps[top] / fps[bottom]

@@ -79,8 +79,8 @@ class Collector:
         self.frames_per_batch, self.total_frames = frames_per_batch, total_frames
         self.steps_per_batch = frames_per_batch // env.numel
         self.split_trajs = split_trajs
-        self.policy_device = None if policy_device is None else torch.device(policy_device)
-        self.storing_device = torch.device(storing_device or env.device)
+        self.policy_device = None if policy_device is None else _indexed(policy_device)
+        self.storing_device = _indexed(storing_device or env.device)
         self.frames = 0
         self.last_batch_seconds = 0.0
         self._root: TensorDict | None = None
@@ -179,3 +179,9 @@ class Collector:
             self.last_batch_seconds = time.perf_counter() - start
             self.frames += self.frames_per_batch
             yield batch
+
+
+def _indexed(device: torch.device | str) -> torch.device:
+    """``device`` with its index made explicit (``cuda`` is ``cuda:<current>``), as tensors
+    report it, so that comparing it with a tensor's device means what it says."""
+    return torch.empty(0, device=device).device

@@ -125,9 +125,10 @@ def test_a_run_without_random_frames_keeps_the_policy_outputs() -> None:
 ])
 def test_policy_and_storing_device(device: str) -> None:
     weights = torch.tensor([0.0, 0.0, 1.0, 0.5])  # push toward the side the pole falls
+    indexed = torch.empty(0, device=device).device  # "cuda" is "cuda:0" on a tensor
 
     def policy(td: TensorDict) -> TensorDict:
-        assert td.device == torch.device(device)
+        assert td.device == indexed
         td.set("action", (td["observation"] @ weights.to(device) > 0).long())
         return td
 
@@ -139,8 +140,9 @@ def test_policy_and_storing_device(device: str) -> None:
     moved = Collector(make("CartPole-v1", num_envs=3, seed=4), policy, policy_device=device,
                       storing_device=device, **kwargs)
     plain = Collector(make("CartPole-v1", num_envs=3, seed=4), reference, **kwargs)
+    assert moved.policy_device == moved.storing_device == indexed
     for got, want in zip(moved, plain, strict=True):
-        assert got.device == torch.device(device)
+        assert got.device == indexed
         assert (got.cpu() == want).all()
         assert got["action"].any() and not got["action"].all()
 

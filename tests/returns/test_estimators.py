@@ -8,6 +8,9 @@ import torch
 
 from rlbench.returns import n_step, reverse_linear_scan, td0, td1, td_lambda, vtrace
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                reason="no CUDA device"))]
+
 
 def _inputs(rng, batch, time):
     value, next_value, reward = (rng.normal(size=(batch, time)) for _ in range(3))
@@ -16,16 +19,16 @@ def _inputs(rng, batch, time):
     return value, next_value, reward, terminated | truncated, terminated
 
 
-def _torch(*arrays, layout):
+def _torch(*arrays, layout, device="cpu"):
     out = []
     for x in arrays:
-        t = torch.as_tensor(x)
+        t = torch.as_tensor(x, device=device)
         out.append(t.unsqueeze(-1) if layout == -2 else t)
     return out
 
 
 def _back(t, layout):
-    return (t.squeeze(-1) if layout == -2 else t).numpy()
+    return (t.squeeze(-1) if layout == -2 else t).cpu().numpy()
 
 
 def td_lambda_reference(gamma, lmbda, value, next_value, reward, done, terminated):
@@ -91,11 +94,12 @@ SHAPES = [(1, 1), (2, 9), (4, 64), (3, 300)]
 @pytest.mark.parametrize("batch,time", SHAPES)
 @pytest.mark.parametrize("layout", [-2, -1])
 @pytest.mark.parametrize("lmbda", [0.0, 0.8, 1.0])
-def test_td_lambda_td1(batch, time, layout, lmbda) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_td_lambda_td1(batch, time, layout, lmbda, device) -> None:
     rng = np.random.default_rng(time + batch)
     value, next_value, reward, done, terminated = _inputs(rng, batch, time)
     expected = td_lambda_reference(0.95, lmbda, value, next_value, reward, done, terminated)
-    args = _torch(value, next_value, reward, done, terminated, layout=layout)
+    args = _torch(value, next_value, reward, done, terminated, layout=layout, device=device)
     advantage, target = td_lambda(0.95, lmbda, *args, time_dim=layout)
     np.testing.assert_allclose(_back(target, layout), expected, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(_back(advantage, layout), expected - value, rtol=1e-10,
@@ -110,11 +114,12 @@ def test_td_lambda_td1(batch, time, layout, lmbda) -> None:
 
 @pytest.mark.parametrize("batch,time", SHAPES)
 @pytest.mark.parametrize("n", [1, 3, 5])
-def test_n_step(batch, time, n) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_n_step(batch, time, n, device) -> None:
     rng = np.random.default_rng(7 * time + n)
     value, next_value, reward, done, terminated = _inputs(rng, batch, time)
     expected = n_step_reference(0.9, n, next_value, reward, done, terminated)
-    args = _torch(value, next_value, reward, done, terminated, layout=-2)
+    args = _torch(value, next_value, reward, done, terminated, layout=-2, device=device)
     advantage, target = n_step(0.9, n, *args)
     np.testing.assert_allclose(_back(target, -2), expected, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(_back(advantage, -2), expected - value, rtol=1e-10, atol=1e-10)
@@ -122,14 +127,16 @@ def test_n_step(batch, time, n) -> None:
 
 @pytest.mark.parametrize("batch,time", SHAPES)
 @pytest.mark.parametrize("rho_bar,c_bar,lmbda", [(1.0, 1.0, 1.0), (2.0, 0.5, 0.9)])
-def test_vtrace(batch, time, rho_bar, c_bar, lmbda) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_vtrace(batch, time, rho_bar, c_bar, lmbda, device) -> None:
     rng = np.random.default_rng(3 * time + batch)
     value, next_value, reward, done, terminated = _inputs(rng, batch, time)
     log_mu = rng.normal(size=(batch, time)) * 0.5
     log_pi = log_mu + rng.normal(size=(batch, time)) * 0.5
     exp_adv, exp_vs = vtrace_reference(0.97, value, next_value, reward, done, terminated,
                                        np.exp(log_pi - log_mu), rho_bar, c_bar, lmbda)
-    args = _torch(value, next_value, reward, done, terminated, log_pi, log_mu, layout=-2)
+    args = _torch(value, next_value, reward, done, terminated, log_pi, log_mu, layout=-2,
+                  device=device)
     advantage, target = vtrace(0.97, *args, rho_bar=rho_bar, c_bar=c_bar, lmbda=lmbda)
     np.testing.assert_allclose(_back(target, -2), exp_vs, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(_back(advantage, -2), exp_adv, rtol=1e-10, atol=1e-10)

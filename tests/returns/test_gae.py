@@ -32,7 +32,11 @@ def _random_inputs(rng, batch, time):
 @pytest.mark.parametrize("batch,time", [(1, 1), (1, 17), (4, 64), (3, 500)])
 @pytest.mark.parametrize("layout", ["time_dim=-2", "time_dim=-1", "time_first"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_matches_float64_reference(batch: int, time: int, layout: str, dtype) -> None:
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                         reason="no CUDA device"))])
+def test_matches_float64_reference(batch: int, time: int, layout: str, dtype,
+                                   device: str) -> None:
     rng = np.random.default_rng(batch * 1000 + time)
     gamma, lmbda = 0.97, 0.9
     value, next_value, reward, done, terminated = _random_inputs(rng, batch, time)
@@ -40,7 +44,7 @@ def test_matches_float64_reference(batch: int, time: int, layout: str, dtype) ->
                                                   done, terminated)
 
     def to_layout(x: np.ndarray) -> torch.Tensor:
-        t = torch.as_tensor(x)
+        t = torch.as_tensor(x, device=device)
         t = t.to(dtype) if t.dtype != torch.bool else t
         if layout == "time_dim=-2":
             return t.unsqueeze(-1)  # [B, T, 1]
@@ -52,8 +56,9 @@ def test_matches_float64_reference(batch: int, time: int, layout: str, dtype) ->
     adv, target = gae(gamma, lmbda, *(to_layout(x) for x in
                                       (value, next_value, reward, done, terminated)),
                       time_dim=time_dim)
-    back = {"time_dim=-2": lambda t: t.squeeze(-1), "time_dim=-1": lambda t: t,
-            "time_first": lambda t: t.squeeze(-1).T}[layout]
+    assert adv.device.type == target.device.type == device
+    back = {"time_dim=-2": lambda t: t.squeeze(-1).cpu(), "time_dim=-1": lambda t: t.cpu(),
+            "time_first": lambda t: t.squeeze(-1).T.cpu()}[layout]
     tol = 1e-12 if dtype == torch.float64 else 1e-4
     np.testing.assert_allclose(back(adv).double().numpy(), expected_adv, rtol=tol, atol=tol)
     np.testing.assert_allclose(back(target).double().numpy(), expected_target, rtol=tol,

@@ -46,3 +46,20 @@ def test_inputs_that_need_gradients_take_the_differentiable_path() -> None:
     expected = [sum(np.prod(a_np[s:t]) for s in range(t + 1)) for t in range(8)]
     np.testing.assert_allclose(b.grad.numpy()[0], expected, rtol=1e-12)
     assert a.grad is not None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("rows,steps", [(1, 512), (12, 64), (300, 500)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_takes_the_scan_and_matches_float64_reference(rows: int, steps: int,
+                                                           dtype) -> None:
+    rng = np.random.default_rng(rows * 31 + steps)
+    a = rng.uniform(0.0, 1.0, size=(rows, steps)) * (rng.random((rows, steps)) > 0.03)
+    b = rng.normal(size=(rows, steps))
+    a_t, b_t = (torch.as_tensor(x, dtype=dtype, device="cuda") for x in (a, b))
+    assert not _loop_is_cheaper(a_t, b_t)
+    x = reverse_linear_scan(a_t, b_t, time_dim=-1)
+    assert x.device.type == "cuda" and x.dtype == dtype
+    tol = 1e-12 if dtype == torch.float64 else 1e-4
+    np.testing.assert_allclose(x.cpu().double().numpy(), recurrence_reference(a, b), rtol=tol,
+                               atol=tol)
