@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from itertools import chain
+from operator import le
 from typing import Literal
 
 import numpy as np
@@ -47,6 +48,21 @@ class BoxActionCheck:
         self._short = (dtype in (torch.float32, torch.float64) and low.ndim == 2
                        and low.size <= _SMALL)
         self._np_dtype = torch.empty((), dtype=dtype).numpy().dtype if self._short else None
+        self._one_row = self._short and low.shape[0] == 1
+        self._shape = torch.Size(low.shape)
+
+    def in_bounds_row(self, action: torch.Tensor, dtype: np.dtype | None = None
+                      ) -> np.ndarray | None:
+        """A single sub-env's action (``[1, n]`` of the spec's dtype) that lies inside the
+        bounds, as a fresh 1-D array of ``dtype`` (default: the spec's): the values of
+        ``from_tensor(action, dtype)[0]``. None for any other action, which ``from_tensor``
+        clips or rejects."""
+        if not self._one_row or action.dtype is not self.dtype or action.shape != self._shape:
+            return None
+        values = action.tolist()[0]
+        if all(map(le, self._lows, values)) and all(map(le, values, self._highs)):
+            return np.array(values, dtype=self._np_dtype if dtype is None else dtype)
+        return None
 
     def from_tensor(self, action: torch.Tensor, dtype: np.dtype | None = None) -> np.ndarray:
         """``self(action.numpy(force=True))``: the checked action, as numpy of ``dtype``
@@ -58,9 +74,10 @@ class BoxActionCheck:
         """
         if self._short and action.dtype is self.dtype and action.shape == self.low.shape:
             values = action.tolist()
-            flat = list(chain.from_iterable(values))
+            flat = values[0] if len(values) == 1 else list(chain.from_iterable(values))
             out_dtype = self._np_dtype if dtype is None else dtype
-            if all(map(_between, self._lows, flat, self._highs)):
+            # in C, no python call per number; NaN fails both and leaves this path
+            if all(map(le, self._lows, flat)) and all(map(le, flat, self._highs)):
                 return np.array(values, dtype=out_dtype)
             if self.mode == "clip" and not any(map(math.isnan, flat)):
                 # np.clip's values: each number or the bound it reached (the bound's zero

@@ -112,7 +112,7 @@ class EnvBase(ABC):
         source = dict(observation)
         for key in DONE_KEYS:
             source[key] = self._false
-        return _tensordict(source, self.batch_size, self.device)
+        return new_tensordict(source, self.batch_size, self.device)
 
     def reset(self, seed: int | None = None) -> TensorDict:
         """Start a new episode in every sub-env; ``seed`` reseeds them (sub-env i gets seed + i)."""
@@ -124,7 +124,7 @@ class EnvBase(ABC):
 
     def _next(self, tensordict: TensorDict) -> TensorDict:
         """The ``"next"`` TensorDict of applying ``tensordict["action"]``."""
-        return _tensordict(self._step(tensordict.get("action")), self.batch_size, self.device,
+        return new_tensordict(self._step(tensordict["action"]), self.batch_size, self.device,
                            nested=self._nested_entries)
 
     @functools.cached_property
@@ -134,7 +134,7 @@ class EnvBase(ABC):
 
     def step(self, tensordict: TensorDict) -> TensorDict:
         """Apply ``tensordict["action"]`` and write the result under ``"next"``."""
-        _set_next(tensordict, self._next(tensordict))
+        set_next(tensordict, self._next(tensordict))
         return tensordict
 
     def step_and_maybe_reset(self, tensordict: TensorDict) -> tuple[TensorDict, TensorDict]:
@@ -144,10 +144,16 @@ class EnvBase(ABC):
         running values transforms keep, such as ``step_count``), with the done flags cleared;
         the rows of finished sub-envs come from a reset instead.
         """
-        entries = self._step(tensordict.get("action"))
+        entries = self._step(tensordict["action"])
         nested = self._nested_entries
-        nxt = _tensordict(entries, self.batch_size, self.device, nested=nested)
-        _set_next(tensordict, nxt)
+        nxt = new_tensordict(entries, self.batch_size, self.device, nested=nested)
+        set_next(tensordict, nxt)
+        if entries["done"] is self._false and not nested:
+            # the common step: no sub-env finished, so the flags are already the cleared
+            # ones and the next root is the entries without the reward
+            carried = dict(entries)
+            del carried["reward"]
+            return tensordict, new_tensordict(carried, self.batch_size, self.device, nested=False)
         # flat entries are the tensors ``nxt`` holds; nested ones became TensorDicts there
         carried = nxt.items() if nested else entries.items()
         source = {key: value for key, value in carried if key not in _NOT_CARRIED}
@@ -157,7 +163,7 @@ class EnvBase(ABC):
         """The next root: ``carried`` entries, done flags cleared, finished sub-envs reset."""
         false = self._false
         carried["done"] = carried["terminated"] = carried["truncated"] = false
-        root = _tensordict(carried, self.batch_size, self.device, nested=False)
+        root = new_tensordict(carried, self.batch_size, self.device, nested=False)
         if done is not false and _any(done):
             done = done.squeeze(-1)
             root = _merge_rows(done, self._reset_rows(done), root)
@@ -198,7 +204,7 @@ class EnvBase(ABC):
                 f"observation_spec={self.observation_spec}, action_spec={self.action_spec})")
 
 
-def _tensordict(source: dict, batch_size: torch.Size, device: torch.device, *,
+def new_tensordict(source: dict, batch_size: torch.Size, device: torch.device, *,
                 nested: bool = True) -> TensorDict:
     """A TensorDict built without per-entry validation, for the env's own hot path.
 
@@ -216,7 +222,7 @@ def _any(flags: torch.Tensor) -> bool:
     return bool(flags.numpy().any() if flags.device.type == "cpu" else flags.any())
 
 
-def _set_next(tensordict: TensorDict, next_td: TensorDict) -> None:
+def set_next(tensordict: TensorDict, next_td: TensorDict) -> None:
     """``tensordict["next"] = next_td`` without re-validating a TensorDict the env just built.
 
     ``next_td`` has the env's batch size and device by construction; the checks of

@@ -83,9 +83,9 @@ class ObservationConverter:
         self._np_dtypes = {id(leaf): torch.empty((), dtype=leaf.dtype).numpy().dtype
                            for leaf in _leaves(self.spec)}
         # the common case, one array per step and no index offset, gets a short path
-        self._plain = (not isinstance(space, gym.spaces.Dict | gym.spaces.Tuple)
+        self.plain = (not isinstance(space, gym.spaces.Dict | gym.spaces.Tuple)
                        and _start(space) is None and self.device.type == "cpu")
-        self._plain_dtype = self._np_dtypes[id(self.spec)] if self._plain else None
+        self._plain_dtype = self._np_dtypes[id(self.spec)] if self.plain else None
 
     def _leaf_from_list(self, space: gym.Space, spec: TensorSpec, values: Sequence[Any]
                         ) -> torch.Tensor:
@@ -109,16 +109,19 @@ class ObservationConverter:
 
     def from_list(self, values: Sequence[Any]) -> dict[str, Any]:
         """Observation entries from a list of per-env observations (first dim: the list)."""
-        if self._plain:
-            value = values[0]
-            if len(values) == 1 and type(value) is np.ndarray:  # astype: a copy, and fast
-                array = value.astype(self._plain_dtype).reshape(1, *value.shape)
-            elif len(values) == 1:
-                array = np.array(value, dtype=self._plain_dtype)[None]
-            else:
-                array = np.stack(values).astype(self._plain_dtype, copy=False)
+        if self.plain:
+            if len(values) == 1:
+                return {"observation": self.one(values[0])}
+            array = np.stack(values).astype(self._plain_dtype, copy=False)
             return {"observation": torch.from_numpy(array)}
         return {"observation": self._from_list(self.space, self.spec, values)}
+
+    def one(self, value: Any) -> torch.Tensor:
+        """A single sub-env's observation of a ``plain`` space (one array, no index offset,
+        on CPU) as a fresh ``[1, *shape]`` tensor of the spec's dtype."""
+        if type(value) is np.ndarray:  # astype: a copy, and fast
+            return torch.from_numpy(value.astype(self._plain_dtype)[None])
+        return torch.from_numpy(np.array(value, dtype=self._plain_dtype)[None])
 
     def _from_batched(self, space: gym.Space, spec: Any, value: Any) -> Any:
         if isinstance(space, gym.spaces.Dict):
@@ -164,10 +167,20 @@ class ActionConverter:
             raise ValueError(f"action_check must be 'clip' or 'raise', got {action_check!r}")
         self._start = _start(space)
         self._is_box = isinstance(space, gym.spaces.Box)
+        self._dtype = space.dtype
+
+    def one(self, action: torch.Tensor) -> np.ndarray:
+        """The checked action of a single sub-env (batch ``[1]``), unbatched for gymnasium:
+        ``self(action)[0]``, with a short path for a box action inside its bounds."""
+        if self._is_box:
+            row = self._box.in_bounds_row(action, self._dtype)
+            if row is not None:
+                return row
+        return self(action)[0]
 
     def __call__(self, action: torch.Tensor) -> np.ndarray:
         if self._is_box:
-            return self._box.from_tensor(action, self.space.dtype)
+            return self._box.from_tensor(action, self._dtype)
         array = to_numpy(action)
         if array.dtype.kind == "f":  # a float action must name a whole one (0.0, not 0.7)
             if not np.array_equal(array, np.round(array)):

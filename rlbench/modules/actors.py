@@ -100,7 +100,7 @@ class ProbabilisticActor(nn.Module):
         return self.distribution(params)
 
     def get_dist(self, tensordict: TensorDict) -> Distribution:
-        return self.dist(tensordict.get(self.in_key))
+        return self.dist(tensordict[self.in_key])
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
         dist = self.get_dist(tensordict)
@@ -126,7 +126,7 @@ class ValueOperator(nn.Module):
         self.in_keys, self.out_keys = [in_key], [out_key]
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
-        tensordict.set(self.out_key, self.network(tensordict.get(self.in_key)))
+        tensordict.set(self.out_key, self.network(tensordict[self.in_key]))
         return tensordict
 
 
@@ -157,7 +157,7 @@ class DeterministicActor(nn.Module):
         return self.center + self.half_range * torch.tanh(self.network(observation))
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
-        tensordict.set(self.action_key, self.action(tensordict.get(self.in_key)))
+        tensordict.set(self.action_key, self.action(tensordict[self.in_key]))
         return tensordict
 
 
@@ -184,7 +184,7 @@ class QValueActor(nn.Module):
         self.in_keys, self.out_keys = [in_key], [action_key, action_value_key]
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
-        values = self.network(tensordict.get(self.in_key))
+        values = self.network(tensordict[self.in_key])
         action = values.argmax(-1)
         if self.one_hot:
             action = torch.nn.functional.one_hot(action, values.shape[-1])

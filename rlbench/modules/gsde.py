@@ -87,7 +87,7 @@ class GSDEActor(nn.Module):
         return self._dist(*self._features(observation))
 
     def get_dist(self, tensordict: TensorDict) -> IndependentNormal:
-        return self.dist(tensordict.get(self.in_key))
+        return self.dist(tensordict[self.in_key])
 
     def _noise(self, latent: torch.Tensor) -> torch.Tensor:
         batch = latent.shape[:-1]
@@ -101,7 +101,7 @@ class GSDEActor(nn.Module):
         return (latent.unsqueeze(-2) @ self._theta).squeeze(-2)
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
-        latent, mean = self._features(tensordict.get(self.in_key))
+        latent, mean = self._features(tensordict[self.in_key])
         if exploration_type() is ExplorationType.DETERMINISTIC:
             action = mean
         else:

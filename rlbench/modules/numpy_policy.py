@@ -83,7 +83,7 @@ class NumpyGaussianPolicy:
 
     def __call__(self, tensordict: TensorDict) -> TensorDict:
         self._views()
-        observation = tensordict.get(self.actor.in_key)
+        observation = tensordict[self.actor.in_key]
         if observation.dtype != torch.float32 or observation.dim() < 2:
             raise TypeError(f"a numpy policy takes [batch, features] float32 observations, not "
                             f"{observation.dtype} of shape {tuple(observation.shape)}")

@@ -10,6 +10,7 @@ import torch
 from rlbench.envs import make
 from rlbench.envs.batched import ParallelEnv
 from rlbench.envs.box_actions import BoxActionCheck
+from rlbench.envs.common import EnvBase
 from rlbench.envs.registry import SubEnvFactory
 
 
@@ -52,6 +53,76 @@ def test_single_env_matches_raw_gymnasium_across_clipping_and_time_limits() -> N
     assert batch["action"].abs().max() > 2.0  # the stored action is the policy's, unclipped
 
 
+def _same_tree(got, want) -> None:
+    """Same keys in the same order, dtypes, shapes and bytes, level by level."""
+    assert list(got.keys()) == list(want.keys())
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            mine = got.get(key)
+            assert mine.dtype == value.dtype and mine.shape == value.shape, key
+            assert mine.numpy().tobytes() == value.numpy().tobytes(), key
+        else:
+            _same_tree(got.get(key), value)
+
+
+def _general_action(rng: np.random.Generator, step: int, env_id: str,
+                    observation: torch.Tensor) -> torch.Tensor:
+    """Mostly in-bounds actions, with clipped, float64 and non-contiguous ones mixed in;
+    CartPole's balance the pole mostly, so that episodes also reach the time limit."""
+    if env_id == "CartPole-v1":
+        balance = int(observation[0, 2] + observation[0, 3] > 0)
+        return torch.tensor([balance if rng.random() < 0.7 else 1 - balance])
+    action = torch.from_numpy(rng.uniform(-1.0, 1.0, size=(1, 3)).astype(np.float32))
+    kind = step % 7
+    if kind == 3:
+        return action * 3  # outside [-1, 1]: clipped
+    if kind == 5:
+        return action.double()  # another dtype: the general conversion
+    if kind == 6:
+        return action.T.contiguous().T  # [1, 3], strides of a transpose
+    return action
+
+
+@pytest.mark.parametrize("env_id", ["Hopper-v5", "CartPole-v1"])
+def test_single_env_step_and_maybe_reset_equals_the_general_path(env_id: str) -> None:
+    """The one-env short path of ``GymEnv.step_and_maybe_reset`` against ``EnvBase``'s on
+    a twin env: every transition and next root, key order and bytes, over terminations
+    and time-limit truncations, and the episode log a checkpoint replays."""
+    short = make(env_id, seed=3, max_episode_steps=40)
+    general = make(env_id, seed=3, max_episode_steps=40)
+    short_root, general_root = short.reset(), general.reset()
+    rng, ends = np.random.default_rng(0), {"terminated": 0, "truncated": 0}
+    for step in range(300):
+        action = _general_action(rng, step, env_id, short_root["observation"])
+        short_root.set("action", action)
+        general_root.set("action", action.clone())
+        transition, short_root = short.step_and_maybe_reset(short_root)
+        expected, general_root = EnvBase.step_and_maybe_reset(general, general_root)
+        _same_tree(transition, expected)
+        _same_tree(short_root, general_root)
+        if not transition["next", "done"].item():  # a reset's root merges fresh rows
+            assert short_root.get("done") is short._false  # the shared cleared flags
+        for key in ends:
+            ends[key] += int(transition["next", key].item())
+    assert ends["terminated"] > 0 and ends["truncated"] > 0, ends
+    episodes, want = short.state_dict()["episodes"], general.state_dict()["episodes"]
+    assert episodes[0]["start"] == want[0]["start"]
+    assert torch.equal(episodes[0]["actions"], want[0]["actions"])
+
+
+def test_single_env_short_path_rejects_what_the_general_path_rejects() -> None:
+    env = make("Hopper-v5", seed=0)
+    root = env.reset()
+    with pytest.raises(ValueError, match="NaN"):
+        env.step_and_maybe_reset(root.set("action", torch.tensor([[0.0, float("nan"), 0.0]])))
+    with pytest.raises(KeyError, match="action"):
+        env.step_and_maybe_reset(env.reset())
+    with pytest.raises(ValueError, match=r"action of shape \(1, 1, 3\)"):
+        env.step_and_maybe_reset(root.set("action", torch.zeros(1, 3)).unsqueeze(0))
+    with pytest.raises(ValueError, match=r"action of shape \(1, 4\)"):
+        env.step_and_maybe_reset(root.set("action", torch.zeros(1, 4)))
+
+
 def _check(mode: str = "clip") -> BoxActionCheck:
     low = np.broadcast_to(np.float32([-1.0, -2.0, -0.5]), (1, 3))
     high = np.broadcast_to(np.float32([1.0, 2.0, 0.5]), (1, 3))
@@ -71,6 +142,12 @@ def test_action_from_tensor_equals_the_numpy_path(action: torch.Tensor) -> None:
     slow = check(action.detach().numpy().copy())
     assert fast.dtype == slow.dtype and fast.shape == slow.shape
     np.testing.assert_array_equal(fast, slow)
+    row = check.in_bounds_row(action, np.float64)
+    if row is not None:  # only an in-bounds [1, 3] float32 action has the row path
+        assert action.dtype == torch.float32 and row.dtype == np.float64
+        assert row.tobytes() == check.from_tensor(action, np.float64)[0].tobytes()
+    assert (row is None) == (action.dtype != torch.float32 or not (slow == action.detach()
+                                                                   .numpy()).all())
 
 
 def test_clipped_actions_equal_the_numpy_path_bit_for_bit() -> None:

@@ -23,7 +23,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlbench.envs.common import _NOT_CARRIED, EnvBase, _set_next
+from rlbench.envs.common import _NOT_CARRIED, EnvBase, set_next
 from rlbench.envs.specs import Composite, TensorSpec
 
 __all__ = ["Compose", "Transform", "TransformedEnv"]
@@ -179,7 +179,7 @@ class TransformedEnv(EnvBase):
     def step_and_maybe_reset(self, tensordict: TensorDict) -> tuple[TensorDict, TensorDict]:
         """``EnvBase.step_and_maybe_reset`` through the transforms' ``_next``."""
         nxt = self._next(tensordict)
-        _set_next(tensordict, nxt)
+        set_next(tensordict, nxt)
         carried = {key: value for key, value in nxt.items() if key not in _NOT_CARRIED}
         return tensordict, self._root_after_step(carried, nxt.get("done"))
 
