@@ -157,6 +157,8 @@ class DMControlEnv(EnvBase):
         self._on_cpu = self.device.type == "cpu"
         self._reset_in_step: list[tuple[int, float]] = []  # (sub-env, discount) pairs
         self._build_specs(cast_float64)
+        self._one_flat = (num_envs == 1 and self._on_cpu and self.flatten_observation
+                          and not self.from_pixels)
 
     def _load(self, seed: int | None) -> Any:
         return self._suite.load(
@@ -309,6 +311,8 @@ class DMControlEnv(EnvBase):
 
     def _step(self, action: torch.Tensor) -> dict[str, Any]:
         self._check_open()
+        if self._one_flat:
+            return self._step_one(action)
         actions = self._action_to_numpy(action)
         reward = self._reward
         finished = []
@@ -324,6 +328,30 @@ class DMControlEnv(EnvBase):
         entries.update(self._flags(finished))
         for i, _ in finished:
             self._write(i, self._reset_one(i))
+        self._reset_in_step = finished
+        return entries
+
+    def _step_one(self, action: torch.Tensor) -> dict[str, Any]:
+        """``_step`` of one sub-env with a flat observation and no pixels, on CPU (a
+        hand-written loop's case): the same entries, without the per-sub-env loop and the
+        helpers around it, each of which a step of a few tens of microseconds feels."""
+        actions = self._action_to_numpy(action)
+        self._log.stepped(actions)
+        timestep = self._envs[0].step(actions[0])
+        observation = timestep.observation
+        for key, view in self._views[0]:
+            view[...] = observation[key]
+        rewards = np.empty((1, 1), dtype=np.float32)
+        rewards[0, 0] = timestep.reward
+        entries = {"observation": torch.from_numpy(self._buffers["observation"].copy()),
+                   "reward": torch.from_numpy(rewards)}
+        if not timestep.last():
+            self._reset_in_step = []
+            entries["done"] = entries["terminated"] = entries["truncated"] = self._false
+            return entries
+        finished = [(0, timestep.discount)]
+        entries.update(self._flags(finished))
+        self._write(0, self._reset_one(0))
         self._reset_in_step = finished
         return entries
 

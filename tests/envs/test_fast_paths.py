@@ -203,3 +203,40 @@ def test_parallel_env_caps_torch_threads_while_open() -> None:
         first.close()
         second.close()
     assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("env_id,task_kwargs", [
+    ("dmc:cheetah-run", {"time_limit": 0.2}),  # 20 steps an episode: truncations
+    ("dmc:lqr-lqr_2_1", {"time_limit": 0.3}),  # terminations once the state is zeroed
+])
+def test_dm_control_single_env_step_equals_the_general_loop(env_id: str,
+                                                            task_kwargs: dict) -> None:
+    """One dm_control sub-env's short ``_step`` against the per-sub-env loop on a twin:
+    every transition and next root, key order and bytes, and the episode log."""
+    short = make(env_id, seed=2, task_kwargs=task_kwargs)
+    general = make(env_id, seed=2, task_kwargs=task_kwargs)
+    general._one_flat = False
+    short_root, general_root = short.reset(), general.reset()
+    rng, ends = np.random.default_rng(0), 0
+    low, high = short.action_spec.low.numpy(), short.action_spec.high.numpy()
+    for step in range(70):
+        action = torch.from_numpy(rng.uniform(low * 1.5, high * 1.5).astype(np.float32))
+        if env_id.startswith("dmc:lqr") and step % 9 == 4:
+            for env in (short, general):  # at rest at the origin: lqr terminates
+                physics = env.envs[0].physics
+                physics.data.qpos[:] = 0.0
+                physics.data.qvel[:] = 0.0
+                physics.forward()
+            action = torch.zeros_like(action)
+        short_root.set("action", action)
+        general_root.set("action", action.clone())
+        transition, short_root = short.step_and_maybe_reset(short_root)
+        expected, general_root = general.step_and_maybe_reset(general_root)
+        _same_tree(transition, expected)
+        _same_tree(short_root, general_root)
+        ends += int(transition["next", "done"].item())
+    assert ends >= 3
+    if env_id.startswith("dmc:lqr"):
+        assert ends > 7  # terminations as well as time limits
+    episodes, want = short.state_dict()["episodes"], general.state_dict()["episodes"]
+    assert torch.equal(episodes[0]["actions"], want[0]["actions"])
