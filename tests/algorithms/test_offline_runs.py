@@ -22,40 +22,9 @@ from rlbench.errors import ConfigError
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.policy.load import load_policy, play
 from rlbench.harness.store.tracking import tracking_uri
+from tests.algorithms.pendulum_d4rl import REFS, write_pendulum_d4rl
 
-REFS = (-1200.0, -150.0)
 OFFLINE_ALGOS = ("bc", "td3_bc", "iql", "cql", "rebrac", "awac", "edac")  # offline_smoke's
-
-
-def write_pendulum_d4rl(path: Path, *, episodes: int = 10, seed: int = 0,
-                        obs_pad: int = 0, refs: tuple[float, float] | None = REFS) -> Path:
-    """A D4RL-format file of uniform random Pendulum-v1 episodes (200 steps each), naming its
-    eval env and, when given, its reference scores in the file's attributes."""
-    env = gym.make("Pendulum-v1")
-    rng = np.random.default_rng(seed)
-    columns: dict[str, list] = {k: [] for k in ("observations", "actions", "rewards",
-                                                "terminals", "timeouts", "next_observations")}
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=seed * 1000 + episode)
-        for t in range(200):
-            action = rng.uniform(-2, 2, size=1).astype(np.float32)
-            nxt, reward, terminated, truncated, _ = env.step(action)
-            columns["observations"].append(np.concatenate([obs, np.zeros(obs_pad)]))
-            columns["next_observations"].append(np.concatenate([nxt, np.zeros(obs_pad)]))
-            columns["actions"].append(action)
-            columns["rewards"].append(reward)
-            columns["terminals"].append(terminated)
-            columns["timeouts"].append(truncated or t == 199)
-            obs = nxt
-    env.close()
-    with h5py.File(path, "w") as handle:
-        for key, values in columns.items():
-            dtype = bool if key in ("terminals", "timeouts") else np.float32
-            handle.create_dataset(key, data=np.asarray(values, dtype=dtype))
-        handle.attrs["env_id"] = "Pendulum-v1"
-        if refs is not None:
-            handle.attrs["ref_min_score"], handle.attrs["ref_max_score"] = refs
-    return path
 
 
 @pytest.fixture(scope="module")

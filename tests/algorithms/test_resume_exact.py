@@ -28,7 +28,7 @@ from rlbench.checkpoint import (
 from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.recipe import RunSpec
-from tests.algorithms.test_offline_runs import write_pendulum_d4rl
+from tests.algorithms.pendulum_d4rl import write_pendulum_d4rl
 
 TIMINGS = ("train/fps", "train/steps_per_s")
 

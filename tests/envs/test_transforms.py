@@ -321,3 +321,33 @@ def test_one_reward_scaling_is_the_general_path_bit_for_bit(gamma: float, eps: f
                                getattr(general.return_moments, name)), (t, name)
         clipped += int(got.abs().item() == 0.5)
     assert clipped > 10, "the clip was exercised"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_vecnorm_on_cuda_rows_keeps_its_statistics_and_matches_cpu() -> None:
+    """Rows on a GPU update and read statistics made on CPU (where an evaluation env's
+    frozen copy reads them too): the same numbers as CPU rows, to float64 rounding."""
+    from tensordict import TensorDict
+
+    from rlbench.envs.transforms.normalization import _RunningMoments
+
+    rng = np.random.default_rng(2)
+    on_gpu, on_cpu = VecNorm(reward=True), VecNorm(reward=True)
+    for vecnorm, device in ((on_gpu, "cuda"), (on_cpu, "cpu")):
+        vecnorm.moments["observation"] = _RunningMoments(torch.Size([3]))
+        vecnorm._returns = torch.zeros(4, 1, dtype=torch.float64, device=device)
+    for _ in range(50):
+        nxt = TensorDict({
+            "observation": rng.standard_normal((4, 3)).astype(np.float32) * 5,
+            "reward": rng.standard_normal((4, 1)).astype(np.float32),
+            "done": rng.random((4, 1)) < 0.1}, batch_size=[4])
+        got = on_gpu.step(TensorDict({}, batch_size=[4], device="cuda"), nxt.to("cuda"))
+        want = on_cpu.step(TensorDict({}, batch_size=[4]), nxt.clone())
+        for key in ("observation", "reward"):
+            assert got[key].device.type == "cuda"
+            torch.testing.assert_close(got[key].cpu(), want[key], rtol=1e-6, atol=1e-6)
+    for name in ("count", "mean", "var"):
+        mine = getattr(on_gpu.moments["observation"], name)
+        assert mine.device.type == "cpu"
+        torch.testing.assert_close(mine, getattr(on_cpu.moments["observation"], name),
+                                   rtol=1e-12, atol=1e-12)

@@ -21,7 +21,7 @@ from rlbench.harness.plan.algorithms import resolve_algo_config
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.plan.suites import load_suite
 from rlbench.harness.store.tracking import Tracker
-from tests.algorithms.test_offline_runs import REFS, write_pendulum_d4rl
+from tests.algorithms.pendulum_d4rl import REFS, write_pendulum_d4rl
 from tools.peers import d3rlpy_reference
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: tools run from there

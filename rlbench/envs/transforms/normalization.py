@@ -145,13 +145,17 @@ class _RunningMoments(torch.nn.Module):
         n = batch.shape[0]
         with torch.no_grad():
             batch = batch.double()
+            # the statistics stay where they were made; the arithmetic runs on the batch's
+            # device (an env on a GPU beside an evaluation env on CPU share them)
+            count, old_mean, old_var = (t.to(batch.device) for t in (self.count, self.mean,
+                                                                       self.var))
             mean, var = batch.mean(0), batch.var(0, unbiased=False)
-            total = self.count + n
-            delta = mean - self.mean
-            m2 = self.var * self.count + var * n + delta.pow(2) * self.count * n / total
-            self.mean.copy_(self.mean + delta * n / total)
+            total = count + n
+            delta = mean - old_mean
+            m2 = old_var * count + var * n + delta.pow(2) * count * n / total
+            self.mean.copy_(old_mean + delta * n / total)
             self.var.copy_(m2 / total)
-            self.count.fill_(total)
+            self.count.copy_(total)
 
     def update_numpy(self, batch: np.ndarray) -> None:
         """``update`` for CPU rows: the same float64 operations in the same order."""
@@ -209,7 +213,8 @@ class _RunningMoments(torch.nn.Module):
             scaled = (raw - mean) / np.sqrt(var + eps)
             out = _clip_(scaled, clip).astype(_NUMPY_DTYPES[dtype], copy=False)
             return torch.from_numpy(out)
-        normed = (value - self.mean) / torch.sqrt(self.var + eps)
+        mean, var = self.mean.to(value.device), self.var.to(value.device)
+        normed = (value - mean) / torch.sqrt(var + eps)
         return normed.clamp(-clip, clip).to(dtype)
 
 
@@ -309,7 +314,8 @@ class VecNorm(Transform):
             self._returns = self._returns * self.gamma + reward.double()
             if not self.frozen:
                 self.return_moments.update(self._returns.reshape(-1, 1))
-            scaled = reward / torch.sqrt(self.return_moments.var + self.eps).to(reward.dtype)
+            return_var = self.return_moments.var.to(reward.device)
+            scaled = reward / torch.sqrt(return_var + self.eps).to(reward.dtype)
             next_td.set("reward", scaled.clamp(-self.clip_reward, self.clip_reward))
             self._returns = torch.where(done, 0.0, self._returns)
         return next_td

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -27,4 +28,8 @@ def seed_everything(seeds: Seeds, *, threads: int, device: str) -> None:
     np.random.seed(seeds.numpy)
     torch.manual_seed(seeds.torch)
     torch.set_num_threads(threads)
+    if device != "cpu":
+        # cuBLAS repeats its products only with a fixed workspace (PyTorch's notes on
+        # reproducibility); it reads this when its first handle is made
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=device != "cpu")

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
 from rlbench.harness.store.tracking import tracking_uri
-from tests.algorithms.test_offline_runs import write_pendulum_d4rl
+from tests.algorithms.pendulum_d4rl import write_pendulum_d4rl
 
 TIMINGS = ("train/fps", "train/steps_per_s")
 CHECKPOINT_EVERY = 300
