@@ -73,9 +73,24 @@ def _steady_rates(benchmarks: list[dict]) -> dict[str, float]:
     for bench in benchmarks:
         extra = bench.get("extra_info", {})
         shorter = medians.get(extra.get("steady_minus"))
+        units = extra.get("steady_frames", extra.get("steady_steps"))
         if shorter is not None and medians[bench["name"]] > shorter:
-            rates[bench["name"]] = extra["steady_frames"] / (medians[bench["name"]] - shorter)
+            rates[bench["name"]] = units / (medians[bench["name"]] - shorter)
     return rates
+
+
+def _print_bound_shares(benchmarks: list[dict], rates: dict[str, float]) -> None:
+    """A product benchmark that names the steady run it bounds (``bound_of``): the time
+    of ``products_per_update`` such products over the time of one steady update."""
+    for bench in benchmarks:
+        extra = bench.get("extra_info", {})
+        rate = rates.get(extra.get("bound_of"))
+        if rate is None:
+            continue
+        share = bench["stats"]["median"] * extra["products_per_update"] * rate
+        verdict = "met" if share >= extra["goal_share"] else "MISSED"
+        print(f"{extra['bound_of']}: {1e3 / rate:.1f} ms an update, {share:.0%} of its GEMM "
+              f"bound (goal >= {extra['goal_share']:.0%}): {verdict}")
 
 
 def _print_device_pairs(benchmarks: list[dict]) -> None:
@@ -94,9 +109,12 @@ def main(argv: list[str]) -> int:
     print(f"benchmark run: {path}")
     fps = {b["name"]: b["extra_info"]["frames_per_round"] / b["stats"]["median"]
            for b in benchmarks if b.get("extra_info", {}).get("frames_per_round")}
-    fps.update(_steady_rates(benchmarks))
+    steady = _steady_rates(benchmarks)
+    fps.update(steady)
+    per_step = {b["name"] for b in benchmarks if "steady_steps" in b.get("extra_info", {})}
     for name, value in sorted(fps.items()):
-        print(f"  {name:45s} {value:10,.0f} frames/s")
+        unit = "gradient steps/s" if name in per_step else "frames/s"
+        print(f"  {name:45s} {value:10,.1f} {unit}")
     for bench in benchmarks:
         extra = bench.get("extra_info", {})
         ms = bench["stats"]["median"] * 1e3
@@ -122,6 +140,7 @@ def main(argv: list[str]) -> int:
             print(f"  {bench['name']:45s} {ms:8.3f} ms, {speedup:5.1f}x TorchRL's best "
                   f"(goal >= 3x): {verdict}")
     _print_device_pairs(benchmarks)
+    _print_bound_shares(benchmarks, steady)
     for description, top, bottom, goal in GOALS:
         if top in fps and bottom in fps:
             ratio = fps[top] / fps[bottom]

@@ -1,4 +1,5 @@
-"""Benchmarks run single-threaded so that numbers compare across runs and machines.
+"""Benchmarks run single-threaded so that numbers compare across runs and machines, with
+freed memory kept in the process as the harness's runs keep it.
 
 ``RLBENCH_BENCH_SLOWDOWN=module:function:factor`` (e.g. ``rlbench.returns:gae:1.3``) makes
 that function take ``factor`` times its own time, by spinning after each call: how the
@@ -15,6 +16,8 @@ import time
 
 import pytest
 import torch
+
+from rlbench.allocator import keep_freed_memory
 
 
 def _plant_slowdown(spec: str) -> None:
@@ -36,6 +39,14 @@ def _plant_slowdown(spec: str) -> None:
 
 if os.environ.get("RLBENCH_BENCH_SLOWDOWN"):
     _plant_slowdown(os.environ["RLBENCH_BENCH_SLOWDOWN"])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _freed_memory_kept() -> None:
+    """As in every run the harness starts (``rlbench.allocator``): freed blocks stay in the
+    process, so a step does not pay the kernel's fresh pages again. Process-wide, for our
+    code and its peers alike."""
+    keep_freed_memory()
 
 
 @pytest.fixture(autouse=True)
