@@ -81,6 +81,7 @@ class Collector:
         self.split_trajs = split_trajs
         self.policy_device = None if policy_device is None else _indexed(policy_device)
         self.storing_device = _indexed(storing_device or env.device)
+        self._env_device = _indexed(env.device)
         self.frames = 0
         self.last_batch_seconds = 0.0
         self._root: TensorDict | None = None
@@ -119,7 +120,7 @@ class Collector:
             self._root = self.env.reset()
         root = self._root
         dim = len(self.env.batch_size)
-        elsewhere = self.policy_device not in (None, self.env.device)
+        elsewhere = self.policy_device not in (None, self._env_device)
         act = self._act_on_policy_device if elsewhere else self.policy
         chunks, steps = [], []
         for _ in range(self.steps_per_batch):
@@ -140,7 +141,8 @@ class Collector:
             chunks.append(stack_steps(steps, self._template, dim))
         batch = cat_parts(chunks, dim)
         batch.set(TRAJ_IDS, self._traj_ids(batch.get(("next", "done")).squeeze(-1)))
-        return batch if self.storing_device == batch.device else batch.to(self.storing_device)
+        # the batch is on the env's device, where the steps were made
+        return batch if self.storing_device == self._env_device else batch.to(self.storing_device)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the collection stands: frames so far, the root it steps from next, the

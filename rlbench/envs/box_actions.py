@@ -84,8 +84,10 @@ class BoxActionCheck:
                 # sign on a tie, as np.clip), all exact floats
                 clipped = list(map(min, self._highs, map(max, self._lows, flat)))
                 return np.array(clipped, dtype=out_dtype).reshape(self.low.shape)
+        # a copy: an in-bounds action is a view of the caller's tensor, which the episode
+        # log must not share
         checked = self(to_numpy(action))
-        return checked if dtype is None else checked.astype(dtype, copy=False)
+        return np.array(checked, dtype=checked.dtype if dtype is None else dtype)
 
     def __call__(self, array: np.ndarray) -> np.ndarray:
         if array.shape != self.low.shape:

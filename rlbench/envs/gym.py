@@ -284,7 +284,7 @@ class GymEnv(EnvBase):
                 env.unwrapped.np_random = generator_from_state(start["generator"])
                 obs = env.reset()[0]
             for action in episode["actions"]:
-                obs = env.step(action.numpy())[0]
+                obs = env.step(action.numpy()[()])[0]  # a discrete action as a numpy scalar
             observations.append(obs)
         self._log.restart(episodes)
         self._seed = state["seed"]

@@ -119,9 +119,11 @@ class ObservationConverter:
     def one(self, value: Any) -> torch.Tensor:
         """A single sub-env's observation of a ``plain`` space (one array, no index offset,
         on CPU) as a fresh ``[1, *shape]`` tensor of the spec's dtype."""
+        # reshape, not [None]: the strides of a batched array, as after a reset
         if type(value) is np.ndarray:  # astype: a copy, and fast
-            return torch.from_numpy(value.astype(self._plain_dtype)[None])
-        return torch.from_numpy(np.array(value, dtype=self._plain_dtype)[None])
+            return torch.from_numpy(value.astype(self._plain_dtype).reshape(1, *value.shape))
+        array = np.array(value, dtype=self._plain_dtype)
+        return torch.from_numpy(array.reshape(1, *array.shape))
 
     def _from_batched(self, space: gym.Space, spec: Any, value: Any) -> Any:
         if isinstance(space, gym.spaces.Dict):
@@ -191,4 +193,5 @@ class ActionConverter:
             raise ValueError(f"{self.env_id}: action outside {self.spec}: {array.tolist()}")
         if self._start is not None:
             return (array + self._start).astype(self.space.dtype, copy=False)
-        return array.astype(self.space.dtype, copy=False)
+        # a copy: the episode log keeps it, and the caller may change its tensor later
+        return array.astype(self.space.dtype)

@@ -147,6 +147,25 @@ def test_policy_and_storing_device(device: str) -> None:
         assert got["action"].any() and not got["action"].all()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_an_env_and_policy_on_one_gpu_take_no_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``"cuda"`` and ``"cuda:0"`` name one device: the policy runs on the env's root."""
+    def copied(self, root):
+        raise AssertionError("the root was copied to the device it is on")
+
+    monkeypatch.setattr(Collector, "_act_on_policy_device", copied)
+    env = make("CartPole-v1", num_envs=2, seed=0, device="cuda")
+
+    def policy(td: TensorDict) -> TensorDict:
+        td.set("action", (td["observation"][..., 2] > 0).long())
+        return td
+
+    collector = Collector(env, policy, policy_device="cuda:0", storing_device="cuda",
+                          frames_per_batch=20, total_frames=40)
+    for batch in collector:
+        assert batch.device.type == "cuda" and batch["action"].device.type == "cuda"
+
+
 def test_split_trajectories_by_hand() -> None:
     done = torch.tensor([[0, 1, 0, 0], [0, 0, 0, 1]], dtype=torch.bool).unsqueeze(-1)
     batch = TensorDict({

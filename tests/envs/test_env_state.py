@@ -30,6 +30,8 @@ ENVS: dict[str, Callable[[], EnvBase]] = {
     "hopper+vecnorm": _hopper_normalized,
     "cartpole+stepcounter": _cartpole_capped,
     "pendulum": lambda: make("Pendulum-v1", seed=3),
+    # a discrete toy-text env: its replayed actions must be numpy scalars, as in the run
+    "frozenlake": lambda: make("FrozenLake-v1", num_envs=2, seed=3),
     "dmc": lambda: make("dmc:cartpole-swingup", num_envs=2, seed=3),
     "serial": lambda: SerialEnv(SubEnvFactory("CartPole-v1", 2, 3, "cpu"), 2),
     "parallel": lambda: make("Hopper-v5", num_envs=4, seed=3, vectorization="async",
@@ -105,3 +107,21 @@ def test_envs_that_cannot_be_checkpointed_say_so() -> None:
     three.reset()
     with pytest.raises(ValueError, match="holds 3 sub-envs of CartPole-v1, this env has 2"):
         two.load_state_dict(three.state_dict())
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])  # the single env's short path, the general one
+@pytest.mark.parametrize(("env_id", "action"), [
+    ("CartPole-v1", [1]),  # discrete: converted through numpy
+    ("Pendulum-v1", [[0.5]]),
+])
+@pytest.mark.parametrize("dtype", [None, torch.float64])  # float64: not the spec's dtype
+def test_the_episode_log_keeps_the_action_taken_not_the_callers_tensor(
+        env_id: str, action: list, num_envs: int, dtype: torch.dtype | None) -> None:
+    env = make(env_id, num_envs=num_envs, seed=0)
+    root = env.reset()
+    action = torch.tensor(action * num_envs, dtype=dtype)
+    env.step_and_maybe_reset(root.set("action", action))
+    taken = action.clone()
+    action.fill_(0)  # the caller reuses its tensor
+    for index, episode in enumerate(env.state_dict()["episodes"]):
+        assert episode["actions"].reshape(-1).tolist() == taken[index].reshape(-1).tolist()

@@ -324,30 +324,34 @@ def test_one_reward_scaling_is_the_general_path_bit_for_bit(gamma: float, eps: f
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_vecnorm_on_cuda_rows_keeps_its_statistics_and_matches_cpu() -> None:
-    """Rows on a GPU update and read statistics made on CPU (where an evaluation env's
-    frozen copy reads them too): the same numbers as CPU rows, to float64 rounding."""
+@pytest.mark.parametrize(("rows", "statistics"), [("cuda", "cpu"), ("cpu", "cuda")])
+def test_vecnorm_rows_and_statistics_on_different_devices_match_cpu(rows: str,
+                                                                    statistics: str) -> None:
+    """Rows on one device, statistics on the other (GPU rows beside an evaluation env's
+    frozen copy on CPU; a loaded policy moved to the GPU reading CPU rows): the same
+    numbers as all on CPU, to float64 rounding, and the statistics stay where they are."""
     from tensordict import TensorDict
 
     from rlbench.envs.transforms.normalization import _RunningMoments
 
     rng = np.random.default_rng(2)
-    on_gpu, on_cpu = VecNorm(reward=True), VecNorm(reward=True)
-    for vecnorm, device in ((on_gpu, "cuda"), (on_cpu, "cpu")):
+    mixed, on_cpu = VecNorm(reward=True), VecNorm(reward=True)
+    for vecnorm, device in ((mixed, rows), (on_cpu, "cpu")):
         vecnorm.moments["observation"] = _RunningMoments(torch.Size([3]))
         vecnorm._returns = torch.zeros(4, 1, dtype=torch.float64, device=device)
+    mixed.to(statistics)
     for _ in range(50):
         nxt = TensorDict({
             "observation": rng.standard_normal((4, 3)).astype(np.float32) * 5,
             "reward": rng.standard_normal((4, 1)).astype(np.float32),
             "done": rng.random((4, 1)) < 0.1}, batch_size=[4])
-        got = on_gpu.step(TensorDict({}, batch_size=[4], device="cuda"), nxt.to("cuda"))
+        got = mixed.step(TensorDict({}, batch_size=[4], device=rows), nxt.to(rows))
         want = on_cpu.step(TensorDict({}, batch_size=[4]), nxt.clone())
         for key in ("observation", "reward"):
-            assert got[key].device.type == "cuda"
+            assert got[key].device.type == rows
             torch.testing.assert_close(got[key].cpu(), want[key], rtol=1e-6, atol=1e-6)
     for name in ("count", "mean", "var"):
-        mine = getattr(on_gpu.moments["observation"], name)
-        assert mine.device.type == "cpu"
-        torch.testing.assert_close(mine, getattr(on_cpu.moments["observation"], name),
+        mine = getattr(mixed.moments["observation"], name)
+        assert mine.device.type == statistics
+        torch.testing.assert_close(mine.cpu(), getattr(on_cpu.moments["observation"], name),
                                    rtol=1e-12, atol=1e-12)

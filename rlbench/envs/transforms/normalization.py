@@ -139,7 +139,7 @@ class _RunningMoments(torch.nn.Module):
     def update(self, batch: torch.Tensor) -> None:
         if batch.shape[0] == 0:
             return
-        if batch.device.type == "cpu":
+        if batch.device.type == "cpu" and self.mean.device.type == "cpu":
             self.update_numpy(batch.detach().numpy())
             return
         n = batch.shape[0]
@@ -207,7 +207,7 @@ class _RunningMoments(torch.nn.Module):
         """``clip((value - mean) / sqrt(var + eps), -clip, clip)`` in ``value``'s dtype
         (float32 for an integer ``value``)."""
         dtype = _normalized_dtype(value.dtype)
-        if value.device.type == "cpu":
+        if value.device.type == "cpu" and self.mean.device.type == "cpu":
             mean, var, _ = self.numpy_views()
             raw = value.detach().numpy()
             scaled = (raw - mean) / np.sqrt(var + eps)
@@ -308,7 +308,7 @@ class VecNorm(Transform):
         next_td = self._normalize(next_td, None, update=True)
         if self.normalize_reward:
             reward, done = next_td.get("reward"), next_td.get("done")
-            if reward.device.type == "cpu":
+            if reward.device.type == "cpu" and self.return_moments.mean.device.type == "cpu":
                 next_td.set("reward", self._scale_reward_numpy(reward, done))
                 return next_td
             self._returns = self._returns * self.gamma + reward.double()
