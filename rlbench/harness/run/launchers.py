@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlbench.harness.plan.config import RunConfig
-from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, execute_run, one_line
+from rlbench.harness.run.runner import (
+    FATAL_ERROR_FILE,
+    RunResult,
+    deliver_deferred_signal,
+    execute_run,
+    one_line,
+)
 from rlbench.harness.store.tracking import Tracker
 
 __all__ = ["Listener", "mark_dead", "not_started", "run_local_pool", "run_sequential"]
@@ -64,6 +70,7 @@ def run_sequential(runs: list[RunConfig], tracker: Tracker, experiment_id: str,
                                  on_update=lambda values, run=run: listener.update(run, values))
         results.append(result)
         listener.finished(result)
+        deliver_deferred_signal()  # a Ctrl-C at the end of that run stops the sweep here
     return results
 
 

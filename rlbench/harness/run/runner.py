@@ -309,6 +309,7 @@ def _checkpoint_on_signals() -> Iterator[None]:
         elif signum == signal.SIGINT:
             raise KeyboardInterrupt
 
+    global _deferred_signal
     clear_stop()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -320,10 +321,27 @@ def _checkpoint_on_signals() -> Iterator[None]:
         if callable(handler):
             handler(received[0], None)  # raises what that signal raises there
         raise
+    else:
+        if received:  # it came after the loop last looked (the final evaluation, say)
+            _deferred_signal = received[0]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         clear_stop()
+
+
+# A signal that reached a run after its loop stopped looking: the run ends and is recorded
+# as it is, and the sweep then takes the signal (``deliver_deferred_signal``).
+_deferred_signal: int | None = None
+
+
+def deliver_deferred_signal() -> None:
+    """What a Ctrl-C or SIGTERM that came at the very end of the last run does, now that
+    the run is recorded: the process's own handling of it (a sweep stops there)."""
+    global _deferred_signal
+    signum, _deferred_signal = _deferred_signal, None
+    if signum is not None:
+        signal.raise_signal(signum)
 
 
 def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder,

@@ -131,3 +131,18 @@ def test_runs_killed_in_the_local_pool_resume_under_ray(tmp_path: Path, ray_loca
     whole = tmp_path / "whole"
     assert main(["run", f"suite={suite}", f"out_dir={whole}"]) == 0
     assert _series(killed) == _series(whole)
+
+
+def test_a_ctrl_c_after_the_loop_last_looked_stops_the_sweep_after_the_run() -> None:
+    """Ctrl-C during a run's final evaluation or recording, when its loop no longer checks
+    for a stop: the run ends as it is, and the sweep takes the signal before the next run
+    (it was once dropped, and the sweep ran its other runs)."""
+    from rlbench.harness.run import runner
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with runner._checkpoint_on_signals():
+        signal.raise_signal(signal.SIGINT)  # the loop has ended: only a stop is requested
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        runner.deliver_deferred_signal()
+    runner.deliver_deferred_signal()  # delivered once
