@@ -139,10 +139,15 @@ def test_a_ctrl_c_after_the_loop_last_looked_stops_the_sweep_after_the_run() -> 
     (it was once dropped, and the sweep ran its other runs)."""
     from rlbench.harness.run import runner
 
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with runner._checkpoint_on_signals():
-        signal.raise_signal(signal.SIGINT)  # the loop has ended: only a stop is requested
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with pytest.raises(KeyboardInterrupt):
-        runner.deliver_deferred_signal()
-    runner.deliver_deferred_signal()  # delivered once
+    # a shell running the tests in the background (CI) ignores SIGINT: give this process
+    # the handling a terminal's Ctrl-C meets, for the test's duration
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with runner._checkpoint_on_signals():
+            signal.raise_signal(signal.SIGINT)  # the loop has ended: only a stop is requested
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt):
+            runner.deliver_deferred_signal()
+        runner.deliver_deferred_signal()  # delivered once
+    finally:
+        signal.signal(signal.SIGINT, inherited)
