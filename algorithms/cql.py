@@ -70,6 +70,8 @@ class Config:
     learn_alpha: bool = hp(True, "learn the temperature towards entropy -action_dim")
     alpha_init: float = hp(1.0, "initial temperature", gt=0)
     num_critics: int = hp(2, "Q-networks; targets take their minimum", ge=1)
+    onednn: bool = hp(True, "the networks' products through oneDNN on CPU (float32): "
+                            "AVX-512 where MKL runs AVX2, bias and ReLU inside the product")
     hidden_sizes: tuple[int, ...] = hp((256, 256, 256), "hidden layer widths of actor and "
                                                         "critics", ge=1)
     normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")
@@ -111,11 +113,13 @@ def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, En
         raise TypeError(f"CQL needs a bounded continuous action space, not {action_spec}")
     obs_dim = env.observation_spec["observation"].shape[-1]
     action_dim = action_spec.shape[-1]
-    net = MLP(obs_dim, 2 * action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    net = MLP(obs_dim, 2 * action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False,
+              onednn=cfg.onednn)
     low, high = action_spec.low[0], action_spec.high[0]
     actor = ProbabilisticActor(StateDependentNormalParams(net),
                                functools.partial(TanhNormal, low=low, high=high))
-    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes)
+    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes,
+                         onednn=cfg.onednn)
     return actor, critic
 
 

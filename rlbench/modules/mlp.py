@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
 
+from rlbench.modules.onednn import onednn_linear, runs_on_onednn
+
 __all__ = ["MLP"]
 
 
@@ -20,6 +22,11 @@ def _global_hooks() -> bool:
                 or module_hooks._global_backward_pre_hooks)
 
 
+def _hooked(layer: nn.Module) -> bool:
+    return bool(layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks
+                or layer._backward_pre_hooks)
+
+
 class MLP(nn.Sequential):
     """``in_features -> num_cells... -> out_features`` with ``activation`` between layers.
 
@@ -28,6 +35,10 @@ class MLP(nn.Sequential):
     and 1.0 for value heads, as in the PPO implementation-details study of Huang et al.,
     2022). Without it the layers keep PyTorch's default init, which the off-policy
     reference implementations (SAC, TD3, DQN in CleanRL and Stable-Baselines3) use.
+
+    With ``onednn``, float32 inputs on CPU run the linear layers through oneDNN, a ReLU
+    after one inside its product (``rlbench.modules.onednn``; not for losses that
+    differentiate a gradient); other devices and dtypes run as without it.
     """
 
     def __init__(
@@ -38,6 +49,7 @@ class MLP(nn.Sequential):
         activation: type[nn.Module] = nn.Tanh,
         out_gain: float = 1.0,
         orthogonal_init: bool = True,
+        onednn: bool = False,
     ):
         sizes = [in_features, *num_cells]
         linear = self._linear if orthogonal_init else self._default_linear
@@ -47,6 +59,7 @@ class MLP(nn.Sequential):
         layers.append(linear(sizes[-1], out_features, out_gain))
         super().__init__(*layers)
         self.in_features, self.out_features = in_features, out_features
+        self.onednn = onednn
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``nn.Sequential``'s forward; layers without hooks are run through their
@@ -54,13 +67,29 @@ class MLP(nn.Sequential):
         a sixth of a 64x64 actor's time at batch 1)."""
         if _global_hooks():
             return super().forward(x)
+        if self.onednn and runs_on_onednn(x):
+            layers = list(self._modules.values())
+            if not any(map(_hooked, layers)):
+                return self._forward_onednn(x, layers)
         for layer in self._modules.values():
-            if (layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks
-                    or layer._backward_pre_hooks):
-                x = layer(x)
-            else:
-                x = layer.forward(x)
+            x = layer(x) if _hooked(layer) else layer.forward(x)
         return x
+
+    @staticmethod
+    def _forward_onednn(x: torch.Tensor, layers: list[nn.Module]) -> torch.Tensor:
+        """``layers`` on ``x`` flattened to rows, each linear layer one oneDNN product with
+        the ReLU that follows it inside."""
+        h = x.reshape(-1, x.shape[-1])
+        fused = False
+        for i, layer in enumerate(layers):
+            if fused:  # the ReLU ran inside the product before it
+                fused = False
+            elif isinstance(layer, nn.Linear):
+                fused = i + 1 < len(layers) and type(layers[i + 1]) is nn.ReLU
+                h = onednn_linear(h, layer.weight.t(), layer.bias, relu=fused)
+            else:
+                h = layer(h)
+        return h.reshape(*x.shape[:-1], h.shape[-1])
 
     @staticmethod
     def _linear(fan_in: int, fan_out: int, gain: float) -> nn.Linear:

@@ -1,0 +1,155 @@
+"""oneDNN's dense layers: values and gradients against a float64 reference, the ensemble's
+oneDNN path against its PyTorch path, determinism and the inputs it refuses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from rlbench.modules import MLP, EnsembleMLP
+from rlbench.modules.onednn import onednn_available, onednn_linear, runs_on_onednn
+
+pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
+
+
+def _leaf(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone().requires_grad_(True)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize(("rows", "fan_in", "fan_out"), [(37, 14, 33), (256, 64, 256), (5, 3, 2)])
+def test_linear_matches_a_float64_reference(relu: bool, rows: int, fan_in: int,
+                                            fan_out: int) -> None:
+    gen = torch.Generator().manual_seed(rows + fan_in)
+    x, w, b = (torch.randn(*shape, generator=gen) for shape in
+               ((rows, fan_in), (fan_in, fan_out), (fan_out,)))
+    upstream = torch.randn(rows, fan_out, generator=gen)
+    x32, w32, b32 = _leaf(x), _leaf(w), _leaf(b)
+    y32 = onednn_linear(x32, w32, b32, relu=relu)
+    (y32 * upstream).sum().backward()
+    x64, w64, b64 = (_leaf(t.double()) for t in (x, w, b))
+    y64 = torch.addmm(b64, x64, w64)
+    y64 = y64.relu() if relu else y64
+    (y64 * upstream.double()).sum().backward()
+    assert y32.dtype == torch.float32
+    for ours, ref in ((y32, y64), (x32.grad, x64.grad), (w32.grad, w64.grad),
+                      (b32.grad, b64.grad)):
+        scale = ref.abs().max().item()
+        assert (ours.double() - ref).abs().max().item() <= 1e-5 * scale
+
+
+def test_linear_skips_the_input_gradient_nobody_asked_for() -> None:
+    x, w, b = torch.randn(8, 4), _leaf(torch.randn(4, 6)), _leaf(torch.randn(6))
+    onednn_linear(x, w, b, relu=True).sum().backward()
+    assert x.grad is None and w.grad is not None and b.grad is not None
+
+
+def test_linear_repeats_itself_bit_for_bit() -> None:
+    gen = torch.Generator().manual_seed(3)
+    x, w, b = torch.randn(513, 64, generator=gen), torch.randn(64, 128, generator=gen), \
+        torch.randn(128, generator=gen)
+    runs = []
+    for _ in range(2):
+        xs, ws, bs = _leaf(x), _leaf(w), _leaf(b)
+        y = onednn_linear(xs, ws, bs, relu=True)
+        y.square().sum().backward()
+        runs.append((y.detach(), xs.grad, ws.grad, bs.grad))
+    for first, second in zip(*runs, strict=True):
+        assert torch.equal(first, second)
+
+
+def test_linear_refuses_what_onednn_does_not_take() -> None:
+    with pytest.raises(ValueError, match=r"float32 tensors on CPU, got torch\.float64"):
+        onednn_linear(torch.randn(3, 2).double(), torch.randn(2, 4).double(),
+                      torch.randn(4).double())
+    with pytest.raises(ValueError, match=r"bias \[out\], got \(3, 2\), \(2, 4\), \(5,\)"):
+        onednn_linear(torch.randn(3, 2), torch.randn(2, 4), torch.randn(5))
+    assert runs_on_onednn(torch.zeros(1)) and not runs_on_onednn(torch.zeros(1).double())
+
+
+def test_its_backward_is_not_differentiated_again() -> None:
+    """A loss of an input gradient (EDAC's) needs PyTorch's kernels, and says so."""
+    x, w, b = _leaf(torch.randn(4, 3)), _leaf(torch.randn(3, 5)), _leaf(torch.randn(5))
+    with pytest.raises(RuntimeError, match=r"cannot be differentiated again \(create_graph"):
+        torch.autograd.grad(onednn_linear(x, w, b, relu=True).sum(), x, create_graph=True)
+
+
+def _twins(**kwargs) -> tuple[EnsembleMLP, EnsembleMLP]:
+    torch.manual_seed(0)
+    plain = EnsembleMLP(7, kwargs.pop("out", 1), 3, (32, 16), **kwargs)
+    fast = EnsembleMLP(7, plain.out_features, 3, (32, 16), onednn=True, **kwargs)
+    fast.load_state_dict(plain.state_dict())
+    return plain, fast
+
+
+def _value_and_grads(net: EnsembleMLP, x: torch.Tensor, upstream: torch.Tensor,
+                     **call) -> list[torch.Tensor]:
+    x = _leaf(x)
+    net.zero_grad(set_to_none=True)
+    out = net(x, **call)
+    (out * upstream).sum().backward()
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in net.parameters()]
+    return [out.detach(), x.grad, *grads]
+
+
+@pytest.mark.parametrize(("options", "call", "in_shape", "members"), [
+    ({}, {}, (5, 6, 7), 3),
+    ({"out": 4}, {}, (9, 7), 3),
+    ({"layer_norm": True}, {}, (11, 7), 3),
+    ({"activation": nn.Tanh}, {}, (11, 7), 3),
+    ({}, {"members": 2}, (11, 7), 2),
+    ({}, {"per_member": True}, (3, 10, 7), 3),
+])
+def test_the_ensemble_on_onednn_computes_what_its_pytorch_path_does(
+        options: dict, call: dict, in_shape: tuple[int, ...], members: int) -> None:
+    """Values and every gradient (input and parameters) of the two paths, and of a float64
+    copy, agree to float32 accuracy."""
+    plain, fast = _twins(**options)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(*in_shape, generator=gen)
+    batch = in_shape[1:-1] if call.get("per_member") else in_shape[:-1]
+    upstream = torch.randn(members, *batch, plain.out_features, generator=gen)
+    reference = plain.double()
+    ref = _value_and_grads(reference, x.double(), upstream.double(), **call)
+    plain = plain.float()
+    for net in (plain, fast):
+        for ours, want in zip(_value_and_grads(net, x, upstream, **call), ref, strict=True):
+            assert ours.shape == want.shape
+            scale = max(want.abs().max().item(), 1e-6)
+            assert (ours.double() - want).abs().max().item() <= 2e-5 * scale
+
+
+def test_the_ensemble_runs_pytorchs_kernels_where_onednn_does_not_run() -> None:
+    """float64 input: bit for bit the path without oneDNN."""
+    plain, fast = _twins()
+    plain, fast = plain.double(), fast.double()
+    x = torch.randn(4, 7, dtype=torch.float64)
+    assert torch.equal(plain(x), fast(x))
+
+
+@pytest.mark.parametrize(("activation", "in_shape"), [(nn.ReLU, (6, 5, 9)), (nn.Tanh, (13, 9)),
+                                                      (nn.ReLU, (9,))])
+def test_the_mlp_on_onednn_computes_what_its_pytorch_path_does(
+        activation: type[nn.Module], in_shape: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    plain = MLP(9, 4, (32, 16), activation, orthogonal_init=False)
+    fast = MLP(9, 4, (32, 16), activation, orthogonal_init=False, onednn=True)
+    fast.load_state_dict(plain.state_dict())
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(*in_shape, generator=gen)
+    upstream = torch.randn(*in_shape[:-1], 4, generator=gen)
+    ref = _value_and_grads(plain.double(), x.double(), upstream.double())
+    for net in (plain.float(), fast):
+        for ours, want in zip(_value_and_grads(net, x, upstream), ref, strict=True):
+            assert ours.shape == want.shape
+            assert (ours.double() - want).abs().max().item() <= 2e-5 * want.abs().max().item()
+
+
+def test_the_mlp_keeps_its_hooks_on_pytorchs_path() -> None:
+    """A hooked layer sees its call: the MLP does not route around it through oneDNN."""
+    mlp = MLP(3, 2, (8,), nn.ReLU, onednn=True)
+    seen = []
+    mlp[1].register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    mlp(torch.randn(5, 3))
+    assert seen == [torch.Size([5, 8])]
