@@ -90,8 +90,14 @@ def _print_bound_shares(benchmarks: list[dict], rates: dict[str, float]) -> None
         share = bench["stats"]["median"] * extra["products_per_update"] * rate
         verdict = "met" if share >= extra["goal_share"] else "MISSED"
         kernel = extra.get("kernel", "torch.mm")
+        # the same products at each kernel's rate from the run's own comparison
+        rates_by_kernel = extra.get("gflops_by_kernel", {})
+        others = ", ".join(
+            f"{share * rates_by_kernel[kernel] / other_rate:.0%} at {other}'s"
+            for other, other_rate in rates_by_kernel.items() if other != kernel)
         print(f"{extra['bound_of']}: {1e3 / rate:.1f} ms an update, {share:.0%} of its GEMM "
-              f"bound at {kernel}'s rate (goal >= {extra['goal_share']:.0%}): {verdict}")
+              f"bound at {kernel}'s rate{', ' + others if others else ''} (goal >= "
+              f"{extra['goal_share']:.0%}): {verdict}")
 
 
 def _print_device_pairs(benchmarks: list[dict]) -> None:

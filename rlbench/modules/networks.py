@@ -183,13 +183,14 @@ class EnsembleMLP(nn.Module):
         last = len(self.weights) - 1
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
             weight, bias = weight[m], bias[m]
+            fused = relu and i < last and weight.shape[-1] > 1
             if weight.shape[-1] == 1:  # one column: a matrix-vector product, half the
                 # time of ``forward``'s multiply-and-sum for one member's [rows, 256]
                 h = torch.addmv(bias[0], h, weight[:, 0]).unsqueeze(-1)
             else:
-                h = onednn_linear(h, weight, bias[0], relu=relu and i < last)
+                h = onednn_linear(h, weight, bias[0], relu=fused)
             if i < last:
-                if not relu:
+                if not fused:
                     h = self.activation(h)
                 if self.layer_norm:
                     h = torch.addcmul(self.norm_shifts[i][m], nn.functional.layer_norm(

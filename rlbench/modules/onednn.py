@@ -54,6 +54,9 @@ class _OneDNNLinear(torch.autograd.Function):
             raise RuntimeError("a gradient through onednn_linear cannot be differentiated "
                                "again (create_graph=True): build the network without onednn")
         x, weight, y = ctx.saved_tensors
+        # a broadcast gradient (a sum's) has zero strides, which send oneDNN to its slow
+        # reference kernel
+        grad = grad.contiguous()
         if ctx.relu:
             grad = torch.ops.aten.threshold_backward(grad, y, 0)
         grad_x = _product(grad, weight, None, False) if ctx.needs_input_grad[0] else None

@@ -39,6 +39,16 @@ def test_linear_matches_a_float64_reference(relu: bool, rows: int, fan_in: int,
         assert (ours.double() - ref).abs().max().item() <= 1e-5 * scale
 
 
+def test_linear_takes_a_broadcast_gradient() -> None:
+    """A sum's gradient reaches the layer with zero strides: the same gradients as a dense
+    one."""
+    x, w, b = _leaf(torch.randn(40, 6)), _leaf(torch.randn(6, 3)), _leaf(torch.randn(3))
+    onednn_linear(x, w, b).sum().backward()
+    assert torch.allclose(x.grad, w.detach().sum(1).expand(40, 6), atol=1e-6)
+    assert torch.allclose(w.grad, x.detach().sum(0)[:, None].expand(6, 3), atol=1e-5)
+    assert torch.equal(b.grad, torch.full((3,), 40.0))
+
+
 def test_linear_skips_the_input_gradient_nobody_asked_for() -> None:
     x, w, b = torch.randn(8, 4), _leaf(torch.randn(4, 6)), _leaf(torch.randn(6))
     onednn_linear(x, w, b, relu=True).sum().backward()
@@ -77,8 +87,9 @@ def test_its_backward_is_not_differentiated_again() -> None:
 
 def _twins(**kwargs) -> tuple[EnsembleMLP, EnsembleMLP]:
     torch.manual_seed(0)
-    plain = EnsembleMLP(7, kwargs.pop("out", 1), 3, (32, 16), **kwargs)
-    fast = EnsembleMLP(7, plain.out_features, 3, (32, 16), onednn=True, **kwargs)
+    cells = kwargs.pop("cells", (32, 16))
+    plain = EnsembleMLP(7, kwargs.pop("out", 1), 3, cells, **kwargs)
+    fast = EnsembleMLP(7, plain.out_features, 3, cells, onednn=True, **kwargs)
     fast.load_state_dict(plain.state_dict())
     return plain, fast
 
@@ -98,6 +109,7 @@ def _value_and_grads(net: EnsembleMLP, x: torch.Tensor, upstream: torch.Tensor,
     ({"out": 4}, {}, (9, 7), 3),
     ({"layer_norm": True}, {}, (11, 7), 3),
     ({"activation": nn.Tanh}, {}, (11, 7), 3),
+    ({"cells": (16, 1, 8)}, {}, (11, 7), 3),
     ({}, {"members": 2}, (11, 7), 2),
     ({}, {"per_member": True}, (3, 10, 7), 3),
 ])
