@@ -18,18 +18,18 @@ from rlbench.recipe import RunSpec
 NOISES = ("gaussian", "ou")
 
 
-def make_actor_critic(env: EnvBase, hidden_sizes: tuple[int, ...], num_critics: int
-                      ) -> tuple[DeterministicActor, EnsembleMLP]:
+def make_actor_critic(env: EnvBase, hidden_sizes: tuple[int, ...], num_critics: int,
+                      onednn: bool = False) -> tuple[DeterministicActor, EnsembleMLP]:
     """A tanh-bounded deterministic actor and ``num_critics`` Q-networks (one batched
-    ensemble)."""
+    ensemble); ``onednn``: both multiply through oneDNN where it pays."""
     action_spec = env.action_spec
     if not isinstance(action_spec, Bounded):
         raise TypeError(f"TD3 and DDPG need a bounded continuous action space, not {action_spec}")
     obs_dim = env.observation_spec["observation"].shape[-1]
     action_dim = action_spec.shape[-1]
-    net = MLP(obs_dim, action_dim, hidden_sizes, nn.ReLU, orthogonal_init=False)
+    net = MLP(obs_dim, action_dim, hidden_sizes, nn.ReLU, orthogonal_init=False, onednn=onednn)
     actor = DeterministicActor(net, action_spec.low[0], action_spec.high[0])
-    critic = EnsembleMLP(obs_dim + action_dim, 1, num_critics, hidden_sizes)
+    critic = EnsembleMLP(obs_dim + action_dim, 1, num_critics, hidden_sizes, onednn=onednn)
     return actor, critic
 
 

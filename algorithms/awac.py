@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from rlbench.algorithms._offline import adam, open_dataset, state_normalization
+from rlbench.algorithms._offline import adam, onednn_hp, open_dataset, state_normalization
 from rlbench.collectors import evaluate
 from rlbench.envs import Bounded, EnvBase
 from rlbench.envs.transforms import ObservationNorm
@@ -48,6 +48,7 @@ class Config:
     hidden_sizes: tuple[int, ...] = hp((256, 256, 256), "hidden layer widths of actor and "
                                                         "critics", ge=1)
     normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")
+    onednn: bool = onednn_hp()
     log_every: int = hp(1000, "gradient steps between logged training metrics", ge=1)
 
     def __post_init__(self) -> None:
@@ -70,9 +71,11 @@ def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, En
         raise TypeError(f"AWAC needs a bounded continuous action space, not {action_spec}")
     obs_dim = env.observation_spec["observation"].shape[-1]
     action_dim = action_spec.shape[-1]
-    mean = MLP(obs_dim, action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    mean = MLP(obs_dim, action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False,
+               onednn=cfg.onednn)
     actor = ProbabilisticActor(NormalParams(mean, action_dim, 0.0), IndependentNormal)
-    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes)
+    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes,
+                         onednn=cfg.onednn)
     return actor, critic
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from rlbench.algorithms._offline import adam, open_dataset, state_normalization
+from rlbench.algorithms._offline import adam, onednn_hp, open_dataset, state_normalization
 from rlbench.collectors import evaluate
 from rlbench.envs import Bounded, EnvBase
 from rlbench.envs.transforms import ObservationNorm
@@ -33,6 +33,7 @@ class Config:
     learning_rate: float = hp(3e-4, "Adam step size of the actor", gt=0)
     hidden_sizes: tuple[int, ...] = hp((256, 256), "hidden layer widths of the actor", ge=1)
     normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")
+    onednn: bool = onednn_hp()
     log_every: int = hp(1000, "gradient steps between logged training metrics", ge=1)
 
     def __post_init__(self) -> None:
@@ -50,7 +51,8 @@ def make_actor(env: EnvBase, cfg: Config) -> DeterministicActor:
     if not isinstance(action_spec, Bounded):
         raise TypeError(f"BC needs a bounded continuous action space, not {action_spec}")
     obs_dim = env.observation_spec["observation"].shape[-1]
-    net = MLP(obs_dim, action_spec.shape[-1], cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    net = MLP(obs_dim, action_spec.shape[-1], cfg.hidden_sizes, nn.ReLU, orthogonal_init=False,
+              onednn=cfg.onednn)
     return DeterministicActor(net, action_spec.low[0], action_spec.high[0])
 
 

@@ -28,6 +28,7 @@ from rlbench.algorithms._offline import (
     adam,
     corl_dataset_defaults,
     corl_sources,
+    onednn_hp,
     open_dataset,
     return_range_scale,
     scaled_target_entropy,
@@ -70,8 +71,7 @@ class Config:
     learn_alpha: bool = hp(True, "learn the temperature towards entropy -action_dim")
     alpha_init: float = hp(1.0, "initial temperature", gt=0)
     num_critics: int = hp(2, "Q-networks; targets take their minimum", ge=1)
-    onednn: bool = hp(True, "the networks' products through oneDNN on CPU (float32): "
-                            "AVX-512 where MKL runs AVX2, bias and ReLU inside the product")
+    onednn: bool = onednn_hp()
     hidden_sizes: tuple[int, ...] = hp((256, 256, 256), "hidden layer widths of actor and "
                                                         "critics", ge=1)
     normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")

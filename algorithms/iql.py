@@ -30,6 +30,7 @@ from rlbench.algorithms._offline import (
     adam,
     corl_dataset_defaults,
     corl_sources,
+    onednn_hp,
     open_dataset,
     return_range_scale,
     state_normalization,
@@ -69,6 +70,7 @@ class Config:
     hidden_sizes: tuple[int, ...] = hp((256, 256), "hidden layer widths of every network",
                                        ge=1)
     normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")
+    onednn: bool = onednn_hp()
     normalize_reward: bool = hp(False, "scale rewards by 1000 / (max - min episode return) "
                                        "of the dataset")
     deterministic_actor: bool = hp(False, "a deterministic tanh actor cloning by weighted "
@@ -111,14 +113,17 @@ def make_networks(env: EnvBase, cfg: Config
         raise TypeError(f"IQL needs a bounded continuous action space, not {action_spec}")
     obs_dim = env.observation_spec["observation"].shape[-1]
     action_dim = action_spec.shape[-1]
-    net = MLP(obs_dim, action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    net = MLP(obs_dim, action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False,
+              onednn=cfg.onednn)
     if cfg.deterministic_actor:  # CORL's DeterministicPolicy: a tanh MLP, no dropout
         actor = DeterministicActor(net, action_spec.low[0], action_spec.high[0])
     else:
         mean = BoundedMean(net, action_spec.low[0], action_spec.high[0])
         actor = ProbabilisticActor(NormalParams(mean, action_dim, 0.0), IndependentNormal)
-    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes)
-    value = MLP(obs_dim, 1, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes,
+                         onednn=cfg.onednn)
+    value = MLP(obs_dim, 1, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False,
+                onednn=cfg.onednn)
     return actor, critic, value
 
 

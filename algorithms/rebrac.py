@@ -27,6 +27,7 @@ from rlbench.algorithms._offline import (
     adam,
     corl_dataset_defaults,
     corl_sources,
+    onednn_hp,
     open_dataset,
     state_normalization,
 )
@@ -66,6 +67,7 @@ class Config:
                                                         "critics", ge=1)
     critic_layer_norm: bool = hp(True, "LayerNorm after each hidden activation of the critics")
     normalize_states: bool = hp(False, "normalise observations by the dataset's mean and std")
+    onednn: bool = onednn_hp()
     log_every: int = hp(1000, "gradient steps between logged training metrics", ge=1)
 
     def __post_init__(self) -> None:
@@ -105,11 +107,13 @@ def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[DeterministicActor, En
         raise TypeError(f"ReBRAC needs a bounded continuous action space, not {action_spec}")
     obs_dim = env.observation_spec["observation"].shape[-1]
     action_dim = action_spec.shape[-1]
-    net = MLP(obs_dim, action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False)
+    net = MLP(obs_dim, action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False,
+              onednn=cfg.onednn)
     actor = DeterministicActor(init_like_edac(net, 1e-3), action_spec.low[0],
                                action_spec.high[0])
     critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes,
-                         layer_norm=cfg.critic_layer_norm, layer_norm_eps=FLAX_LAYER_NORM_EPS)
+                         layer_norm=cfg.critic_layer_norm, layer_norm_eps=FLAX_LAYER_NORM_EPS,
+                         onednn=cfg.onednn)
     return actor, init_like_edac(critic, 3e-3)
 
 

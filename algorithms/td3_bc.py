@@ -14,7 +14,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from rlbench.algorithms._deterministic import make_actor_critic
-from rlbench.algorithms._offline import adam, open_dataset, state_normalization
+from rlbench.algorithms._offline import adam, onednn_hp, open_dataset, state_normalization
 from rlbench.collectors import evaluate
 from rlbench.envs import EnvBase
 from rlbench.envs.transforms import ObservationNorm
@@ -44,6 +44,7 @@ class Config:
     hidden_sizes: tuple[int, ...] = hp((256, 256), "hidden layer widths of actor and critics",
                                        ge=1)
     normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")
+    onednn: bool = onednn_hp()
     log_every: int = hp(1000, "gradient steps between logged training metrics", ge=1)
 
     def __post_init__(self) -> None:
@@ -62,7 +63,7 @@ FAMILY_DEFAULTS: dict[str, dict] = {
 
 def make_policy(env: EnvBase, cfg: Config) -> DeterministicActor:
     """The module the run saves as ``policy``: the actor."""
-    return make_actor_critic(env, cfg.hidden_sizes, cfg.num_critics)[0]
+    return make_actor_critic(env, cfg.hidden_sizes, cfg.num_critics, cfg.onednn)[0]
 
 
 def make_normalization(cfg: Config) -> ObservationNorm | None:
@@ -75,7 +76,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
     cfg: Config = spec.algo
     data = open_dataset(spec, cfg, batch_size=cfg.batch_size)
     with closing(data.eval_env):
-        actor, critic = make_actor_critic(data.eval_env, cfg.hidden_sizes, cfg.num_critics)
+        actor, critic = make_actor_critic(data.eval_env, cfg.hidden_sizes, cfg.num_critics,
+                                          cfg.onednn)
         actor.to(spec.device)
         critic.to(spec.device)
         target_actor, target_critic = make_target(actor), make_target(critic)

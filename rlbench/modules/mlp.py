@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
 
-from rlbench.modules.onednn import onednn_linear, runs_on_onednn
+from rlbench.modules.onednn import onednn_linear, onednn_pays, runs_on_onednn
 
 __all__ = ["MLP"]
 
@@ -38,7 +38,8 @@ class MLP(nn.Sequential):
 
     With ``onednn``, float32 inputs on CPU run the linear layers through oneDNN, a ReLU
     after one inside its product (``rlbench.modules.onednn``; not for losses that
-    differentiate a gradient); other devices and dtypes run as without it.
+    differentiate a gradient), where the batch is large enough for it to pay
+    (``onednn_pays``); other batches, devices and dtypes run as without it.
     """
 
     def __init__(
@@ -60,6 +61,8 @@ class MLP(nn.Sequential):
         super().__init__(*layers)
         self.in_features, self.out_features = in_features, out_features
         self.onednn = onednn
+        self.largest_layer_macs = max(fan_in * fan_out for fan_in, fan_out in
+                                      itertools.pairwise([*sizes, out_features]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``nn.Sequential``'s forward; layers without hooks are run through their
@@ -67,7 +70,8 @@ class MLP(nn.Sequential):
         a sixth of a 64x64 actor's time at batch 1)."""
         if _global_hooks():
             return super().forward(x)
-        if self.onednn and runs_on_onednn(x):
+        if (self.onednn and runs_on_onednn(x)
+                and onednn_pays(x.numel() // x.shape[-1], self.largest_layer_macs)):
             layers = list(self._modules.values())
             if not any(map(_hooked, layers)):
                 return self._forward_onednn(x, layers)

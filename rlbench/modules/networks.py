@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from rlbench.modules.mlp import MLP
-from rlbench.modules.onednn import onednn_linear, runs_on_onednn
+from rlbench.modules.onednn import onednn_linear, onednn_pays, runs_on_onednn
 
 __all__ = ["ConvNet", "DuelingQNetwork", "EnsembleMLP", "init_like_edac"]
 
@@ -95,8 +95,10 @@ class EnsembleMLP(nn.Module):
 
     With ``onednn``, float32 inputs on CPU run each member's layers through oneDNN
     (``rlbench.modules.onednn``: over twice MKL's speed on AMD processors, with the bias and
-    a ReLU inside the product); its backward is not differentiable again, so a loss that
-    differentiates a gradient keeps it off. Other devices and dtypes run as without it.
+    a ReLU inside the product) where the batch is large enough for it to pay
+    (``onednn_pays``); its backward is not differentiable again, so a loss that
+    differentiates a gradient keeps it off. Other batches, devices and dtypes run as
+    without it.
     """
 
     def __init__(
@@ -134,6 +136,8 @@ class EnsembleMLP(nn.Module):
                 self.norm_shifts.append(nn.Parameter(torch.zeros(num_members, 1, width)))
         self.layer_norm, self.layer_norm_eps = layer_norm, layer_norm_eps
         self.onednn = onednn
+        self.largest_layer_macs = max(fan_in * fan_out
+                                      for fan_in, fan_out in itertools.pairwise(sizes))
         self.num_members, self.in_features, self.out_features = (
             num_members, in_features, out_features)
 
@@ -153,7 +157,8 @@ class EnsembleMLP(nn.Module):
             batch_shape = x.shape[:-1]
             x = x.unsqueeze(0).expand(members, *x.shape)
         h = x.reshape(members, -1, x.shape[-1])
-        if self.onednn and runs_on_onednn(x):
+        if (self.onednn and runs_on_onednn(x)
+                and onednn_pays(h.shape[1], self.largest_layer_macs)):
             out = [self._member_onednn(h[m], m) for m in range(members)]
             return torch.stack(out).reshape(members, *batch_shape, self.out_features)
         last = len(self.weights) - 1

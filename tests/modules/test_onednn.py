@@ -7,10 +7,29 @@ import pytest
 import torch
 from torch import nn
 
-from rlbench.modules import MLP, EnsembleMLP
-from rlbench.modules.onednn import onednn_available, onednn_linear, runs_on_onednn
+from rlbench.modules import MLP, EnsembleMLP, onednn
+from rlbench.modules.onednn import MIN_MACS, onednn_available, onednn_linear, runs_on_onednn
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
+
+
+@pytest.fixture(autouse=True)
+def _onednn_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The networks here are small: below ``MIN_MACS`` they would not take oneDNN at all."""
+    monkeypatch.setattr(onednn, "MIN_MACS", 0)
+
+
+def _uses_onednn(out: torch.Tensor) -> bool:
+    seen, stack = set(), [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__ == "_OneDNNLinearBackward":
+            return True
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False
 
 
 def _leaf(t: torch.Tensor) -> torch.Tensor:
@@ -165,3 +184,25 @@ def test_the_mlp_keeps_its_hooks_on_pytorchs_path() -> None:
     mlp[1].register_forward_hook(lambda module, args, out: seen.append(out.shape))
     mlp(torch.randn(5, 3))
     assert seen == [torch.Size([5, 8])]
+
+
+@pytest.mark.parametrize("kind", ["mlp", "ensemble"])
+def test_a_batch_too_small_for_onednn_to_pay_runs_pytorchs_kernels(
+        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``MIN_MACS`` the networks give PyTorch's numbers bit for bit; from it on they
+    multiply through oneDNN."""
+    monkeypatch.setattr(onednn, "MIN_MACS", MIN_MACS)  # the real one, not the fixture's
+    torch.manual_seed(0)
+    if kind == "mlp":
+        plain = MLP(9, 4, (256, 256), nn.ReLU, orthogonal_init=False)
+        fast = MLP(9, 4, (256, 256), nn.ReLU, orthogonal_init=False, onednn=True)
+    else:
+        plain = EnsembleMLP(9, 1, 2, (256, 256))
+        fast = EnsembleMLP(9, 1, 2, (256, 256), onednn=True)
+    fast.load_state_dict(plain.state_dict())
+    assert fast.largest_layer_macs == 256 * 256
+    enough = MIN_MACS // (256 * 256)
+    small, large = torch.randn(enough - 1, 9), torch.randn(enough, 9)
+    out = fast(small)
+    assert not _uses_onednn(out) and torch.equal(out, plain(small))
+    assert _uses_onednn(fast(large)) and not _uses_onednn(plain(large))
