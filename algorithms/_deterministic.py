@@ -1,4 +1,5 @@
-"""Networks, envs and exploration of the deterministic-policy recipes (``td3``, ``ddpg``)."""
+"""Networks, envs and exploration of the deterministic-policy recipes (``td3``, ``ddpg``,
+``td3_bc``)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from rlbench.data.offline_dataset import INDEX_KEY, STEP_KEYS
 from rlbench.envs import EnvBase, TransformedEnv, make
 from rlbench.envs.transforms import ObservationNorm
 from rlbench.errors import ConfigError
-from rlbench.recipe import RunSpec, hp
+from rlbench.recipe import RunSpec
 
 STATE_STD_EPS = 1e-3  # CORL's compute_mean_std(eps=1e-3)
 
@@ -46,14 +46,6 @@ class OfflineData:
     def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         spec = self.eval_env.action_spec
         return spec.low[0], spec.high[0]
-
-
-def onednn_hp() -> Any:
-    """The ``onednn`` hyperparameter of the offline recipes: their networks multiply through
-    oneDNN on CPU where the batch makes it pay (``rlbench.modules.onednn``)."""
-    return hp(True, "multiply through oneDNN on CPU where the batch makes it pay (AVX-512 "
-                    "where MKL runs AVX2, bias and ReLU inside the product); false: "
-                    "PyTorch's kernels")
 
 
 def state_normalization(cfg: Any) -> ObservationNorm | None:

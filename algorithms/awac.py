@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from rlbench.algorithms._offline import adam, onednn_hp, open_dataset, state_normalization
+from rlbench.algorithms._offline import adam, open_dataset, state_normalization
 from rlbench.collectors import evaluate
 from rlbench.envs import Bounded, EnvBase
 from rlbench.envs.transforms import ObservationNorm
 from rlbench.modules import MLP, EnsembleMLP, IndependentNormal, NormalParams, ProbabilisticActor
 from rlbench.objectives import AWACLoss, SoftUpdate, backward_and_step, make_target
-from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp, onednn_hp
 
 KIND = "offline"
 ACTION_SPACES = ("box",)

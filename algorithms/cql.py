@@ -28,7 +28,6 @@ from rlbench.algorithms._offline import (
     adam,
     corl_dataset_defaults,
     corl_sources,
-    onednn_hp,
     open_dataset,
     return_range_scale,
     scaled_target_entropy,
@@ -45,7 +44,7 @@ from rlbench.modules import (
     TanhNormal,
 )
 from rlbench.objectives import CQLLoss, SoftUpdate, backward_and_step, make_target
-from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp, onednn_hp
 
 KIND = "offline"
 ACTION_SPACES = ("box",)

@@ -29,7 +29,7 @@ from rlbench.data import TRANSITION_KEYS, ReplayBuffer, TensorStorage
 from rlbench.envs import EnvBase
 from rlbench.modules import DeterministicActor
 from rlbench.objectives import DDPGLoss, SoftUpdate, backward_and_step, make_target
-from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp, onednn_hp
 
 KIND = "online"
 ACTION_SPACES = ("box",)
@@ -55,6 +55,7 @@ class Config:
                                        "half-range)", ge=0)
     hidden_sizes: tuple[int, ...] = hp((400, 300), "hidden layer widths of actor and critic",
                                        ge=1)
+    onednn: bool = onednn_hp()
     log_every: int = hp(1000, "frames between logged training metrics", ge=1)
 
     def __post_init__(self) -> None:
@@ -75,7 +76,7 @@ FAMILY_DEFAULTS: dict[str, dict] = {
 
 def make_policy(env: EnvBase, cfg: Config) -> DeterministicActor:
     """The module the run saves as ``policy``: the actor."""
-    return make_actor_critic(env, cfg.hidden_sizes, num_critics=1)[0]
+    return make_actor_critic(env, cfg.hidden_sizes, num_critics=1, onednn=cfg.onednn)[0]
 
 
 def train(spec: RunSpec, logger: RunLogger) -> None:
@@ -83,7 +84,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
     cfg: Config = spec.algo
     env, eval_env = make_envs(spec, cfg.num_envs, cfg.exploration_noise)
     with closing(env), closing(eval_env):
-        actor, critic = make_actor_critic(env, cfg.hidden_sizes, num_critics=1)
+        actor, critic = make_actor_critic(env, cfg.hidden_sizes, num_critics=1,
+                                          onednn=cfg.onednn)
         actor.to(spec.device)
         critic.to(spec.device)
         target_actor, target_critic = make_target(actor), make_target(critic)

@@ -30,7 +30,6 @@ from rlbench.algorithms._offline import (
     adam,
     corl_dataset_defaults,
     corl_sources,
-    onednn_hp,
     open_dataset,
     return_range_scale,
     state_normalization,
@@ -47,7 +46,7 @@ from rlbench.modules import (
     ProbabilisticActor,
 )
 from rlbench.objectives import IQLLoss, SoftUpdate, backward_and_step, make_target
-from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp, onednn_hp
 
 KIND = "offline"
 ACTION_SPACES = ("box",)

@@ -27,7 +27,6 @@ from rlbench.algorithms._offline import (
     adam,
     corl_dataset_defaults,
     corl_sources,
-    onednn_hp,
     open_dataset,
     state_normalization,
 )
@@ -36,7 +35,7 @@ from rlbench.envs import Bounded, EnvBase
 from rlbench.envs.transforms import ObservationNorm
 from rlbench.modules import MLP, DeterministicActor, EnsembleMLP, init_like_edac
 from rlbench.objectives import ReBRACLoss, SoftUpdate, backward_and_step, make_target
-from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp, onednn_hp
 
 KIND = "offline"
 ACTION_SPACES = ("box",)

@@ -36,7 +36,7 @@ from rlbench.modules import (
 )
 from rlbench.modules import Categorical as CategoricalDist
 from rlbench.objectives import DiscreteSACLoss, SACLoss, SoftUpdate, backward_and_step, make_target
-from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp, onednn_hp
 
 KIND = "online"
 ACTION_SPACES = ("discrete", "box")
@@ -67,6 +67,7 @@ class Config:
     num_critics: int = hp(2, "Q-networks; targets take their minimum", ge=1)
     hidden_sizes: tuple[int, ...] = hp((256, 256), "hidden layer widths of actor and critics",
                                        ge=1)
+    onednn: bool = onednn_hp()
     log_every: int = hp(1000, "frames between logged training metrics", ge=1)
 
     def __post_init__(self) -> None:
@@ -91,18 +92,21 @@ def make_actor_critic(env: EnvBase, cfg: Config) -> tuple[ProbabilisticActor, En
     obs_dim = env.observation_spec["observation"].shape[-1]
     if isinstance(action_spec, Categorical):
         net = MLP(obs_dim, action_spec.n, cfg.hidden_sizes, torch.nn.ReLU,
-                  orthogonal_init=False)
-        critic = EnsembleMLP(obs_dim, action_spec.n, cfg.num_critics, cfg.hidden_sizes)
+                  orthogonal_init=False, onednn=cfg.onednn)
+        critic = EnsembleMLP(obs_dim, action_spec.n, cfg.num_critics, cfg.hidden_sizes,
+                             onednn=cfg.onednn)
         return ProbabilisticActor(net, CategoricalDist), critic
     if not isinstance(action_spec, Bounded):
         raise TypeError(f"SAC needs a bounded continuous or a discrete action space, "
                         f"not {action_spec}")
     action_dim = action_spec.shape[-1]
-    net = MLP(obs_dim, 2 * action_dim, cfg.hidden_sizes, torch.nn.ReLU, orthogonal_init=False)
+    net = MLP(obs_dim, 2 * action_dim, cfg.hidden_sizes, torch.nn.ReLU, orthogonal_init=False,
+              onednn=cfg.onednn)
     low, high = action_spec.low[0], action_spec.high[0]  # the bounds of one sub-env
     actor = ProbabilisticActor(StateDependentNormalParams(net),
                                functools.partial(TanhNormal, low=low, high=high))
-    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes)
+    critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes,
+                         onednn=cfg.onednn)
     return actor, critic
 
 

@@ -14,13 +14,13 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from rlbench.algorithms._deterministic import make_actor_critic
-from rlbench.algorithms._offline import adam, onednn_hp, open_dataset, state_normalization
+from rlbench.algorithms._offline import adam, open_dataset, state_normalization
 from rlbench.collectors import evaluate
 from rlbench.envs import EnvBase
 from rlbench.envs.transforms import ObservationNorm
 from rlbench.modules import DeterministicActor
 from rlbench.objectives import SoftUpdate, TD3BCLoss, backward_and_step, make_target
-from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
+from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp, onednn_hp
 
 KIND = "offline"
 ACTION_SPACES = ("box",)

@@ -76,6 +76,15 @@ def hp(default: Any, help: str = "", *, ge: float | None = None, gt: float | Non
     return dataclasses.field(default=default, metadata={"range": bounds, "help": help})
 
 
+def onednn_hp() -> Any:
+    """The ``onednn`` hyperparameter of the recipes with ReLU networks trained on batches:
+    they multiply through oneDNN on CPU where the batch makes it pay
+    (``rlbench.modules.onednn``)."""
+    return hp(True, "multiply through oneDNN on CPU where the batch makes it pay (AVX-512 "
+                    "where MKL runs AVX2, bias and ReLU inside the product); false: "
+                    "PyTorch's kernels")
+
+
 def help_of(field: dataclasses.Field) -> str:
     """The help text ``hp`` gave a hyperparameter field ("" for a plain field)."""
     return field.metadata.get("help", "")
