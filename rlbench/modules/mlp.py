@@ -23,6 +23,7 @@ def _global_hooks() -> bool:
 
 
 def _hooked(layer: nn.Module) -> bool:
+    """Whether ``layer`` has a forward or backward hook of its own."""
     return bool(layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks
                 or layer._backward_pre_hooks)
 
@@ -36,10 +37,10 @@ class MLP(nn.Sequential):
     2022). Without it the layers keep PyTorch's default init, which the off-policy
     reference implementations (SAC, TD3, DQN in CleanRL and Stable-Baselines3) use.
 
-    With ``onednn``, float32 inputs on CPU run the linear layers through oneDNN, a ReLU
-    after one inside its product (``rlbench.modules.onednn``; not for losses that
-    differentiate a gradient), where the batch is large enough for it to pay
-    (``onednn_pays``); other batches, devices and dtypes run as without it.
+    With ``onednn``, float32 inputs on CPU run the linear layers through oneDNN, each with
+    the ReLU that follows it computed inside its product (``rlbench.modules.onednn``; not
+    for losses that differentiate a gradient), where the batch is large enough for it to
+    pay (``onednn_pays``); other batches, devices and dtypes run as without it.
     """
 
     def __init__(
@@ -88,7 +89,7 @@ class MLP(nn.Sequential):
         for i, layer in enumerate(layers):
             if fused:  # the ReLU ran inside the product before it
                 fused = False
-            elif isinstance(layer, nn.Linear):
+            elif type(layer) is nn.Linear:  # a subclass keeps its own forward
                 fused = i + 1 < len(layers) and type(layers[i + 1]) is nn.ReLU
                 h = onednn_linear(h, layer.weight.t(), layer.bias, relu=fused)
             else:

@@ -9,7 +9,10 @@ product instead of in passes of their own. PyTorch exposes that kernel for infer
 kernel: the input gradient is one more product and the weight gradient one over the
 transposed input. Results are deterministic run to run; they differ from MKL's in rounding
 only (both within float32 accuracy of a float64 reference). The backward is not itself
-differentiable: losses that differentiate a gradient (EDAC's) keep PyTorch's kernels.
+differentiable: losses that differentiate a gradient (EDAC's) keep PyTorch's kernels, as
+do ``torch.func`` transforms (``CompiledStep``), which need a ``setup_context`` this
+Function does not have. Under CPU autocast the networks keep PyTorch's kernels too, so
+autocast's dtypes apply.
 """
 
 from __future__ import annotations
@@ -34,14 +37,16 @@ def onednn_available() -> bool:
 
 
 def runs_on_onednn(x: torch.Tensor) -> bool:
-    """Whether ``onednn_linear`` can take ``x``: a float32 tensor on CPU, with oneDNN built in."""
-    return x.device.type == "cpu" and x.dtype == torch.float32 and onednn_available()
+    """Whether ``onednn_linear`` can take ``x``: a float32 tensor on CPU, with oneDNN built in,
+    outside CPU autocast."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and onednn_available()
+            and not torch.is_autocast_enabled("cpu"))
 
 
 def onednn_pays(rows: int, largest_layer_macs: int) -> bool:
     """Whether a network whose largest layer has ``largest_layer_macs`` multiply-adds per row
     runs faster through oneDNN on ``rows`` rows (``MIN_MACS``)."""
-    return rows * largest_layer_macs >= MIN_MACS
+    return rows > 0 and rows * largest_layer_macs >= MIN_MACS
 
 
 def _product(x: torch.Tensor, weight_out_in: torch.Tensor, bias: torch.Tensor | None,
@@ -62,7 +67,7 @@ class _OneDNNLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: FunctionCtx, grad: torch.Tensor
-                 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, None]:
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None]:
         if torch.is_grad_enabled():  # create_graph: this backward has no backward
             raise RuntimeError("a gradient through onednn_linear cannot be differentiated "
                                "again (create_graph=True): build the network without onednn")
@@ -72,10 +77,13 @@ class _OneDNNLinear(torch.autograd.Function):
         grad = grad.contiguous()
         if ctx.relu:
             grad = torch.ops.aten.threshold_backward(grad, y, 0)
-        grad_x = _product(grad, weight, None, False) if ctx.needs_input_grad[0] else None
-        # [in, rows] x [rows, out]: oneDNN reads the second operand's strides itself
-        grad_weight = _product(x.t().contiguous(), grad.t(), None, False)
-        return grad_x, grad_weight, grad.sum(0), None
+        needs_x, needs_weight, needs_bias, _ = ctx.needs_input_grad
+        grad_x = _product(grad, weight, None, False) if needs_x else None
+        # [in, rows] x [rows, out]: oneDNN reads the second operand's strides itself; a
+        # frozen layer (an actor loss through the critics) skips it and its copy
+        grad_weight = (_product(x.t().contiguous(), grad.t(), None, False) if needs_weight
+                       else None)
+        return grad_x, grad_weight, grad.sum(0) if needs_bias else None, None
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,

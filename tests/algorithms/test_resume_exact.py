@@ -27,6 +27,7 @@ from rlbench.checkpoint import (
 )
 from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
+from rlbench.modules import onednn
 from rlbench.recipe import RunSpec
 from tests.algorithms.pendulum_d4rl import write_pendulum_d4rl
 
@@ -146,6 +147,20 @@ def _every(algo: str) -> int:
 
 @pytest.mark.parametrize("algo", [*ONLINE, *OFFLINE])
 def test_a_run_killed_three_times_logs_what_the_whole_run_logs(tmp_path: Path, algo: str) -> None:
+    _killed_three_times_logs_what_the_whole_run_logs(tmp_path, algo)
+
+
+@pytest.mark.skipif(not onednn.onednn_available(), reason="this PyTorch has no oneDNN")
+@pytest.mark.parametrize("algo", ["sac", "td3", "cql", "iql"])
+def test_a_run_through_onednn_resumes_exactly(tmp_path: Path, algo: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The small networks above stay below ``MIN_MACS``; at 0 every product of these
+    recipes (``onednn`` on by default) goes through oneDNN, and they resume bit for bit."""
+    monkeypatch.setattr(onednn, "MIN_MACS", 0)
+    _killed_three_times_logs_what_the_whole_run_logs(tmp_path, algo)
+
+
+def _killed_three_times_logs_what_the_whole_run_logs(tmp_path: Path, algo: str) -> None:
     whole = SeriesLogger()
     _train(algo, _spec(algo, tmp_path, None), whole)
     total = len(whole.points)

@@ -74,6 +74,19 @@ def test_linear_skips_the_input_gradient_nobody_asked_for() -> None:
     assert x.grad is None and w.grad is not None and b.grad is not None
 
 
+def test_a_frozen_layer_costs_one_product_in_its_backward(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """An actor loss through frozen critics needs the input gradient alone: the weight's
+    product is skipped, and the input gradient is still right."""
+    calls = []
+    product = onednn._product
+    monkeypatch.setattr(onednn, "_product", lambda *args: calls.append(args) or product(*args))
+    x, w, b = _leaf(torch.randn(9, 4)), torch.randn(4, 5), torch.randn(5)
+    onednn_linear(x, w, b).sum().backward()
+    assert len(calls) == 2  # forward and the input gradient
+    assert torch.allclose(x.grad, w.sum(1).expand(9, 4), atol=1e-6)
+
+
 def test_linear_repeats_itself_bit_for_bit() -> None:
     gen = torch.Generator().manual_seed(3)
     x, w, b = torch.randn(513, 64, generator=gen), torch.randn(64, 128, generator=gen), \
@@ -177,6 +190,13 @@ def test_the_mlp_on_onednn_computes_what_its_pytorch_path_does(
             assert (ours.double() - want).abs().max().item() <= 2e-5 * want.abs().max().item()
 
 
+def test_autocast_keeps_pytorchs_kernels_and_their_dtypes() -> None:
+    mlp = MLP(3, 2, (8,), nn.ReLU, onednn=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = mlp(torch.randn(5, 3))
+    assert out.dtype == torch.bfloat16 and not _uses_onednn(out)
+
+
 def test_the_mlp_keeps_its_hooks_on_pytorchs_path() -> None:
     """A hooked layer sees its call: the MLP does not route around it through oneDNN."""
     mlp = MLP(3, 2, (8,), nn.ReLU, onednn=True)
@@ -203,6 +223,7 @@ def test_a_batch_too_small_for_onednn_to_pay_runs_pytorchs_kernels(
     assert fast.largest_layer_macs == 256 * 256
     enough = MIN_MACS // (256 * 256)
     small, large = torch.randn(enough - 1, 9), torch.randn(enough, 9)
+    assert not _uses_onednn(fast(torch.randn(0, 9).requires_grad_()))
     out = fast(small)
     assert not _uses_onednn(out) and torch.equal(out, plain(small))
     assert _uses_onednn(fast(large)) and not _uses_onednn(plain(large))

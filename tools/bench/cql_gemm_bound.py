@@ -77,11 +77,6 @@ def gemm_rates(rows: int, width: int, repeats: int = 20) -> dict[str, float]:
     return rates
 
 
-def gemm_rate(rows: int, width: int, repeats: int = 20) -> float:
-    """The fastest of ``gemm_rates``: the rate the bound assumes."""
-    return max(gemm_rates(rows, width, repeats).values())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--obs", type=int, default=11)
