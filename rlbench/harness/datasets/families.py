@@ -61,7 +61,8 @@ def make_family(family: MadeFamily, log: Callable[[str], None]) -> None:
         sweep = resolve_sweep([
             "suite=classic", f"algo={family.algo}", f"env={family.env}", "seeds=1",
             f"frames={family.frames}", f"eval_every={family.eval_every}",
-            "save_snapshots=true", "save_transitions=true", f"out_dir={runs}"])
+            "save_snapshots=true", "save_transitions=true", f"out_dir={runs}",
+            *family.algo_words])
         with _private_store():
             result = run_sweep(sweep)
         if result.failed:

@@ -39,6 +39,9 @@ class MadeFamily:
     eval_every: int
     steps: int  # transitions per quality (medium-replay: the run's, up to the snapshot)
     minutes: int  # about how long making it takes on 2 cores
+    # the behaviour run's own hyperparameters (``algo.key=value``): what keeps the bytes of
+    # a family the same from one rlbench to the next
+    algo_words: tuple[str, ...] = ()
 
     @property
     def stem(self) -> str:
@@ -50,8 +53,10 @@ MADE_ON_FIRST_USE = {
     # TD3 with the zoo's Pendulum settings acts at random for 10k frames, then reaches
     # about -150 within 10k more: medium-replay holds the random start and the early
     # learning, as D4RL's do
+    # (PyTorch's kernels, not oneDNN's: the datasets stay the bytes the gate's reference
+    # was measured on)
     "pendulum": MadeFamily(env="Pendulum-v1", algo="td3", frames=20_000, eval_every=1_000,
-                           steps=10_000, minutes=4),
+                           steps=10_000, minutes=4, algo_words=("td3.onednn=false",)),
 }
 # Made by the commands in results/reference/<family>_datasets/README.md (hours here).
 MADE_BY_COMMAND = {"hopper": "results/reference/hopper_datasets/README.md"}
