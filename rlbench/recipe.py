@@ -78,11 +78,11 @@ def hp(default: Any, help: str = "", *, ge: float | None = None, gt: float | Non
 
 def onednn_hp() -> Any:
     """The ``onednn`` hyperparameter of the recipes with ReLU networks trained on batches:
-    they multiply through oneDNN on CPU where the batch makes it pay
+    they multiply through oneDNN on CPU where it outruns MKL and the batch makes it pay
     (``rlbench.modules.onednn``)."""
-    return hp(True, "multiply through oneDNN on CPU where the batch makes it pay (AVX-512 "
-                    "where MKL runs AVX2, bias and ReLU inside the product); false: "
-                    "PyTorch's kernels")
+    return hp(True, "multiply through oneDNN on CPU where it outruns MKL (AVX-512 processors "
+                    "other than Intel's, on which MKL runs AVX2) and the batch makes it pay; "
+                    "bias and ReLU inside the product. false: PyTorch's kernels everywhere")
 
 
 def help_of(field: dataclasses.Field) -> str:

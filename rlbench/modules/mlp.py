@@ -39,8 +39,9 @@ class MLP(nn.Sequential):
 
     With ``onednn``, float32 inputs on CPU run the linear layers through oneDNN, each with
     the ReLU that follows it computed inside its product (``rlbench.modules.onednn``; not
-    for losses that differentiate a gradient), where the batch is large enough for it to
-    pay (``onednn_pays``); other batches, devices and dtypes run as without it.
+    for losses that differentiate a gradient), where it outruns MKL and the batch is large
+    enough for it to pay (``onednn_pays``); other batches, processors, devices and dtypes
+    run as without it.
     """
 
     def __init__(

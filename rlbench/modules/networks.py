@@ -95,8 +95,8 @@ class EnsembleMLP(nn.Module):
 
     With ``onednn``, float32 inputs on CPU run each member's layers through oneDNN
     (``rlbench.modules.onednn``: over twice MKL's speed on AMD processors, with the bias and
-    a ReLU inside the product) where the batch is large enough for it to pay
-    (``onednn_pays``); its backward is not differentiable again, so a loss that
+    a ReLU inside the product) where it outruns MKL and the batch is large enough for it to
+    pay (``onednn_pays``); its backward is not differentiable again, so a loss that
     differentiates a gradient keeps it off. Other batches, devices and dtypes run as
     without it.
     """

@@ -1,26 +1,33 @@
 """A dense layer's products through oneDNN on CPU, forward and backward.
 
-PyTorch multiplies float32 matrices on CPU with MKL, which runs its AVX2 kernels on AMD
-processors; oneDNN, built into the same PyTorch, runs AVX-512 kernels there. On a Zen 5
-core a critic's ``[7936, 256] x [256, 256]`` product takes 4.4 ms through oneDNN against
-10.2 ms through ``torch.mm``, and oneDNN adds the bias and applies a ReLU inside the
-product instead of in passes of their own. PyTorch exposes that kernel for inference only
-(``mkldnn._linear_pointwise``), so ``onednn_linear`` gives it a backward made of the same
-kernel: the input gradient is one more product and the weight gradient one over the
-transposed input. Results are deterministic run to run; they differ from MKL's in rounding
-only (both within float32 accuracy of a float64 reference). The backward is not itself
-differentiable: losses that differentiate a gradient (EDAC's) keep PyTorch's kernels, as
-do ``torch.func`` transforms (``CompiledStep``), which need a ``setup_context`` this
+PyTorch multiplies float32 matrices on CPU with MKL, which runs its AVX-512 kernels on
+Intel processors only: on AMD's it takes its AVX2 path. oneDNN, built into the same PyTorch,
+runs AVX-512 kernels on both. On a Zen 5 core a critic's ``[7936, 256] x [256, 256]``
+product takes 4.4 ms through oneDNN against 10.2 ms through ``torch.mm``, and oneDNN adds
+the bias and applies a ReLU inside the product instead of in passes of their own. On an
+Intel core (Emerald Rapids) the two kernels multiply at the same rate and oneDNN's cost per
+call makes the networks slower (1.5x at batch 256 of 256-wide layers), so the networks take
+oneDNN only where it outruns MKL (``onednn_outruns_mkl``). PyTorch exposes that kernel for
+inference only (``mkldnn._linear_pointwise``), so ``onednn_linear`` gives it a backward made
+of the same kernel: the input gradient is one more product and the weight gradient one over
+the transposed input. Results are deterministic run to run; they differ from MKL's in
+rounding only (both within float32 accuracy of a float64 reference). The backward is not
+itself differentiable: losses that differentiate a gradient (EDAC's) keep PyTorch's kernels,
+as do ``torch.func`` transforms (``CompiledStep``), which need a ``setup_context`` this
 Function does not have. Under CPU autocast the networks keep PyTorch's kernels too, so
 autocast's dtypes apply.
 """
 
 from __future__ import annotations
 
+import functools
+import platform
+
 import torch
 from torch.autograd.function import FunctionCtx
 
-__all__ = ["MIN_MACS", "onednn_available", "onednn_linear", "onednn_pays", "runs_on_onednn"]
+__all__ = ["MIN_MACS", "cpu_vendor", "onednn_available", "onednn_linear", "onednn_outruns_mkl",
+           "onednn_pays", "runs_on_onednn"]
 
 # Multiply-adds of a network's largest layer over a batch, from which oneDNN is faster than
 # PyTorch's own kernels (one Zen 5 core, a 2-layer MLP and twin critics, forward and
@@ -43,10 +50,36 @@ def runs_on_onednn(x: torch.Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu"))
 
 
+def cpu_vendor() -> str:
+    """The processor's vendor string (``GenuineIntel``, ``AuthenticAMD``), or "" where it
+    cannot be read."""
+    for vendor in ("GenuineIntel", "AuthenticAMD"):
+        if vendor in platform.processor():  # Windows names it there
+            return vendor
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+@functools.cache
+def onednn_outruns_mkl() -> bool:
+    """Whether oneDNN multiplies float32 matrices faster than MKL here: on processors with
+    AVX-512 that are not Intel's, where MKL runs AVX2 (the module docstring). On Intel's, and
+    where the vendor cannot be read, PyTorch's kernels stay."""
+    return (onednn_available() and torch.backends.cpu.get_cpu_capability() == "AVX512"
+            and cpu_vendor() not in ("GenuineIntel", ""))
+
+
 def onednn_pays(rows: int, largest_layer_macs: int) -> bool:
     """Whether a network whose largest layer has ``largest_layer_macs`` multiply-adds per row
-    runs faster through oneDNN on ``rows`` rows (``MIN_MACS``)."""
-    return rows > 0 and rows * largest_layer_macs >= MIN_MACS
+    runs faster through oneDNN on ``rows`` rows: on a processor where oneDNN outruns MKL
+    (``onednn_outruns_mkl``), from ``MIN_MACS``."""
+    return rows > 0 and rows * largest_layer_macs >= MIN_MACS and onednn_outruns_mkl()
 
 
 def _product(x: torch.Tensor, weight_out_in: torch.Tensor, bias: torch.Tensor | None,

@@ -3,20 +3,31 @@ oneDNN path against its PyTorch path, determinism and the inputs it refuses."""
 
 from __future__ import annotations
 
+import platform
+import sys
+
 import pytest
 import torch
 from torch import nn
 
 from rlbench.modules import MLP, EnsembleMLP, onednn
-from rlbench.modules.onednn import MIN_MACS, onednn_available, onednn_linear, runs_on_onednn
+from rlbench.modules.onednn import (
+    MIN_MACS,
+    onednn_available,
+    onednn_linear,
+    onednn_outruns_mkl,
+    runs_on_onednn,
+)
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
 
 
 @pytest.fixture(autouse=True)
 def _onednn_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The networks here are small: below ``MIN_MACS`` they would not take oneDNN at all."""
+    """The networks here are small: below ``MIN_MACS`` they would not take oneDNN at all; on
+    an Intel processor, at no size (``onednn_outruns_mkl``)."""
     monkeypatch.setattr(onednn, "MIN_MACS", 0)
+    monkeypatch.setattr(onednn, "onednn_outruns_mkl", lambda: True)
 
 
 def _uses_onednn(out: torch.Tensor) -> bool:
@@ -227,3 +238,40 @@ def test_a_batch_too_small_for_onednn_to_pay_runs_pytorchs_kernels(
     out = fast(small)
     assert not _uses_onednn(out) and torch.equal(out, plain(small))
     assert _uses_onednn(fast(large)) and not _uses_onednn(plain(large))
+
+
+@pytest.mark.parametrize(("vendor", "capability", "outruns"), [
+    ("AuthenticAMD", "AVX512", True), ("GenuineIntel", "AVX512", False),
+    ("AuthenticAMD", "AVX2", False), ("", "AVX512", False)])
+def test_onednn_outruns_mkl_where_mkl_runs_avx2(vendor: str, capability: str, outruns: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """MKL runs AVX-512 on Intel processors only: oneDNN is taken on others with AVX-512, and
+    not where the vendor cannot be read."""
+    monkeypatch.setattr(onednn, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert onednn_outruns_mkl.__wrapped__() is outruns
+
+
+@pytest.mark.skipif(not (sys.platform == "linux" and platform.machine() == "x86_64"),
+                    reason="reads /proc/cpuinfo of an x86-64 Linux machine")
+def test_cpu_vendor_names_this_x86_processors_maker() -> None:
+    assert onednn.cpu_vendor() in ("GenuineIntel", "AuthenticAMD")
+
+
+@pytest.mark.parametrize("kind", ["mlp", "ensemble"])
+def test_where_onednn_does_not_outrun_mkl_the_networks_keep_pytorchs_kernels(
+        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch far above ``MIN_MACS`` on an Intel processor: PyTorch's numbers bit for bit."""
+    monkeypatch.setattr(onednn, "MIN_MACS", MIN_MACS)
+    monkeypatch.setattr(onednn, "onednn_outruns_mkl", lambda: False)
+    torch.manual_seed(0)
+    if kind == "mlp":
+        plain = MLP(9, 4, (256, 256), nn.ReLU, orthogonal_init=False)
+        fast = MLP(9, 4, (256, 256), nn.ReLU, orthogonal_init=False, onednn=True)
+    else:
+        plain = EnsembleMLP(9, 1, 2, (256, 256))
+        fast = EnsembleMLP(9, 1, 2, (256, 256), onednn=True)
+    fast.load_state_dict(plain.state_dict())
+    large = torch.randn(4 * MIN_MACS // (256 * 256), 9)
+    out = fast(large)
+    assert not _uses_onednn(out) and torch.equal(out, plain(large))
