@@ -97,8 +97,8 @@ class EnsembleMLP(nn.Module):
     (``rlbench.modules.onednn``: over twice MKL's speed on AMD processors, with the bias and
     a ReLU inside the product) where it outruns MKL and the batch is large enough for it to
     pay (``onednn_pays``); its backward is not differentiable again, so a loss that
-    differentiates a gradient keeps it off. Other batches, devices and dtypes run as
-    without it.
+    differentiates a gradient keeps it off. Other batches, processors, devices and dtypes
+    run as without it.
     """
 
     def __init__(

@@ -7,7 +7,9 @@ product takes 4.4 ms through oneDNN against 10.2 ms through ``torch.mm``, and on
 the bias and applies a ReLU inside the product instead of in passes of their own. On an
 Intel core (Emerald Rapids) the two kernels multiply at the same rate and oneDNN's cost per
 call makes the networks slower (1.5x at batch 256 of 256-wide layers), so the networks take
-oneDNN only where it outruns MKL (``onednn_outruns_mkl``). PyTorch exposes that kernel for
+oneDNN only where it outruns MKL (``onednn_outruns_mkl``: AVX-512 processors other than
+Intel's; measured on Zen 5, not on Zen 4, which runs AVX-512 on 256-bit halves). PyTorch
+exposes that kernel for
 inference only (``mkldnn._linear_pointwise``), so ``onednn_linear`` gives it a backward made
 of the same kernel: the input gradient is one more product and the weight gradient one over
 the transposed input. Results are deterministic run to run; they differ from MKL's in
@@ -21,7 +23,9 @@ autocast's dtypes apply.
 from __future__ import annotations
 
 import functools
+import os
 import platform
+import sys
 
 import torch
 from torch.autograd.function import FunctionCtx
@@ -50,15 +54,15 @@ def runs_on_onednn(x: torch.Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu"))
 
 
-def cpu_vendor() -> str:
-    """The processor's vendor string (``GenuineIntel``, ``AuthenticAMD``), or "" where it
-    cannot be read."""
-    for vendor in ("GenuineIntel", "AuthenticAMD"):
-        if vendor in platform.processor():  # Windows names it there
-            return vendor
+def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The processor's vendor string (``GenuineIntel``, ``AuthenticAMD``, ``HygonGenuine``),
+    or "" where it cannot be read: Linux names it in ``cpuinfo``, Windows at the end of
+    ``platform.processor()``."""
+    if sys.platform == "win32":
+        return platform.processor().rpartition(",")[2].strip()
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
-            for line in cpuinfo:
+        with open(cpuinfo, encoding="ascii", errors="replace") as lines:
+            for line in lines:
                 if line.startswith("vendor_id"):
                     return line.partition(":")[2].strip()
     except OSError:
@@ -66,12 +70,20 @@ def cpu_vendor() -> str:
     return ""
 
 
+def _onednn_isa_capped() -> bool:
+    """Whether ``ONEDNN_MAX_CPU_ISA`` (or its older name) keeps oneDNN below AVX-512."""
+    isa = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+           or "ALL").upper()
+    return isa not in ("ALL", "DEFAULT") and not isa.startswith(("AVX512", "AVX10"))
+
+
 @functools.cache
 def onednn_outruns_mkl() -> bool:
     """Whether oneDNN multiplies float32 matrices faster than MKL here: on processors with
-    AVX-512 that are not Intel's, where MKL runs AVX2 (the module docstring). On Intel's, and
-    where the vendor cannot be read, PyTorch's kernels stay."""
-    return (onednn_available() and torch.backends.cpu.get_cpu_capability() == "AVX512"
+    AVX-512 that are not Intel's, where MKL runs AVX2 (the module docstring). On Intel's,
+    where the vendor cannot be read, and where oneDNN is kept below AVX-512, PyTorch's
+    kernels stay."""
+    return (onednn_available() and torch.cpu._is_avx512_supported() and not _onednn_isa_capped()
             and cpu_vendor() not in ("GenuineIntel", ""))
 
 

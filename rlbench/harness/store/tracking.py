@@ -43,6 +43,7 @@ from rlbench.harness.store.sqlite import (
     sqlite_path,
     store_lock,
 )
+from rlbench.modules.onednn import cpu_vendor, onednn_outruns_mkl
 from rlbench.version import __version__
 
 __all__ = ["RunRecorder", "Tracker", "check_reachable", "environment_tags", "flatten",
@@ -157,6 +158,8 @@ def environment_tags(device: str) -> dict[str, str]:
         "python_version": platform.python_version(),
         "host": socket.gethostname(),
         "device": device,
+        "cpu_vendor": cpu_vendor() or "unknown",
+        "onednn_outruns_mkl": str(onednn_outruns_mkl()).lower(),
     }
 
 

@@ -69,7 +69,7 @@ def test_sweep_tracks_everything_and_records_failures(tiny_suite: Path, tmp_path
         assert tags["mlflow.parentRunId"] == parents[0].info.run_id
         for key in ("suite", "algorithm", "env", "seed", "config_hash", "rlbench_version",
                     "git_commit", "torch_version", "tensordict_version", "gymnasium_version",
-                    "mujoco_version", "host", "device"):
+                    "mujoco_version", "host", "device", "cpu_vendor", "onednn_outruns_mkl"):
             assert tags.get(key), f"{name} lacks tag {key}"
         assert run.data.params["algo_params.num_envs"] == "4"
         assert "seeds.env" in run.data.params
