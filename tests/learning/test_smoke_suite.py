@@ -1,4 +1,5 @@
-"""The smoke suite end to end, as `rlbench run suite=smoke` runs it: PPO must solve CartPole."""
+"""The smoke suite end to end, as `rlbench run suite=smoke jobs=2` runs it: PPO must solve
+CartPole."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from rlbench.harness.store.tracking import tracking_uri
 @pytest.mark.slow
 def test_smoke_suite_learns(tmp_path: Path) -> None:
     out = tmp_path / "smoke"
-    assert main(["run", "suite=smoke", f"out_dir={out}"]) == 0
+    assert main(["run", "suite=smoke", "jobs=2", f"out_dir={out}"]) == 0
 
     client = MlflowClient(tracking_uri(out))
     experiment = client.get_experiment_by_name("smoke")
