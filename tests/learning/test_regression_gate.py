@@ -43,7 +43,7 @@ def test_a_learning_rate_ten_times_too_small_is_a_regression(tmp_path: Path) -> 
     assert task["hyperparameter_overrides"] == ["learning_rate 0.001 -> 0.0001"]
 
 
-@pytest.mark.slow
+@pytest.mark.nightly  # 3 PPO runs in this process: about 7 minutes on a slow 2-core machine
 def test_truncation_taken_for_termination_in_gae_is_a_regression(tmp_path: Path,
                                                                    monkeypatch) -> None:
     gae = returns.gae
@@ -59,7 +59,7 @@ def test_truncation_taken_for_termination_in_gae_is_a_regression(tmp_path: Path,
     assert task["hyperparameter_overrides"] == []
 
 
-@pytest.mark.slow
+@pytest.mark.nightly
 def test_a_value_target_one_step_off_is_a_regression(tmp_path: Path, monkeypatch) -> None:
     """GAE bootstraps from the value of the state the action was taken in, V(s_t), where
     it should take the next state's, V(s_t+1)."""
