@@ -58,7 +58,7 @@ def test_offline_algorithms_beat_behaviour_cloning_on_medium_replay(
     out = tmp_path / "runs"
     assert main(["run", "suite=offline_smoke", f"dataset={MEDIUM_REPLAY}",
                  "algo=bc,td3_bc,cql,rebrac,awac,edac", "steps=10000", "eval_every=2500",
-                 "jobs=2", f"out_dir={out}"]) == 0
+                 f"out_dir={out}"]) == 0
     # IQL never evaluates an action outside the data, so its values climb above the
     # random behaviour's only as fast as expectile regression propagates them: at 10k steps
     # its three seeds averaged 0.5 (bc -3), at 30k they scored 69, 77 and 57
