@@ -114,17 +114,20 @@ keys: suite (regress, regress_nightly or a suite file with a gate: section), ref
       default the suite's), report (a directory: regress.md, regress.json and regress.xml,
       JUnit; default <out_dir>/regress-report), bootstrap_seed (default 0), and every key
       of rlbench run (algo=, env=, dataset=, seeds=, base_seed=, jobs=, ppo.gamma=...)
-bench: the throughput gate, a pytest-benchmark JSON run (candidate=) against a stored one
-      (reference=). Each benchmark's time is divided by the calibration workloads of its
-      own run (test_calibrate_*: a matrix product, a raw MuJoCo loop); SLOWER when that
+bench: the throughput gate, pytest-benchmark JSON runs (candidate=a.json,b.json) against
+      stored ones (reference=: files, or a directory of <cpu vendor>.json, one per
+      processor vendor). Each benchmark's time is divided by the calibration workloads of
+      its own run (test_calibrate_*: a matrix product, a raw MuJoCo loop); SLOWER when that
       cost grew by more than threshold (default 0.15); a benchmark measured beside a peer
-      (extra_info side_by_side) also has that ratio compared. Keys: candidate, reference,
-      threshold, statistic (min|median, default min), calibration (benchmark names),
-      report (a directory: regress_bench.md, .json, .xml), update (true: store the
-      candidate as the reference). Exit 1 when a benchmark is SLOWER.
+      (extra_info side_by_side) also has that ratio compared. With several runs of a side,
+      each benchmark's best counts, and runs that disagree by more than threshold make
+      every verdict NOISY (not judged). Keys: candidate, reference, threshold, statistic
+      (min|median, default min), calibration (benchmark names), report (a directory:
+      regress_bench.md, .json, .xml), update (true: store the candidate as the reference;
+      into a directory, as this processor's vendor's). Exit 1 when a benchmark is SLOWER.
 example: rlbench regress suite=regress reference=results/reference/regress.json jobs=2
          rlbench regress suite=regress reference=my_ref.json update=true seeds=20 base_seed=100
-         rlbench regress bench candidate=bench.json reference=stored_bench.json
+         rlbench regress bench candidate=b1.json,b2.json reference=results/reference/regress_bench
 """,
     "eval": """\
 usage: rlbench eval run=<MLflow run id or run directory> [key=value ...]

@@ -16,6 +16,7 @@ class Case:
     why: str  # one line
     failed: bool
     details: str = ""  # a failure's longer text (tracebacks)
+    skipped: bool = False  # not judged (the throughput gate's NOISY)
 
 
 # Characters XML 1.0 cannot hold, even escaped (an error text may carry terminal codes).
@@ -27,16 +28,20 @@ def _text(text: str) -> str:
 
 
 def junit_xml(suite_name: str, classname: str, cases: list[Case]) -> str:
-    """A ``testsuite`` of ``cases``; a failed case carries a ``failure`` whose message says
-    why, every case its verdict in ``system-out``."""
+    """A ``testsuite`` of ``cases``; a failed case carries a ``failure`` and a case not
+    judged a ``skipped``, each with a message that says why; every case its verdict in
+    ``system-out``."""
     suite = ET.Element("testsuite", name=_text(suite_name), tests=str(len(cases)),
-                       failures=str(sum(c.failed for c in cases)), errors="0", skipped="0")
+                       failures=str(sum(c.failed for c in cases)), errors="0",
+                       skipped=str(sum(c.skipped and not c.failed for c in cases)))
     for c in cases:
         case = ET.SubElement(suite, "testcase", classname=_text(classname),
                              name=_text(c.name))
         if c.failed:
             ET.SubElement(case, "failure", message=_text(c.why), type=c.verdict).text = (
                 _text(c.details) or None)
+        elif c.skipped:
+            ET.SubElement(case, "skipped", message=_text(c.why))
         ET.SubElement(case, "system-out").text = _text(f"{c.verdict}: {c.why}")
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,7 +1,8 @@
 """``rlbench regress bench``: the throughput gate, a pytest-benchmark run against a stored one.
 
-    rlbench regress bench candidate=<json>[,<json>...] reference=<json> [threshold=0.15]
-        [statistic=min|median] [calibration=<names>] [report=DIR] [update=true]
+    rlbench regress bench candidate=<json>[,<json>...] reference=<json>[,<json>...]|<dir>
+        [threshold=0.15] [statistic=min|median] [calibration=<names>] [report=DIR]
+        [update=true]
 
 CI machines differ in speed, so no time is compared as it is. Each run also times fixed
 calibration workloads (``test_calibrate_*``: a matrix product, a raw MuJoCo step loop);
@@ -12,7 +13,18 @@ is over ``1 + threshold``; else PASS. A benchmark that records
 ``extra_info["side_by_side"]`` (the peer it is measured beside, as ours against the raw
 simulator loop) also has that ratio compared: it needs no calibration, both sides shared
 the machine at the same moment. With several candidate runs, each benchmark's shortest
-time over them is taken (``best_of``), so a moment of load in one run is no slowdown.
+time over them is taken (``best_of``), so a moment of load in one run is no slowdown; the
+same for several reference runs.
+
+Several runs of one side also show whether the machine held its speed: when two of them
+disagree on a calibrated cost or a side-by-side ratio by more than ``threshold``
+(``spread``), a change of that size cannot be told from the machine's own drift, and every
+verdict is NOISY: nothing is judged, as a learning task with too few seeds is UNDERPOWERED.
+
+A reference that is a directory holds one run per processor vendor, ``<vendor>.json``
+(``AuthenticAMD.json``, ``GenuineIntel.json``): the calibration workloads stand for a
+machine's speed only among processors of one kind (MKL multiplies about twice as fast,
+relative to MuJoCo, on Intel's as on AMD's).
 
 Exit 1 when a benchmark is SLOWER, 2 for bad input, else 0.
 """
@@ -35,14 +47,16 @@ from rlbench.harness.regress.junit import Case, junit_xml
 from rlbench.harness.regress.report import write_files
 from rlbench.harness.render import TextTable, to_markdown, to_rich
 from rlbench.harness.store.sqlite import check_out_dir
+from rlbench.modules.onednn import cpu_vendor
 from rlbench.untrusted_files import path_is, read_json
 
-__all__ = ["BenchVerdict", "compare_benchmarks", "load_benchmarks", "run_bench_gate"]
+__all__ = ["BenchVerdict", "compare_benchmarks", "load_benchmarks", "reference_for_vendor",
+           "run_bench_gate", "spread"]
 
 KEYS = ("candidate", "reference", "threshold", "statistic", "calibration", "report", "update")
 STATISTICS = ("min", "median")
-# Unchanged code's speed ratios on this project's 2-core machine, the other core busy, stay
-# within 0.945-1.058 (results/reference/regress_bench/noise_band.csv, 6 runs): the default
+# Unchanged code's speed ratios on this project's 2-core AMD machine, the other core busy,
+# stay within 0.945-1.058 (results/reference/regress_bench/noise_band.csv, 6 runs): the default
 # threshold sits well above that band and under the 30% slowdown the gate must catch.
 DEFAULT_THRESHOLD = 0.15
 DEFAULT_STATISTIC = "min"
@@ -87,14 +101,15 @@ def _seconds(value: Any) -> bool:
         return False
 
 
-def best_of(runs: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def best_of(runs: Sequence[dict[str, dict[str, Any]]], side: str = "candidate"
+            ) -> dict[str, dict[str, Any]]:
     """Per benchmark, its shortest time over several runs of the same benchmarks: a load
     that slowed one run for a moment (another process, a page cache flush) does not make a
     benchmark SLOWER unless it slowed every run. Every run must hold the same benchmarks."""
     names = set(runs[0])
     for run in runs[1:]:
         if set(run) != names:
-            raise ConfigError("the candidate runs hold different benchmarks: "
+            raise ConfigError(f"the {side} runs hold different benchmarks: "
                               f"{', '.join(sorted(names ^ set(run)))}")
     return {name: {**runs[0][name], "time": min(run[name]["time"] for run in runs)}
             for name in names}
@@ -107,6 +122,58 @@ def _calibration(benchmarks: dict[str, dict[str, Any]], names: Sequence[str], wh
         raise ConfigError(f"{where} has no calibration benchmark {', '.join(missing)}: run "
                           "tests/bench/test_calibration.py in the same pytest run")
     return math.exp(sum(math.log(benchmarks[n]["time"]) for n in names) / len(names))
+
+
+def _measures(benchmarks: dict[str, dict[str, Any]], calibration: Sequence[str]
+              ) -> dict[str, float]:
+    """What the gate compares in one run: each benchmark's calibrated cost and each
+    side-by-side ratio, keyed as the report names them."""
+    scale = _calibration(benchmarks, calibration, "a run")
+    found = {}
+    for name in sorted(set(benchmarks) - set(calibration)):
+        found[f"{name} (calibrated cost)"] = benchmarks[name]["time"] / scale
+        peer = benchmarks[name]["side_by_side"]
+        if peer and peer in benchmarks:
+            found[f"{name} (beside {peer})"] = benchmarks[peer]["time"] / benchmarks[name]["time"]
+    return found
+
+
+def spread(runs: Sequence[dict[str, dict[str, Any]]], calibration: Sequence[str]
+           ) -> tuple[float, str]:
+    """The largest disagreement between runs of the same code on one machine: over every
+    calibrated cost and side-by-side ratio, the highest max/min across the runs, with what
+    it was measured on. 1.0 for a single run, which cannot show it."""
+    if len(runs) < 2:
+        return 1.0, ""
+    measured = [_measures(run, calibration) for run in runs]
+    worst, where = 1.0, ""
+    for key in measured[0]:
+        values = [m[key] for m in measured if key in m]
+        ratio = max(values) / min(values)
+        if ratio > worst:
+            worst, where = ratio, key
+    return worst, where
+
+
+def _names_directory(reference: Path) -> bool:
+    """A reference is a directory of per-vendor runs when it is one, or is to be made and
+    its name has no ``.json``."""
+    return path_is(reference, "dir") or (reference.suffix != ".json"
+                                         and not reference.exists())
+
+
+def reference_for_vendor(directory: Path, vendor: str | None = None) -> Path:
+    """``<directory>/<vendor>.json`` for this processor's vendor (or ``vendor``); a
+    ``ConfigError`` naming the vendors the directory holds when it has none for this one."""
+    vendor = (cpu_vendor() if vendor is None else vendor) or "unknown"
+    path = directory / f"{vendor}.json"
+    if not path_is(path, "file"):
+        held = sorted(p.stem for p in directory.glob("*.json") if path_is(p, "file"))
+        raise ConfigError(
+            f"reference directory {directory} holds no run for {vendor} processors (it holds "
+            f"{', '.join(held) or 'none'}): store one made on a machine of that kind with "
+            f"update=true reference={directory}")
+    return path
 
 
 @dataclass(frozen=True)
@@ -151,8 +218,14 @@ def compare_benchmarks(candidate: dict[str, dict[str, Any]],
     return verdicts
 
 
+def _noisy(verdicts: list[BenchVerdict]) -> list[BenchVerdict]:
+    return [BenchVerdict(v.name, v.what, v.reference, v.candidate, v.speed_ratio, "NOISY")
+            for v in verdicts]
+
+
 def _table(verdicts: list[BenchVerdict], threshold: float, statistic: str,
-           calibration: Sequence[str], paths: tuple[str, Path]) -> TextTable:
+           calibration: Sequence[str], paths: tuple[str, str], noise: list[str]
+           ) -> TextTable:
     rows = [[v.name, v.what, f"{v.reference:.4g}", f"{v.candidate:.4g}",
              f"{v.speed_ratio:.3f}", v.verdict] for v in verdicts]
     notes = [
@@ -161,7 +234,8 @@ def _table(verdicts: list[BenchVerdict], threshold: float, statistic: str,
         "over its peer's, both timed in the same run. Speed ratio: candidate speed over "
         f"reference speed. SLOWER below {1 - threshold:.2f}, FASTER above "
         f"{1 + threshold:.2f}.",
-        f"Candidate {paths[0]} (several runs: each benchmark's best), reference {paths[1]}.",
+        f"Candidate {paths[0]}, reference {paths[1]} (several runs: each benchmark's best).",
+        *noise,
     ]
     return TextTable(title="rlbench regress bench", headers=[
         "benchmark", "compared as", "reference", "candidate", "speed ratio", "verdict"],
@@ -178,7 +252,7 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
         if not words.get(key):
             raise ConfigError(f"rlbench regress bench needs {key}=<pytest-benchmark JSON file>")
     candidate_paths = [Path(p) for p in words["candidate"].split(",") if p]
-    reference_path = Path(words["reference"])
+    reference_paths = [Path(p) for p in words["reference"].split(",") if p]
     statistic = words.get("statistic", DEFAULT_STATISTIC)
     if statistic not in STATISTICS:
         raise UnknownNameError("statistic", statistic, STATISTICS)
@@ -192,7 +266,8 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
     update = words.get("update", "false").lower()
     if update not in ("true", "false"):
         raise ConfigError(f"update must be true or false, got {quote(words['update'])}")
-    candidate = best_of([load_benchmarks(path, statistic) for path in candidate_paths])
+    candidate_runs = [load_benchmarks(path, statistic) for path in candidate_paths]
+    candidate = best_of(candidate_runs)
     calibration = [n for n in words.get("calibration", "").split(",") if n] or sorted(
         n for n in candidate if n.startswith(CALIBRATION_PREFIX))
     if not calibration:
@@ -205,9 +280,11 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
     if update == "true":
         if len(candidate_paths) != 1:
             raise ConfigError("update=true stores one candidate run as the reference")
-        candidate_path = candidate_paths[0]
-        if path_is(reference_path, "dir"):
-            raise ConfigError(f"reference={reference_path} is a directory: name the file")
+        if len(reference_paths) != 1:
+            raise ConfigError("update=true stores the reference in one file or directory")
+        candidate_path, reference_path = candidate_paths[0], reference_paths[0]
+        if _names_directory(reference_path):
+            reference_path = reference_path / f"{cpu_vendor() or 'unknown'}.json"
         if reference_path.exists() and reference_path.samefile(candidate_path):
             raise ConfigError("reference= and candidate= are the same file")
         check_out_dir(reference_path.parent, "reference's directory")
@@ -219,21 +296,36 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
                               f"({err.strerror or err})") from err
         console.print(f"reference written: {reference_path}", highlight=False, markup=False)
         return 0
-    reference = load_benchmarks(reference_path, statistic)
+    if len(reference_paths) == 1 and _names_directory(reference_paths[0]):
+        reference_paths = [reference_for_vendor(reference_paths[0])]
+    reference_runs = [load_benchmarks(path, statistic) for path in reference_paths]
+    reference = best_of(reference_runs, "reference")
     verdicts = compare_benchmarks(candidate, reference, calibration=calibration,
                                   threshold=threshold)
+    spreads = {side: spread(runs, calibration) for side, runs in
+               (("candidate", candidate_runs), ("reference", reference_runs))}
+    unsteady = {side: s for side, s in spreads.items() if s[0] > 1 + threshold}
+    noise = [f"The {side} runs disagree by up to {ratio:.2f}x ({where}), more than the "
+             f"threshold: the machine's speed drifted during the measurement, so a change "
+             "of that size cannot be told from it and nothing is judged (NOISY). Give the "
+             "benchmarks a machine of their own." for side, (ratio, where) in unsteady.items()]
+    if unsteady:
+        verdicts = _noisy(verdicts)
     table = _table(verdicts, threshold, statistic, calibration,
-                   (",".join(map(str, candidate_paths)), reference_path))
+                   (",".join(map(str, candidate_paths)), ",".join(map(str, reference_paths))),
+                   noise)
     console.print(to_rich(table))
     if report is not None:
         cases = [Case(f"{v.name} ({v.what})", v.verdict,
                       f"speed ratio {v.speed_ratio:.3f} (reference {v.reference:.4g}, "
-                      f"candidate {v.candidate:.4g})", v.verdict == "SLOWER")
+                      f"candidate {v.candidate:.4g})", v.verdict == "SLOWER",
+                      skipped=v.verdict == "NOISY")
                  for v in verdicts]
         write_files(report, {
             "regress_bench.md": to_markdown(table),
             "regress_bench.json": json.dumps(
                 {"threshold": threshold, "statistic": statistic, "calibration": calibration,
+                 "spread": {side: {"ratio": r, "where": w} for side, (r, w) in spreads.items()},
                  "verdicts": [v.__dict__ for v in verdicts]}, indent=1, allow_nan=False) + "\n",
             "regress_bench.xml": junit_xml("rlbench regress bench", "rlbench.regress.bench",
                                            cases)})

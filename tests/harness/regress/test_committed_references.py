@@ -42,3 +42,14 @@ def test_each_task_of_the_suite_has_its_reference_measured_the_same_way(
         planned = protocol_of(run, task.protocol)  # the versions as the reference has them
         assert {k: v for k, v in planned.items() if k != "dataset_sha256"} == {
             k: v for k, v in task.protocol.items() if k != "dataset_sha256"}, task.key
+
+
+def test_the_fast_tiers_offline_tasks_name_the_committed_datasets_bytes(monkeypatch) -> None:
+    # make regress reads a copy of these files: a dataset made on another processor differs
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(REFERENCES / "regress_datasets"))
+    reference = load_reference(REFERENCES / "regress.json", "regress")
+    offline = [run for run in resolve_sweep(["suite=regress"]).runs if run.offline]
+    assert offline
+    for run in offline:
+        task = reference.find(run.algo, run.task, run.budget)
+        assert task is not None and task.protocol["dataset_sha256"] == run.dataset_sha256

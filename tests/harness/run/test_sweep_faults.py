@@ -6,6 +6,7 @@ directory (the immutable attribute, which binds root too)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -95,15 +96,16 @@ def _alive(pid: int) -> bool:
 
 
 def _fill(directory: Path) -> Path:
-    """Write zeros into ``directory`` until its filesystem is full."""
+    """Write zeros into ``directory`` until its filesystem is full. Unbuffered: a buffered
+    file would keep the bytes that did not fit and raise again when it closes."""
     filler = directory / "filler"
-    with filler.open("wb") as handle:
+    with filler.open("wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(bytes(64 * 1024))
-                handle.flush()
-        except OSError:
-            pass
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
     return filler
 
 
