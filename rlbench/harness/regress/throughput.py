@@ -35,7 +35,7 @@ import json
 import math
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -218,11 +218,6 @@ def compare_benchmarks(candidate: dict[str, dict[str, Any]],
     return verdicts
 
 
-def _noisy(verdicts: list[BenchVerdict]) -> list[BenchVerdict]:
-    return [BenchVerdict(v.name, v.what, v.reference, v.candidate, v.speed_ratio, "NOISY")
-            for v in verdicts]
-
-
 def _table(verdicts: list[BenchVerdict], threshold: float, statistic: str,
            calibration: Sequence[str], paths: tuple[str, str], noise: list[str]
            ) -> TextTable:
@@ -310,7 +305,7 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
              "of that size cannot be told from it and nothing is judged (NOISY). Give the "
              "benchmarks a machine of their own." for side, (ratio, where) in unsteady.items()]
     if unsteady:
-        verdicts = _noisy(verdicts)
+        verdicts = [replace(v, verdict="NOISY") for v in verdicts]
     table = _table(verdicts, threshold, statistic, calibration,
                    (",".join(map(str, candidate_paths)), ",".join(map(str, reference_paths))),
                    noise)
