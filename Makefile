@@ -28,7 +28,7 @@ test: $(STAMP)  ## lint, every test but the benchmarks (learning tests included)
 REGRESS_DIR ?= .regress
 BENCH_REFERENCES ?= results/reference/regress_bench
 JOBS ?= 2
-regress: $(STAMP)  ## the gate's fast tier: learning (suite=regress), then throughput (2 runs)
+regress: $(STAMP)  ## the gate's fast tier: learning (suite=regress), then throughput (2 runs) where a reference for this processor's vendor is stored
 	rm -rf $(REGRESS_DIR)/runs $(REGRESS_DIR)/report $(REGRESS_DIR)/bench*.json \
 		$(REGRESS_DIR)/datasets
 	mkdir -p $(REGRESS_DIR)
@@ -37,8 +37,8 @@ regress: $(STAMP)  ## the gate's fast tier: learning (suite=regress), then throu
 	MINARI_DATASETS_PATH=$(CURDIR)/$(REGRESS_DIR)/datasets $(BIN)/rlbench regress \
 		suite=regress reference=results/reference/regress.json out_dir=$(REGRESS_DIR)/runs \
 		report=$(REGRESS_DIR)/report jobs=$(JOBS) || status=$$?; \
-	vendor=$$($(BIN)/python -c "from rlbench.modules.onednn import cpu_vendor; \
-		print(cpu_vendor() or 'unknown')"); \
+	vendor=$$($(BIN)/python -c "from rlbench.harness.regress.throughput import \
+		machine_vendor; print(machine_vendor())") && [ -n "$$vendor" ] || exit 2; \
 	if [ -f $(BENCH_REFERENCES)/$$vendor.json ]; then \
 		for run in 1 2; do $(BIN)/python -m pytest -q -p no:cacheprovider \
 			-m "bench and throughput_gate" tests/bench \

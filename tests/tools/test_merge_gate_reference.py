@@ -24,10 +24,12 @@ def test_the_named_tasks_are_replaced_and_the_rest_kept(tmp_path: Path) -> None:
     base, tasks, out = tmp_path / "base.json", tmp_path / "tasks.json", tmp_path / "out.json"
     write_reference(Reference("regress", [_task("ppo", "Pendulum-v1", [-170.0, -180.0]),
                                           _task("bc", "expert", [-150.0, -160.0])],
-                              {"git_commit": "aaa, bbb", "host": "vm"}), base)
+                              {"git_commit": "aaa, bbb", "host": "vm",
+                               "command": "rlbench regress suite=regress"}), base)
     write_reference(Reference("regress", [_task("bc", "expert", [-140.0, -145.0, -150.0]),
                                           _task("iql", "expert", [-155.0, -158.0])],
-                              {"git_commit": "ccc", "host": "xeon"}), tasks)
+                              {"git_commit": "ccc", "host": "xeon",
+                               "command": "rlbench regress algos=bc,iql"}), tasks)
     assert main(["--suite", "regress", "--base", str(base), "--tasks", str(tasks),
                  "--out", str(out)]) == 0
     merged = load_reference(out, "regress")
@@ -35,7 +37,10 @@ def test_the_named_tasks_are_replaced_and_the_rest_kept(tmp_path: Path) -> None:
         "bc": [-140.0, -145.0, -150.0], "iql": [-155.0, -158.0], "ppo": [-170.0, -180.0]}
     assert merged.provenance["git_commit"] == "aaa, bbb, ccc"
     assert merged.provenance["host"] == "vm, xeon"
+    assert merged.provenance["command"] == ["rlbench regress suite=regress",
+                                            "rlbench regress algos=bc,iql"]
     assert merged.provenance["merged"] == [
         {"tasks": ["bc/expert/3000", "iql/expert/3000"],
-         "provenance": {"git_commit": "ccc", "host": "xeon"}}]
+         "provenance": {"git_commit": "ccc", "host": "xeon",
+                        "command": "rlbench regress algos=bc,iql"}}]
     assert json.loads(base.read_text())["tasks"][1]["scores"] == [-150.0, -160.0]  # untouched

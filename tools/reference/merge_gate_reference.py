@@ -7,8 +7,10 @@ tasks) without rerunning the others.
         --out results/reference/regress.json
 
 A reference's provenance describes all of its runs, so the merged one keeps each field's
-values from both sides (joined as ``rlbench regress`` joins the values of several runs), and
-``merged`` names the tasks that came from ``--tasks`` with that file's own provenance.
+values from both sides: the runs' tags (commits, versions) as one list, as ``rlbench
+regress`` joins the tags of several runs, anything else (the command, when it ran) as the
+list of each side's value. ``merged`` names the tasks that came from ``--tasks``, with
+that file's own provenance.
 """
 
 from __future__ import annotations
@@ -18,12 +20,29 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlbench.harness.regress.reference import Reference, load_reference, write_reference
+from rlbench.harness.regress.reference import (
+    CODE_TAGS,
+    ENV_LIBRARIES,
+    Reference,
+    load_reference,
+    write_reference,
+)
+
+RUN_TAGS = (*CODE_TAGS, *ENV_LIBRARIES)
 
 
-def _joined(*values: Any) -> str:
-    return ", ".join(sorted({part.strip() for v in values if v
-                             for part in str(v).split(",") if part.strip()}))
+def _merged_value(name: str, base: Any, tasks: Any) -> Any:
+    """A provenance field of both sides. The runs' tags (commits, versions, host) are lists
+    joined by ", " as ``rlbench regress`` joins the tags of several runs, and merge as such;
+    other fields (the command, when) keep each side's value."""
+    if base == tasks or tasks is None:
+        return base
+    if base is None:
+        return tasks
+    if name in RUN_TAGS and isinstance(base, str) and isinstance(tasks, str):
+        return ", ".join(sorted({p.strip() for p in f"{base}, {tasks}".split(",")
+                                 if p.strip()}))
+    return [*(base if isinstance(base, list) else [base]), tasks]
 
 
 def merge_references(base: Reference, tasks: Reference) -> Reference:
@@ -32,7 +51,8 @@ def merge_references(base: Reference, tasks: Reference) -> Reference:
     replaced = {t.key for t in tasks.tasks}
     merged = [t for t in base.tasks if t.key not in replaced] + list(tasks.tasks)
     merged.sort(key=lambda t: [t.algorithm, t.task, int(t.protocol["budget"])])
-    provenance = {name: _joined(base.provenance.get(name), tasks.provenance.get(name))
+    provenance = {name: _merged_value(name, base.provenance.get(name),
+                                      tasks.provenance.get(name))
                   for name in sorted({*base.provenance, *tasks.provenance} - {"merged"})}
     provenance["merged"] = [*base.provenance.get("merged", []), {
         "tasks": sorted(f"{t.algorithm}/{t.task}/{t.protocol['budget']}" for t in tasks.tasks),

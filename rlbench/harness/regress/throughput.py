@@ -23,8 +23,8 @@ verdict is NOISY: nothing is judged, as a learning task with too few seeds is UN
 
 A reference that is a directory holds one run per processor vendor, ``<vendor>.json``
 (``AuthenticAMD.json``, ``GenuineIntel.json``): the calibration workloads stand for a
-machine's speed only among processors of one kind (MKL multiplies about twice as fast,
-relative to MuJoCo, on Intel's as on AMD's).
+machine's speed only among processors of one kind (on an Intel Xeon, MKL's products ran as
+fast as on an AMD EPYC or faster while MuJoCo's steps took about 1.5 times as long).
 
 Exit 1 when a benchmark is SLOWER, 2 for bad input, else 0.
 """
@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -50,8 +50,8 @@ from rlbench.harness.store.sqlite import check_out_dir
 from rlbench.modules.onednn import cpu_vendor
 from rlbench.untrusted_files import path_is, read_json
 
-__all__ = ["BenchVerdict", "compare_benchmarks", "load_benchmarks", "reference_for_vendor",
-           "run_bench_gate", "spread"]
+__all__ = ["BenchVerdict", "compare_benchmarks", "load_benchmarks", "machine_vendor",
+           "reference_for_vendor", "run_bench_gate", "spread"]
 
 KEYS = ("candidate", "reference", "threshold", "statistic", "calibration", "report", "update")
 STATISTICS = ("min", "median")
@@ -124,13 +124,13 @@ def _calibration(benchmarks: dict[str, dict[str, Any]], names: Sequence[str], wh
     return math.exp(sum(math.log(benchmarks[n]["time"]) for n in names) / len(names))
 
 
-def _measures(benchmarks: dict[str, dict[str, Any]], calibration: Sequence[str]
-              ) -> dict[str, float]:
-    """What the gate compares in one run: each benchmark's calibrated cost and each
+def _measures(benchmarks: dict[str, dict[str, Any]], judged: Collection[str],
+              calibration: Sequence[str], side: str) -> dict[str, float]:
+    """What the gate compares in one run: each judged benchmark's calibrated cost and
     side-by-side ratio, keyed as the report names them."""
-    scale = _calibration(benchmarks, calibration, "a run")
+    scale = _calibration(benchmarks, calibration, f"a {side} run")
     found = {}
-    for name in sorted(set(benchmarks) - set(calibration)):
+    for name in sorted(set(judged) - set(calibration)):
         found[f"{name} (calibrated cost)"] = benchmarks[name]["time"] / scale
         peer = benchmarks[name]["side_by_side"]
         if peer and peer in benchmarks:
@@ -138,14 +138,15 @@ def _measures(benchmarks: dict[str, dict[str, Any]], calibration: Sequence[str]
     return found
 
 
-def spread(runs: Sequence[dict[str, dict[str, Any]]], calibration: Sequence[str]
-           ) -> tuple[float, str]:
-    """The largest disagreement between runs of the same code on one machine: over every
-    calibrated cost and side-by-side ratio, the highest max/min across the runs, with what
-    it was measured on. 1.0 for a single run, which cannot show it."""
+def spread(runs: Sequence[dict[str, dict[str, Any]]], judged: Collection[str],
+           calibration: Sequence[str], side: str = "candidate") -> tuple[float, str]:
+    """The largest disagreement between runs of the same code on one machine: over the
+    calibrated cost and side-by-side ratio of every ``judged`` benchmark, the highest
+    max/min across the runs, with what it was measured on. 1.0 for a single run, which
+    cannot show it."""
     if len(runs) < 2:
         return 1.0, ""
-    measured = [_measures(run, calibration) for run in runs]
+    measured = [_measures(run, judged, calibration, side) for run in runs]
     worst, where = 1.0, ""
     for key in measured[0]:
         values = [m[key] for m in measured if key in m]
@@ -155,17 +156,23 @@ def spread(runs: Sequence[dict[str, dict[str, Any]]], calibration: Sequence[str]
     return worst, where
 
 
-def _names_directory(reference: Path) -> bool:
-    """A reference is a directory of per-vendor runs when it is one, or is to be made and
-    its name has no ``.json``."""
-    return path_is(reference, "dir") or (reference.suffix != ".json"
+def machine_vendor() -> str:
+    """This processor's vendor as a reference directory names its run: ``cpu_vendor()``,
+    or ``unknown`` where it cannot be read."""
+    return cpu_vendor() or "unknown"
+
+
+def _to_make_as_directory(reference: Path) -> bool:
+    """Where ``update=true`` stores: in a directory of per-vendor runs when ``reference``
+    is one, or does not exist yet and its name has no ``.json``; else in that file."""
+    return path_is(reference, "dir") or (reference.suffix.lower() != ".json"
                                          and not reference.exists())
 
 
 def reference_for_vendor(directory: Path, vendor: str | None = None) -> Path:
     """``<directory>/<vendor>.json`` for this processor's vendor (or ``vendor``); a
     ``ConfigError`` naming the vendors the directory holds when it has none for this one."""
-    vendor = (cpu_vendor() if vendor is None else vendor) or "unknown"
+    vendor = vendor or machine_vendor()
     path = directory / f"{vendor}.json"
     if not path_is(path, "file"):
         held = sorted(p.stem for p in directory.glob("*.json") if path_is(p, "file"))
@@ -229,7 +236,8 @@ def _table(verdicts: list[BenchVerdict], threshold: float, statistic: str,
         "over its peer's, both timed in the same run. Speed ratio: candidate speed over "
         f"reference speed. SLOWER below {1 - threshold:.2f}, FASTER above "
         f"{1 + threshold:.2f}.",
-        f"Candidate {paths[0]}, reference {paths[1]} (several runs: each benchmark's best).",
+        f"Candidate {paths[0]}, reference {paths[1]}"
+        + (" (several runs: each benchmark's best)." if "," in "".join(paths) else "."),
         *noise,
     ]
     return TextTable(title="rlbench regress bench", headers=[
@@ -248,6 +256,9 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
             raise ConfigError(f"rlbench regress bench needs {key}=<pytest-benchmark JSON file>")
     candidate_paths = [Path(p) for p in words["candidate"].split(",") if p]
     reference_paths = [Path(p) for p in words["reference"].split(",") if p]
+    for key, paths in (("candidate", candidate_paths), ("reference", reference_paths)):
+        if not paths:
+            raise ConfigError(f"{key}={words[key]} names no file")
     statistic = words.get("statistic", DEFAULT_STATISTIC)
     if statistic not in STATISTICS:
         raise UnknownNameError("statistic", statistic, STATISTICS)
@@ -278,8 +289,8 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
         if len(reference_paths) != 1:
             raise ConfigError("update=true stores the reference in one file or directory")
         candidate_path, reference_path = candidate_paths[0], reference_paths[0]
-        if _names_directory(reference_path):
-            reference_path = reference_path / f"{cpu_vendor() or 'unknown'}.json"
+        if _to_make_as_directory(reference_path):
+            reference_path = reference_path / f"{machine_vendor()}.json"
         if reference_path.exists() and reference_path.samefile(candidate_path):
             raise ConfigError("reference= and candidate= are the same file")
         check_out_dir(reference_path.parent, "reference's directory")
@@ -291,19 +302,20 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
                               f"({err.strerror or err})") from err
         console.print(f"reference written: {reference_path}", highlight=False, markup=False)
         return 0
-    if len(reference_paths) == 1 and _names_directory(reference_paths[0]):
+    if len(reference_paths) == 1 and path_is(reference_paths[0], "dir"):
         reference_paths = [reference_for_vendor(reference_paths[0])]
     reference_runs = [load_benchmarks(path, statistic) for path in reference_paths]
     reference = best_of(reference_runs, "reference")
     verdicts = compare_benchmarks(candidate, reference, calibration=calibration,
                                   threshold=threshold)
-    spreads = {side: spread(runs, calibration) for side, runs in
+    spreads = {side: spread(runs, reference, calibration, side) for side, runs in
                (("candidate", candidate_runs), ("reference", reference_runs))}
     unsteady = {side: s for side, s in spreads.items() if s[0] > 1 + threshold}
     noise = [f"The {side} runs disagree by up to {ratio:.2f}x ({where}), more than the "
-             f"threshold: the machine's speed drifted during the measurement, so a change "
-             "of that size cannot be told from it and nothing is judged (NOISY). Give the "
-             "benchmarks a machine of their own." for side, (ratio, where) in unsteady.items()]
+             f"threshold of {threshold:g}: the machine's speed drifted during the "
+             "measurement, so a change of that size cannot be told from it and nothing is "
+             "judged (NOISY). Give the benchmarks a machine of their own."
+             for side, (ratio, where) in unsteady.items()]
     if unsteady:
         verdicts = [replace(v, verdict="NOISY") for v in verdicts]
     table = _table(verdicts, threshold, statistic, calibration,

@@ -169,6 +169,59 @@ def test_runs_that_disagree_by_more_than_the_threshold_judge_nothing(tmp_path: P
     assert {v["verdict"] for v in data["verdicts"]} == {"NOISY"}
 
 
+def _spread(*runs: dict[str, float]) -> tuple[float, str]:
+    from rlbench.harness.regress.throughput import spread
+
+    loaded = [{n: {"time": t, "side_by_side": PEERS.get(n)} for n, t in run.items()}
+              for run in runs]
+    return spread(loaded, REFERENCE, ["test_calibrate_matmul", "test_calibrate_mujoco"])
+
+
+def test_the_spread_is_of_calibrated_costs_and_side_by_side_ratios_over_every_run() -> None:
+    # a machine 1.3 times slower throughout, calibrations included: steady
+    assert _spread(REFERENCE, {n: t * 1.3 for n, t in REFERENCE.items()})[0] == (
+        pytest.approx(1.0))
+    # the collector 10% slower, its raw loop 10% faster: each cost within 1.11, the
+    # side-by-side ratio 1.22 apart
+    ratio, where = _spread(REFERENCE, {**REFERENCE, "test_collector": 0.11,
+                                       "test_raw_loop": 0.081})
+    assert (ratio, where) == (pytest.approx(0.11 / 0.081 * 0.09 / 0.10),
+                              "test_collector (beside test_raw_loop)")
+    # the third of three runs drifted
+    assert _spread(REFERENCE, REFERENCE, {**REFERENCE, "test_gae": 0.0016})[0] == (
+        pytest.approx(1.6))
+    # a benchmark the reference does not judge does not count
+    assert _spread({**REFERENCE, "test_extra": 1.0}, {**REFERENCE, "test_extra": 3.0}) == (
+        1.0, "")
+
+
+@pytest.mark.parametrize(("drift", "verdict"), [(1.14, "SLOWER"), (1.16, "NOISY")])
+def test_noisy_begins_where_the_runs_disagree_by_more_than_the_threshold(
+        tmp_path: Path, drift: float, verdict: str) -> None:
+    reference = _write(tmp_path / "reference.json", REFERENCE)
+    slowed = _write(tmp_path / "slowed.json", {**REFERENCE, "test_gae": 0.0012})
+    drifted = _write(tmp_path / "drifted.json", {**REFERENCE, "test_gae": 0.0012 * drift})
+    report = tmp_path / "report"
+    code = main(["regress", "bench", f"candidate={slowed},{drifted}", f"reference={reference}",
+                 f"report={report}"])
+    verdicts = json.loads((report / "regress_bench.json").read_text())["verdicts"]
+    gae = next(v for v in verdicts if v["name"] == "test_gae")
+    assert (code, gae["verdict"]) == ((1, "SLOWER") if verdict == "SLOWER" else (0, "NOISY"))
+
+
+def test_empty_run_lists_and_missing_references_are_bad_input(tmp_path: Path,
+                                                              capsys) -> None:
+    candidate = _write(tmp_path / "candidate.json", REFERENCE)
+    for words, message in (([f"candidate={candidate}", "reference=,"],
+                            "reference=, names no file"),
+                           (["candidate=,", f"reference={candidate}"],
+                            "candidate=, names no file"),
+                           ([f"candidate={candidate}", f"reference={tmp_path / 'nosuch'}"],
+                            "missing or not a regular file")):
+        assert main(["regress", "bench", *words]) == 2
+        assert message in capsys.readouterr().err
+
+
 def test_several_reference_runs_give_each_benchmark_its_best(tmp_path: Path) -> None:
     slow = _write(tmp_path / "slow.json", {**REFERENCE, "test_gae": 0.00108})
     fast = _write(tmp_path / "fast.json", REFERENCE)
@@ -210,6 +263,10 @@ def test_update_stores_the_candidate_and_refuses_odd_targets(tmp_path: Path, cap
     words = ["regress", "bench", f"candidate={candidate}", "update=true"]
     assert main([*words, f"reference={stored}"]) == 0
     assert json.loads(stored.read_text()) == json.loads(candidate.read_text())
+    existing = tmp_path / "ref.bench"
+    existing.write_text("{}")
+    assert main([*words, f"reference={existing}"]) == 0  # a file, though not named .json
+    assert json.loads(existing.read_text()) == json.loads(candidate.read_text())
     for target, message in ((candidate, "are the same file"),
                             (f"{stored},{candidate}", "in one file or directory"),
                             (candidate / "x.json", "is not a directory")):
