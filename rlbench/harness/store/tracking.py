@@ -13,13 +13,16 @@ import logging
 import math
 import os
 import platform
+import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -47,7 +50,7 @@ from rlbench.modules.onednn import cpu_vendor, onednn_outruns_mkl
 from rlbench.version import __version__
 
 __all__ = ["RunRecorder", "Tracker", "check_reachable", "environment_tags", "flatten",
-           "search_all", "tracking_uri", "with_retry"]
+           "search_all", "signals_held", "tracking_uri", "with_retry"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 SCORE = "eval/normalized_score"  # D4RL's normalized score of an offline run's evaluation
@@ -69,17 +72,51 @@ logging.getLogger("mlflow.store.db.utils").addFilter(_ReRaisedDatabaseErrors())
 _LOCK_WAIT_SECONDS = 300.0
 
 
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait for the body to end, then take their course as if they had
+    just come (a KeyboardInterrupt, a checkpoint request, the default action).
+
+    A store call must not be cut short: a KeyboardInterrupt raised inside SQLAlchemy's
+    commit leaves the SQLite write lock with a connection nobody closes, and every later
+    write of the process (the stopped run's KILLED, the sweep's end) then waits on it.
+    A call is bounded by SQLite's busy timeout, so a stop waits seconds at most; a second
+    Ctrl-C (a tracking server that does not answer) stops at once. Outside the main
+    thread, where Python delivers no signals, a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        if signum == signal.SIGINT and signal.SIGINT in received:
+            received.clear()
+            raise KeyboardInterrupt
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if received:
+            signal.raise_signal(received[0])
+
+
 def with_retry(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``call(*args, **kwargs)``, retried while SQLite answers "database is locked".
 
     Concurrent runs share one SQLite store; a writer that finds it busy backs off (50 ms,
     doubling to 1 s) for up to five minutes instead of failing the run. A failed write is
-    rolled back by the store, so a retry never duplicates a metric.
+    rolled back by the store, so a retry never duplicates a metric. Each attempt runs with
+    Ctrl-C and SIGTERM held (``signals_held``); they stop the back-off at once.
     """
     delay, deadline = 0.05, time.monotonic() + _LOCK_WAIT_SECONDS
     while True:
         try:
-            return call(*args, **kwargs)
+            with signals_held():
+                return call(*args, **kwargs)
         except Exception as exc:
             if "database is locked" not in str(exc) or time.monotonic() > deadline:
                 raise
