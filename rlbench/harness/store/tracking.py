@@ -94,7 +94,8 @@ def signals_held() -> Iterator[None]:
             raise KeyboardInterrupt
         received.append(signum)
 
-    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) is not signal.SIG_IGN}  # ignored stays ignored
     try:
         yield
     finally:

@@ -14,6 +14,15 @@ import rlbench.harness.store.tracking as tracking
 from rlbench.harness.store.tracking import Tracker, signals_held, with_retry
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt, as at a terminal: a shell that runs the tests in
+    the background (CI) ignores SIGINT, and its children inherit that."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture
 def sigterm_calls() -> Iterator[list[int]]:
     """SIGTERM handled by recording it, for the test's length."""
@@ -80,6 +89,14 @@ def test_a_second_ctrl_c_stops_at_once_and_only_once() -> None:
         reached.append("after the second")
     assert reached == ["after the first"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_ignored_ctrl_c_stays_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with signals_held():
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 def test_a_body_that_raises_still_gets_its_handlers_back(sigterm_calls: list[int]) -> None:
