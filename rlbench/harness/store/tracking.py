@@ -80,9 +80,10 @@ def signals_held() -> Iterator[None]:
     A store call must not be cut short: a KeyboardInterrupt raised inside SQLAlchemy's
     commit leaves the SQLite write lock with a connection nobody closes, and every later
     write of the process (the stopped run's KILLED, the sweep's end) then waits on it.
-    A call is bounded by SQLite's busy timeout, so a stop waits seconds at most; a second
-    Ctrl-C (a tracking server that does not answer) stops at once. Outside the main
-    thread, where Python delivers no signals, a no-op."""
+    SQLite bounds a call's wait for a busy store (20 s a session); a second Ctrl-C, for a
+    tracking server that does not answer, stops at once and risks that lock. A signal
+    that is ignored, or handled outside Python, is left alone; outside the main thread,
+    where Python delivers no signals, this is a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -94,15 +95,34 @@ def signals_held() -> Iterator[None]:
             raise KeyboardInterrupt
         received.append(signum)
 
-    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)
-                if signal.getsignal(sig) is not signal.SIG_IGN}  # ignored stays ignored
+    previous: dict[int, Any] = {}
     try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(sig)
+            if handler is not None and handler is not signal.SIG_IGN:
+                previous[sig] = handler
+                signal.signal(sig, hold)
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        _restore_handlers(previous)
         if received:
             signal.raise_signal(received[0])
+
+
+def _restore_handlers(handlers: Mapping[int, Any]) -> None:
+    """Put each handler back. ``signal.signal`` first runs the Python handlers of signals
+    already pending, and one may raise (a Ctrl-C that came just now): the swap is then
+    tried again, so no handler is left behind, and the first error raised after all."""
+    error: BaseException | None = None
+    for sig, handler in handlers.items():
+        for _ in range(8):  # each pending signal runs once: the next try finds none
+            try:
+                signal.signal(sig, handler)
+                break
+            except BaseException as err:
+                error = error or err
+    if error is not None:
+        raise error
 
 
 def with_retry(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

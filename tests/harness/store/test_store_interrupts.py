@@ -11,6 +11,8 @@ from mlflow.exceptions import MlflowException
 from sqlalchemy import event
 
 import rlbench.harness.store.tracking as tracking
+from rlbench.checkpoint import stop_requested
+from rlbench.harness.run.runner import _checkpoint_on_signals, deliver_deferred_signal
 from rlbench.harness.store.tracking import Tracker, signals_held, with_retry
 
 
@@ -118,3 +120,16 @@ def test_a_ctrl_c_during_a_locked_attempt_stops_the_back_off() -> None:
     with pytest.raises(KeyboardInterrupt):
         with_retry(locked)
     assert len(attempts) == 1
+
+
+def test_a_ctrl_c_held_while_a_run_trains_becomes_its_checkpoint_request() -> None:
+    def write() -> str:
+        signal.raise_signal(signal.SIGINT)
+        return "written"
+
+    with _checkpoint_on_signals():
+        assert with_retry(write) == "written"
+        assert stop_requested()
+    assert not stop_requested()
+    with pytest.raises(KeyboardInterrupt):  # the run is over: the sweep takes the Ctrl-C
+        deliver_deferred_signal()
