@@ -22,7 +22,7 @@ from rlbench.harness.analysis.comparison import (
     select_runs,
 )
 from rlbench.harness.store.results import RUN_COLUMNS
-from rlbench.harness.store.tracking import with_retry
+from rlbench.harness.store.tracking import all_experiments
 
 __all__ = ["Filters", "SuiteData", "collect", "suites_in"]
 
@@ -57,7 +57,7 @@ class SuiteData:
 
 def suites_in(client: MlflowClient) -> list[str]:
     """The suites a store holds runs of (its experiments but MLflow's default one)."""
-    return sorted(e.name for e in with_retry(client.search_experiments)
+    return sorted(e.name for e in all_experiments(client)
                   if e.name != "Default")
 
 

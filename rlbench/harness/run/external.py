@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from mlflow.entities import Run
 
 from rlbench.data.offline_dataset import d4rl_score
 from rlbench.harness.plan.config import RunConfig
@@ -40,6 +41,7 @@ from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.harness.run.locks import RunInProgressError
 from rlbench.harness.run.resume import plan_resume
 from rlbench.harness.run.runner import LOCK_WAIT_S, claimed, one_line, run_dir_for
+from rlbench.harness.store.claims import ClaimLost, heartbeat
 from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags
 from rlbench.recipe import Seeds
 
@@ -114,6 +116,9 @@ def run_external(configs: Sequence[RunConfig], train: Callable[[ExternalRun], No
     for done in plan.finished:
         log(f"{done.config.name}: finished earlier, skipped")
         result.skipped.append(done.config.name)
+    for config, claim in plan.elsewhere:
+        log(f"{config.name}: not run, being run by {claim.describe()}")
+        result.left.append(config.name)
     status = "KILLED"
     try:
         with _sigterm_as_interrupt():
@@ -131,13 +136,14 @@ def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config:
                    log: Callable[[str], None], result: ExternalResult) -> None:
     start = time.perf_counter()
     try:
-        with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
-            if finished is not None:
+        with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as claim:
+            if isinstance(claim, Run):
                 log(f"{config.name}: finished by another process meanwhile")
                 result.skipped.append(config.name)
                 return
-            final = _run_one(tracker, experiment_id, parent_id, config, train, tags)
-    except RunInProgressError as err:
+            final = _run_one(tracker, experiment_id, parent_id, config, train,
+                             {**tags, **claim.tags()})
+    except (RunInProgressError, ClaimLost) as err:
         log(f"{config.name}: not run, {err}")
         result.left.append(config.name)
         return
@@ -158,7 +164,15 @@ def _run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunCo
     run_dir = run_dir_for(tracker.out_dir, config)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = tracker.start_run(experiment_id, parent_id, config, dict(tags))
-    run = ExternalRun(config, seeds, run_dir, RunRecorder(tracker, run_id, run_dir))
+    with heartbeat(tracker.client, run_id):
+        return _train_recorded(tracker, run_id, ExternalRun(
+            config, seeds, run_dir, RunRecorder(tracker, run_id, run_dir)), train)
+
+
+def _train_recorded(tracker: Tracker, run_id: str, run: ExternalRun,
+                    train: Callable[[ExternalRun], None]) -> float:
+    """Train the claimed ``run`` and record how it ended; its final mean eval return."""
+    run_dir = run.run_dir
     failure = run_dir / "traceback.txt"
     failure.unlink(missing_ok=True)
     status = "FAILED"

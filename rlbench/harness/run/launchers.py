@@ -125,8 +125,8 @@ def _exit_cause(exitcode: int | None) -> str:
 
 
 def mark_dead(tracker: Tracker, experiment_id: str, parent_id: str, run: RunConfig,
-              error: str) -> RunResult:
-    """The MLflow run of a worker that died without reporting is marked FAILED with
+              error: str, status: str = "FAILED") -> RunResult:
+    """The MLflow run of a worker that died without reporting is marked ``status`` with
     ``error``, and what its run dir holds (the config, a fatal error's traceback) is
     logged. If the store cannot be written, the result says so instead of raising."""
     run_id = ""
@@ -142,10 +142,10 @@ def mark_dead(tracker: Tracker, experiment_id: str, parent_id: str, run: RunConf
                     error += f"; its traceback is in {FATAL_ERROR_FILE}"
                     tracker.log_artifacts(run_id, [run_dir / "config.yaml", fatal])
                 tracker.set_tags(run_id, {"error": error})
-                tracker.finish(run_id, "FAILED")
+                tracker.finish(run_id, status)
     except Exception as err:
-        error += f"; its MLflow run could not be marked FAILED ({one_line(err)})"
-    return RunResult(config=run, run_id=run_id, status="FAILED", final_return=None, fps=None,
+        error += f"; its MLflow run could not be marked {status} ({one_line(err)})"
+    return RunResult(config=run, run_id=run_id, status=status, final_return=None, fps=None,
                      frames=0, seconds=0.0, error=error)
 
 

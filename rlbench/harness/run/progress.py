@@ -17,7 +17,7 @@ from rich.progress import (
 from rich.text import Text
 
 from rlbench.harness.plan.config import RunConfig
-from rlbench.harness.run.runner import RunResult
+from rlbench.harness.run.runner import ELSEWHERE, RunResult
 
 __all__ = ["SweepProgress"]
 
@@ -93,10 +93,11 @@ class SweepProgress:
                                  f"{result.seconds:.0f} s)")
             self._progress.update(task, completed=result.config.budget)
         else:  # errors quote user data: printed as text, never read as markup
-            self._failed += 1
+            colour = "yellow" if result.status == ELSEWHERE else "red"
+            self._failed += result.status != ELSEWHERE
             word = result.status.lower()
-            line = Text.assemble((word, "red"), f" {result.config.name}: {result.error}")
-            self._progress.update(task, status=f"[red]{word}[/]")
+            line = Text.assemble((word, colour), f" {result.config.name}: {result.error}")
+            self._progress.update(task, status=f"[{colour}]{word}[/]")
         self._progress.stop_task(task)
         self._running -= 1
         self._progress.update(self._total, advance=1)

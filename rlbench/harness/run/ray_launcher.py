@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.run.launchers import Listener, mark_dead
-from rlbench.harness.run.runner import RunResult, execute_run
+from rlbench.harness.run.runner import RunResult, execute_run, one_line
+from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import Tracker
 
-__all__ = ["connect", "run_on_ray"]
+__all__ = ["RETRIES", "check_store_shared", "connect", "run_on_ray"]
 
 
 def connect(address: str | None) -> None:
@@ -37,6 +40,25 @@ def connect(address: str | None) -> None:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {err}") from err
+
+
+def check_store_shared(uri: str) -> None:
+    """Refuse the embedded SQLite store when the cluster has a node on another machine:
+    that file is on this one, and tasks there would each make an empty store of their own.
+    Call once connected."""
+    # deferred: ray is optional, loaded only for launcher=ray
+    import ray
+
+    if sqlite_path(uri) is None:
+        return
+    here = ray.util.get_node_ip_address()
+    others = sorted({node["NodeManagerAddress"] for node in ray.nodes()
+                     if node["Alive"] and node["NodeManagerAddress"] != here})
+    if others:
+        raise ConfigError(
+            f"launcher=ray with the embedded store ({uri}): the cluster has nodes on other "
+            f"machines ({', '.join(others[:5])}), which cannot reach this machine's SQLite "
+            "file. Start a shared `mlflow server` and point MLFLOW_TRACKING_URI at it")
 
 
 def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
@@ -56,41 +78,77 @@ def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
 
 DATASET_DIRS = ("D4RL_DATASET_DIR", "MINARI_DATASETS_PATH")
 
+# How many times a run whose Ray worker or node died is started again (Ray's own task
+# retries stay off: a retry must first mark the dead attempt, which only the driver can).
+RETRIES = 2
+
 
 def _task(run: RunConfig, out_dir: Path, uri: str, experiment_id: str, parent_id: str,
-          updates: Any, datasets: dict[str, str]) -> RunResult:
+          updates: Any, datasets: dict[str, str], token: str,
+          dead: tuple[str, ...]) -> RunResult:
+    # deferred: ray is optional, loaded only for launcher=ray
+    import ray
+
     os.environ["MLFLOW_TRACKING_URI"] = uri  # the driver's store, whatever the node's env
     os.environ.update(datasets)  # and the driver's dataset directories
 
     def report(values: dict[str, float]) -> None:
-        updates.put((run.identity, values))
+        updates.put((run.identity, "update", values))
 
-    updates.put((run.identity, None))  # started: Ray may have queued the task until now
+    def say(text: str) -> None:
+        updates.put((run.identity, "say", text))
+
+    updates.put((run.identity, "started", None))  # Ray may have queued the task until now
+    node = ray.get_runtime_context().get_node_id()
     return execute_run(run, Tracker(out_dir, prepare=False), experiment_id, parent_id,
-                       on_update=report)
+                       on_update=report, token=token, dead=dead,
+                       tags={"ray_node_id": node}, say=say)
+
+
+def _death(err: Exception) -> str:
+    """Why a task died, in one line (Ray's own messages run to many)."""
+    name = type(err).__name__
+    causes = {"NodeDiedError": "its node died", "WorkerCrashedError": "its worker died",
+              "OutOfMemoryError": "its worker was killed for memory",
+              "ActorDiedError": "its worker died", "OwnerDiedError": "its driver died",
+              "ObjectLostError": "its result was lost"}
+    return f"{causes.get(name, 'Ray lost it')} ({name})"
 
 
 def run_on_ray(runs: list[RunConfig], tracker: Tracker, experiment_id: str, parent_id: str,
-               listener: Listener, address: str | None) -> list[RunResult]:
-    """Submit every run as a Ray task; report progress and results as they come."""
+               listener: Listener, address: str | None,
+               retries: int = RETRIES) -> list[RunResult]:
+    """Submit every run as a Ray task; report progress and results as they come. A run
+    whose worker or node dies is marked KILLED and started again, up to ``retries`` times
+    (``RunResult.retried`` says why, once a retry)."""
     # deferred: ray is optional, loaded only for launcher=ray
     import ray
     from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # ray's too
 
     connect(address)
     remote = ray.remote(_task)
-    updates = Queue()
-    by_ref: dict[Any, RunConfig] = {}
-    by_identity = {run.identity: run for run in runs}
+    # on the driver's node: progress must not die with a worker node
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                          soft=False)
+    updates = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
     datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
-    for run in runs:
+    by_ref: dict[Any, tuple[RunConfig, str]] = {}
+    by_identity = {run.identity: run for run in runs}
+    retried: dict[str, list[str]] = {}
+
+    def submit(run: RunConfig, dead: tuple[str, ...] = ()) -> None:
         options = {"num_cpus": run.threads,
                    "num_gpus": 1 if run.device.startswith("cuda") else 0,
                    "max_retries": 0}
+        token = uuid.uuid4().hex
         ref = remote.options(**options).remote(run, tracker.out_dir, tracker.uri,
                                                experiment_id, parent_id, updates,
-                                               datasets)
-        by_ref[ref] = run
+                                               datasets, token, dead)
+        by_ref[ref] = (run, token)
+
+    for run in runs:
+        submit(run)
     results: dict[str, RunResult] = {}
     started: set[str] = set()
 
@@ -99,28 +157,43 @@ def run_on_ray(runs: list[RunConfig], tracker: Tracker, experiment_id: str, pare
             started.add(run.identity)
             listener.started(run)
 
-    pending = list(by_ref)
     try:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
+        while by_ref:
+            done, _ = ray.wait(list(by_ref), num_returns=1, timeout=0.2)
             while not updates.empty():
-                identity, values = updates.get()
+                identity, kind, payload = updates.get()
                 start(by_identity[identity])
-                if values is not None:
-                    listener.update(by_identity[identity], values)
+                if kind == "update":
+                    listener.update(by_identity[identity], payload)
+                elif kind == "say":
+                    print(payload, file=sys.stderr)
             for ref in done:
-                run = by_ref[ref]
+                run, token = by_ref.pop(ref)
                 try:
                     result = ray.get(ref)
-                except (ray.exceptions.RayTaskError, ray.exceptions.WorkerCrashedError,
-                        ray.exceptions.TaskCancelledError) as err:
+                except ray.exceptions.TaskCancelledError:
                     result = mark_dead(tracker, experiment_id, parent_id, run,
-                                       f"Ray task failed: {type(err).__name__}")
+                                       "its Ray task was cancelled", status="KILLED")
+                except ray.exceptions.RayTaskError as err:  # the harness raised in it
+                    result = mark_dead(tracker, experiment_id, parent_id, run,
+                                       f"its Ray task raised {one_line(err.cause)}")
+                except ray.exceptions.RayError as err:  # the worker or its node died
+                    why = _death(err)
+                    history = retried.setdefault(run.identity, [])
+                    if len(history) < retries:
+                        mark_dead(tracker, experiment_id, parent_id, run,
+                                  f"{why}; started again", status="KILLED")
+                        history.append(why)
+                        submit(run, dead=(token,))
+                        continue
+                    result = mark_dead(tracker, experiment_id, parent_id, run,
+                                       f"{why}, after {len(history)} retries")
+                result.retried = retried.get(run.identity, [])
                 results[run.identity] = result
                 start(run)  # a task that died before it could say so
                 listener.finished(result)
     except KeyboardInterrupt:
-        for ref in pending:
+        for ref in by_ref:
             ray.cancel(ref)
         raise
     return [results[run.identity] for run in runs]

@@ -12,8 +12,12 @@ interrupted attempts (a run still marked RUNNING after its process was killed) a
 from the active view and run again, so each identity ends with exactly one run. A run
 that a live process is running into the same out dir (it holds the run's lock, see
 ``locks``) is another sweep's work in progress: the sweep is refused before anything
-starts, and that attempt is left alone. Sweeps of this host into the same out dir whose
-process died are closed first, with their runs (``reap_dead_sweeps``).
+starts, and that attempt is left alone. A run a live process of another host (or of
+this host, into another out dir) has claimed in the tracking store (``store.claims``) is
+that process's: it is left out of the sweep (``ResumePlan.elsewhere``) and its attempt is
+left alone; a claim whose heartbeat stopped is dead, and its run is run again. Sweeps of
+this host into the same out dir whose process died are closed first, with their runs
+(``reap_dead_sweeps``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from rlbench.harness.run.locks import (
     planning,
 )
 from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, stored_result
-from rlbench.harness.store.tracking import Tracker, with_retry
+from rlbench.harness.store.claims import Claim, Ledger
+from rlbench.harness.store.tracking import Tracker, all_experiments, with_retry
 
 __all__ = ["ResumePlan", "plan_resume", "reap_dead_sweeps"]
 
@@ -48,6 +53,8 @@ class ResumePlan:
     # names of runs to run again because their finished run was made by other code
     other_code: list[str] = field(default_factory=list)
     deaths: list[str] = field(default_factory=list)  # runs found dead of a fatal error
+    # runs a live process elsewhere holds (another host, another out dir), with its claim
+    elsewhere: list[tuple[RunConfig, Claim]] = field(default_factory=list)
 
 
 def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
@@ -83,7 +90,7 @@ def reap_dead_sweeps(tracker: Tracker) -> list[str]:
     per child run that died of a fatal error."""
     out_dir, host = str(tracker.out_dir.resolve()), socket.gethostname()
     deaths = []
-    for experiment in with_retry(tracker.client.search_experiments):
+    for experiment in all_experiments(tracker.client):
         for sweep in tracker.runs(experiment.experiment_id, "tags.kind = 'sweep' and "
                                                             "attributes.status = 'RUNNING'"):
             parent_id, tags = sweep.info.run_id, sweep.data.tags
@@ -126,10 +133,19 @@ def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig],
         if run.info.status == "FINISHED":
             key = tags.get("config_identity", tags.get("config_hash", ""))
             by_config.setdefault(key, []).append(run)
+    # read after the attempts: every attempt seen has its claim in the ledger
+    claims = Ledger(tracker.client, experiment_id).latest()
     plan = ResumePlan([], [], [])
     for config in runs:
         attempts = by_identity.get(config.identity, [])
         done = [r for r in attempts if r.info.status == "FINISHED"]
+        claim = claims.get(config.identity)
+        if not done and claim is not None and not claim.is_local(tracker.out_dir):
+            holder = next((r for r in attempts
+                           if r.data.tags.get("claimant") == claim.token), None)
+            if claim.alive(holder):  # another host's or out dir's live process runs it
+                plan.elsewhere.append((config, claim))
+                continue
         for stale in attempts:
             if stale.info.status != "FINISHED":
                 tracker.delete(stale.info.run_id)

@@ -19,9 +19,9 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -42,11 +42,17 @@ from rlbench.harness.plan.algorithms import load_algorithm
 from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.harness.run.locks import RunInProgressError, is_running_id, run_lock
+from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat
 from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags, with_retry
 from rlbench.recipe import RunSpec, Seeds
 
-__all__ = ["FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "checkpoint_dir_for", "claimed",
-           "execute_run", "one_line", "run_dir_for", "stored_result"]
+__all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "checkpoint_dir_for",
+           "claimed", "execute_run", "one_line", "run_dir_for", "stored_result"]
+
+
+# The status of a run another live process holds (on another host, or into another out
+# dir): not run here, and not a failure.
+ELSEWHERE = "ELSEWHERE"
 
 
 @dataclass
@@ -62,6 +68,8 @@ class RunResult:
     # The harness could not record the run (a full disk, a read-only out dir, a store that
     # stopped answering): launchers start no further runs after it.
     unrecorded: bool = False
+    # why it was started again, once a retry (its Ray worker or node died)
+    retried: list[str] = field(default_factory=list)
 
 
 def run_dir_for(out_dir: Path, config: RunConfig) -> Path:
@@ -106,20 +114,34 @@ def stored_result(tracker: Tracker, config: RunConfig, run: Run) -> RunResult:
 
 
 @contextmanager
-def claimed(tracker: Tracker, experiment_id: str, config: RunConfig,
-            timeout: float) -> Iterator[Run | None]:
-    """Hold ``config``'s run lock for the body (``locks.run_lock``). Yields its FINISHED
-    MLflow run if another sweep made one (nothing to run), else None, once the attempts
-    other sweeps left unfinished are deleted: with the lock held, none of them is live."""
+def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: float, *,
+            token: str | None = None, dead: Collection[str] = ()) -> Iterator[Run | Claim]:
+    """Hold ``config``'s run lock for the body (``locks.run_lock``) and its claim in the
+    tracking store (``store.claims``). Yields its FINISHED MLflow run if another sweep made
+    one (nothing to run), else this process's new claim, once the attempts no live process
+    holds any more are deleted. ``ClaimLost`` when a live process elsewhere holds it (on
+    another host, or into another out dir), or claims it first: nothing is deleted then.
+    ``token`` names the new claim (a launcher that may have to say it died chooses it);
+    claims whose token is in ``dead`` are dead, whatever their heartbeat says (a launcher
+    knows its Ray task's node died)."""
     with run_lock(tracker.out_dir, config, timeout):
         attempts = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
         finished = [run for run in attempts if run.info.status == "FINISHED"]
         if finished:
             yield finished[0]
             return
-        for stale in attempts:
+        ledger = Ledger(tracker.client, experiment_id)
+        latest = ledger.latest().get(config.identity)
+        # a claim of this machine into this out dir is dead: its process let go of the lock
+        if latest is not None and not latest.is_local(tracker.out_dir):
+            holder = next((run for run in attempts
+                           if run.data.tags.get("claimant") == latest.token), None)
+            if latest.token not in dead and latest.alive(holder):
+                raise ClaimLost(latest)
+        claim = ledger.take(config.identity, latest, tracker.out_dir, token=token)
+        for stale in attempts:  # the attempts of claims judged dead, now superseded
             tracker.delete(stale.info.run_id)
-        yield None
+        yield claim
 
 
 def execute_run(
@@ -128,9 +150,18 @@ def execute_run(
     experiment_id: str,
     parent_id: str,
     on_update: Callable[[dict[str, float]], None] | None = None,
+    *,
+    token: str | None = None,
+    dead: Collection[str] = (),
+    tags: Mapping[str, str] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run ``config`` in this process; a crash of the recipe is recorded as a FAILED run,
     not raised. KeyboardInterrupt marks the run KILLED and propagates.
+
+    ``token`` and ``dead`` pass to ``claimed``; ``tags`` are added to the run's MLflow run
+    (where a Ray task ran); ``say`` takes the lines a run says (resumed from a checkpoint,
+    or why not), stderr by default.
 
     The run holds its lock (``locks.run_lock``) throughout. If another sweep into the same
     out dir finished the same config meanwhile, its result is returned and nothing runs;
@@ -141,17 +172,26 @@ def execute_run(
     """
     start = time.perf_counter()
     try:
-        with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as finished:
-            if finished is not None:
-                return stored_result(tracker, config, finished)
-            return _execute_locked(config, tracker, experiment_id, parent_id, on_update)
+        with claimed(tracker, experiment_id, config, LOCK_WAIT_S, token=token,
+                     dead=dead) as claim:
+            if isinstance(claim, Run):
+                return stored_result(tracker, config, claim)
+            return _execute_locked(config, tracker, experiment_id, parent_id, on_update,
+                                   claim, tags or {}, say or _say)
     except RunInProgressError as err:
         return RunResult(config=config, run_id="", status="FAILED", final_return=None,
                          fps=None, frames=0, seconds=0.0, error=str(err))
+    except ClaimLost as lost:
+        return RunResult(config=config, run_id="", status=ELSEWHERE, final_return=None,
+                         fps=None, frames=0, seconds=0.0, error=str(lost))
     except Exception as err:  # raised by the harness's own writes: the recipe's are caught
         return RunResult(config=config, run_id="", status="FAILED", final_return=None,
                          fps=None, frames=0, seconds=time.perf_counter() - start,
                          error=f"could not be recorded: {one_line(err)}", unrecorded=True)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
 
 
 def one_line(err: BaseException) -> str:
@@ -167,6 +207,9 @@ def _execute_locked(
     experiment_id: str,
     parent_id: str,
     on_update: Callable[[dict[str, float]], None] | None,
+    claim: Claim,
+    extra_tags: Mapping[str, str],
+    say: Callable[[str], None],
 ) -> RunResult:
     start = time.perf_counter()
     seeds = derive_seeds(config.base_seed, config.seed_index)
@@ -177,67 +220,68 @@ def _execute_locked(
     why_not = refused or why_not
     progress = None if resume is None else resume["progress"]
     _prepare_run_dir(run_dir, progress)
-    tags = {**environment_tags(config.device), "run_dir": str(run_dir)}
+    tags = {**environment_tags(config.device), **claim.tags(), **extra_tags,
+            "run_dir": str(run_dir)}
     if progress is not None:
         tags["resumed_from"] = f"{progress} {config.unit}"
-        print(f"rlbench: {config.name} resumes from its checkpoint at "
-              f"{progress:,} {config.unit}", file=sys.stderr)
+        say(f"rlbench: {config.name} resumes from its checkpoint at {progress:,} "
+            f"{config.unit}")
     elif why_not is not None:
         tags["checkpoint_refused"] = why_not[:5000]
-        print(f"rlbench: {config.name} starts from {config.unit} 0: {why_not}",
-              file=sys.stderr)
+        say(f"rlbench: {config.name} starts from {config.unit} 0: {why_not}")
     run_id = tracker.start_run(experiment_id, parent_id, config, tags)
-    recorder = RunRecorder(tracker, run_id, run_dir, on_update)
-    config_path = run_dir / "config.yaml"
-    status, error, unrecorded = "FAILED", None, False
-    try:  # from here on the MLflow run exists: whatever happens, it gets an end
-        tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
-        config_path.write_text(yaml.safe_dump(
-            {**config.as_dict(), "seeds": dataclasses.asdict(seeds),
-             "identity": config.identity}, sort_keys=False))
-        settings = CheckpointSettings(checkpoints, config.identity,
-                                      every=config.checkpoint_every, resume=resume)
-        del resume  # the run's loop lets go of it once loaded
-        status, error = _train(config, seeds, run_dir, recorder, settings)
-    except KeyboardInterrupt:
-        with contextlib.suppress(Exception):  # a full disk must not swallow the interrupt
-            recorder.flush()
-        with contextlib.suppress(Exception):
-            tracker.finish(run_id, "KILLED")
-        raise
-    except Exception as exc:  # the harness's own writes (a full disk, a read-only out dir)
-        unrecorded, error = True, f"could not be recorded: {one_line(exc)}"
-    try:
-        recorder.flush()
-        curve = recorder.write_curve()
-        artifacts = [config_path, curve, *run_dir.glob("*.pt"), run_dir / "traceback.txt",
-                     run_dir / "snapshots", run_dir / "transitions"]
-        tracker.log_artifacts(run_id, artifacts)
-        if error:
-            tracker.set_tags(run_id, {"error": error[:5000]})
-        tracker.finish(run_id, status)
-        if status == "FINISHED":  # recorded: nothing to resume any more
-            shutil.rmtree(checkpoints.parent, ignore_errors=True)
-    except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
-        if not unrecorded:
-            error = f"{status.lower()}, but could not be recorded: {one_line(exc)}"
-        unrecorded, status = True, "FAILED"
+    with heartbeat(tracker.client, run_id):  # until the run's end is recorded
+        recorder = RunRecorder(tracker, run_id, run_dir, on_update)
+        config_path = run_dir / "config.yaml"
+        status, error, unrecorded = "FAILED", None, False
+        try:  # from here on the MLflow run exists: whatever happens, it gets an end
+            tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
+            config_path.write_text(yaml.safe_dump(
+                {**config.as_dict(), "seeds": dataclasses.asdict(seeds),
+                 "identity": config.identity}, sort_keys=False))
+            settings = CheckpointSettings(checkpoints, config.identity,
+                                          every=config.checkpoint_every, resume=resume)
+            del resume  # the run's loop lets go of it once loaded
+            status, error = _train(config, seeds, run_dir, recorder, settings)
+        except KeyboardInterrupt:
+            with contextlib.suppress(Exception):  # a full disk must not swallow the interrupt
+                recorder.flush()
+            with contextlib.suppress(Exception):
+                tracker.finish(run_id, "KILLED")
+            raise
+        except Exception as exc:  # the harness's own writes (a full disk, a read-only out dir)
+            unrecorded, error = True, f"could not be recorded: {one_line(exc)}"
         try:
-            tracker.finish(run_id, "FAILED")
-        except Exception as again:
-            error += f"; its MLflow run stays RUNNING ({one_line(again)})"
-    last = recorder.curve[-1] if recorder.curve else None
-    return RunResult(
-        config=config,
-        run_id=run_id,
-        status=status,
-        final_return=last["eval/return_mean"] if last else None,
-        fps=recorder.last_metrics.get(config.throughput_metric),
-        frames=int(last["frames"]) if last else 0,
-        seconds=time.perf_counter() - start,
-        error=error,
-        unrecorded=unrecorded,
-    )
+            recorder.flush()
+            curve = recorder.write_curve()
+            artifacts = [config_path, curve, *run_dir.glob("*.pt"), run_dir / "traceback.txt",
+                         run_dir / "snapshots", run_dir / "transitions"]
+            tracker.log_artifacts(run_id, artifacts)
+            if error:
+                tracker.set_tags(run_id, {"error": error[:5000]})
+            tracker.finish(run_id, status)
+            if status == "FINISHED":  # recorded: nothing to resume any more
+                shutil.rmtree(checkpoints.parent, ignore_errors=True)
+        except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
+            if not unrecorded:
+                error = f"{status.lower()}, but could not be recorded: {one_line(exc)}"
+            unrecorded, status = True, "FAILED"
+            try:
+                tracker.finish(run_id, "FAILED")
+            except Exception as again:
+                error += f"; its MLflow run stays RUNNING ({one_line(again)})"
+        last = recorder.curve[-1] if recorder.curve else None
+        return RunResult(
+            config=config,
+            run_id=run_id,
+            status=status,
+            final_return=last["eval/return_mean"] if last else None,
+            fps=recorder.last_metrics.get(config.throughput_metric),
+            frames=int(last["frames"]) if last else 0,
+            seconds=time.perf_counter() - start,
+            error=error,
+            unrecorded=unrecorded,
+        )
 
 
 def _remove_other_codes_checkpoints(out_dir: Path, config: RunConfig,

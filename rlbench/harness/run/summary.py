@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlbench.harness.render import TextTable
-from rlbench.harness.run.runner import RunResult
+from rlbench.harness.run.runner import ELSEWHERE, RunResult
 
 __all__ = ["SummaryRow", "summarize", "summary_table", "write_csv"]
 
@@ -45,7 +45,7 @@ def summarize(results: Sequence[RunResult]) -> list[SummaryRow]:
             env=env,
             algo=algo,
             seeds=len(finals),
-            failed=sum(r.status != "FINISHED" for r in group),
+            failed=sum(r.status not in ("FINISHED", ELSEWHERE) for r in group),
             return_mean=statistics.fmean(finals) if finals else None,
             return_std=statistics.stdev(finals) if len(finals) > 1 else None,
             fps=statistics.fmean(fps) if fps else None,

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,9 @@ from rlbench.harness.render import TextTable, render, to_rich
 from rlbench.harness.run.launchers import run_local_pool, run_sequential
 from rlbench.harness.run.locks import SweepLock, planning
 from rlbench.harness.run.progress import SweepProgress
-from rlbench.harness.run.ray_launcher import connect, run_on_ray
+from rlbench.harness.run.ray_launcher import check_store_shared, connect, run_on_ray
 from rlbench.harness.run.resume import ResumePlan, plan_resume
-from rlbench.harness.run.runner import RunResult, one_line
+from rlbench.harness.run.runner import ELSEWHERE, RunResult, one_line
 from rlbench.harness.run.summary import SummaryRow, summarize, summary_table, write_csv
 from rlbench.harness.store.tracking import Tracker, check_reachable, environment_tags, tracking_uri
 
@@ -40,7 +40,8 @@ class SweepResult:
 
     @property
     def failed(self) -> list[RunResult]:
-        return [r for r in self.results if r.status != "FINISHED"]
+        """The runs that did not finish here, but those another live process holds."""
+        return [r for r in self.results if r.status not in ("FINISHED", ELSEWHERE)]
 
 
 def _mark_stopped_runs_killed(tracker: Tracker, experiment_id: str, parent_id: str) -> None:
@@ -88,12 +89,16 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
     ``ConfigError`` before anything is written. Ctrl-C and SIGTERM mark the runs in
     progress KILLED, write the summary and raise ``KeyboardInterrupt`` (``Terminated``)."""
     console = console or Console()
+    # absolute before a worker sees it: Ray tasks start in their raylet's directory
+    sweep = replace(sweep, out_dir=sweep.out_dir.absolute())
     suite = sweep.suite.name
+    uri = tracking_uri(sweep.out_dir)
     if sweep.launcher == "ray":
         connect(sweep.ray_address)
+        check_store_shared(uri)
     else:
         check_devices_here(sweep)
-    check_reachable(tracking_uri(sweep.out_dir))
+    check_reachable(uri)
     with _sigterm_interrupts():
         tracker = Tracker(sweep.out_dir)
         try:
@@ -125,8 +130,13 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
     console.print(Text.assemble(
         "rlbench: suite ", (suite, "bold"),
         f", {len(sweep.runs)} runs ({len(plan.finished)} finished earlier, "
-        f"{len(plan.to_run)} to run, launcher {_launcher_name(sweep)}), tracking at "
+        + (f"{len(plan.elsewhere)} run elsewhere, " if plan.elsewhere else "")
+        + f"{len(plan.to_run)} to run, launcher {_launcher_name(sweep)}), tracking at "
         f"{tracker.uri}"))
+    elsewhere = [RunResult(config=config, run_id="", status=ELSEWHERE, final_return=None,
+                           fps=None, frames=0, seconds=0.0,
+                           error=f"being run by {claim.describe()}")
+                 for config, claim in plan.elsewhere]
     if plan.other_code:
         shown = ", ".join(plan.other_code[:5]) + (f" and {len(plan.other_code) - 5} more"
                                                  if len(plan.other_code) > 5 else "")
@@ -151,11 +161,11 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
             else:
                 run_local_pool(plan.to_run, tracker, experiment_id, parent_id, progress,
                                sweep.jobs)
-        status = ("FINISHED" if all(r.status == "FINISHED" for r in progress.results)
-                  else "FAILED")
+        status = ("FINISHED" if all(r.status in ("FINISHED", ELSEWHERE)
+                                    for r in progress.results) else "FAILED")
     finally:  # after Ctrl-C and SIGTERM too: the summary has every run that ended
-        results = [*plan.finished, *sorted(progress.results,
-                                           key=lambda r: order[r.config.identity])]
+        results = [*plan.finished, *elsewhere,
+                   *sorted(progress.results, key=lambda r: order[r.config.identity])]
         rows = summarize(results)
         table = summary_table(rows, f"{suite}: final deterministic eval return over seeds")
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -164,7 +174,13 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
                                  summary_dir)
         console.print(to_rich(table))
         for result in results:
-            if result.status != "FINISHED":
+            for why in result.retried:
+                console.print(Text.assemble(("retried", "yellow"),
+                                            f" {result.config.name}: {why}"))
+            if result.status == ELSEWHERE:
+                console.print(Text.assemble(("elsewhere", "yellow"),
+                                            f" {result.config.name}: {result.error}"))
+            elif result.status != "FINISHED":
                 where = f" (traceback in MLflow run {result.run_id})" if result.run_id else ""
                 console.print(Text.assemble((result.status.lower(), "red"),
                                             f" {result.config.name}: {result.error}{where}"))

@@ -29,6 +29,7 @@ from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
 from rlbench.harness.store.sqlite import INCOMPLETE, MISSING, inspect_store, sqlite_path
 from rlbench.harness.store.sqlite_read import metric_histories, runs_tagged
 from rlbench.harness.store.tracking import (
+    all_experiments,
     check_reachable,
     check_tracking_uri,
     search_all,
@@ -101,7 +102,7 @@ def _client(store: str | Path | MlflowClient | None, tracking_uri: str | None) -
 def _experiment_id(client: MlflowClient, suite: str) -> str:
     experiment = with_retry(client.get_experiment_by_name, suite)
     if experiment is None:
-        names = sorted(e.name for e in with_retry(client.search_experiments)
+        names = sorted(e.name for e in all_experiments(client)
                        if e.name != "Default")
         hint = near_matches(suite, names)
         raise ConfigError(f"the store has no runs of suite {quote(suite)} (it has "

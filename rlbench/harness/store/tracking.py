@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from mlflow.entities import Metric, Param, Run, RunTag
+from mlflow.entities import Experiment, Metric, Param, Run, RunTag
 from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -49,8 +49,8 @@ from rlbench.harness.store.sqlite import (
 from rlbench.modules.onednn import cpu_vendor, onednn_outruns_mkl
 from rlbench.version import __version__
 
-__all__ = ["RunRecorder", "Tracker", "check_reachable", "environment_tags", "flatten",
-           "search_all", "signals_held", "tracking_uri", "with_retry"]
+__all__ = ["RunRecorder", "Tracker", "all_experiments", "check_reachable", "environment_tags",
+           "flatten", "search_all", "signals_held", "tracking_uri", "with_retry"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 SCORE = "eval/normalized_score"  # D4RL's normalized score of an offline run's evaluation
@@ -254,6 +254,19 @@ def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> 
     while True:
         page = with_retry(client.search_runs, [experiment_id], filter_string,
                           max_results=1000, page_token=token)
+        found.extend(page)
+        token = page.token
+        if not token:
+            return found
+
+
+def all_experiments(client: MlflowClient, *, page_size: int = 1000) -> list[Experiment]:
+    """Every active experiment of the store, all pages: MLflow returns at most
+    ``page_size`` (1,000 by default) a call."""
+    found: list[Experiment] = []
+    token = None
+    while True:
+        page = with_retry(client.search_experiments, max_results=page_size, page_token=token)
         found.extend(page)
         token = page.token
         if not token:

@@ -1,0 +1,226 @@
+"""Claims: which process runs which run, kept in the tracking store for every host to see.
+
+Drivers on different hosts share a tracking store (an ``mlflow server``), not a filesystem,
+so who runs what is written there. A run of config identity ``I`` is claimed by logging the
+param ``claim.I.<epoch>`` on the suite's ledger run. MLflow never changes a logged param:
+the store's primary key on (run, key) refuses a second value, in SQLite as in the SQL
+database behind an ``mlflow server``, and a write of the same value again is a no-op (so a
+retried write is safe). Of two processes that claim the same epoch at once, exactly one
+wins; the other is told it lost and starts nothing.
+
+A claim is live while its attempt (the MLflow run tagged with the claim's token) is
+RUNNING and beats: the process running it sets its ``heartbeat`` tag every
+``heartbeat_seconds()``. A claim whose attempt ended, or whose heartbeat is older than
+``stale_seconds()``, is dead, and the next claimant takes the next epoch. Hosts compare
+heartbeats with their own clocks: keep them within a minute of each other (NTP).
+
+The ledger is one run (``kind=ledger``) in the suite's experiment. Its id is the tag of an
+experiment named ``rlbench-ledger:<experiment id>``: experiment names are unique, so one
+creator wins and every driver finds the same ledger. That experiment is deleted as soon
+as it is made: a deleted experiment keeps its name and tags, and stays out of the
+experiment list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from rlbench.harness.store.tracking import with_retry
+
+__all__ = ["Claim", "ClaimLost", "Ledger", "heartbeat", "heartbeat_seconds", "host_id",
+           "stale_seconds"]
+
+LEDGER_POINTER = "rlbench-ledger:{experiment_id}"
+LEDGER_TAG = "rlbench.ledger_run"
+_PREFIX = "claim."
+
+
+def stale_seconds() -> float:
+    """How long a heartbeat may be silent before its claim is dead:
+    ``RLBENCH_CLAIM_TIMEOUT_S`` (120 by default)."""
+    return float(os.environ.get("RLBENCH_CLAIM_TIMEOUT_S", "120"))
+
+
+def heartbeat_seconds() -> float:
+    """How often a claimed run beats: a quarter of ``stale_seconds()``."""
+    return stale_seconds() / 4
+
+
+@functools.cache
+def host_id() -> str:
+    """This machine: its host name and the kernel's boot id (two containers or machines
+    that share a host name still differ)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
+
+
+class ClaimLost(RuntimeError):
+    """Another process holds the run: a live claim, or the epoch it just claimed first."""
+
+    def __init__(self, holder: Claim):
+        self.holder = holder
+        super().__init__(f"being run by {holder.describe()}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Epoch ``epoch`` of the run of config identity ``identity``, taken by the process
+    whose attempt carries ``token``."""
+
+    identity: str
+    epoch: int
+    token: str
+    host: str
+    out_dir: str
+    pid: int
+    at: float  # when it was taken, seconds since the epoch, the claimant's clock
+
+    @property
+    def key(self) -> str:
+        return f"{_PREFIX}{self.identity}.{self.epoch}"
+
+    def value(self) -> str:
+        fields = asdict(self)
+        del fields["identity"], fields["epoch"]
+        return json.dumps(fields, sort_keys=True)
+
+    def tags(self) -> dict[str, str]:
+        """What its attempt run is tagged with: the claim, and a first heartbeat."""
+        return {"claim": self.key, "claimant": self.token, "heartbeat": repr(time.time()),
+                "host_id": self.host}
+
+    def describe(self) -> str:
+        name = self.host.split("/", 1)[0]
+        return f"process {self.pid} on {name} (out_dir {self.out_dir})"
+
+    def is_local(self, out_dir: Path) -> bool:
+        """Taken on this machine, into ``out_dir``: the run's lock file there says whether
+        its process lives, at once and without a heartbeat."""
+        return self.host == host_id() and self.out_dir == str(out_dir.resolve())
+
+    def alive(self, attempt: Run | None, now: float | None = None) -> bool:
+        """Whether its process still runs it, by its attempt's status and heartbeat (a
+        claim whose attempt is not made yet, by the time it was taken)."""
+        now = time.time() if now is None else now
+        if attempt is None:
+            return now - self.at < stale_seconds()
+        if attempt.info.status != "RUNNING":
+            return False
+        beat = float(attempt.data.tags.get("heartbeat", self.at))
+        return now - beat < stale_seconds()
+
+    @classmethod
+    def new(cls, identity: str, epoch: int, out_dir: Path, *,
+            token: str | None = None) -> Claim:
+        return cls(identity=identity, epoch=epoch, token=token or uuid.uuid4().hex,
+                   host=host_id(),
+                   out_dir=str(out_dir.resolve()), pid=os.getpid(), at=time.time())
+
+    @classmethod
+    def parse(cls, key: str, value: str) -> Claim:
+        identity, epoch = key.removeprefix(_PREFIX).rsplit(".", 1)
+        return cls(identity=identity, epoch=int(epoch), **json.loads(value))
+
+
+class Ledger:
+    """The claims of one suite's runs, on its ledger run."""
+
+    def __init__(self, client: MlflowClient, experiment_id: str):
+        self.client = client
+        self.run_id = _ledger_run(client, experiment_id)
+
+    def latest(self) -> dict[str, Claim]:
+        """Each claimed identity's latest claim (one read of the ledger)."""
+        run = with_retry(self.client.get_run, self.run_id)
+        latest: dict[str, Claim] = {}
+        for key, value in run.data.params.items():
+            if key.startswith(_PREFIX):
+                claim = Claim.parse(key, value)
+                current = latest.get(claim.identity)
+                if current is None or claim.epoch > current.epoch:
+                    latest[claim.identity] = claim
+        return latest
+
+    def take(self, identity: str, after: Claim | None, out_dir: Path, *,
+             token: str | None = None) -> Claim:
+        """Claim the epoch after ``after`` (the first when None), as ``token`` (a new one
+        when None); ``ClaimLost`` with the holder when another process took it first."""
+        claim = Claim.new(identity, 0 if after is None else after.epoch + 1, out_dir,
+                          token=token)
+        try:
+            with_retry(self.client.log_param, self.run_id, claim.key, claim.value())
+        except MlflowException:  # refused, or failed: the ledger says which
+            run = with_retry(self.client.get_run, self.run_id)
+            held = run.data.params.get(claim.key)
+            if held is None:
+                raise
+            if held != claim.value():
+                raise ClaimLost(Claim.parse(claim.key, held)) from None
+        return claim
+
+
+def _ledger_run(client: MlflowClient, experiment_id: str) -> str:
+    """The id of the experiment's ledger run, made by the first process that asks."""
+    name = LEDGER_POINTER.format(experiment_id=experiment_id)
+    pointer = with_retry(client.get_experiment_by_name, name)
+    if pointer is None:
+        candidate = with_retry(client.create_run, experiment_id, run_name="rlbench claims",
+                               tags={"kind": "ledger"}).info.run_id
+        try:
+            pointer_id = with_retry(client.create_experiment, name,
+                                    tags={LEDGER_TAG: candidate})
+        except MlflowException as err:  # another process made it first: its ledger holds
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            with_retry(client.delete_run, candidate)
+        else:
+            with_retry(client.delete_experiment, pointer_id)
+            return candidate
+        pointer = with_retry(client.get_experiment_by_name, name)
+    return pointer.tags[LEDGER_TAG]
+
+
+@contextlib.contextmanager
+def heartbeat(client: MlflowClient, run_id: str) -> Iterator[None]:
+    """While the body runs, a thread sets ``run_id``'s ``heartbeat`` tag every
+    ``heartbeat_seconds()``. A beat that cannot be written (the server away for a moment)
+    is said on stderr once and tried again at the next beat."""
+    stop = threading.Event()
+    every = heartbeat_seconds()
+
+    def beat() -> None:
+        said = False
+        while not stop.wait(every):
+            try:
+                with_retry(client.set_tag, run_id, "heartbeat", repr(time.time()))
+            except Exception as err:
+                if not said:
+                    print(f"rlbench: the heartbeat of run {run_id} could not be written "
+                          f"({type(err).__name__}: {err}); trying again", file=sys.stderr)
+                    said = True
+
+    thread = threading.Thread(target=beat, name=f"rlbench heartbeat {run_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

@@ -1,0 +1,196 @@
+"""Claims in the tracking store: one winner per epoch among racing processes, on SQLite and
+through a real ``mlflow server``; live claims of other hosts left alone, dead ones taken
+over; heartbeats; every experiment listed, however many pages."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rlbench.harness.plan.config import RunConfig, resolve_sweep
+from rlbench.harness.run.resume import plan_resume
+from rlbench.harness.run.runner import ELSEWHERE, execute_run
+from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat, host_id
+from rlbench.harness.store.tracking import Tracker, all_experiments
+
+SUITE = """
+algos: [ppo]
+envs: [CartPole-v1]
+seeds: 1
+frames: 512
+eval_every: 256
+eval_episodes: 2
+per_algo:
+  ppo: {num_envs: 4, rollout_steps: 64, epochs: 1, minibatch_size: 128}
+"""
+
+RACER = """
+import sys
+from pathlib import Path
+from rlbench.harness.store.claims import ClaimLost, Ledger
+from rlbench.harness.store.tracking import Tracker
+out, experiment_id, start = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+tracker = Tracker(out, prepare=False)
+import time
+time.sleep(max(0.0, start - time.time()))  # every racer leaves at once
+ledger = Ledger(tracker.client, experiment_id)
+try:
+    claim = ledger.take("abc123", None, out)
+    print(ledger.run_id, "won", claim.token, flush=True)
+except ClaimLost as lost:
+    print(ledger.run_id, "lost", lost.holder.token, flush=True)
+"""
+
+
+@pytest.mark.parametrize("store", ["sqlite", "server"])
+def test_of_racing_processes_one_makes_the_ledger_and_one_wins_the_claim(
+        store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
+    if store == "server":
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", request.getfixturevalue("mlflow_server"))
+    out = tmp_path / "out"
+    tracker = Tracker(out)
+    experiment_id = tracker.experiment(f"race-{store}")
+    start = time.time() + 6.0  # the racers' imports take a few seconds on 2 cores
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(out), experiment_id,
+                                repr(start)], stdout=subprocess.PIPE, text=True)
+              for _ in range(6)]
+    lines = [racer.communicate(timeout=120)[0].split() for racer in racers]
+    assert all(racer.returncode == 0 for racer in racers)
+    ledgers = {line[0] for line in lines}
+    winners = [line[2] for line in lines if line[1] == "won"]
+    assert len(ledgers) == 1, "every process finds the same ledger"
+    assert len(winners) == 1, "exactly one process wins the epoch"
+    assert all(line[2] == winners[0] for line in lines), "the losers name the winner"
+    ledger_runs = tracker.runs(experiment_id, "tags.kind = 'ledger'")
+    assert [run.info.run_id for run in ledger_runs] == list(ledgers)
+    assert [e.name for e in all_experiments(tracker.client)] in (
+        [f"race-{store}", "Default"], ["Default", f"race-{store}"], [f"race-{store}"]), (
+        "the ledger's pointer experiment stays out of the list")
+
+
+def _config(tmp_path: Path) -> tuple[RunConfig, Path]:
+    suite = tmp_path / "claims.yaml"
+    suite.write_text(SUITE)
+    out = tmp_path / "out"
+    (config,) = resolve_sweep([f"suite={suite}", f"out_dir={out}"]).runs
+    return config, out
+
+
+def _foreign_claim(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig,
+                   beat_age: float | None) -> tuple[Claim, str | None]:
+    """A claim of another host in the ledger, with its attempt run beating ``beat_age`` s
+    ago (no attempt when None)."""
+    ledger = Ledger(tracker.client, experiment_id)
+    claim = dataclasses.replace(Claim.new(config.identity, 0, Path("/elsewhere")),
+                                host="other-host/boot", at=time.time() - (beat_age or 0))
+    tracker.client.log_param(ledger.run_id, claim.key, claim.value())
+    if beat_age is None:
+        return claim, None
+    tags = {**claim.tags(), "heartbeat": repr(time.time() - beat_age)}
+    return claim, tracker.start_run(experiment_id, parent_id, config, tags)
+
+
+def test_a_live_claim_of_another_host_is_left_alone(tmp_path: Path) -> None:
+    config, out = _config(tmp_path)
+    tracker = Tracker(out)
+    experiment_id = tracker.experiment("claims")
+    parent_id = tracker.start_sweep(experiment_id, "claims", {})
+    claim, attempt = _foreign_claim(tracker, experiment_id, parent_id, config, beat_age=5.0)
+
+    plan = plan_resume(tracker, experiment_id, [config])
+    assert plan.to_run == [] and [c for c, _ in plan.elsewhere] == [config]
+    result = execute_run(config, tracker, experiment_id, parent_id)
+    assert result.status == ELSEWHERE and result.run_id == ""
+    assert "being run by process" in result.error and "other-host" in result.error
+    still = tracker.client.get_run(attempt)
+    assert (still.info.status, still.info.lifecycle_stage) == ("RUNNING", "active")
+    assert not (out / "runs").exists(), "nothing ran here"
+
+
+@pytest.mark.parametrize("beat_age", [None, 1000.0])
+def test_a_claim_whose_heartbeat_stopped_is_taken_over(beat_age: float | None,
+                                                       tmp_path: Path) -> None:
+    config, out = _config(tmp_path)
+    tracker = Tracker(out)
+    experiment_id = tracker.experiment("claims")
+    parent_id = tracker.start_sweep(experiment_id, "claims", {})
+    dead, attempt = _foreign_claim(tracker, experiment_id, parent_id, config,
+                                   beat_age=beat_age)
+    if beat_age is None:  # a claim whose attempt never appeared, taken long ago
+        ledger = Ledger(tracker.client, experiment_id)
+        old = dataclasses.replace(dead, epoch=1, at=time.time() - 1000.0)
+        tracker.client.log_param(ledger.run_id, old.key, old.value())
+
+    plan = plan_resume(tracker, experiment_id, [config])
+    assert plan.to_run == [config] and plan.elsewhere == []
+    result = execute_run(config, tracker, experiment_id, parent_id)
+    assert result.status == "FINISHED"
+    (run,) = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
+    assert run.info.run_id == result.run_id
+    latest = Ledger(tracker.client, experiment_id).latest()[config.identity]
+    assert latest.host == host_id() and latest.token == run.data.tags["claimant"]
+    assert latest.epoch == (2 if beat_age is None else 1)
+    if attempt is not None:
+        assert tracker.client.get_run(attempt).info.lifecycle_stage == "deleted"
+
+
+def test_a_claim_a_launcher_knows_dead_is_taken_at_once(tmp_path: Path) -> None:
+    config, out = _config(tmp_path)
+    tracker = Tracker(out)
+    experiment_id = tracker.experiment("claims")
+    parent_id = tracker.start_sweep(experiment_id, "claims", {})
+    claim, _ = _foreign_claim(tracker, experiment_id, parent_id, config, beat_age=1.0)
+    result = execute_run(config, tracker, experiment_id, parent_id, token="mine",
+                         dead=(claim.token,))
+    assert result.status == "FINISHED"
+    run = tracker.client.get_run(result.run_id)
+    assert run.data.tags["claimant"] == "mine"
+    assert run.data.tags["claim"] == f"claim.{config.identity}.1"
+
+
+def test_a_second_claim_of_the_same_epoch_is_refused_and_names_the_holder(
+        tmp_path: Path) -> None:
+    tracker = Tracker(tmp_path / "out")
+    experiment_id = tracker.experiment("claims")
+    ledger = Ledger(tracker.client, experiment_id)
+    first = ledger.take("abc", None, tracker.out_dir, token="first")
+    with pytest.raises(ClaimLost) as lost:
+        Ledger(tracker.client, experiment_id).take("abc", None, tracker.out_dir)
+    assert lost.value.holder == first
+    second = ledger.take("abc", first, tracker.out_dir)
+    assert ledger.latest() == {"abc": second} and second.epoch == 1
+    stored = tracker.client.get_run(ledger.run_id).data.params[first.key]
+    assert json.loads(stored)["token"] == "first"
+
+
+def test_a_heartbeat_beats_until_its_body_ends(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLBENCH_CLAIM_TIMEOUT_S", "0.4")  # a beat every 0.1 s
+    tracker = Tracker(tmp_path / "out")
+    experiment_id = tracker.experiment("claims")
+    run_id = tracker.client.create_run(experiment_id, tags={"heartbeat": "0.0"}).info.run_id
+    with heartbeat(tracker.client, run_id):
+        time.sleep(0.5)
+        during = float(tracker.client.get_run(run_id).data.tags["heartbeat"])
+    after = float(tracker.client.get_run(run_id).data.tags["heartbeat"])
+    assert time.time() - during < 0.4, "it beat while the body ran"
+    time.sleep(0.3)
+    assert float(tracker.client.get_run(run_id).data.tags["heartbeat"]) == after, (
+        "and stopped with it")
+
+
+def test_every_experiment_is_listed_across_pages(tmp_path: Path) -> None:
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    names = [f"suite{i}" for i in range(7)]
+    for name in names:
+        client.create_experiment(name)
+    listed = {e.name for e in all_experiments(client, page_size=2)}
+    assert listed == {*names, "Default"}
