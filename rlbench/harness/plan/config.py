@@ -9,12 +9,15 @@ Hyperparameters: recipe defaults < recipe family defaults < suite ``per_algo`` <
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +205,13 @@ class RunConfig:
         """The fields, but the options that are off: a run that keeps no snapshots or
         transitions, or an online run, is the run it was before those options existed (the
         same identity, so it resumes); an offline run has no ``frames``."""
-        fields = asdict(self)
+        fields = self._identity_fields()
+        fields["algo_params"] = copy.deepcopy(self.algo_params)  # the only nested field
+        return fields
+
+    def _identity_fields(self) -> dict[str, Any]:
+        """``as_dict`` with ``algo_params`` shared, not copied: for hashing only."""
+        fields = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
         for option in _ARTIFACT_OPTIONS:
             if not fields[option]:
                 del fields[option]
@@ -216,18 +225,19 @@ class RunConfig:
         del fields["checkpoint_every"]
         return fields
 
-    @property
+    @functools.cached_property
     def identity(self) -> str:
         """Hash of the resolved config, the code it runs and the rlbench version (16 hex
-        digits): a run is done once per identity."""
-        return _hash_of(self.as_dict())
+        digits): a run is done once per identity. Computed once: planning asks for it
+        several times a run, over grids of thousands."""
+        return _hash_of(self._identity_fields())
 
-    @property
+    @functools.cached_property
     def config_identity(self) -> str:
         """The identity without the code: what runs made by other code with the same
         config share (``reuse=code``), and the identity of runs made before rlbench
         fingerprinted code."""
-        return _hash_of({k: v for k, v in self.as_dict().items() if k != "code"})
+        return _hash_of({k: v for k, v in self._identity_fields().items() if k != "code"})
 
 
 def _hash_of(fields: dict[str, Any]) -> str:

@@ -13,9 +13,10 @@ process dies, SIGKILL included. Two kinds:
   planning lock when its parent run is made): a later sweep marks the parent run of a
   sweep whose process died KILLED.
 
-At most three lock files are open at a time. The files stay (empty) after their runs. They
-are local: sweeps on two machines sharing one tracking server, or Ray tasks on other nodes,
-do not see each other's.
+At most three lock files are open at a time. The files stay (empty) after their runs; a run
+never started has none, which says at once that no process holds it. They are local:
+sweeps on other machines, or into other out dirs, see each other through the claims in the
+tracking store (``store.claims``).
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def is_running(out_dir: Path, config: RunConfig) -> bool:
 
 def is_running_id(out_dir: Path, identity: str) -> bool:
     """``is_running`` for the run of config identity ``identity``."""
-    if not identity:
-        return False
+    if not identity or not (out_dir / "locks" / f"{identity}.lock").exists():
+        return False  # a lock file is made as it is first taken, and never removed
     lock = _lock(out_dir, identity)
     try:
         lock.acquire(timeout=0)

@@ -38,7 +38,7 @@ from rlbench.harness.run.locks import (
     planning,
 )
 from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, stored_result
-from rlbench.harness.store.claims import Claim, Ledger
+from rlbench.harness.store.claims import Claim, latest_claims
 from rlbench.harness.store.tracking import Tracker, all_experiments, with_retry
 
 __all__ = ["ResumePlan", "plan_resume", "reap_dead_sweeps"]
@@ -66,7 +66,13 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
     """
     try:
         with planning(tracker.out_dir):
-            live = [config.name for config in runs if is_running(tracker.out_dir, config)]
+            stored = tracker.runs_tagged(experiment_id, "kind", "run")
+            # read after the attempts: every attempt seen has its claim in the ledger
+            claims = latest_claims(tracker.runs_tagged(experiment_id, "kind", "ledger"))
+            finished = {run.data.tags.get("config_hash") for run in stored
+                        if run.info.status == "FINISHED"}
+            live = [config.name for config in runs if config.identity not in finished
+                    and is_running(tracker.out_dir, config)]
             if live:
                 shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5
                                                else "")
@@ -74,7 +80,7 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
                                   f"{tracker.out_dir} now: let it finish, or give another "
                                   "out_dir")
             deaths = reap_dead_sweeps(tracker)
-            plan = _plan(tracker, experiment_id, runs, reuse_code)
+            plan = _plan(tracker, runs, stored, claims, reuse_code)
             plan.deaths = deaths
             return plan
     except RunInProgressError as err:
@@ -123,18 +129,16 @@ def _record_death(tracker: Tracker, run: Run) -> list[str]:
     return []
 
 
-def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig],
-          reuse_code: bool) -> ResumePlan:
+def _plan(tracker: Tracker, runs: list[RunConfig], stored: list[Run],
+          claims: dict[str, Claim], reuse_code: bool) -> ResumePlan:
     by_identity: dict[str, list[Run]] = {}
     by_config: dict[str, list[Run]] = {}  # finished runs by their identity without code
-    for run in tracker.runs(experiment_id, "tags.kind = 'run'"):
+    for run in stored:
         tags = run.data.tags
         by_identity.setdefault(tags.get("config_hash", ""), []).append(run)
         if run.info.status == "FINISHED":
             key = tags.get("config_identity", tags.get("config_hash", ""))
             by_config.setdefault(key, []).append(run)
-    # read after the attempts: every attempt seen has its claim in the ledger
-    claims = Ledger(tracker.client, experiment_id).latest()
     plan = ResumePlan([], [], [])
     for config in runs:
         attempts = by_identity.get(config.identity, [])
@@ -162,7 +166,7 @@ def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig],
                                   "reuse=code)"})
                 plan.reused.append(config.name)
         if done:
-            plan.finished.append(stored_result(tracker, config, done[0]))
+            plan.finished.append(stored_result(config, done[0]))
         else:
             plan.to_run.append(config)
     return plan

@@ -43,7 +43,7 @@ from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.harness.run.locks import RunInProgressError, is_running_id, run_lock
 from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat
-from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags, with_retry
+from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags
 from rlbench.recipe import RunSpec, Seeds
 
 __all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "checkpoint_dir_for",
@@ -96,11 +96,12 @@ def checkpoint_dir_for(out_dir: Path, config: RunConfig) -> Path:
 LOCK_WAIT_S = 30.0
 
 
-def stored_result(tracker: Tracker, config: RunConfig, run: Run) -> RunResult:
-    """The result of ``config``'s finished MLflow ``run``, read back from the store."""
-    history = with_retry(tracker.client.get_metric_history, run.info.run_id,
-                         "eval/return_mean")
-    last = max(history, key=lambda m: m.step) if history else None
+def stored_result(config: RunConfig, run: Run) -> RunResult:
+    """The result of ``config``'s finished MLflow ``run``, from the run as searched: its
+    latest ``eval/return_mean`` (the store keeps each metric's value at its last step) is
+    the final evaluation, and that step its frames."""
+    last = next((metric for metric in run.data.to_proto().metrics
+                 if metric.key == "eval/return_mean"), None)
     seconds = ((run.info.end_time or run.info.start_time) - run.info.start_time) / 1000
     return RunResult(
         config=config,
@@ -130,15 +131,15 @@ def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: fl
         if finished:
             yield finished[0]
             return
-        ledger = Ledger(tracker.client, experiment_id)
-        latest = ledger.latest().get(config.identity)
+        ledger = Ledger(tracker.client, experiment_id, config.identity)
+        latest = ledger.latest()
         # a claim of this machine into this out dir is dead: its process let go of the lock
         if latest is not None and not latest.is_local(tracker.out_dir):
             holder = next((run for run in attempts
                            if run.data.tags.get("claimant") == latest.token), None)
             if latest.token not in dead and latest.alive(holder):
                 raise ClaimLost(latest)
-        claim = ledger.take(config.identity, latest, tracker.out_dir, token=token)
+        claim = ledger.take(latest, tracker.out_dir, token=token)
         for stale in attempts:  # the attempts of claims judged dead, now superseded
             tracker.delete(stale.info.run_id)
         yield claim
@@ -175,7 +176,7 @@ def execute_run(
         with claimed(tracker, experiment_id, config, LOCK_WAIT_S, token=token,
                      dead=dead) as claim:
             if isinstance(claim, Run):
-                return stored_result(tracker, config, claim)
+                return stored_result(config, claim)
             return _execute_locked(config, tracker, experiment_id, parent_id, on_update,
                                    claim, tags or {}, say or _say)
     except RunInProgressError as err:

@@ -14,11 +14,11 @@ RUNNING and beats: the process running it sets its ``heartbeat`` tag every
 ``stale_seconds()``, is dead, and the next claimant takes the next epoch. Hosts compare
 heartbeats with their own clocks: keep them within a minute of each other (NTP).
 
-The ledger is one run (``kind=ledger``) in the suite's experiment. Its id is the tag of an
-experiment named ``rlbench-ledger:<experiment id>``: experiment names are unique, so one
-creator wins and every driver finds the same ledger. That experiment is deleted as soon
-as it is made: a deleted experiment keeps its name and tags, and stays out of the
-experiment list.
+The ledger is 16 runs (``kind=ledger``, one per first hex digit of the identities) in the
+suite's experiment. Each one's id is the tag of an experiment named
+``rlbench-ledger:<experiment id>:<digit>``: experiment names are unique, so one creator wins
+and every driver finds the same ledger. That experiment is deleted as soon as it is made:
+a deleted experiment keeps its name and tags, and stays out of the experiment list.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,9 +43,9 @@ from mlflow.tracking import MlflowClient
 from rlbench.harness.store.tracking import with_retry
 
 __all__ = ["Claim", "ClaimLost", "Ledger", "heartbeat", "heartbeat_seconds", "host_id",
-           "stale_seconds"]
+           "latest_claims", "stale_seconds"]
 
-LEDGER_POINTER = "rlbench-ledger:{experiment_id}"
+LEDGER_POINTER = "rlbench-ledger:{experiment_id}:{shard}"
 LEDGER_TAG = "rlbench.ledger_run"
 _PREFIX = "claim."
 
@@ -141,29 +141,23 @@ class Claim:
 
 
 class Ledger:
-    """The claims of one suite's runs, on its ledger run."""
+    """The claims of the runs whose identity starts as ``identity`` does (one of 16
+    shards: a ledger run holds a sixteenth of a suite's claims, so reading one stays
+    cheap at 10,000 runs), on that shard's ledger run."""
 
-    def __init__(self, client: MlflowClient, experiment_id: str):
-        self.client = client
-        self.run_id = _ledger_run(client, experiment_id)
+    def __init__(self, client: MlflowClient, experiment_id: str, identity: str):
+        self.client, self.identity = client, identity
+        self.run_id = _ledger_run(client, experiment_id, identity[:1])
 
-    def latest(self) -> dict[str, Claim]:
-        """Each claimed identity's latest claim (one read of the ledger)."""
+    def latest(self) -> Claim | None:
+        """The identity's latest claim, None if it was never claimed (one read)."""
         run = with_retry(self.client.get_run, self.run_id)
-        latest: dict[str, Claim] = {}
-        for key, value in run.data.params.items():
-            if key.startswith(_PREFIX):
-                claim = Claim.parse(key, value)
-                current = latest.get(claim.identity)
-                if current is None or claim.epoch > current.epoch:
-                    latest[claim.identity] = claim
-        return latest
+        return latest_claims([run]).get(self.identity)
 
-    def take(self, identity: str, after: Claim | None, out_dir: Path, *,
-             token: str | None = None) -> Claim:
+    def take(self, after: Claim | None, out_dir: Path, *, token: str | None = None) -> Claim:
         """Claim the epoch after ``after`` (the first when None), as ``token`` (a new one
         when None); ``ClaimLost`` with the holder when another process took it first."""
-        claim = Claim.new(identity, 0 if after is None else after.epoch + 1, out_dir,
+        claim = Claim.new(self.identity, 0 if after is None else after.epoch + 1, out_dir,
                           token=token)
         try:
             with_retry(self.client.log_param, self.run_id, claim.key, claim.value())
@@ -177,12 +171,28 @@ class Ledger:
         return claim
 
 
-def _ledger_run(client: MlflowClient, experiment_id: str) -> str:
-    """The id of the experiment's ledger run, made by the first process that asks."""
-    name = LEDGER_POINTER.format(experiment_id=experiment_id)
+def latest_claims(ledgers: Iterable[Run]) -> dict[str, Claim]:
+    """Each identity's latest claim in ``ledgers`` (the suite's ``kind=ledger`` runs, as a
+    planner reads them all at once)."""
+    latest: dict[str, Claim] = {}
+    for run in ledgers:
+        for key, value in run.data.params.items():
+            if key.startswith(_PREFIX):
+                claim = Claim.parse(key, value)
+                current = latest.get(claim.identity)
+                if current is None or claim.epoch > current.epoch:
+                    latest[claim.identity] = claim
+    return latest
+
+
+def _ledger_run(client: MlflowClient, experiment_id: str, shard: str) -> str:
+    """The id of the experiment's ledger run of ``shard``, made by the first process that
+    asks."""
+    name = LEDGER_POINTER.format(experiment_id=experiment_id, shard=shard)
     pointer = with_retry(client.get_experiment_by_name, name)
     if pointer is None:
-        candidate = with_retry(client.create_run, experiment_id, run_name="rlbench claims",
+        candidate = with_retry(client.create_run, experiment_id,
+                               run_name=f"rlbench claims {shard}",
                                tags={"kind": "ledger"}).info.run_id
         try:
             pointer_id = with_retry(client.create_experiment, name,
@@ -193,6 +203,7 @@ def _ledger_run(client: MlflowClient, experiment_id: str) -> str:
             with_retry(client.delete_run, candidate)
         else:
             with_retry(client.delete_experiment, pointer_id)
+            with_retry(client.set_terminated, candidate, "FINISHED")  # not a run in progress
             return candidate
         pointer = with_retry(client.get_experiment_by_name, name)
     return pointer.tags[LEDGER_TAG]

@@ -29,7 +29,10 @@ from typing import Any
 
 import torch
 from mlflow.entities import Experiment, Metric, Param, Run, RunTag
-from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+from mlflow.environment_variables import (
+    MLFLOW_ALLOW_FILE_STORE,
+    MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT,
+)
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.tracking._tracking_service.utils import _tracking_store_registry
@@ -46,6 +49,7 @@ from rlbench.harness.store.sqlite import (
     sqlite_path,
     store_lock,
 )
+from rlbench.harness.store.sqlite_read import runs_tagged
 from rlbench.modules.onednn import cpu_vendor, onednn_outruns_mkl
 from rlbench.version import __version__
 
@@ -284,6 +288,10 @@ class Tracker:
         open the store the sweep prepared with ``prepare=False``."""
         self.uri = tracking_uri(out_dir)
         self.out_dir = out_dir
+        # MLflow's client prints two "View run" lines to stdout as it ends each run of a
+        # server (and reads the run back to do so): into a sweep's own output, once a run.
+        # The sweep names the tracking URI once; a user's own setting is kept.
+        os.environ.setdefault(MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT.name, "true")
         database = sqlite_path(self.uri)
         if prepare:
             check_out_dir(out_dir)
@@ -323,6 +331,14 @@ class Tracker:
 
     def runs(self, experiment_id: str, filter_string: str) -> list[Run]:
         return search_all(self.client, experiment_id, filter_string)
+
+    def runs_tagged(self, experiment_id: str, key: str, value: str) -> list[Run]:
+        """The experiment's active runs whose tag ``key`` is ``value``: from the embedded
+        store in a few bulk queries (``sqlite_read``), from a server by a paged search."""
+        database = sqlite_path(self.uri)
+        if database is None or not database.exists():
+            return self.runs(experiment_id, f"tags.`{key}` = '{value}'")
+        return runs_tagged(database, experiment_id, key, value)
 
     def delete(self, run_id: str) -> None:
         """Soft-delete a run (kept in the store, hidden from searches)."""

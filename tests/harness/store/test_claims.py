@@ -17,7 +17,14 @@ from mlflow.tracking import MlflowClient
 from rlbench.harness.plan.config import RunConfig, resolve_sweep
 from rlbench.harness.run.resume import plan_resume
 from rlbench.harness.run.runner import ELSEWHERE, execute_run
-from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat, host_id
+from rlbench.harness.store.claims import (
+    Claim,
+    ClaimLost,
+    Ledger,
+    heartbeat,
+    host_id,
+    latest_claims,
+)
 from rlbench.harness.store.tracking import Tracker, all_experiments
 
 SUITE = """
@@ -36,13 +43,13 @@ import sys
 from pathlib import Path
 from rlbench.harness.store.claims import ClaimLost, Ledger
 from rlbench.harness.store.tracking import Tracker
-out, experiment_id, start = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+out, experiment_id = Path(sys.argv[1]), sys.argv[2]
 tracker = Tracker(out, prepare=False)
-import time
-time.sleep(max(0.0, start - time.time()))  # every racer leaves at once
-ledger = Ledger(tracker.client, experiment_id)
+print("ready", flush=True)
+sys.stdin.readline()  # every racer leaves at once
+ledger = Ledger(tracker.client, experiment_id, "abc123")
 try:
-    claim = ledger.take("abc123", None, out)
+    claim = ledger.take(None, out)
     print(ledger.run_id, "won", claim.token, flush=True)
 except ClaimLost as lost:
     print(ledger.run_id, "lost", lost.holder.token, flush=True)
@@ -58,10 +65,13 @@ def test_of_racing_processes_one_makes_the_ledger_and_one_wins_the_claim(
     out = tmp_path / "out"
     tracker = Tracker(out)
     experiment_id = tracker.experiment(f"race-{store}")
-    start = time.time() + 6.0  # the racers' imports take a few seconds on 2 cores
-    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(out), experiment_id,
-                                repr(start)], stdout=subprocess.PIPE, text=True)
-              for _ in range(6)]
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(out), experiment_id],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+              for _ in range(5)]
+    assert [racer.stdout.readline() for racer in racers] == ["ready\n"] * 5
+    for racer in racers:
+        racer.stdin.write("go\n")
+        racer.stdin.flush()
     lines = [racer.communicate(timeout=120)[0].split() for racer in racers]
     assert all(racer.returncode == 0 for racer in racers)
     ledgers = {line[0] for line in lines}
@@ -88,7 +98,7 @@ def _foreign_claim(tracker: Tracker, experiment_id: str, parent_id: str, config:
                    beat_age: float | None) -> tuple[Claim, str | None]:
     """A claim of another host in the ledger, with its attempt run beating ``beat_age`` s
     ago (no attempt when None)."""
-    ledger = Ledger(tracker.client, experiment_id)
+    ledger = Ledger(tracker.client, experiment_id, config.identity)
     claim = dataclasses.replace(Claim.new(config.identity, 0, Path("/elsewhere")),
                                 host="other-host/boot", at=time.time() - (beat_age or 0))
     tracker.client.log_param(ledger.run_id, claim.key, claim.value())
@@ -106,7 +116,7 @@ def test_a_live_claim_of_another_host_is_left_alone(tmp_path: Path) -> None:
     claim, attempt = _foreign_claim(tracker, experiment_id, parent_id, config, beat_age=5.0)
 
     plan = plan_resume(tracker, experiment_id, [config])
-    assert plan.to_run == [] and [c for c, _ in plan.elsewhere] == [config]
+    assert plan.to_run == [] and plan.elsewhere == [(config, claim)]
     result = execute_run(config, tracker, experiment_id, parent_id)
     assert result.status == ELSEWHERE and result.run_id == ""
     assert "being run by process" in result.error and "other-host" in result.error
@@ -125,7 +135,7 @@ def test_a_claim_whose_heartbeat_stopped_is_taken_over(beat_age: float | None,
     dead, attempt = _foreign_claim(tracker, experiment_id, parent_id, config,
                                    beat_age=beat_age)
     if beat_age is None:  # a claim whose attempt never appeared, taken long ago
-        ledger = Ledger(tracker.client, experiment_id)
+        ledger = Ledger(tracker.client, experiment_id, config.identity)
         old = dataclasses.replace(dead, epoch=1, at=time.time() - 1000.0)
         tracker.client.log_param(ledger.run_id, old.key, old.value())
 
@@ -135,7 +145,7 @@ def test_a_claim_whose_heartbeat_stopped_is_taken_over(beat_age: float | None,
     assert result.status == "FINISHED"
     (run,) = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
     assert run.info.run_id == result.run_id
-    latest = Ledger(tracker.client, experiment_id).latest()[config.identity]
+    latest = Ledger(tracker.client, experiment_id, config.identity).latest()
     assert latest.host == host_id() and latest.token == run.data.tags["claimant"]
     assert latest.epoch == (2 if beat_age is None else 1)
     if attempt is not None:
@@ -160,15 +170,20 @@ def test_a_second_claim_of_the_same_epoch_is_refused_and_names_the_holder(
         tmp_path: Path) -> None:
     tracker = Tracker(tmp_path / "out")
     experiment_id = tracker.experiment("claims")
-    ledger = Ledger(tracker.client, experiment_id)
-    first = ledger.take("abc", None, tracker.out_dir, token="first")
+    ledger = Ledger(tracker.client, experiment_id, "abc")
+    assert ledger.latest() is None
+    first = ledger.take(None, tracker.out_dir, token="first")
     with pytest.raises(ClaimLost) as lost:
-        Ledger(tracker.client, experiment_id).take("abc", None, tracker.out_dir)
+        Ledger(tracker.client, experiment_id, "abc").take(None, tracker.out_dir)
     assert lost.value.holder == first
-    second = ledger.take("abc", first, tracker.out_dir)
-    assert ledger.latest() == {"abc": second} and second.epoch == 1
+    second = ledger.take(first, tracker.out_dir)
+    assert ledger.latest() == second and second.epoch == 1
     stored = tracker.client.get_run(ledger.run_id).data.params[first.key]
     assert json.loads(stored)["token"] == "first"
+    other = Ledger(tracker.client, experiment_id, "f00").take(None, tracker.out_dir)
+    ledgers = tracker.runs_tagged(experiment_id, "kind", "ledger")
+    assert len(ledgers) == 2, "one ledger run per first digit"
+    assert latest_claims(ledgers) == {"abc": second, "f00": other}
 
 
 def test_a_heartbeat_beats_until_its_body_ends(tmp_path: Path,
