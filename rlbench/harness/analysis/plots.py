@@ -62,7 +62,10 @@ def curve_band(
         raise ValueError(f"returns must be [seeds, frames], got shape {matrix.shape}")
     seeds = matrix.shape[0]
     index = rng.integers(0, seeds, size=(reps, seeds))
-    counts = (index[:, :, None] == np.arange(seeds)).sum(axis=1)  # [reps, seeds]
+    # how often each seed is drawn in each resample, [reps, seeds]: one bincount over all
+    # resamples at once, each offset into its own row (memory reps × seeds, not × seeds²)
+    rows = index + np.arange(reps)[:, None] * seeds
+    counts = np.bincount(rows.ravel(), minlength=reps * seeds).reshape(reps, seeds)
     means = counts @ matrix / seeds  # [reps, T]: the mean of each resample at each frame
     low, high = percentile_bounds(means, confidence, axis=0)
     return matrix.mean(axis=0), low, high

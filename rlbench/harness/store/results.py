@@ -26,6 +26,7 @@ from mlflow.entities import Metric, Run
 from mlflow.tracking import MlflowClient
 
 from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
+from rlbench.harness.store.server_read import metric_histories as served_histories
 from rlbench.harness.store.sqlite import INCOMPLETE, MISSING, inspect_store, sqlite_path
 from rlbench.harness.store.sqlite_read import metric_histories, runs_tagged
 from rlbench.harness.store.tracking import (
@@ -247,9 +248,14 @@ def curves(store: str | Path | MlflowClient | None = None, *, suite: str,
 def curves_of(client: MlflowClient, runs: pd.DataFrame) -> pd.DataFrame:
     """``curves`` of the runs of a ``load`` frame."""
     rows = []
-    database = sqlite_path(client.tracking_uri)
-    histories = (None if database is None
-                 else metric_histories(database, list(runs.run_id), (RETURN, RETURN_STD)))
+    uri, ids, keys = client.tracking_uri, list(runs.run_id), (RETURN, RETURN_STD)
+    database = sqlite_path(uri)
+    if database is not None:
+        histories = metric_histories(database, ids, keys)
+    elif uri.startswith(("http://", "https://")) and ids:
+        histories = served_histories(uri, ids, keys)
+    else:
+        histories = None
 
     def history(run_id: str, key: str) -> list[Metric]:
         if histories is None:

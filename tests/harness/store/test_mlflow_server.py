@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
+from rlbench.harness.store import server_read
 
 SUITE = """
 algos: [ppo]
@@ -59,3 +61,35 @@ def test_sweep_resume_and_compare_through_a_tracking_server(
     assert main(["compare", "suite=served", f"out_dir={out}", "format=markdown",
                  "reps=100"]) == 0
     assert "| CartPole-v1 | ppo | 1,024 | 2 |" in capsys.readouterr().out
+
+
+def test_metric_histories_come_in_bulk_equal_to_the_clients_run_by_run(
+        mlflow_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = MlflowClient(mlflow_server)
+    experiment = client.create_experiment("bulk")
+    ids = []
+    for index in range(3):
+        run_id = client.create_run(experiment).info.run_id
+        points = [Metric(key, float(step * index), 1000 + step, step)
+                  for step in (512, 256, 768) for key in ("eval/return_mean", "other")]
+        client.log_batch(run_id, metrics=points)
+        ids.append(run_id)
+    keys = ("eval/return_mean", "other")
+    expected = {(run_id, key): sorted(client.get_metric_history(run_id, key),
+                                      key=lambda m: (m.step, m.timestamp))
+                for run_id in ids for key in keys}
+
+    def as_tuples(histories):
+        return {k: [(m.key, m.value, m.timestamp, m.step) for m in v]
+                for k, v in histories.items()}
+
+    assert as_tuples(server_read.metric_histories(mlflow_server, ids, keys)) == as_tuples(
+        expected)
+    monkeypatch.setattr(server_read, "RUNS_PER_REQUEST", 2)  # several requests a key
+    assert as_tuples(server_read.metric_histories(mlflow_server, ids, keys)) == as_tuples(
+        expected)
+    monkeypatch.setattr(server_read, "POINTS_PER_REQUEST", 3)  # answers at the cap
+    assert as_tuples(server_read.metric_histories(mlflow_server, ids, keys)) == as_tuples(
+        expected)
+    monkeypatch.setattr(server_read, "ENDPOINT", "/ajax-api/2.0/mlflow/metrics/no-such-read")
+    assert server_read.metric_histories(mlflow_server, ids, keys) is None
