@@ -9,6 +9,8 @@ drivers on two machines do.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
@@ -161,6 +163,33 @@ for node in ray.nodes():
 """
 
 
+def _kill_node(temp_dir: Path) -> None:
+    """SIGKILL every process of the Ray node(s) under ``temp_dir``: those whose command line
+    names it (raylet, GCS, monitors) and all their descendants (agents, workers)."""
+    parents: dict[int, int] = {}
+    named: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
+        except OSError:  # it ended meanwhile
+            continue
+        parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
+        if str(temp_dir) in command:
+            named.add(int(entry.name))
+    doomed, grew = set(named), True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in doomed} - doomed
+        doomed |= children
+        grew = bool(children)
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[RayCluster]:
     """A head and a worker raylet on this machine, one CPU each (short temp dirs: Ray's
@@ -184,7 +213,7 @@ def ray_cluster() -> Iterator[RayCluster]:
         (worker_id,) = [line.split()[0] for line in nodes if str(worker) in line]
         yield RayCluster(address, head, worker, worker_id)
     finally:
-        subprocess.run(["pkill", "-9", "-f", str(root)], check=False)
+        _kill_node(root)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -192,24 +221,37 @@ def test_runs_spread_over_the_nodes_and_a_killed_node_loses_nothing(
         ray_cluster: RayCluster, mlflow_server: str, tmp_path: Path) -> None:
     suite = _suite(tmp_path, "ray", seeds=5, frames=30_000)
     client = MlflowClient(mlflow_server)
-    driver = _driver(mlflow_server, suite, tmp_path / "driver", "launcher=ray",
-                     f"ray.address={ray_cluster.address}", env=RAY_ENV)
+    out = tmp_path / "driver"
+    driver = _driver(mlflow_server, suite, out, "launcher=ray",
+                     f"ray.address={ray_cluster.address}", "checkpoint_every=4096",
+                     env=RAY_ENV)
 
     def on_worker(status: str) -> list:
         return [r for r in _attempts_if_any(client, "ray") if r.info.status == status
                 and r.data.tags.get("ray_node_id") == ray_cluster.worker_id]
 
+    def checkpointed_early(runs: list) -> bool:
+        """A run has a checkpoint, with half its frames or more still to go (so it is still
+        running a moment later). The same path on both nodes: they share one machine."""
+        return any(json.loads(manifest.read_text())["progress"] <= 15_000
+                   for run in runs for manifest in (out / "checkpoints").glob(
+                       f"*/*/{run.data.tags['config_hash']}/checkpoint.json"))
+
     deadline = time.monotonic() + 300
-    while not (on_worker("FINISHED") and on_worker("RUNNING")):
+    while not (on_worker("FINISHED") and checkpointed_early(on_worker("RUNNING"))):
         assert driver.poll() is None and time.monotonic() < deadline, driver.stdout.read()
-        time.sleep(0.5)
-    subprocess.run(["pkill", "-9", "-f", str(ray_cluster.worker)], check=False)
+        time.sleep(0.2)
+    _kill_node(ray_cluster.worker)  # its raylet, agents and workers, as a machine dies
 
     output = driver.communicate(timeout=400)[0]
     assert driver.returncode == 0, output
     assert re.search(r"retried ppo/CartPole-v1/seed\d: its (node|worker) died "
                      r"\((NodeDiedError|WorkerCrashedError)\)", output), output
     _exactly_once(client, "ray", runs=5)
+    # the retry resumed from the checkpoint the dead node left, and its line reached here
+    assert re.search(r"rlbench: ppo/CartPole-v1/seed\d resumes from its checkpoint at "
+                     r"\d[\d,]* frames", output), output
+    assert any("resumed_from" in run.data.tags for run in _attempts(client, "ray"))
     every = _attempts(client, "ray", ViewType.ALL)
     nodes = {run.data.tags.get("ray_node_id") for run in every}
     assert len(nodes) == 2 and ray_cluster.worker_id in nodes, "runs ran on both nodes"
