@@ -14,8 +14,9 @@ finished exactly as rlbench's own runs are, so ``rlbench compare`` puts it besid
                           suite=sweep.suite.name, library="mylib 1.0")
 
 Each config runs at most once per identity (its resolved config's hash): a config that
-finished earlier in the same store is skipped, one that another process is running is left
-to it, attempts a killed process left are replaced. Python, numpy and torch are seeded
+finished earlier in the same store is skipped, one that another process is running (here, or
+on any host sharing the tracking store) is left to it, attempts a killed process left are
+replaced. Python, numpy and torch are seeded
 from the run's (base seed, seed index) before ``train`` is called. A ``train`` that raises
 is recorded FAILED with its traceback and the other configs go on; Ctrl-C and SIGTERM mark
 the run KILLED and stop the sweep, so the same call later runs what is left.
@@ -84,11 +85,14 @@ class ExternalResult:
     finished: dict[str, float] = field(default_factory=dict)  # final mean eval return
     skipped: list[str] = field(default_factory=list)  # finished earlier or meanwhile
     failed: dict[str, str] = field(default_factory=dict)  # the error, one line
-    left: list[str] = field(default_factory=list)  # another process holds them
+    left: list[str] = field(default_factory=list)  # another process here holds them
+    # a live process of another host (or into another out dir) runs them: not a failure
+    elsewhere: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
-        """0 when every config finished, 1 otherwise (as ``rlbench run``)."""
+        """0 when every config finished here or is being run elsewhere, 1 otherwise (as
+        ``rlbench run``)."""
         return 1 if self.failed or self.left else 0
 
 
@@ -118,7 +122,7 @@ def run_external(configs: Sequence[RunConfig], train: Callable[[ExternalRun], No
         result.skipped.append(done.config.name)
     for config, claim in plan.elsewhere:
         log(f"{config.name}: not run, being run by {claim.describe()}")
-        result.left.append(config.name)
+        result.elsewhere.append(config.name)
     status = "KILLED"
     try:
         with _sigterm_as_interrupt():
@@ -143,9 +147,13 @@ def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config:
                 return
             final = _run_one(tracker, experiment_id, parent_id, config, train,
                              {**tags, **claim.tags()})
-    except (RunInProgressError, ClaimLost) as err:
+    except RunInProgressError as err:
         log(f"{config.name}: not run, {err}")
         result.left.append(config.name)
+        return
+    except ClaimLost as lost:
+        log(f"{config.name}: not run, {lost}")
+        result.elsewhere.append(config.name)
         return
     except Exception as exc:  # recorded in its run; the others go on
         log(f"{config.name}: FAILED, {one_line(exc)}")

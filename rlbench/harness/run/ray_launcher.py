@@ -136,6 +136,7 @@ def run_on_ray(runs: list[RunConfig], tracker: Tracker, experiment_id: str, pare
     by_ref: dict[Any, tuple[RunConfig, str]] = {}
     by_identity = {run.identity: run for run in runs}
     retried: dict[str, list[str]] = {}
+    buried: dict[str, tuple[str, ...]] = {}  # the tokens of each run's dead tasks
 
     def submit(run: RunConfig, dead: tuple[str, ...] = ()) -> None:
         options = {"num_cpus": run.threads,
@@ -184,7 +185,9 @@ def run_on_ray(runs: list[RunConfig], tracker: Tracker, experiment_id: str, pare
                         mark_dead(tracker, experiment_id, parent_id, run,
                                   f"{why}; started again", status="KILLED")
                         history.append(why)
-                        submit(run, dead=(token,))
+                        # every earlier task of the run is dead, whether it claimed or not
+                        buried[run.identity] = (*buried.get(run.identity, ()), token)
+                        submit(run, dead=buried[run.identity])
                         continue
                     result = mark_dead(tracker, experiment_id, parent_id, run,
                                        f"{why}, after {len(history)} retries")

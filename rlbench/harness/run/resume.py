@@ -23,6 +23,7 @@ this host into the same out dir whose process died are closed first, with their 
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from rlbench.harness.run.locks import (
 )
 from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, stored_result
 from rlbench.harness.store.claims import Claim, latest_claims
-from rlbench.harness.store.tracking import Tracker, all_experiments, with_retry
+from rlbench.harness.store.tracking import Tracker, all_experiments, host_id, with_retry
 
 __all__ = ["ResumePlan", "plan_resume", "reap_dead_sweeps"]
 
@@ -66,6 +67,7 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
     """
     try:
         with planning(tracker.out_dir):
+            read_at = time.time()  # heartbeats are judged as of the read
             stored = tracker.runs_tagged(experiment_id, "kind", "run")
             # read after the attempts: every attempt seen has its claim in the ledger
             claims = latest_claims(tracker.runs_tagged(experiment_id, "kind", "ledger"))
@@ -80,7 +82,7 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
                                   f"{tracker.out_dir} now: let it finish, or give another "
                                   "out_dir")
             deaths = reap_dead_sweeps(tracker)
-            plan = _plan(tracker, runs, stored, claims, reuse_code)
+            plan = _plan(tracker, runs, stored, claims, read_at, reuse_code)
             plan.deaths = deaths
             return plan
     except RunInProgressError as err:
@@ -100,7 +102,9 @@ def reap_dead_sweeps(tracker: Tracker) -> list[str]:
         for sweep in tracker.runs(experiment.experiment_id, "tags.kind = 'sweep' and "
                                                             "attributes.status = 'RUNNING'"):
             parent_id, tags = sweep.info.run_id, sweep.data.tags
-            if (tags.get("out_dir"), tags.get("host")) != (out_dir, host) or is_sweep_alive(
+            here = (tags.get("host_id") == host_id() if "host_id" in tags
+                    else tags.get("host") == host)  # a sweep of an older rlbench
+            if tags.get("out_dir") != out_dir or not here or is_sweep_alive(
                     tracker.out_dir, parent_id):
                 continue
             if with_retry(tracker.client.get_run, parent_id).info.status != "RUNNING":
@@ -130,7 +134,7 @@ def _record_death(tracker: Tracker, run: Run) -> list[str]:
 
 
 def _plan(tracker: Tracker, runs: list[RunConfig], stored: list[Run],
-          claims: dict[str, Claim], reuse_code: bool) -> ResumePlan:
+          claims: dict[str, Claim], read_at: float, reuse_code: bool) -> ResumePlan:
     by_identity: dict[str, list[Run]] = {}
     by_config: dict[str, list[Run]] = {}  # finished runs by their identity without code
     for run in stored:
@@ -147,7 +151,7 @@ def _plan(tracker: Tracker, runs: list[RunConfig], stored: list[Run],
         if not done and claim is not None and not claim.is_local(tracker.out_dir):
             holder = next((r for r in attempts
                            if r.data.tags.get("claimant") == claim.token), None)
-            if claim.alive(holder):  # another host's or out dir's live process runs it
+            if claim.alive(holder, read_at):  # another host's or out dir's live process
                 plan.elsewhere.append((config, claim))
                 continue
         for stale in attempts:

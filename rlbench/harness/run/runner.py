@@ -126,6 +126,7 @@ def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: fl
     claims whose token is in ``dead`` are dead, whatever their heartbeat says (a launcher
     knows its Ray task's node died)."""
     with run_lock(tracker.out_dir, config, timeout):
+        read_at = time.time()  # heartbeats are judged as of the read
         attempts = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
         finished = [run for run in attempts if run.info.status == "FINISHED"]
         if finished:
@@ -137,7 +138,7 @@ def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: fl
         if latest is not None and not latest.is_local(tracker.out_dir):
             holder = next((run for run in attempts
                            if run.data.tags.get("claimant") == latest.token), None)
-            if latest.token not in dead and latest.alive(holder):
+            if latest.token not in dead and latest.alive(holder, read_at):
                 raise ClaimLost(latest)
         claim = ledger.take(latest, tracker.out_dir, token=token)
         for stale in attempts:  # the attempts of claims judged dead, now superseded

@@ -24,10 +24,8 @@ a deleted experiment keeps its name and tags, and stays out of the experiment li
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -40,7 +38,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from rlbench.harness.store.tracking import with_retry
+from rlbench.harness.store.tracking import host_id, with_retry
 
 __all__ = ["Claim", "ClaimLost", "Ledger", "heartbeat", "heartbeat_seconds", "host_id",
            "latest_claims", "stale_seconds"]
@@ -48,6 +46,7 @@ __all__ = ["Claim", "ClaimLost", "Ledger", "heartbeat", "heartbeat_seconds", "ho
 LEDGER_POINTER = "rlbench-ledger:{experiment_id}:{shard}"
 LEDGER_TAG = "rlbench.ledger_run"
 _PREFIX = "claim."
+NO_ATTEMPT_LIFETIMES = 5
 
 
 def stale_seconds() -> float:
@@ -61,15 +60,13 @@ def heartbeat_seconds() -> float:
     return stale_seconds() / 4
 
 
-@functools.cache
-def host_id() -> str:
-    """This machine: its host name and the kernel's boot id (two containers or machines
-    that share a host name still differ)."""
+def _place(out_dir: Path) -> str:
+    """``out_dir``'s device and inode ("" while it does not exist)."""
     try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = out_dir.stat()
     except OSError:
-        boot = ""
-    return f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
+        return ""
+    return f"{stat.st_dev}:{stat.st_ino}"
 
 
 class ClaimLost(RuntimeError):
@@ -92,6 +89,8 @@ class Claim:
     out_dir: str
     pid: int
     at: float  # when it was taken, seconds since the epoch, the claimant's clock
+    # the out dir's device and inode: one path on two volumes (two containers) differs
+    place: str = ""
 
     @property
     def key(self) -> str:
@@ -104,8 +103,7 @@ class Claim:
 
     def tags(self) -> dict[str, str]:
         """What its attempt run is tagged with: the claim, and a first heartbeat."""
-        return {"claim": self.key, "claimant": self.token, "heartbeat": repr(time.time()),
-                "host_id": self.host}
+        return {"claim": self.key, "claimant": self.token, "heartbeat": repr(time.time())}
 
     def describe(self) -> str:
         name = self.host.split("/", 1)[0]
@@ -114,14 +112,18 @@ class Claim:
     def is_local(self, out_dir: Path) -> bool:
         """Taken on this machine, into ``out_dir``: the run's lock file there says whether
         its process lives, at once and without a heartbeat."""
-        return self.host == host_id() and self.out_dir == str(out_dir.resolve())
+        return (self.host == host_id() and self.out_dir == str(out_dir.resolve())
+                and self.place == _place(out_dir))
 
     def alive(self, attempt: Run | None, now: float | None = None) -> bool:
-        """Whether its process still runs it, by its attempt's status and heartbeat (a
-        claim whose attempt is not made yet, by the time it was taken)."""
+        """Whether its process still runs it, by its attempt's status and heartbeat; a
+        claim whose attempt is not made yet (its process reads the run's checkpoint first,
+        which may take minutes on a slow disk) lives ``NO_ATTEMPT_LIFETIMES`` times as long
+        from when it was taken. ``now``: when the attempt was read, not later (a judgment
+        made a minute after the read must not count that minute against the heartbeat)."""
         now = time.time() if now is None else now
         if attempt is None:
-            return now - self.at < stale_seconds()
+            return now - self.at < NO_ATTEMPT_LIFETIMES * stale_seconds()
         if attempt.info.status != "RUNNING":
             return False
         beat = float(attempt.data.tags.get("heartbeat", self.at))
@@ -131,8 +133,8 @@ class Claim:
     def new(cls, identity: str, epoch: int, out_dir: Path, *,
             token: str | None = None) -> Claim:
         return cls(identity=identity, epoch=epoch, token=token or uuid.uuid4().hex,
-                   host=host_id(),
-                   out_dir=str(out_dir.resolve()), pid=os.getpid(), at=time.time())
+                   host=host_id(), out_dir=str(out_dir.resolve()), pid=os.getpid(),
+                   at=time.time(), place=_place(out_dir))
 
     @classmethod
     def parse(cls, key: str, value: str) -> Claim:
@@ -195,17 +197,17 @@ def _ledger_run(client: MlflowClient, experiment_id: str, shard: str) -> str:
                                run_name=f"rlbench claims {shard}",
                                tags={"kind": "ledger"}).info.run_id
         try:
-            pointer_id = with_retry(client.create_experiment, name,
-                                    tags={LEDGER_TAG: candidate})
-        except MlflowException as err:  # another process made it first: its ledger holds
-            if err.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
-            with_retry(client.delete_run, candidate)
-        else:
-            with_retry(client.delete_experiment, pointer_id)
-            with_retry(client.set_terminated, candidate, "FINISHED")  # not a run in progress
-            return candidate
+            with_retry(client.create_experiment, name, tags={LEDGER_TAG: candidate})
+        except MlflowException as err:  # made first by another process, or by this one
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":  # when an answer was lost and
+                raise                                         # the client asked again
         pointer = with_retry(client.get_experiment_by_name, name)
+        if pointer.tags[LEDGER_TAG] != candidate:  # another process's ledger holds
+            with_retry(client.delete_run, candidate)
+            return pointer.tags[LEDGER_TAG]
+        if pointer.lifecycle_stage == "active":
+            with_retry(client.delete_experiment, pointer.experiment_id)
+        with_retry(client.set_terminated, candidate, "FINISHED")  # not a run in progress
     return pointer.tags[LEDGER_TAG]
 
 
@@ -234,4 +236,6 @@ def heartbeat(client: MlflowClient, run_id: str) -> Iterator[None]:
         yield
     finally:
         stop.set()
-        thread.join()
+        # a beat waiting on a server that does not answer must not hold the run's end:
+        # the thread is a daemon, and a late beat on an ended run is harmless
+        thread.join(timeout=5.0)

@@ -54,7 +54,7 @@ from rlbench.modules.onednn import cpu_vendor, onednn_outruns_mkl
 from rlbench.version import __version__
 
 __all__ = ["RunRecorder", "Tracker", "all_experiments", "check_reachable", "environment_tags",
-           "flatten", "search_all", "signals_held", "tracking_uri", "with_retry"]
+           "flatten", "host_id", "search_all", "signals_held", "tracking_uri", "with_retry"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 SCORE = "eval/normalized_score"  # D4RL's normalized score of an offline run's evaluation
@@ -207,6 +207,18 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+@functools.cache
+def host_id() -> str:
+    """This machine: its host name and the kernel's boot id (two machines that share a
+    host name still differ; containers of one machine share the boot id, and are told
+    apart by their host names and by ``Claim.place``)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
+
+
 def environment_tags(device: str) -> dict[str, str]:
     """Code, library versions, host and device: what makes numbers comparable."""
     return {
@@ -219,6 +231,7 @@ def environment_tags(device: str) -> dict[str, str]:
         "mujoco_version": _version("mujoco"),
         "python_version": platform.python_version(),
         "host": socket.gethostname(),
+        "host_id": host_id(),
         "device": device,
         "cpu_vendor": cpu_vendor() or "unknown",
         "onednn_outruns_mkl": str(onednn_outruns_mkl()).lower(),

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from rlbench.cli import main
 from rlbench.harness.run import resume
 from rlbench.harness.store.sqlite import INCOMPLETE, MISSING, READY, inspect_store
-from rlbench.harness.store.tracking import Tracker, tracking_uri
+from rlbench.harness.store.tracking import Tracker, host_id, tracking_uri
 
 TINY = """
 algos: [ppo]
@@ -192,22 +192,28 @@ def test_a_tracking_uri_with_query_parameters(tmp_path: Path, tiny: Path,
     assert sorted(p.name for p in database.parent.iterdir()) == ["m.db", "m.db.lock"]
 
 
-def _dead_sweep(client: MlflowClient, out: Path, host: str) -> str:
+def _dead_sweep(client: MlflowClient, out: Path, host: str, **tags: str) -> str:
     experiment = client.get_experiment_by_name("tiny") or client.get_experiment(
         client.create_experiment("tiny"))
     run = client.create_run(experiment.experiment_id, tags={
-        "kind": "sweep", "suite": "tiny", "out_dir": str(out.resolve()), "host": host})
+        "kind": "sweep", "suite": "tiny", "out_dir": str(out.resolve()), "host": host,
+        **tags})
     return run.info.run_id
 
 
 def test_only_this_hosts_dead_sweeps_are_closed(tmp_path: Path, tiny: Path) -> None:
     out = _store_with_a_run(tmp_path, tiny)
     client = MlflowClient(tracking_uri(out))
-    here = _dead_sweep(client, out, socket.gethostname())
+    here = _dead_sweep(client, out, socket.gethostname())  # an older rlbench's: no host_id
+    this_machine = _dead_sweep(client, out, socket.gethostname(), host_id=host_id())
     elsewhere = _dead_sweep(client, out, "another-host")
+    # another machine of the same name, with the same out dir path (not shared)
+    namesake = _dead_sweep(client, out, socket.gethostname(), host_id="namesake/boot")
     assert main(["run", f"suite={tiny}", f"out_dir={out}"]) == 0
     assert client.get_run(here).info.status == "KILLED"
+    assert client.get_run(this_machine).info.status == "KILLED"
     assert client.get_run(elsewhere).info.status == "RUNNING"
+    assert client.get_run(namesake).info.status == "RUNNING"
 
 
 def test_a_sweep_that_ends_while_judged_is_not_marked_killed(
