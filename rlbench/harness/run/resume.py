@@ -39,7 +39,7 @@ from rlbench.harness.run.locks import (
     planning,
 )
 from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, stored_result
-from rlbench.harness.store.claims import Claim, latest_claims
+from rlbench.harness.store.claims import Claim, latest_claims, stale_seconds
 from rlbench.harness.store.tracking import Tracker, all_experiments, host_id, with_retry
 
 __all__ = ["ResumePlan", "plan_resume", "reap_dead_sweeps"]
@@ -82,7 +82,7 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
                                   f"{tracker.out_dir} now: let it finish, or give another "
                                   "out_dir")
             deaths = reap_dead_sweeps(tracker)
-            plan = _plan(tracker, runs, stored, claims, read_at, reuse_code)
+            plan = _plan(tracker, experiment_id, runs, stored, claims, read_at, reuse_code)
             plan.deaths = deaths
             return plan
     except RunInProgressError as err:
@@ -133,7 +133,7 @@ def _record_death(tracker: Tracker, run: Run) -> list[str]:
     return []
 
 
-def _plan(tracker: Tracker, runs: list[RunConfig], stored: list[Run],
+def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig], stored: list[Run],
           claims: dict[str, Claim], read_at: float, reuse_code: bool) -> ResumePlan:
     by_identity: dict[str, list[Run]] = {}
     by_config: dict[str, list[Run]] = {}  # finished runs by their identity without code
@@ -151,6 +151,11 @@ def _plan(tracker: Tracker, runs: list[RunConfig], stored: list[Run],
         if not done and claim is not None and not claim.is_local(tracker.out_dir):
             holder = next((r for r in attempts
                            if r.data.tags.get("claimant") == claim.token), None)
+            if holder is None and read_at - claim.at >= stale_seconds():
+                # no attempt in the active view this long after the claim: made and
+                # deleted (judged dead), or never made; only the first is in the store
+                holder = next(iter(tracker.runs(
+                    experiment_id, f"tags.claimant = '{claim.token}'", deleted=True)), None)
             if claim.alive(holder, read_at):  # another host's or out dir's live process
                 plan.elsewhere.append((config, claim))
                 continue

@@ -127,7 +127,9 @@ def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: fl
     knows its Ray task's node died)."""
     with run_lock(tracker.out_dir, config, timeout):
         read_at = time.time()  # heartbeats are judged as of the read
-        attempts = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
+        every = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'",
+                             deleted=True)  # a deleted attempt's claim is dead
+        attempts = [run for run in every if run.info.lifecycle_stage == "active"]
         finished = [run for run in attempts if run.info.status == "FINISHED"]
         if finished:
             yield finished[0]
@@ -136,7 +138,7 @@ def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: fl
         latest = ledger.latest()
         # a claim of this machine into this out dir is dead: its process let go of the lock
         if latest is not None and not latest.is_local(tracker.out_dir):
-            holder = next((run for run in attempts
+            holder = next((run for run in every
                            if run.data.tags.get("claimant") == latest.token), None)
             if latest.token not in dead and latest.alive(holder, read_at):
                 raise ClaimLost(latest)

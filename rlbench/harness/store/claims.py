@@ -116,16 +116,17 @@ class Claim:
                 and self.place == _place(out_dir))
 
     def alive(self, attempt: Run | None, now: float | None = None) -> bool:
-        """Whether its process still runs it, by its attempt's status and heartbeat; a
-        claim whose attempt is not made yet (its process reads the run's checkpoint first,
-        which may take minutes on a slow disk) lives ``NO_ATTEMPT_LIFETIMES`` times as long
-        from when it was taken. ``now``: when the attempt was read, not later (a judgment
-        made a minute after the read must not count that minute against the heartbeat)."""
+        """Whether its process still runs it, by its attempt's status and heartbeat (an
+        attempt deleted from the active view is dead); a claim whose attempt is not made
+        yet (its process reads the run's checkpoint first, which may take minutes on a slow
+        disk) lives ``NO_ATTEMPT_LIFETIMES`` times as long from when it was taken.
+        ``now``: when the attempt was read, not later (a judgment made a minute after the
+        read must not count that minute against the heartbeat)."""
         now = time.time() if now is None else now
         if attempt is None:
             return now - self.at < NO_ATTEMPT_LIFETIMES * stale_seconds()
-        if attempt.info.status != "RUNNING":
-            return False
+        if attempt.info.status != "RUNNING" or attempt.info.lifecycle_stage != "active":
+            return False  # ended, or deleted by a process that judged it dead
         beat = float(attempt.data.tags.get("heartbeat", self.at))
         return now - beat < stale_seconds()
 

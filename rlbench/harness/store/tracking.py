@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from mlflow.entities import Experiment, Metric, Param, Run, RunTag
+from mlflow.entities import Experiment, Metric, Param, Run, RunTag, ViewType
 from mlflow.environment_variables import (
     MLFLOW_ALLOW_FILE_STORE,
     MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT,
@@ -264,13 +264,16 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
                           f"({err}); start it or unset MLFLOW_TRACKING_URI") from err
 
 
-def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> list[Run]:
-    """Every active run of the experiment matching ``filter_string``, all pages."""
+def search_all(client: MlflowClient, experiment_id: str, filter_string: str, *,
+               deleted: bool = False) -> list[Run]:
+    """Every active run of the experiment matching ``filter_string`` (and every deleted one
+    with ``deleted``), all pages."""
     found: list[Run] = []
     token = None
+    view = ViewType.ALL if deleted else ViewType.ACTIVE_ONLY
     while True:
         page = with_retry(client.search_runs, [experiment_id], filter_string,
-                          max_results=1000, page_token=token)
+                          run_view_type=view, max_results=1000, page_token=token)
         found.extend(page)
         token = page.token
         if not token:
@@ -342,8 +345,9 @@ class Tracker:
                          tags={"suite": suite, "kind": "sweep", **tags})
         return run.info.run_id
 
-    def runs(self, experiment_id: str, filter_string: str) -> list[Run]:
-        return search_all(self.client, experiment_id, filter_string)
+    def runs(self, experiment_id: str, filter_string: str, *,
+             deleted: bool = False) -> list[Run]:
+        return search_all(self.client, experiment_id, filter_string, deleted=deleted)
 
     def runs_tagged(self, experiment_id: str, key: str, value: str) -> list[Run]:
         """The experiment's active runs whose tag ``key`` is ``value``: from the embedded
