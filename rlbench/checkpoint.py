@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -60,7 +61,9 @@ class CheckpointSettings:
     checkpoint of another identity is refused. ``resume``: the state read from the run's
     last checkpoint (``read_checkpoint``), or None to start from the beginning; the run's
     loop lets go of it (sets None) once loaded, so a resumed run does not hold its buffer
-    twice.
+    twice. ``after_write``: called with each new checkpoint's path and progress once it is
+    in place (a harness copies it to where another machine can resume from it); it reports
+    its own errors.
     """
 
     directory: Path
@@ -68,6 +71,7 @@ class CheckpointSettings:
     every: int | None = None
     keep: int = 1
     resume: dict[str, Any] | None = None
+    after_write: Callable[[Path, int], None] | None = None
 
 
 _stop = threading.Event()

@@ -38,6 +38,9 @@ keys: suite (a shipped name or a .yaml path), algo (algos), env (envs): comma li
       change you know leaves the numbers alone; a run's identity includes its code's hash)
       checkpoint_every (frames or gradient steps between checkpoints, default 25000: a
       killed run resumes from its last one; SIGTERM and Ctrl-C checkpoint first)
+      checkpoint_store (auto|out_dir|tracking: tracking also uploads each checkpoint to
+      the run's MLflow run, so a run taken over on another host resumes; auto: tracking
+      when the store is an mlflow server)
       out_dir (default rlbench_runs; MLFLOW_TRACKING_URI overrides its store)
       jobs (runs at a time, each in its own process), launcher (local|ray),
       ray.address (with launcher=ray: auto, host:port or ray://host:port), dry_run

@@ -380,7 +380,7 @@ class RunLoop:
         settings = self.spec.checkpoint
         state = {**run_state(self._parts, self.logger), "loop": self._loop_state()}
         try:
-            return write_checkpoint(settings.directory, settings.identity, progress, state,
+            path = write_checkpoint(settings.directory, settings.identity, progress, state,
                                     keep=settings.keep)
         except OSError as err:
             if not report_errors:
@@ -389,6 +389,9 @@ class RunLoop:
                   f"{settings.directory} ({type(err).__name__}: {err}); its last checkpoint "
                   "stays the one to resume from", file=sys.stderr)
             return None
+        if settings.after_write is not None:
+            settings.after_write(path, progress)
+        return path
 
     def _loop_state(self) -> dict[str, Any]:
         transitions = (tensordict_state(torch.cat(self._transitions, dim=-1))

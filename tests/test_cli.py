@@ -6,6 +6,7 @@ import pytest
 
 import rlbench
 from rlbench.cli import HELP, main
+from rlbench.harness.plan.config import SWEEP_KEYS
 
 
 @pytest.mark.parametrize("command", ["run", "show", "compare", "regress", "list"])
@@ -17,9 +18,8 @@ def test_each_command_prints_its_own_help(capsys, command: str, flag: str) -> No
 
 
 def test_run_help_names_every_sweep_key() -> None:
-    for key in ("launcher", "ray.address", "jobs", "force_threads", "out_dir", "dry_run",
-                "eval_episodes", "base_seed"):
-        assert key in HELP["run"]
+    for key in (*SWEEP_KEYS, "eval_episodes", "base_seed"):
+        assert key in HELP["run"], key
 
 
 def test_version(capsys) -> None:

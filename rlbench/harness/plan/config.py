@@ -48,12 +48,17 @@ CHECKPOINT_EVERY = 25_000
 ALIASES = {"algo": "algos", "env": "envs", "dataset": "datasets"}
 SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
               "launcher": "local", "ray.address": None, "force_threads": False, "reuse": None,
-              "checkpoint_every": CHECKPOINT_EVERY}
+              "checkpoint_every": CHECKPOINT_EVERY, "checkpoint_store": "auto"}
 REUSE = ("code",)  # reuse=code: finished runs of the same config made by other code count
 LAUNCHERS = ("local", "ray")
 LIST_KEYS = {"algos", "envs", "datasets"}
 # Settings whose value is a name or a path: taken as typed, never as a YAML number or null.
-TEXT_KEYS = {"suite", "out_dir", "launcher", "ray.address", "device", "reuse"}
+TEXT_KEYS = {"suite", "out_dir", "launcher", "ray.address", "device", "reuse",
+             "checkpoint_store"}
+# Where checkpoints go besides the out dir: ``tracking`` uploads each to the run's MLflow
+# run, so a run taken over on another host resumes from it; ``auto``: when the store is an
+# ``mlflow server`` (``store.checkpoint_uploads``).
+CHECKPOINT_STORES = ("auto", "out_dir", "tracking")
 DEVICE_PATTERN = re.compile(r"(cpu|mps)(:0)?|cuda(:\d+)?")
 
 
@@ -174,6 +179,7 @@ class RunConfig:
     # frames or gradient steps between checkpoints: how a run is kept, not what it
     # computes (a resumed run computes the same numbers), so not part of its identity
     checkpoint_every: int = field(default=CHECKPOINT_EVERY, compare=False)
+    checkpoint_store: str = field(default="auto", compare=False)  # one of CHECKPOINT_STORES
 
     @property
     def offline(self) -> bool:
@@ -222,7 +228,7 @@ class RunConfig:
             del fields["frames"]
         if not fields["code"]:
             del fields["code"]
-        del fields["checkpoint_every"]
+        del fields["checkpoint_every"], fields["checkpoint_store"]
         return fields
 
     @functools.cached_property
@@ -594,6 +600,11 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     checkpoint_every = _positive_int(sweep, "checkpoint_every")
     if checkpoint_every != CHECKPOINT_EVERY:
         runs = [replace(run, checkpoint_every=checkpoint_every) for run in runs]
+    checkpoint_store = sweep["checkpoint_store"]
+    if checkpoint_store not in CHECKPOINT_STORES:
+        raise UnknownNameError("checkpoint_store", str(checkpoint_store), CHECKPOINT_STORES)
+    if checkpoint_store != "auto":
+        runs = [replace(run, checkpoint_store=checkpoint_store) for run in runs]
     reuse = sweep["reuse"]
     if reuse is not None and reuse not in REUSE:
         raise UnknownNameError("reuse", str(reuse), REUSE)

@@ -21,8 +21,7 @@ import re
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +44,7 @@ from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import run_member
 from rlbench.harness.store.sqlite import sqlite_path
+from rlbench.harness.store.tracking import quiet_downloads
 from rlbench.harness.store.tracking import tracking_uri as uri_of
 from rlbench.modules.exploration import set_exploration_type
 from rlbench.untrusted_files import read_text
@@ -158,7 +158,7 @@ def _read_store_run(run: str, out_dir: str | Path | None, tracking_uri: str | No
     weights = "" if snapshot is None else f"snapshots/{snapshot}"
     wanted = {"config.yaml", *(f"{weights}/{name}".lstrip("/")
                                for name in ("policy.pt", "normalization.pt"))}
-    with tempfile.TemporaryDirectory(prefix="rlbench-run-") as scratch, _quiet_downloads():
+    with tempfile.TemporaryDirectory(prefix="rlbench-run-") as scratch, quiet_downloads():
         try:
             listed = client.list_artifacts(run, weights or None)
             if snapshot is not None and not listed:
@@ -207,23 +207,6 @@ def _local_store(uri: str) -> Path | None:
     if parsed.scheme == "file":
         return Path(url2pathname(parsed.path))
     return Path(uri) if not parsed.scheme else None
-
-
-@contextmanager
-def _quiet_downloads() -> Iterator[None]:
-    """MLflow draws a progress bar per downloaded file: a few small files need none."""
-    saved = os.environ.get(_PROGRESS_BAR)
-    os.environ[_PROGRESS_BAR] = "false"
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ[_PROGRESS_BAR]
-        else:
-            os.environ[_PROGRESS_BAR] = saved
-
-
-_PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def _error_of(tags: dict[str, str]) -> str:

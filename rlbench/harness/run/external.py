@@ -140,13 +140,13 @@ def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config:
                    log: Callable[[str], None], result: ExternalResult) -> None:
     start = time.perf_counter()
     try:
-        with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as claim:
-            if isinstance(claim, Run):
+        with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as taken:
+            if isinstance(taken, Run):
                 log(f"{config.name}: finished by another process meanwhile")
                 result.skipped.append(config.name)
                 return
             final = _run_one(tracker, experiment_id, parent_id, config, train,
-                             {**tags, **claim.tags()})
+                             {**tags, **taken.claim.tags()})
     except RunInProgressError as err:
         log(f"{config.name}: not run, {err}")
         result.left.append(config.name)

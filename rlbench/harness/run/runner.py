@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 from mlflow.entities import Run
@@ -42,12 +43,20 @@ from rlbench.harness.plan.algorithms import load_algorithm
 from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.harness.run.locks import RunInProgressError, is_running_id, run_lock
+from rlbench.harness.store.checkpoint_uploads import (
+    CheckpointUploader,
+    checkpoint_elsewhere,
+    download_newest,
+    remove_uploads,
+    uploads_checkpoints,
+)
 from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat
 from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags
 from rlbench.recipe import RunSpec, Seeds
 
-__all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "checkpoint_dir_for",
-           "claimed", "execute_run", "one_line", "run_dir_for", "stored_result"]
+__all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "Taken",
+           "checkpoint_dir_for", "claimed", "execute_run", "one_line", "run_dir_for",
+           "stored_result"]
 
 
 # The status of a run another live process holds (on another host, or into another out
@@ -114,9 +123,17 @@ def stored_result(config: RunConfig, run: Run) -> RunResult:
     )
 
 
+class Taken(NamedTuple):
+    """A run this process claimed, and the earlier attempts of its identity (deleted ones
+    included): the checkpoints they uploaded are where it may resume from."""
+
+    claim: Claim
+    attempts: list[Run]
+
+
 @contextmanager
 def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: float, *,
-            token: str | None = None, dead: Collection[str] = ()) -> Iterator[Run | Claim]:
+            token: str | None = None, dead: Collection[str] = ()) -> Iterator[Run | Taken]:
     """Hold ``config``'s run lock for the body (``locks.run_lock``) and its claim in the
     tracking store (``store.claims``). Yields its FINISHED MLflow run if another sweep made
     one (nothing to run), else this process's new claim, once the attempts no live process
@@ -145,7 +162,7 @@ def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: fl
         claim = ledger.take(latest, tracker.out_dir, token=token)
         for stale in attempts:  # the attempts of claims judged dead, now superseded
             tracker.delete(stale.info.run_id)
-        yield claim
+        yield Taken(claim, every)
 
 
 def execute_run(
@@ -177,11 +194,11 @@ def execute_run(
     start = time.perf_counter()
     try:
         with claimed(tracker, experiment_id, config, LOCK_WAIT_S, token=token,
-                     dead=dead) as claim:
-            if isinstance(claim, Run):
-                return stored_result(config, claim)
+                     dead=dead) as taken:
+            if isinstance(taken, Run):
+                return stored_result(config, taken)
             return _execute_locked(config, tracker, experiment_id, parent_id, on_update,
-                                   claim, tags or {}, say or _say)
+                                   taken, tags or {}, say or _say)
     except RunInProgressError as err:
         return RunResult(config=config, run_id="", status="FAILED", final_return=None,
                          fps=None, frames=0, seconds=0.0, error=str(err))
@@ -211,7 +228,7 @@ def _execute_locked(
     experiment_id: str,
     parent_id: str,
     on_update: Callable[[dict[str, float]], None] | None,
-    claim: Claim,
+    taken: Taken,
     extra_tags: Mapping[str, str],
     say: Callable[[str], None],
 ) -> RunResult:
@@ -219,17 +236,26 @@ def _execute_locked(
     seeds = derive_seeds(config.base_seed, config.seed_index)
     run_dir = run_dir_for(tracker.out_dir, config)
     checkpoints = checkpoint_dir_for(tracker.out_dir, config)
+    upload = uploads_checkpoints(config.checkpoint_store, tracker.uri)
     why_not = _remove_other_codes_checkpoints(tracker.out_dir, config, checkpoints)
+    source = (_download_checkpoint(tracker, taken.attempts, checkpoints, run_dir, say)
+              if upload else None)
     resume, refused = _checkpoint_to_resume(config, checkpoints)
     why_not = refused or why_not
     progress = None if resume is None else resume["progress"]
+    if progress is None and why_not is None and not upload:
+        elsewhere = checkpoint_elsewhere(taken.attempts)
+        if elsewhere is not None:  # out of this machine's reach
+            why_not = (f"its checkpoint {elsewhere} is not in this out dir "
+                       "(checkpoint_store=tracking carries checkpoints between hosts)")
     _prepare_run_dir(run_dir, progress)
-    tags = {**environment_tags(config.device), **claim.tags(), **extra_tags,
+    tags = {**environment_tags(config.device), **taken.claim.tags(), **extra_tags,
             "run_dir": str(run_dir)}
     if progress is not None:
         tags["resumed_from"] = f"{progress} {config.unit}"
+        came = "" if source is None else f", uploaded by run {source.info.run_id}"
         say(f"rlbench: {config.name} resumes from its checkpoint at {progress:,} "
-            f"{config.unit}")
+            f"{config.unit}{came}")
     elif why_not is not None:
         tags["checkpoint_refused"] = why_not[:5000]
         say(f"rlbench: {config.name} starts from {config.unit} 0: {why_not}")
@@ -243,8 +269,10 @@ def _execute_locked(
             config_path.write_text(yaml.safe_dump(
                 {**config.as_dict(), "seeds": dataclasses.asdict(seeds),
                  "identity": config.identity}, sort_keys=False))
-            settings = CheckpointSettings(checkpoints, config.identity,
-                                          every=config.checkpoint_every, resume=resume)
+            settings = CheckpointSettings(
+                checkpoints, config.identity, every=config.checkpoint_every, resume=resume,
+                after_write=CheckpointUploader(tracker.client, run_id, run_dir, upload=upload,
+                                               say=say))
             del resume  # the run's loop lets go of it once loaded
             status, error = _train(config, seeds, run_dir, recorder, settings)
         except KeyboardInterrupt:
@@ -266,6 +294,7 @@ def _execute_locked(
             tracker.finish(run_id, status)
             if status == "FINISHED":  # recorded: nothing to resume any more
                 shutil.rmtree(checkpoints.parent, ignore_errors=True)
+                _remove_uploads(tracker, run_id, taken.attempts, upload, say)
         except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
             if not unrecorded:
                 error = f"{status.lower()}, but could not be recorded: {one_line(exc)}"
@@ -286,6 +315,31 @@ def _execute_locked(
             error=error,
             unrecorded=unrecorded,
         )
+
+
+def _download_checkpoint(tracker: Tracker, attempts: list[Run], directory: Path,
+                         run_dir: Path, say: Callable[[str], None]) -> Run | None:
+    """The newest checkpoint an earlier attempt uploaded, put in ``directory`` when it
+    reaches further than the one there (``store.checkpoint_uploads``); the attempt it came
+    from. One that cannot be fetched is said, and the run goes on without it."""
+    try:
+        return download_newest(tracker.client, attempts, directory, run_dir)
+    except Exception as err:  # a store that fails, a refused manifest: the local one stays
+        say(f"rlbench: the checkpoint uploaded by an earlier attempt could not be fetched "
+            f"({one_line(err)})")
+        return None
+
+
+def _remove_uploads(tracker: Tracker, run_id: str, attempts: list[Run], upload: bool,
+                    say: Callable[[str], None]) -> None:
+    """The checkpoints a finished run and its earlier attempts uploaded: none is resumed
+    any more. One that cannot be removed is said (it only takes space)."""
+    try:
+        mine = [tracker.client.get_run(run_id)] if upload else []
+        remove_uploads(tracker.client, [*mine, *attempts])
+    except Exception as err:
+        say(f"rlbench: the checkpoints uploaded for run {run_id} could not be removed "
+            f"({one_line(err)})")
 
 
 def _remove_other_codes_checkpoints(out_dir: Path, config: RunConfig,

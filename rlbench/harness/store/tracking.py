@@ -54,7 +54,8 @@ from rlbench.modules.onednn import cpu_vendor, onednn_outruns_mkl
 from rlbench.version import __version__
 
 __all__ = ["RunRecorder", "Tracker", "all_experiments", "check_reachable", "environment_tags",
-           "flatten", "host_id", "search_all", "signals_held", "tracking_uri", "with_retry"]
+           "flatten", "host_id", "quiet_downloads", "search_all", "signals_held",
+           "tracking_uri", "with_retry"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 SCORE = "eval/normalized_score"  # D4RL's normalized score of an offline run's evaluation
@@ -291,6 +292,23 @@ def all_experiments(client: MlflowClient, *, page_size: int = 1000) -> list[Expe
         token = page.token
         if not token:
             return found
+
+
+@contextmanager
+def quiet_downloads() -> Iterator[None]:
+    """MLflow draws a progress bar per downloaded file: a few small files need none."""
+    saved = os.environ.get(_PROGRESS_BAR)
+    os.environ[_PROGRESS_BAR] = "false"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[_PROGRESS_BAR]
+        else:
+            os.environ[_PROGRESS_BAR] = saved
+
+
+_PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 class Tracker:

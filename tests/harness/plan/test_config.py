@@ -89,6 +89,7 @@ def test_value_parsing() -> None:
     (["seed=3"], "override key", "seeds"),
     (["ppo.learnin_rate=1"], "ppo hyperparameter", "ppo.learning_rate"),
     (["pp.learning_rate=1"], "override key", "ppo.learning_rate"),
+    (["checkpoint_store=trackng"], "checkpoint_store", "tracking"),
 ])
 def test_unknown_names_suggest(args: list[str], kind: str, suggestion: str) -> None:
     with pytest.raises(UnknownNameError) as info:
