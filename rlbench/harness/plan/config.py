@@ -39,8 +39,8 @@ from rlbench.harness.plan.suites import SUITE_SETTINGS, Suite, load_suite
 from rlbench.harness.plan.words import split_words
 from rlbench.version import __version__
 
-__all__ = ["Overrides", "RunConfig", "SweepConfig", "check_device_here", "check_devices_here",
-           "parse_overrides", "resolve_sweep"]
+__all__ = ["Overrides", "RunConfig", "SlurmSettings", "SweepConfig", "check_device_here",
+           "check_devices_here", "parse_overrides", "resolve_sweep"]
 
 # frames or gradient steps between a run's checkpoints: at SAC's CPU speed a few minutes,
 # for a checkpoint of its full 1M-transition buffer that takes about a second
@@ -48,13 +48,17 @@ CHECKPOINT_EVERY = 25_000
 ALIASES = {"algo": "algos", "env": "envs", "dataset": "datasets"}
 SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
               "launcher": "local", "ray.address": None, "force_threads": False, "reuse": None,
-              "checkpoint_every": CHECKPOINT_EVERY, "checkpoint_store": "auto"}
+              "checkpoint_every": CHECKPOINT_EVERY, "checkpoint_store": "auto",
+              "slurm.partition": None, "slurm.account": None, "slurm.qos": None,
+              "slurm.time_min": 1440, "slurm.mem_gb": None, "slurm.max_running": 256,
+              "slurm.signal_delay_s": 120, "slurm.folder": None}
 REUSE = ("code",)  # reuse=code: finished runs of the same config made by other code count
-LAUNCHERS = ("local", "ray")
+LAUNCHERS = ("local", "ray", "slurm")
 LIST_KEYS = {"algos", "envs", "datasets"}
 # Settings whose value is a name or a path: taken as typed, never as a YAML number or null.
 TEXT_KEYS = {"suite", "out_dir", "launcher", "ray.address", "device", "reuse",
-             "checkpoint_store"}
+             "checkpoint_store", "slurm.partition", "slurm.account", "slurm.qos",
+             "slurm.folder"}
 # Where checkpoints go besides the out dir: ``tracking`` uploads each to the run's MLflow
 # run, so a run taken over on another host resumes from it; ``auto``: when the store is an
 # ``mlflow server`` (``store.checkpoint_uploads``).
@@ -256,6 +260,24 @@ _ARTIFACT_OPTIONS = ("save_snapshots", "save_transitions")
 _OFFLINE_FIELDS = ("dataset", "dataset_label", "dataset_sha256", "dataset_refs", "steps")
 
 
+@dataclass(frozen=True)
+class SlurmSettings:
+    """What ``launcher=slurm`` asks Slurm for (``slurm.<field>=...``): a run's CPUs and GPU
+    come from its config. ``time_min``: each task's time limit; a run that needs longer is
+    checkpointed ``signal_delay_s`` before it and requeued. ``max_running``: tasks of an
+    array at once. ``folder``: submitit's pickles and the tasks' logs (default
+    ``<out_dir>/slurm``), on a filesystem every node sees."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_min: int = 1440
+    mem_gb: float | None = None
+    max_running: int = 256
+    signal_delay_s: int = 120
+    folder: Path | None = None
+
+
 @dataclass
 class SweepConfig:
     suite: Suite
@@ -267,6 +289,7 @@ class SweepConfig:
     ray_address: str | None = None
     force_threads: bool = False
     reuse_code: bool = False  # a finished run of the same config by other code is done
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)  # launcher=slurm
     # per (algo, env): the layer each hyperparameter came from (see resolve_with_sources)
     sources: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the plan should say (show, run)
@@ -278,7 +301,8 @@ class SweepConfig:
 # eval_episodes: one env per episode is built at each evaluation (``rlbench eval``'s cap);
 # runs: a grid plans 10^5 runs in about a second and 0.5 GB, and ``show`` lists a few
 LIMITS = {"frames": 10**12, "steps": 10**12, "eval_every": 10**12, "checkpoint_every": 10**12,
-          "eval_episodes": 10**4,
+          "eval_episodes": 10**4, "slurm.time_min": 10**7, "slurm.max_running": 10**6,
+          "slurm.signal_delay_s": 10**6,
           "seeds": 10**5, "base_seed": 2**63 - 1, "threads": 1024, "jobs": 1024}
 MAX_RUNS = 10**5  # runs in one grid
 
@@ -462,6 +486,28 @@ def _offline_algorithms() -> list[str]:
     return [a for a in list_algorithms() if load_algorithm(a).KIND == "offline"]
 
 
+def _slurm_settings(sweep: dict[str, Any], launcher: str, given: list[str]) -> SlurmSettings:
+    """The ``slurm.*`` keys, checked; given with another launcher they are refused."""
+    named = [key for key in given if key.startswith("slurm.")]
+    if named and launcher != "slurm":
+        raise ConfigError(f"{named[0]} is only used with launcher=slurm")
+    time_min = _positive_int(sweep, "slurm.time_min")
+    delay = _positive_int(sweep, "slurm.signal_delay_s", minimum=0)
+    if delay >= time_min * 60:
+        raise ConfigError(f"slurm.signal_delay_s={delay} must be shorter than the time limit "
+                          f"(slurm.time_min={time_min}, {time_min * 60} s)")
+    mem_gb = sweep["slurm.mem_gb"]
+    if mem_gb is not None and (isinstance(mem_gb, bool) or not isinstance(mem_gb, int | float)
+                               or not 0 < mem_gb <= 10**6):
+        raise ConfigError(f"slurm.mem_gb must be a number of GiB above 0, got {quote(mem_gb)}")
+    folder = sweep["slurm.folder"]
+    return SlurmSettings(
+        partition=sweep["slurm.partition"], account=sweep["slurm.account"],
+        qos=sweep["slurm.qos"], time_min=time_min, mem_gb=mem_gb,
+        max_running=_positive_int(sweep, "slurm.max_running"), signal_delay_s=delay,
+        folder=None if folder is None else Path(folder).absolute())
+
+
 def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     """Parse the command line and resolve every run of the grid; raises on any bad input.
 
@@ -608,11 +654,12 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     reuse = sweep["reuse"]
     if reuse is not None and reuse not in REUSE:
         raise UnknownNameError("reuse", str(reuse), REUSE)
-    if launcher == "ray" and "jobs" in overrides.sweep:
-        raise ConfigError("jobs is for launcher=local; Ray runs as many runs at once as its "
-                          "cluster has CPUs for")
+    slurm = _slurm_settings(sweep, launcher, list(overrides.sweep))
+    if launcher != "local" and "jobs" in overrides.sweep:
+        raise ConfigError(f"jobs is for launcher=local; launcher={launcher} runs as many runs "
+                          "at once as its cluster has CPUs for")
     return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
                        runs=runs, jobs=jobs, launcher=launcher, force_threads=force_threads,
                        reuse_code=reuse == "code",
-                       ray_address=None if address is None else str(address),
+                       ray_address=None if address is None else str(address), slurm=slurm,
                        sources=sources, notes=notes, to_make=to_make)

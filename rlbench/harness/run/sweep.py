@@ -24,6 +24,7 @@ from rlbench.harness.run.progress import SweepProgress
 from rlbench.harness.run.ray_launcher import check_store_shared, connect, run_on_ray
 from rlbench.harness.run.resume import ResumePlan, plan_resume
 from rlbench.harness.run.runner import ELSEWHERE, RunResult, one_line
+from rlbench.harness.run.slurm_launcher import check_slurm, run_on_slurm
 from rlbench.harness.run.summary import SummaryRow, summarize, summary_table, write_csv
 from rlbench.harness.store.tracking import Tracker, check_reachable, environment_tags, tracking_uri
 
@@ -55,6 +56,8 @@ def _mark_stopped_runs_killed(tracker: Tracker, experiment_id: str, parent_id: s
 def _launcher_name(sweep: SweepConfig) -> str:
     if sweep.launcher == "ray":
         return f"ray at {sweep.ray_address or 'a local instance'}"
+    if sweep.launcher == "slurm":
+        return f"slurm, partition {sweep.slurm.partition or 'the default'}"
     return "sequential" if sweep.jobs == 1 else f"local pool of {sweep.jobs}"
 
 
@@ -84,8 +87,9 @@ def _sigterm_interrupts() -> Iterator[None]:
 def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult:
     """Run every run of ``sweep`` not finished earlier; failed runs are recorded, the rest
     go on. ``sweep.jobs > 1`` runs that many at a time, each in its own process;
-    ``launcher=ray`` makes each run a Ray task. Bad input (a device this machine lacks, an
-    out dir that cannot be written, a damaged store, an unreachable server) raises
+    ``launcher=ray`` makes each run a Ray task, ``launcher=slurm`` a Slurm array task. Bad
+    input (a device this machine lacks, an out dir that cannot be written, a damaged store,
+    an unreachable server, an unknown partition) raises
     ``ConfigError`` before anything is written. Ctrl-C and SIGTERM mark the runs in
     progress KILLED, write the summary and raise ``KeyboardInterrupt`` (``Terminated``)."""
     console = console or Console()
@@ -96,6 +100,8 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
     if sweep.launcher == "ray":
         connect(sweep.ray_address)
         check_store_shared(uri)
+    elif sweep.launcher == "slurm":
+        check_slurm(sweep.slurm, uri)
     else:
         check_devices_here(sweep)
     check_reachable(uri)
@@ -156,6 +162,9 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
             if sweep.launcher == "ray":
                 run_on_ray(plan.to_run, tracker, experiment_id, parent_id, progress,
                            sweep.ray_address)
+            elif sweep.launcher == "slurm":
+                run_on_slurm(plan.to_run, tracker, experiment_id, parent_id, progress,
+                             sweep.slurm)
             elif sweep.jobs == 1:
                 run_sequential(plan.to_run, tracker, experiment_id, parent_id, progress)
             else:

@@ -126,15 +126,15 @@ def test_a_run_killed_on_one_host_resumes_on_another_from_its_uploaded_checkpoin
 def test_a_checkpoint_kept_in_the_out_dir_only_is_named_where_it_was(
         mlflow_server: str, tmp_path: Path) -> None:
     suite, client = _suite(tmp_path, "stay"), MlflowClient(mlflow_server)
-    keep = "checkpoint_store=out_dir"
-    killed = _kill_after(_host(mlflow_server, suite, tmp_path / "host_a", keep), client,
+    keep = ("checkpoint_store=out_dir", "frames=1200")
+    killed = _kill_after(_host(mlflow_server, suite, tmp_path / "host_a", *keep), client,
                          "stay", WRITTEN_TAG, 300)
     written = int(client.get_run(killed.info.run_id).data.tags[WRITTEN_TAG])
     assert UPLOADED_TAG not in killed.data.tags
     assert client.list_artifacts(killed.info.run_id, "checkpoint") == []
     time.sleep(3.5)
 
-    host_b = _host(mlflow_server, suite, tmp_path / "host_b", keep)
+    host_b = _host(mlflow_server, suite, tmp_path / "host_b", *keep)
     output = host_b.communicate(timeout=300)[0]
     assert host_b.returncode == 0, output
     assert (f"sac/Pendulum-v1/seed0 starts from frames 0: its checkpoint at {written:,} on "
