@@ -30,6 +30,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -59,6 +60,7 @@ from rlbench.harness.plan.words import int_word, split_words
 from rlbench.harness.policy.load import Policy, load_policy
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import read_curve, read_transitions, run_member
+from rlbench.harness.store.tracking import quiet_downloads
 from rlbench.version import __version__
 
 __all__ = ["FORMATS", "Episode", "MakeRequest", "make_datasets", "parse_make"]
@@ -259,7 +261,8 @@ def _medium_snapshot(details: dict[str, Any], random_return: float) -> tuple[int
 def _run_details(policy_source: str, out_dir: str | None, space: gym.Space, *,
                  transitions: bool) -> dict[str, Any]:
     """The run's curve, kept snapshots and (when asked) transitions, each checked (a run
-    directory is read in place; a run id through its ``run_dir`` tag)."""
+    directory is read in place; a run id through its ``run_dir`` tag, or its artifacts in
+    its store when that directory is on another host)."""
     path = Path(policy_source)
     if not path.is_dir():
         client = open_store(out_dir)
@@ -270,9 +273,8 @@ def _run_details(policy_source: str, out_dir: str | None, space: gym.Space, *,
                               ) from err
         tag = run.data.tags.get("run_dir")
         path = Path(tag) if tag else None
-        if path is None or not path.is_dir():
-            raise ConfigError(f"run {policy_source}: its run directory {path} is not on this "
-                              "machine; pass the run directory as policy=")
+        if path is None or not path.is_dir():  # made on another host: its artifacts then
+            path = _downloaded_run(client, run, Path(out_dir or "rlbench_runs"), transitions)
     curve = run_member(path, "curve.csv", str(path))
     if curve is None:
         raise ConfigError(f"{path} holds no curve.csv: not a finished rlbench run")
@@ -285,6 +287,33 @@ def _run_details(policy_source: str, out_dir: str | None, space: gym.Space, *,
     return {"source": str(path), "curve": read_curve(curve), "snapshots": sorted(snapshots),
             "transitions": (read_transitions(path / "transitions", str(path), space)
                             if transitions else None)}
+
+
+def _downloaded_run(client: Any, run: Any, out_dir: Path, transitions: bool) -> Path:
+    """The files of ``run`` that datasets are made from (its curve, snapshots and, when
+    asked, transitions), downloaded from its store once into ``<out_dir>/downloads/<run
+    id>`` (a run made on another host, whose run directory is not here). Read as any run
+    directory: as untrusted files."""
+    target = out_dir / "downloads" / run.info.run_id
+    wanted = ["curve.csv", "snapshots", *(["transitions"] if transitions else [])]
+    stored = {artifact.path for artifact in client.list_artifacts(run.info.run_id)}
+    with quiet_downloads():
+        for name in wanted:
+            done = target / f".{name}.done"
+            if name in stored and not done.exists():
+                partial = target / f".{name}.partial"
+                shutil.rmtree(partial, ignore_errors=True)
+                partial.mkdir(parents=True)
+                client.download_artifacts(run.info.run_id, name, str(partial))
+                shutil.rmtree(target / name, ignore_errors=True)
+                (partial / name).replace(target / name)
+                partial.rmdir()
+                done.touch()
+    if not (target / "curve.csv").is_file():
+        raise ConfigError(f"run {run.info.run_id}: its run directory is not on this machine "
+                          "and its store holds no curve.csv for it: not a finished rlbench "
+                          "run")
+    return target
 
 
 def _replay_episodes(arrays: dict[tuple[str, ...], np.ndarray], until_frames: int,

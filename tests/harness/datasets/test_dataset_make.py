@@ -15,12 +15,14 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from mlflow.tracking import MlflowClient
 from tensordict import TensorDict
 
 from rlbench.cli import main
 from rlbench.data import load_dataset
 from rlbench.harness.datasets import make as dataset_make
 from rlbench.harness.store import run_artifacts
+from rlbench.harness.store.tracking import tracking_uri
 
 QUALITIES = ("random", "medium", "expert", "medium-replay", "medium-expert")
 STEPS = 300
@@ -371,3 +373,30 @@ def test_medium_replay_is_bounded_by_max_steps(sac_run: Path, tmp_path: Path,
                             "ref_episodes=1", f"out={out}"])
     assert f"{sac_run}: medium-replay would hold" in err and "more than 100" in err
     assert not out.exists()
+
+
+def test_a_run_made_on_another_host_is_read_from_its_store(sac_run: Path, made: Path,
+                                                          tmp_path: Path) -> None:
+    """``policy=<run id>`` whose run directory is not on this machine: its curve, snapshots
+    and transitions come from the store, and the datasets are the same bytes."""
+    out = sac_run.parents[2]
+    client = MlflowClient(tracking_uri(out))
+    (run,) = client.search_runs([client.get_experiment_by_name("smoke").experiment_id],
+                                "tags.kind = 'run'")
+    run_id = run.info.run_id
+    away = tmp_path / "elsewhere"
+    shutil.move(sac_run, away)  # the host that ran it is gone
+    try:
+        again = tmp_path / "again"
+        assert main(["dataset", "make", f"policy={run_id}", f"out_dir={out}",
+                     "quality=medium,medium-replay", f"steps={STEPS}", "ref_episodes=2",
+                     f"out={again}"]) == 0
+    finally:
+        shutil.move(away, sac_run)
+    assert (out / "downloads" / run_id / "transitions").is_dir()
+    for quality in ("medium", "medium-replay"):
+        first, second = _files(made, quality)[0], _files(again, quality)[0]
+        a, b = _arrays(first), _arrays(second)
+        assert a.keys() == b.keys() and a
+        for key in a:
+            assert np.array_equal(a[key], b[key]), (quality, key)
