@@ -33,7 +33,7 @@ from rlbench.version import __version__
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointRefused", "CheckpointSettings", "RunStopped",
            "clear_stop", "read_checkpoint", "read_manifest", "request_stop", "stop_requested",
-           "write_checkpoint"]
+           "verify_checkpoint", "write_checkpoint"]
 
 FORMAT = "rlbench-checkpoint/1"
 MANIFEST = "checkpoint.json"
@@ -207,10 +207,10 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
     return manifest
 
 
-def read_checkpoint(directory: Path, identity: str) -> dict[str, Any] | None:
-    """The newest checkpoint in ``directory`` (``{"progress", "state", ...}``), None when
-    there is none; ``CheckpointRefused`` when it cannot be resumed from: another identity,
-    another rlbench version, a missing, truncated or corrupt file."""
+def verify_checkpoint(directory: Path, identity: str) -> dict[str, Any] | None:
+    """The manifest of the newest checkpoint in ``directory`` once its file is checked
+    whole (identity, version, size, sha256), without loading it; None when there is none;
+    ``CheckpointRefused`` as ``read_checkpoint``."""
     manifest = read_manifest(directory)
     if manifest is None:
         return None
@@ -237,6 +237,17 @@ def read_checkpoint(directory: Path, identity: str) -> dict[str, Any] | None:
             digest.update(chunk)
     if digest.hexdigest() != manifest["sha256"]:
         raise CheckpointRefused(f"{path} does not match its sha256: corrupt")
+    return manifest
+
+
+def read_checkpoint(directory: Path, identity: str) -> dict[str, Any] | None:
+    """The newest checkpoint in ``directory`` (``{"progress", "state", ...}``), None when
+    there is none; ``CheckpointRefused`` when it cannot be resumed from: another identity,
+    another rlbench version, a missing, truncated or corrupt file."""
+    manifest = verify_checkpoint(directory, identity)
+    if manifest is None:
+        return None
+    path = directory / manifest["file"]
     try:
         payload = torch.load(path, weights_only=True, map_location="cpu")
     except (MemoryError, OSError):  # this machine's trouble, not the file's: it stays

@@ -42,8 +42,13 @@ keys: suite (a shipped name or a .yaml path), algo (algos), env (envs): comma li
       the run's MLflow run, so a run taken over on another host resumes; auto: tracking
       when the store is an mlflow server)
       out_dir (default rlbench_runs; MLFLOW_TRACKING_URI overrides its store)
-      jobs (runs at a time, each in its own process), launcher (local|ray),
+      jobs (runs at a time, each in its own process), launcher (local|ray|slurm),
       ray.address (with launcher=ray: auto, host:port or ray://host:port), dry_run
+      with launcher=slurm: slurm.partition, slurm.account, slurm.qos, slurm.time_limit_min
+      (each task's limit, default 1440: a longer run is checkpointed and requeued),
+      slurm.mem_gb, slurm.max_running (tasks of each array at once, default 256),
+      slurm.signal_delay_s (SIGUSR2 that long before the limit, default 120),
+      slurm.folder (submitit's files and the tasks' logs, default <out_dir>/slurm)
       <algo>.<hyperparameter>, e.g. ppo.learning_rate=5e-4 (see algorithms/<algo>.py)
 """
 HELP = {
@@ -57,6 +62,7 @@ tracked in MLflow; a summary table at the end. Exit 0 if all finished, 1 if a ru
 example: rlbench run suite=smoke seeds=3 env=CartPole-v1 ppo.learning_rate=5e-4
          rlbench run suite=mujoco algo=ppo jobs=2
          rlbench run suite=mujoco launcher=ray ray.address=auto
+         rlbench run suite=mujoco launcher=slurm slurm.partition=gpu
 """,
     "show": f"""\
 usage: rlbench show [key=value ...]

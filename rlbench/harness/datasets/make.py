@@ -294,20 +294,22 @@ def _downloaded_run(client: Any, run: Any, out_dir: Path, transitions: bool) -> 
     asked, transitions), downloaded from its store once into ``<out_dir>/downloads/<run
     id>`` (a run made on another host, whose run directory is not here). Read as any run
     directory: as untrusted files."""
+    if run.info.status != "FINISHED":  # its files are whole only once it finished
+        raise ConfigError(f"run {run.info.run_id} is {run.info.status} and its run directory "
+                          "is not on this machine: only a finished run's files are in its "
+                          "store")
     target = out_dir / "downloads" / run.info.run_id
     wanted = ["curve.csv", "snapshots", *(["transitions"] if transitions else [])]
     stored = {artifact.path for artifact in client.list_artifacts(run.info.run_id)}
+    target.mkdir(parents=True, exist_ok=True)
     with quiet_downloads():
         for name in wanted:
             done = target / f".{name}.done"
             if name in stored and not done.exists():
-                partial = target / f".{name}.partial"
-                shutil.rmtree(partial, ignore_errors=True)
-                partial.mkdir(parents=True)
-                client.download_artifacts(run.info.run_id, name, str(partial))
-                shutil.rmtree(target / name, ignore_errors=True)
-                (partial / name).replace(target / name)
-                partial.rmdir()
+                with tempfile.TemporaryDirectory(dir=target, prefix=f".{name}.") as partial:
+                    client.download_artifacts(run.info.run_id, name, partial)
+                    shutil.rmtree(target / name, ignore_errors=True)
+                    (Path(partial) / name).replace(target / name)
                 done.touch()
     if not (target / "curve.csv").is_file():
         raise ConfigError(f"run {run.info.run_id}: its run directory is not on this machine "

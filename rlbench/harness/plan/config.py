@@ -50,7 +50,7 @@ SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jo
               "launcher": "local", "ray.address": None, "force_threads": False, "reuse": None,
               "checkpoint_every": CHECKPOINT_EVERY, "checkpoint_store": "auto",
               "slurm.partition": None, "slurm.account": None, "slurm.qos": None,
-              "slurm.time_min": 1440, "slurm.mem_gb": None, "slurm.max_running": 256,
+              "slurm.time_limit_min": 1440, "slurm.mem_gb": None, "slurm.max_running": 256,
               "slurm.signal_delay_s": 120, "slurm.folder": None}
 REUSE = ("code",)  # reuse=code: finished runs of the same config made by other code count
 LAUNCHERS = ("local", "ray", "slurm")
@@ -263,15 +263,16 @@ _OFFLINE_FIELDS = ("dataset", "dataset_label", "dataset_sha256", "dataset_refs",
 @dataclass(frozen=True)
 class SlurmSettings:
     """What ``launcher=slurm`` asks Slurm for (``slurm.<field>=...``): a run's CPUs and GPU
-    come from its config. ``time_min``: each task's time limit; a run that needs longer is
-    checkpointed ``signal_delay_s`` before it and requeued. ``max_running``: tasks of an
-    array at once. ``folder``: submitit's pickles and the tasks' logs (default
-    ``<out_dir>/slurm``), on a filesystem every node sees."""
+    come from its config. ``time_limit_min``: each task's time limit; a run that needs
+    longer is checkpointed ``signal_delay_s`` before it and requeued. ``max_running``:
+    tasks of each array at once (a sweep submits one array per kind of run, threads and
+    device, of at most Slurm's ``MaxArraySize`` tasks). ``folder``: submitit's pickles and
+    the tasks' logs (default ``<out_dir>/slurm``), on a filesystem every node sees."""
 
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    time_min: int = 1440
+    time_limit_min: int = 1440
     mem_gb: float | None = None
     max_running: int = 256
     signal_delay_s: int = 120
@@ -301,7 +302,7 @@ class SweepConfig:
 # eval_episodes: one env per episode is built at each evaluation (``rlbench eval``'s cap);
 # runs: a grid plans 10^5 runs in about a second and 0.5 GB, and ``show`` lists a few
 LIMITS = {"frames": 10**12, "steps": 10**12, "eval_every": 10**12, "checkpoint_every": 10**12,
-          "eval_episodes": 10**4, "slurm.time_min": 10**7, "slurm.max_running": 10**6,
+          "eval_episodes": 10**4, "slurm.time_limit_min": 10**7, "slurm.max_running": 10**6,
           "slurm.signal_delay_s": 10**6,
           "seeds": 10**5, "base_seed": 2**63 - 1, "threads": 1024, "jobs": 1024}
 MAX_RUNS = 10**5  # runs in one grid
@@ -491,11 +492,11 @@ def _slurm_settings(sweep: dict[str, Any], launcher: str, given: list[str]) -> S
     named = [key for key in given if key.startswith("slurm.")]
     if named and launcher != "slurm":
         raise ConfigError(f"{named[0]} is only used with launcher=slurm")
-    time_min = _positive_int(sweep, "slurm.time_min")
+    time_limit_min = _positive_int(sweep, "slurm.time_limit_min")
     delay = _positive_int(sweep, "slurm.signal_delay_s", minimum=0)
-    if delay >= time_min * 60:
+    if delay >= time_limit_min * 60:
         raise ConfigError(f"slurm.signal_delay_s={delay} must be shorter than the time limit "
-                          f"(slurm.time_min={time_min}, {time_min * 60} s)")
+                          f"(slurm.time_limit_min={time_limit_min}, {time_limit_min * 60} s)")
     mem_gb = sweep["slurm.mem_gb"]
     if mem_gb is not None and (isinstance(mem_gb, bool) or not isinstance(mem_gb, int | float)
                                or not 0 < mem_gb <= 10**6):
@@ -503,7 +504,7 @@ def _slurm_settings(sweep: dict[str, Any], launcher: str, given: list[str]) -> S
     folder = sweep["slurm.folder"]
     return SlurmSettings(
         partition=sweep["slurm.partition"], account=sweep["slurm.account"],
-        qos=sweep["slurm.qos"], time_min=time_min, mem_gb=mem_gb,
+        qos=sweep["slurm.qos"], time_limit_min=time_limit_min, mem_gb=mem_gb,
         max_running=_positive_int(sweep, "slurm.max_running"), signal_delay_s=delay,
         folder=None if folder is None else Path(folder).absolute())
 
@@ -649,6 +650,8 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     checkpoint_store = sweep["checkpoint_store"]
     if checkpoint_store not in CHECKPOINT_STORES:
         raise UnknownNameError("checkpoint_store", str(checkpoint_store), CHECKPOINT_STORES)
+    if checkpoint_store == "auto" and launcher == "slurm":
+        checkpoint_store = "out_dir"  # Slurm's nodes share the out dir: no upload needed
     if checkpoint_store != "auto":
         runs = [replace(run, checkpoint_store=checkpoint_store) for run in runs]
     reuse = sweep["reuse"]

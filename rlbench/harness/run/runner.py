@@ -238,10 +238,10 @@ def _execute_locked(
     checkpoints = checkpoint_dir_for(tracker.out_dir, config)
     upload = uploads_checkpoints(config.checkpoint_store, tracker.uri)
     why_not = _remove_other_codes_checkpoints(tracker.out_dir, config, checkpoints)
-    source = (_download_checkpoint(tracker, taken.attempts, checkpoints, run_dir, say)
-              if upload else None)
+    source, not_fetched = (_download_checkpoint(tracker, config, taken.attempts, checkpoints,
+                                                run_dir) if upload else (None, None))
     resume, refused = _checkpoint_to_resume(config, checkpoints)
-    why_not = refused or why_not
+    why_not = refused or not_fetched or why_not
     progress = None if resume is None else resume["progress"]
     if progress is None and why_not is None and not upload:
         elsewhere = checkpoint_elsewhere(taken.attempts)
@@ -317,17 +317,18 @@ def _execute_locked(
         )
 
 
-def _download_checkpoint(tracker: Tracker, attempts: list[Run], directory: Path,
-                         run_dir: Path, say: Callable[[str], None]) -> Run | None:
+def _download_checkpoint(tracker: Tracker, config: RunConfig, attempts: list[Run],
+                         directory: Path, run_dir: Path) -> tuple[Run | None, str | None]:
     """The newest checkpoint an earlier attempt uploaded, put in ``directory`` when it
-    reaches further than the one there (``store.checkpoint_uploads``); the attempt it came
-    from. One that cannot be fetched is said, and the run goes on without it."""
+    reaches further than the one there (``store.checkpoint_uploads``): the attempt it came
+    from, or why it could not be fetched (the run goes on from the local checkpoint, if
+    any, and says why)."""
     try:
-        return download_newest(tracker.client, attempts, directory, run_dir)
-    except Exception as err:  # a store that fails, a refused manifest: the local one stays
-        say(f"rlbench: the checkpoint uploaded by an earlier attempt could not be fetched "
-            f"({one_line(err)})")
-        return None
+        return download_newest(tracker.client, attempts, directory, run_dir,
+                               config.identity), None
+    except Exception as err:  # a store that fails, a refused upload: the local one stays
+        return None, f"the checkpoint an earlier attempt uploaded could not be fetched " \
+                     f"({one_line(err)})"
 
 
 def _remove_uploads(tracker: Tracker, run_id: str, attempts: list[Run], upload: bool,
@@ -412,7 +413,8 @@ def _checkpoint_on_signals() -> Iterator[None]:
             raise KeyboardInterrupt
 
     global _deferred_signal
-    clear_stop()
+    # a stop asked before (a launcher's handler, while the run was set up) stands: the
+    # loop stops before its first iteration
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield

@@ -36,10 +36,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.checkpoint import request_stop
+from rlbench.errors import ConfigError, UnknownNameError, one_line
 from rlbench.harness.plan.config import RunConfig, SlurmSettings
 from rlbench.harness.run.launchers import Listener, mark_dead
-from rlbench.harness.run.runner import RunResult, execute_run, one_line
+from rlbench.harness.run.runner import RunResult, execute_run, stored_result
 from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import Tracker
 
@@ -68,11 +69,12 @@ def check_slurm(settings: SlurmSettings, uri: str) -> None:
     if shutil.which("sbatch") is None:
         raise ConfigError("launcher=slurm needs Slurm's commands (sbatch, squeue, scontrol) "
                           "on PATH: run the sweep on a login node of the cluster")
+    # sinfo with no configuration looks for one in DNS for a minute: 20 s is plenty
     partitions = [name.rstrip("*") for name in _slurm_command(
-        "sinfo", "--noheader", "--format=%P").split()]
+        "sinfo", "--noheader", "--format=%P", timeout=20).split()]
     if settings.partition is not None and settings.partition not in partitions:
         raise UnknownNameError("slurm.partition", settings.partition, partitions)
-    nodes = set(_slurm_command("sinfo", "--noheader", "--format=%n").split())
+    nodes = set(_slurm_command("sinfo", "--noheader", "--format=%n", timeout=20).split())
     here = {socket.gethostname(), socket.gethostname().split(".")[0]}
     if sqlite_path(uri) is not None and nodes - here:
         raise ConfigError(
@@ -100,13 +102,15 @@ class SlurmRun:
         # the task's earlier starts are dead: Slurm started it again
         dead = tuple(f"slurm-{self.parent_id[:12]}-{job}-{k}" for k in range(restarts))
         tags = {"slurm_job_id": job, "slurm_restarts": str(restarts)}
-        with _stop_on(signal.SIGUSR2) as stopped:
+        # from here on, until training takes SIGTERM over (runner._checkpoint_on_signals)
+        # and after, a stop signal stops the run where it is
+        with _stop_on(signal.SIGUSR2, signal.SIGTERM) as received:
             try:
                 return execute_run(self.run, Tracker(self.out_dir, prepare=False),
                                    self.experiment_id, self.parent_id, token=token,
                                    dead=dead, tags=tags)
             except KeyboardInterrupt:  # stopped, checkpointed and recorded KILLED
-                if stopped:
+                if signal.SIGUSR2 in received:
                     _requeue(job, "SIGUSR2 (its time limit is near)")
                 elif _preempted(job):
                     _requeue(job, "SIGTERM (preempted)")
@@ -117,8 +121,13 @@ class SlurmRun:
 
 
 def _preempted(job: str) -> bool:
-    """Whether Slurm selected ``job`` for preemption (its ``PreemptTime`` is set)."""
-    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True)
+    """Whether Slurm selected ``job`` for preemption (its ``PreemptTime`` is set); False
+    when scontrol does not answer."""
+    try:
+        shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True,
+                               text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
     found = re.search(r"\bPreemptTime=(\S+)", shown.stdout)
     return found is not None and found.group(1) not in ("None", "Unknown")
 
@@ -130,187 +139,264 @@ def _job_id() -> str:
 
 
 @contextmanager
-def _stop_on(signum: int) -> Iterator[list[int]]:
-    """While the body runs, ``signum`` asks the run to checkpoint and stop (as SIGTERM
-    does); the list it yields holds the signal once it came."""
-    # deferred: rlbench.checkpoint is the stack's, loaded with the run
-    from rlbench.checkpoint import request_stop
-
+def _stop_on(*signums: int) -> Iterator[list[int]]:
+    """While the body runs, each of ``signums`` asks the run to checkpoint and stop; the
+    list it yields holds the signals that came."""
     received: list[int] = []
 
     def stop(number: int, frame: object) -> None:
         received.append(number)
         request_stop()
 
-    previous = signal.signal(signum, stop)
+    previous = {signum: signal.signal(signum, stop) for signum in signums}
     try:
         yield received
     finally:
-        signal.signal(signum, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _requeue(job: str, why: str) -> None:
     """Put this task back in the queue; Slurm refuses when the job was cancelled, and the
     run stays KILLED with its checkpoint for the next sweep."""
-    done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-    if done.returncode == 0:
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,
+                              timeout=30)
+        refused = None if done.returncode == 0 else one_line(done.stderr or done.stdout)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        refused = one_line(err)
+    if refused is None:
         print(f"rlbench: stopped by {why}: checkpointed, job {job} requeued", file=sys.stderr)
     else:
-        print(f"rlbench: stopped by {why}: checkpointed; job {job} not requeued "
-              f"({one_line(done.stderr or done.stdout)})", file=sys.stderr)
+        print(f"rlbench: stopped by {why}: checkpointed; job {job} not requeued ({refused})",
+              file=sys.stderr)
 
 
 DATASET_DIRS = ("D4RL_DATASET_DIR", "MINARI_DATASETS_PATH")
 
 
 def _parameters(settings: SlurmSettings, run: RunConfig) -> dict[str, Any]:
-    """submitit's ``SlurmExecutor`` parameters of ``run``'s array."""
-    parameters: dict[str, Any] = {
-        "time": settings.time_min, "cpus_per_task": run.threads,
+    """submitit's ``SlurmExecutor`` parameters of ``run``'s arrays (every key set, as
+    ``update_parameters`` keeps what an earlier array set)."""
+    return {
+        "time": settings.time_limit_min, "cpus_per_task": run.threads,
+        "gpus_per_task": 1 if run.device.startswith("cuda") else None,
+        "partition": settings.partition, "account": settings.account, "qos": settings.qos,
+        "mem": None if settings.mem_gb is None else f"{int(settings.mem_gb * 1024)}M",
         "array_parallelism": settings.max_running,
         "signal_delay_s": settings.signal_delay_s, "job_name": f"rlbench-{run.suite}",
         "additional_parameters": {"requeue": True}}
-    if run.device.startswith("cuda"):
-        parameters["gpus_per_task"] = 1
-    for key in ("partition", "account", "qos"):
-        if getattr(settings, key) is not None:
-            parameters[key] = getattr(settings, key)
-    if settings.mem_gb is not None:
-        parameters["mem"] = f"{int(settings.mem_gb * 1024)}M"
-    return parameters
+
+
+def _max_array_size() -> int:
+    """How many tasks one array may hold here (Slurm's ``MaxArraySize``, 1001 by
+    default)."""
+    shown = _slurm_command("scontrol", "show", "config")
+    found = re.search(r"^MaxArraySize\s*=\s*(\d+)", shown, re.MULTILINE)
+    return max(1, int(found.group(1)) - 1) if found else 1000
 
 
 def run_on_slurm(runs: list[RunConfig], tracker: Tracker, experiment_id: str,
                  parent_id: str, listener: Listener, settings: SlurmSettings,
                  say: Callable[[str], None] | None = None) -> list[RunResult]:
-    """Submit every run as a Slurm array task; report starts, progress and results as
-    the queue and the store show them. Ctrl-C cancels the jobs (each run checkpoints and
-    is recorded KILLED)."""
+    """Submit every run as a Slurm array task (arrays of at most ``MaxArraySize`` tasks,
+    one kind of run each); report starts, what the tasks say, progress and results as the
+    queue, their logs and the store show them. Ctrl-C cancels the jobs (each run
+    checkpoints and is recorded KILLED). When a submission fails, the arrays submitted
+    before it are cancelled and the error raised."""
     # deferred: submitit is optional, loaded only for launcher=slurm
     import submitit
 
     say = say or (lambda text: print(text, file=sys.stderr))
-    folder = settings.folder or tracker.out_dir / "slurm"
-    executor = submitit.SlurmExecutor(folder=folder / parent_id, max_num_timeout=0)
+    folder = (settings.folder or tracker.out_dir / "slurm") / parent_id
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
     datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
-    jobs: dict[str, tuple[Any, RunConfig]] = {}
     groups: dict[tuple[int, str], list[RunConfig]] = {}
     for run in runs:
         groups.setdefault((run.threads, run.device), []).append(run)
-    for group in groups.values():
-        executor.update_parameters(**_parameters(settings, group[0]))
-        with executor.batch():
-            submitted = [executor.submit(SlurmRun(run, tracker.out_dir, tracker.uri,
-                                                  experiment_id, parent_id, datasets))
-                         for run in group]
-        for job, run in zip(submitted, group, strict=True):
-            jobs[job.job_id] = (job, run)
-    say(f"rlbench: submitted {len(runs)} runs to Slurm as job "
-        f"{', '.join(sorted({job_id.split('_')[0] for job_id in jobs}))}; logs in "
-        f"{folder / parent_id}")
-    return _follow(jobs, tracker, experiment_id, parent_id, listener, say)
-
-
-def _queued() -> dict[str, str] | None:
-    """Each job (array task) in the queue and its state; None when squeue fails."""
-    done = subprocess.run(["squeue", "--noheader", "--array", "--format=%i %T"],
-                          capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
-        return None
-    return dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if line.strip())
-
-
-def _follow(jobs: dict[str, tuple[Any, RunConfig]], tracker: Tracker, experiment_id: str,
-            parent_id: str, listener: Listener, say: Callable[[str], None]
-            ) -> list[RunResult]:
-    results: dict[str, RunResult] = {}
-    started: set[str] = set()
-    offsets: dict[str, int] = {}  # how far each task's log was read
-    last_report, squeue_failed = 0.0, False
+    size = _max_array_size()
+    jobs: dict[str, tuple[Any, RunConfig]] = {}
     try:
-        while len(results) < len(jobs):
-            queued = _queued()
-            if queued is None and not squeue_failed:
-                say("rlbench: squeue does not answer; waiting for it")
-            squeue_failed = queued is None
-            for job_id, (job, run) in jobs.items():
-                if job_id in results:
-                    continue
-                _relay(job, offsets, say)
-                if queued is not None and queued.get(job_id) == "RUNNING" \
-                        and run.identity not in started:
-                    started.add(run.identity)
-                    listener.started(run)
-                if job.paths.result_pickle.exists():
-                    result = _result_of(job, run, tracker, experiment_id, parent_id)
-                elif queued is not None and job_id not in queued:
-                    result = mark_dead(
-                        tracker, experiment_id, parent_id, run,
-                        f"its Slurm job {job_id} left the queue without a result (cancelled, "
-                        f"killed for memory or time, or its node failed); its log: "
-                        f"{job.paths.stderr}")
-                else:
-                    continue
-                if run.identity not in started:
-                    started.add(run.identity)
-                    listener.started(run)
-                _relay(job, offsets, say)  # what it said before it ended
-                results[job_id] = result
-                listener.finished(result)
-            if time.monotonic() - last_report > _REPORT_S:
-                last_report = time.monotonic()
-                _report_progress(tracker, experiment_id, parent_id, jobs, listener, started)
-            if len(results) < len(jobs):
-                time.sleep(_POLL_S)
-    except KeyboardInterrupt:
-        for job_id, (job, _) in jobs.items():
-            if job_id not in results:
-                job.cancel(check=False)
+        for group in groups.values():
+            executor.update_parameters(**_parameters(settings, group[0]))
+            for first in range(0, len(group), size):
+                chunk = group[first:first + size]
+                with executor.batch():
+                    submitted = [executor.submit(SlurmRun(
+                        run, tracker.out_dir, tracker.uri, experiment_id, parent_id, datasets))
+                        for run in chunk]
+                for job, run in zip(submitted, chunk, strict=True):
+                    jobs[job.job_id] = (job, run)
+    except BaseException:
+        _cancel(jobs)
         raise
-    return [results[job_id] for job_id in jobs]
+    say(f"rlbench: submitted {len(runs)} runs to Slurm as job "
+        f"{', '.join(sorted(_arrays(jobs)))}; logs in {folder}")
+    return _Follower(jobs, tracker, experiment_id, parent_id, listener, say).follow()
 
 
-def _result_of(job: Any, run: RunConfig, tracker: Tracker, experiment_id: str,
-               parent_id: str) -> RunResult:
-    """The result the task returned, or, when it raised, its run marked FAILED."""
-    try:
-        return job.result()
-    except Exception as err:  # the harness raised in the task: submitit keeps the trace
-        return mark_dead(tracker, experiment_id, parent_id, run,
-                         f"its Slurm task raised {one_line(str(err).strip().splitlines()[-1])}"
-                         f"; its log: {job.paths.stderr}")
+def _arrays(jobs: dict[str, Any]) -> set[str]:
+    """The job ids of the arrays (or plain jobs) ``jobs`` belong to."""
+    return {job_id.split("_")[0] for job_id in jobs}
 
 
-def _relay(job: Any, offsets: dict[str, int], say: Callable[[str], None]) -> None:
-    """The lines a task said (``rlbench: ...``: resumed from a checkpoint or why not,
-    stopped and requeued) since the last look, from its log."""
-    path = Path(job.paths.stderr)
-    try:
-        with path.open("rb") as log:
-            log.seek(offsets.get(job.job_id, 0))
-            text = log.read()
-    except FileNotFoundError:  # not started yet
-        return
-    complete = text.rfind(b"\n") + 1  # a line still being written waits for the next look
-    offsets[job.job_id] = offsets.get(job.job_id, 0) + complete
-    for line in text[:complete].decode(errors="replace").splitlines():
-        if line.startswith("rlbench: "):
-            say(line)
+def _cancel(jobs: dict[str, Any]) -> None:
+    """scancel every array of ``jobs`` at once (each task's run checkpoints)."""
+    if jobs:
+        subprocess.run(["scancel", *sorted(_arrays(jobs))], capture_output=True, timeout=60)
 
 
-def _report_progress(tracker: Tracker, experiment_id: str, parent_id: str,
-                     jobs: dict[str, tuple[Any, RunConfig]], listener: Listener,
-                     started: set[str]) -> None:
-    """The latest metrics of the sweep's running runs, from the store."""
-    by_identity = {run.identity: run for _, run in jobs.values()}
-    running = tracker.runs(experiment_id, f"tags.`mlflow.parentRunId` = '{parent_id}' "
-                                          "and attributes.status = 'RUNNING'")
-    for attempt in running:
-        run = by_identity.get(attempt.data.tags.get("config_hash", ""))
-        if run is None or run.identity not in started:
-            continue
-        metrics = {m.key: m for m in attempt.data.to_proto().metrics}
-        throughput = metrics.get(run.throughput_metric)
-        if throughput is not None:
-            values = {key: metric.value for key, metric in metrics.items()}
-            listener.update(run, {**values, "frames": throughput.step})
+# How long a task may be gone from the queue with neither a result nor an ended attempt
+# in the store before it counts as lost: a result written on one node may take a minute
+# to appear on another's network filesystem.
+_GONE_S = 60.0
+_ENDED = ("FINISHED", "FAILED", "KILLED")
+
+
+class _Follower:
+    """The driver's view of its submitted tasks, until each has a result."""
+
+    def __init__(self, jobs: dict[str, tuple[Any, RunConfig]], tracker: Tracker,
+                 experiment_id: str, parent_id: str, listener: Listener,
+                 say: Callable[[str], None]):
+        self.jobs, self.tracker, self.listener, self.say = jobs, tracker, listener, say
+        self.experiment_id, self.parent_id = experiment_id, parent_id
+        self.results: dict[str, RunResult] = {}
+        self.started: set[str] = set()
+        self.offsets: dict[str, int] = {}  # how far each task's log was read
+        self.gone_since: dict[str, float] = {}
+        self.said: set[str] = set()  # the troubles said once already
+
+    def follow(self) -> list[RunResult]:
+        last_report = 0.0
+        try:
+            while len(self.results) < len(self.jobs):
+                queued = self._queued()
+                for job_id, (job, run) in self.jobs.items():
+                    if job_id not in self.results:
+                        self._look(job_id, job, run, queued)
+                if time.monotonic() - last_report > _REPORT_S:
+                    last_report = time.monotonic()
+                    self._report_progress()
+                if len(self.results) < len(self.jobs):
+                    time.sleep(_POLL_S)
+        except KeyboardInterrupt:
+            _cancel({job_id: job for job_id, job in self.jobs.items()
+                     if job_id not in self.results})
+            raise
+        return [self.results[job_id] for job_id in self.jobs]
+
+    def _once(self, key: str, text: str) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            self.say(text)
+
+    def _queued(self) -> dict[str, str] | None:
+        """Each of this sweep's tasks in the queue and its state; None when squeue does
+        not answer (said once; the driver waits for it)."""
+        arrays = ",".join(sorted(_arrays({j: 0 for j in self.jobs if j not in self.results})))
+        try:
+            done = subprocess.run(["squeue", "--noheader", "--array", f"--jobs={arrays}",
+                                   "--format=%i %T"], capture_output=True, text=True,
+                                  timeout=60)
+            failure = None if done.returncode == 0 else one_line(done.stderr)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            failure = one_line(err)
+        if failure is not None:
+            self._once("squeue", f"rlbench: squeue does not answer ({failure}); waiting for it")
+            return None
+        self.said.discard("squeue")
+        return dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if line.strip())
+
+    def _look(self, job_id: str, job: Any, run: RunConfig,
+              queued: dict[str, str] | None) -> None:
+        state = None if queued is None else queued.get(job_id, "GONE")
+        if state in (None, "PENDING", "REQUEUED", "CONFIGURING"):
+            return  # nothing to read yet
+        if run.identity not in self.started:
+            self.started.add(run.identity)
+            self.listener.started(run)
+        self._relay(job)
+        result = None
+        if job.paths.result_pickle.exists():
+            result = self._result_of(job, run)
+        elif state == "GONE":
+            result = self._gone(job_id, job, run)
+        if result is not None:
+            self._relay(job)  # what it said before it ended
+            self.results[job_id] = result
+            self.listener.finished(result)
+
+    def _gone(self, job_id: str, job: Any, run: RunConfig) -> RunResult | None:
+        """A task out of the queue with no result in sight: its run as the store has it
+        (ended: that; still RUNNING: its process died), else, after ``_GONE_S``, lost."""
+        attempts = self.tracker.runs(
+            self.experiment_id, f"tags.config_hash = '{run.identity}' and "
+                                f"tags.`mlflow.parentRunId` = '{self.parent_id}'")
+        latest = max(attempts, key=lambda r: r.info.start_time or 0, default=None)
+        why = (f"its Slurm job {job_id} left the queue without a result (cancelled, killed "
+               f"for memory or time, or its node failed); its log: {job.paths.stderr}")
+        if latest is not None and latest.info.status in _ENDED:
+            error = latest.data.tags.get("error") or why
+            if latest.info.status == "FINISHED":
+                return stored_result(run, latest)
+            return RunResult(config=run, run_id=latest.info.run_id, status=latest.info.status,
+                             final_return=None, fps=None, frames=0, seconds=0.0,
+                             error=f"{error}; {why}" if error != why else why)
+        if latest is not None:  # RUNNING, and no process left to end it
+            return mark_dead(self.tracker, self.experiment_id, self.parent_id, run, why)
+        first = self.gone_since.setdefault(job_id, time.monotonic())
+        if time.monotonic() - first < _GONE_S:
+            return None  # its result may still be on its way through the filesystem
+        return RunResult(config=run, run_id="", status="FAILED", final_return=None, fps=None,
+                         frames=0, seconds=0.0, error=why)
+
+    def _result_of(self, job: Any, run: RunConfig) -> RunResult:
+        """The result the task returned, or, when it raised, its run marked FAILED."""
+        try:
+            return job.result()
+        except Exception as err:  # the harness raised in the task: submitit keeps the trace
+            lines = str(err).strip().splitlines()
+            return mark_dead(self.tracker, self.experiment_id, self.parent_id, run,
+                             f"its Slurm task raised {one_line(lines[-1] if lines else err)}"
+                             f"; its log: {job.paths.stderr}")
+
+    def _relay(self, job: Any) -> None:
+        """The lines a task said (``rlbench: ...``: resumed from a checkpoint or why not,
+        stopped and requeued) since the last look, from its log."""
+        path = Path(job.paths.stderr)
+        try:
+            with path.open("rb") as log:
+                log.seek(self.offsets.get(job.job_id, 0))
+                text = log.read()
+        except FileNotFoundError:  # not written yet
+            return
+        except OSError as err:  # a network filesystem's trouble: read again next time
+            self._once(f"log {path}", f"rlbench: {path} cannot be read now ({one_line(err)})")
+            return
+        complete = text.rfind(b"\n") + 1  # a line still being written waits
+        self.offsets[job.job_id] = self.offsets.get(job.job_id, 0) + complete
+        for line in text[:complete].decode(errors="replace").splitlines():
+            if line.startswith("rlbench: "):
+                self.say(line)
+
+    def _report_progress(self) -> None:
+        """The latest metrics of the sweep's running runs, from the store."""
+        by_identity = {run.identity: run for _, run in self.jobs.values()}
+        try:
+            running = self.tracker.runs(
+                self.experiment_id, f"tags.`mlflow.parentRunId` = '{self.parent_id}' "
+                                    "and attributes.status = 'RUNNING'")
+        except Exception as err:  # the store away for a moment: progress waits
+            self._once("progress", f"rlbench: the progress of the runs cannot be read from "
+                                   f"the store now ({one_line(err)})")
+            return
+        for attempt in running:
+            run = by_identity.get(attempt.data.tags.get("config_hash", ""))
+            if run is None or run.identity not in self.started:
+                continue
+            metrics = {m.key: m for m in attempt.data.to_proto().metrics}
+            throughput = metrics.get(run.throughput_metric)
+            if throughput is not None:
+                values = {key: metric.value for key, metric in metrics.items()}
+                self.listener.update(run, {**values, "frames": throughput.step})

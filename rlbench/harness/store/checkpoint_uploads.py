@@ -26,7 +26,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
-from rlbench.checkpoint import MANIFEST, CheckpointRefused, read_manifest
+from rlbench.checkpoint import MANIFEST, CheckpointRefused, read_manifest, verify_checkpoint
 from rlbench.errors import one_line
 from rlbench.harness.plan.config import CHECKPOINT_STORES
 from rlbench.harness.store.tracking import quiet_downloads, with_retry
@@ -89,9 +89,14 @@ class CheckpointUploader:
             with_retry(self.client.set_tag, self.run_id, tag, str(progress))
         previous, self._uploaded = self._uploaded, path.name
         if previous is not None and previous != path.name:
-            uri = with_retry(self.client.get_run, self.run_id).info.artifact_uri
-            with_retry(get_artifact_repository(uri).delete_artifacts,
-                       f"{ARTIFACT_DIR}/{previous}")
+            try:
+                uri = with_retry(self.client.get_run, self.run_id).info.artifact_uri
+                with_retry(get_artifact_repository(uri).delete_artifacts,
+                           f"{ARTIFACT_DIR}/{previous}")
+            except Exception as err:  # it only takes space; the new one is in place
+                self.say(f"rlbench: the checkpoint upload before {path.name} of run "
+                         f"{self.run_id} could not be removed ({type(err).__name__}: "
+                         f"{one_line(err)})")
 
     def _upload_snapshots(self, progress: int) -> None:
         kept = self.run_dir / "snapshots"
@@ -104,34 +109,38 @@ class CheckpointUploader:
                 self._snapshots.add(name)
 
 
-def local_progress(directory: Path) -> int | None:
-    """The progress of the checkpoint in ``directory``; None when there is none or it is
-    not one rlbench wrote (reading it refuses it then)."""
+def local_progress(directory: Path, identity: str) -> int | None:
+    """The progress of the checkpoint in ``directory``, checked whole (``verify_checkpoint``);
+    None when there is none or it cannot be resumed from."""
     try:
-        manifest = read_manifest(directory)
+        manifest = verify_checkpoint(directory, identity)
     except CheckpointRefused:
         return None
     return None if manifest is None else manifest["progress"]
 
 
 def download_newest(client: MlflowClient, attempts: Sequence[Run], directory: Path,
-                    run_dir: Path) -> Run | None:
-    """Put the newest checkpoint uploaded by one of ``attempts`` into ``directory`` (in
-    place of what is there) and the snapshots it kept up to it into ``run_dir``, when it
-    reaches further than the checkpoint ``directory`` holds; returns the attempt it came
-    from, or None (nothing newer). A manifest naming a file outside ``checkpoint/`` is
-    refused (``CheckpointRefused``); a download that fails raises MLflow's error."""
+                    run_dir: Path, identity: str) -> Run | None:
+    """Put the newest checkpoint of ``identity`` uploaded by one of ``attempts`` into
+    ``directory`` (in place of what is there) and the snapshots it kept up to it into
+    ``run_dir``, when it reaches further than the checkpoint ``directory`` holds; returns
+    the attempt it came from, or None (nothing newer). The download is checked whole
+    (``verify_checkpoint``) before it replaces anything: one that cannot be resumed from
+    is a ``CheckpointRefused`` and the local checkpoint stays; a download that fails
+    raises MLflow's error."""
     uploaded = [(progress, run) for run in attempts
                 if (progress := _progress(run, UPLOADED_TAG)) is not None]
     if not uploaded:
         return None
     progress, source = max(uploaded, key=lambda pair: pair[0])
-    have = local_progress(directory)
+    have = local_progress(directory, identity)
     if have is not None and have >= progress:
         return None
     run_id = source.info.run_id
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    with (tempfile.TemporaryDirectory(dir=directory.parent, prefix=".download-") as scratch,
+    # beside the suite's config directories, which runs of other code clear
+    staging = directory.parent.parent
+    staging.mkdir(parents=True, exist_ok=True)
+    with (tempfile.TemporaryDirectory(dir=staging, prefix=".download-") as scratch,
           quiet_downloads()):
         fetched = Path(scratch) / ARTIFACT_DIR
         fetched.mkdir()
@@ -142,9 +151,11 @@ def download_newest(client: MlflowClient, attempts: Sequence[Run], directory: Pa
             raise CheckpointRefused(f"the checkpoint uploaded by run {run_id} names "
                                     f"{name!r}, not a checkpoint file of its directory")
         _download(client, run_id, f"{ARTIFACT_DIR}/{name}", fetched)
+        verify_checkpoint(fetched, identity)
         snapshots = _fetch_snapshots(client, run_id, manifest["progress"],
                                      Path(scratch) / "snapshots")
         shutil.rmtree(directory, ignore_errors=True)
+        directory.parent.mkdir(parents=True, exist_ok=True)
         fetched.replace(directory)
         for snapshot in snapshots:
             target = run_dir / "snapshots" / snapshot.name

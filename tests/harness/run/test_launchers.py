@@ -95,9 +95,20 @@ def test_unreachable_ray_cluster_is_a_clear_error(tmp_path: Path,
     assert not (out / "mlflow.db").exists()
 
 
-def test_bad_launcher_keys(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "launcher=slurm"]) == 2
-    assert "unknown launcher 'slurm'" in capsys.readouterr().err.lower()
+def test_bad_launcher_keys(capsys: pytest.CaptureFixture[str],
+                           monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert main(["run", "launcher=slurmm"]) == 2
+    err = capsys.readouterr().err.lower()
+    assert "unknown launcher 'slurmm'" in err and "slurm" in err
+    # no Slurm answers here (no commands, or a configuration naming no cluster): refused
+    # before a run
+    (tmp_path / "empty.conf").touch()
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "empty.conf"))
+    assert main(["run", "launcher=slurm", f"out_dir={tmp_path / 'out'}"]) == 2
+    assert "launcher=slurm" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert main(["run", "slurm.partition=gpu"]) == 2
+    assert "only used with launcher=slurm" in capsys.readouterr().err
     assert main(["run", "ray.address=auto"]) == 2
     assert "only used with launcher=ray" in capsys.readouterr().err
 

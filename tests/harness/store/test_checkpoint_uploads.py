@@ -72,14 +72,14 @@ def test_the_newest_upload_of_all_attempts_is_fetched_and_read_whole(
     _attempt(client, tmp_path, "stopped", 250)
     attempts = client.search_runs([client.get_experiment_by_name("uploads").experiment_id])
     here, run_dir = tmp_path / "here" / "ckpt", tmp_path / "here" / "run"
-    source = download_newest(client, attempts, here, run_dir)
+    source = download_newest(client, attempts, here, run_dir, "id")
     assert source.info.run_id == newest
     state = read_checkpoint(here, "id")  # size, sha256 and identity as any checkpoint
     assert state["progress"] == 300
     assert torch.equal(state["state"]["weights"], torch.full((3,), 300.0))
     assert sorted(p.name for p in (run_dir / "snapshots").iterdir()) == ["300"]
     # the local checkpoint reaches as far: nothing is fetched
-    assert download_newest(client, attempts, here, run_dir) is None
+    assert download_newest(client, attempts, here, run_dir, "id") is None
 
 
 def test_a_manifest_naming_a_file_outside_its_directory_is_refused(
@@ -91,7 +91,8 @@ def test_a_manifest_naming_a_file_outside_its_directory_is_refused(
     hostile.write_text(json.dumps({**manifest, "file": "../../outside.pt"}))
     client.log_artifact(run_id, str(hostile), "checkpoint")
     with pytest.raises(CheckpointRefused, match=r"names '\.\./\.\./outside\.pt'"):
-        download_newest(client, [client.get_run(run_id)], tmp_path / "here", tmp_path / "run")
+        download_newest(client, [client.get_run(run_id)], tmp_path / "here", tmp_path / "run",
+                        "id")
     assert not (tmp_path / "here").exists()
 
 
@@ -127,3 +128,15 @@ def test_uploads_are_the_default_where_the_store_is_a_server() -> None:
     assert not uploads_checkpoints("auto", "sqlite:////runs/mlflow.db")
     assert uploads_checkpoints("tracking", "sqlite:////runs/mlflow.db")
     assert not uploads_checkpoints("out_dir", "https://head")
+
+
+def test_an_upload_that_cannot_be_resumed_from_leaves_the_local_checkpoint(
+        client: MlflowClient, tmp_path: Path) -> None:
+    run_id, _ = _attempt(client, tmp_path, "a", 100, 200)
+    uploaded = client.get_run(run_id).info.artifact_uri.removeprefix("file://")
+    (Path(uploaded) / "checkpoint" / "checkpoint-200.pt").write_bytes(b"corrupt")
+    here = tmp_path / "here" / "ckpt"
+    write_checkpoint(here, "id", 100, {"weights": torch.zeros(3)})
+    with pytest.raises(CheckpointRefused, match="truncated or replaced"):
+        download_newest(client, [client.get_run(run_id)], here, tmp_path / "run", "id")
+    assert read_checkpoint(here, "id")["progress"] == 100  # still the one to resume from
