@@ -3,7 +3,7 @@
 Both call ``execute_run`` on each run, so a run gives the same numbers whichever launcher
 runs it (seeds and threads come from its config). The local pool starts one fresh
 process per run (``spawn``: no state inherited from the parent or an earlier run) and
-streams progress back through a queue. A run that raises is recorded as failed by
+streams progress back through a pipe of its own. A run that raises is recorded as failed by
 ``execute_run`` itself; a worker process that dies (a segfault, the OOM killer) has its
 MLflow run marked FAILED here, with the signal and the traceback Python's faulthandler
 wrote. Ctrl-C or SIGTERM stops every worker: each marks its run KILLED. Workers also stop
@@ -17,7 +17,7 @@ import contextlib
 import multiprocessing as mp
 import multiprocessing.connection
 import os
-import queue
+import pickle
 import signal
 import threading
 from pathlib import Path
@@ -97,21 +97,23 @@ def _die_with_parent() -> None:
 
 
 def _worker(run: RunConfig, out_dir: Path, experiment_id: str, parent_id: str,
-            messages: Any) -> None:
+            messages: mp.connection.Connection) -> None:
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     _die_with_parent()
 
-    def report(values: dict[str, float]) -> None:
-        messages.put(("update", run.identity, values))
+    def send(message: tuple[str, str, Any]) -> None:
+        # a closed pipe: the sweep died, and the parent watch stops this run (KILLED) at once
+        with contextlib.suppress(OSError):
+            messages.send(message)
 
     try:
         result = execute_run(run, Tracker(out_dir, prepare=False), experiment_id, parent_id,
-                             on_update=report)
+                             on_update=lambda values: send(("update", run.identity, values)))
     except KeyboardInterrupt:  # execute_run marked the run KILLED
         result = RunResult(config=run, run_id="", status="KILLED", final_return=None,
                            fps=None, frames=0, seconds=0.0, error="stopped by a signal")
-    messages.put(("result", run.identity, result))
+    send(("result", run.identity, result))
 
 
 def _exit_cause(exitcode: int | None) -> str:
@@ -151,11 +153,13 @@ def mark_dead(tracker: Tracker, experiment_id: str, parent_id: str, run: RunConf
 
 def run_local_pool(runs: list[RunConfig], tracker: Tracker, experiment_id: str,
                    parent_id: str, listener: Listener, jobs: int) -> list[RunResult]:
-    """Up to ``jobs`` runs at a time, each in its own fresh process."""
+    """Up to ``jobs`` runs at a time, each in its own fresh process. Each worker reports
+    through a pipe of its own: a worker killed mid-message (a segfault) takes only its own
+    pipe with it, where a shared queue's lock would stay held and stall the others."""
     context = mp.get_context("spawn")
-    messages = context.Queue()
     pending = list(runs)
     active: dict[str, tuple[Any, RunConfig]] = {}
+    pipes: dict[str, mp.connection.Connection] = {}  # each live worker's reports
     results: dict[str, RunResult] = {}
     try:
         while pending or active:
@@ -167,19 +171,22 @@ def run_local_pool(runs: list[RunConfig], tracker: Tracker, experiment_id: str,
                 listener.finished(results[run.identity])
             while pending and len(active) < jobs:
                 run = pending.pop(0)
+                receiver, sender = context.Pipe(duplex=False)
                 process = context.Process(
                     target=_worker, name=f"rlbench {run.name}",
-                    args=(run, tracker.out_dir, experiment_id, parent_id, messages))
+                    args=(run, tracker.out_dir, experiment_id, parent_id, sender))
                 process.start()
+                sender.close()  # the worker's end: its death closes the pipe
                 active[run.identity] = (process, run)
+                pipes[run.identity] = receiver
                 listener.started(run)
-            _drain(messages, active, results, listener, timeout=0.2)
+            _drain(pipes, active, results, listener, timeout=0.2)
             for identity, (process, run) in list(active.items()):
                 if process.exitcode is None:
                     continue
                 process.join()
-                if identity not in results:  # its last words may still be in the pipe
-                    _drain(messages, active, results, listener, timeout=1.0)
+                while identity in pipes:  # its last words, up to the pipe's end
+                    _drain(pipes, active, results, listener, timeout=1.0)
                 del active[identity]
                 if identity not in results:  # it died without reporting
                     results[identity] = mark_dead(tracker, experiment_id, parent_id, run,
@@ -191,20 +198,28 @@ def run_local_pool(runs: list[RunConfig], tracker: Tracker, experiment_id: str,
     return [results[run.identity] for run in runs]
 
 
-def _drain(messages: Any, active: dict[str, tuple[Any, RunConfig]],
-           results: dict[str, RunResult], listener: Listener, timeout: float) -> None:
-    """Hand every queued message to the listener, waiting up to ``timeout`` for the first."""
-    while True:
+def _drain(pipes: dict[str, mp.connection.Connection],
+           active: dict[str, tuple[Any, RunConfig]], results: dict[str, RunResult],
+           listener: Listener, timeout: float) -> None:
+    """Hand every message the workers sent to the listener, waiting up to ``timeout`` for
+    the first. A pipe at its end (its worker exited or died, maybe mid-message) is closed
+    and dropped."""
+    by_pipe = {pipe: identity for identity, pipe in pipes.items()}
+    for pipe in mp.connection.wait(list(by_pipe), timeout=timeout):
+        identity = by_pipe[pipe]
         try:
-            kind, identity, payload = messages.get(timeout=timeout)
-        except queue.Empty:
-            return
-        timeout = 0.0
-        if kind == "update" and identity in active:
-            listener.update(active[identity][1], payload)
-        elif kind == "result":
-            results[identity] = payload
-            listener.finished(payload)
+            while True:
+                kind, _, payload = pipe.recv()
+                if kind == "update" and identity in active:
+                    listener.update(active[identity][1], payload)
+                elif kind == "result":
+                    results[identity] = payload
+                    listener.finished(payload)
+                if not pipe.poll():
+                    break
+        except (EOFError, OSError, pickle.UnpicklingError):  # ended, or cut mid-message
+            pipe.close()
+            del pipes[identity]
 
 
 def _stop(active: dict[str, tuple[Any, RunConfig]]) -> None:
