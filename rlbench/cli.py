@@ -30,9 +30,16 @@ usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
 `rlbench <command> --help` explains a command and its keys.
 """
 _SWEEP_KEYS = """\
-keys: suite (a shipped name or a .yaml path), algo (algos), env (envs): comma lists
+keys: suite (a shipped name or a .yaml path; without it, a grid given algo=, env= or
+      dataset= takes smoke's settings and is stored as suite adhoc)
+      algo (algos), env (envs): comma lists. An algorithm is a recipe's name (rlbench list
+      algorithms: built in or installed), an importable module (algo=my_pkg.mybc) or a
+      recipe file (algo=path/to/mybc.py), named by its last part (mybc.learning_rate=...)
       dataset (datasets): d4rl:<name>, minari:<id> or paths, for offline algorithms
       seeds, base_seed, frames (online), steps (offline), eval_every, eval_episodes
+      save_snapshots=true (keep the policy at every evaluation: snapshots/<frames>/, what
+      `rlbench dataset make quality=medium` and `eval snapshot=` read), save_transitions=true
+      (keep every collected transition: transitions/, for quality=medium-replay)
       threads (per run, at most the cores here; force_threads=true for more), device
       reuse=code (a finished run of the same config by other code counts as done: for a
       change you know leaves the numbers alone; a run's identity includes its code's hash)
@@ -49,7 +56,8 @@ keys: suite (a shipped name or a .yaml path), algo (algos), env (envs): comma li
       slurm.mem_gb, slurm.max_running (tasks of each array at once, default 256),
       slurm.signal_delay_s (SIGUSR2 that long before the limit, default 120),
       slurm.folder (submitit's files and the tasks' logs, default <out_dir>/slurm)
-      <algo>.<hyperparameter>, e.g. ppo.learning_rate=5e-4 (see algorithms/<algo>.py)
+      <algo>.<hyperparameter>, e.g. ppo.learning_rate=5e-4, td3.hidden_sizes=[64,64] (a
+      list in brackets); `rlbench show algo=<algo>` lists them with their help
 """
 HELP = {
     "run": f"""\
@@ -60,6 +68,7 @@ tracked in MLflow; a summary table at the end. Exit 0 if all finished, 1 if a ru
 
 {_SWEEP_KEYS}
 example: rlbench run suite=smoke seeds=3 env=CartPole-v1 ppo.learning_rate=5e-4
+         rlbench run algo=my_recipes/mybc.py dataset=d4rl:hopper-medium-v2 steps=100000
          rlbench run suite=mujoco algo=ppo jobs=2
          rlbench run suite=mujoco launcher=ray ray.address=auto
          rlbench run suite=mujoco launcher=slurm slurm.partition=gpu
@@ -179,8 +188,10 @@ example: rlbench dataset info d4rl:hopper-medium-v2
 """,
     "list": """\
 usage: rlbench list suites|algorithms|envs|datasets
-The shipped suites (with their descriptions), the algorithms (online or offline, and the
-action spaces they take), the env ids rlbench knows, each made once (an env whose
+The shipped suites (with their descriptions), the algorithms (online or offline, the
+action spaces they take, and where each comes from: built in, or installed by a package
+through an entry point of the group rlbench.algorithms), the env ids rlbench knows, each
+made once (an env whose
 dependency is missing here says so beside its id), or the offline datasets present
 locally and the known remote names.
 """,
@@ -194,7 +205,10 @@ LISTABLE = ("suites", "algorithms", "envs", "datasets")
 
 def _grid_table(sweep) -> Table:
     """The resolved grid; cells are text (``[...]`` in a name is not read as markup)."""
-    table = Table(title=Text(f"suite {sweep.suite.name}: {len(sweep.runs)} runs"))
+    # deferred: a command's modules (torch, MLflow) load only when it runs
+    from rlbench.harness.render import counted
+
+    table = Table(title=Text(f"suite {sweep.suite.name}: {counted(len(sweep.runs), 'run')}"))
     offline = any(run.offline for run in sweep.runs)
     headers = ["run", "budget" if offline else "frames", "eval every", "episodes"]
     headers += ["eval env"] if offline else []
@@ -210,7 +224,7 @@ def _grid_table(sweep) -> Table:
             run.name, budget, f"{run.eval_every:,}", str(run.eval_episodes), *eval_env,
             run.device, identity)))
     if len(sweep.runs) > SHOWN_RUNS:
-        table.caption = Text(f"{len(sweep.runs) - SHOWN_RUNS:,} more runs not listed")
+        table.caption = Text(f"{counted(len(sweep.runs) - SHOWN_RUNS, 'more run')} not listed")
     return table
 
 
@@ -254,11 +268,20 @@ def _list(what: Sequence[str], console: Console) -> int:
     elif what[0] == "algorithms":
         # deferred: a command's modules (torch, MLflow) load only when it runs
         from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm
+        from rlbench.harness.plan.recipe_sources import clashes, recipe_sources
 
+        sources = recipe_sources()
         for name in list_algorithms():
-            recipe = load_algorithm(name)
-            console.print(f"{name:8} {recipe.KIND:8} {', '.join(recipe.ACTION_SPACES)} actions",
-                          highlight=False)
+            try:
+                recipe = load_algorithm(name)
+            except ConfigError as err:  # one broken package leaves the others listed
+                console.print(Text(f"{name:8} cannot be loaded ({sources[name].origin}: "
+                                   f"{one_line(err)})"))
+                continue
+            line = f"{name:8} {recipe.KIND:8} {', '.join(recipe.ACTION_SPACES) + ' actions':22}"
+            console.print(Text(f"{line} {sources[name].origin}"))
+        for name, why in clashes().items():
+            console.print(Text(f"{name:8} refused: {why}"))
     elif what[0] == "datasets":
         # deferred: a command's modules (torch, MLflow) load only when it runs
         from rlbench.harness.datasets.info import print_datasets
@@ -351,6 +374,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         result = run_sweep(sweep, console)  # an unreachable tracking server or Ray cluster
     except ConfigError as err:               # raises before any run starts
+        details = getattr(err, "details", None)  # a recipe's own traceback, whole
+        if details:
+            print(details, end="", file=sys.stderr)
         print(f"rlbench: error: {one_line(err, limit=ERROR_LIMIT)}", file=sys.stderr)
         return 2
     except OSError as err:  # a path in the user's words the OS cannot look up

@@ -14,6 +14,7 @@ _QUOTE.maxlevel = 3
 _QUOTE.maxtuple = _QUOTE.maxlist = _QUOTE.maxdict = _QUOTE.maxset = 6
 _QUOTE.maxlong, _QUOTE.maxstring, _QUOTE.maxother = 40, 60, 60
 QUOTE_LIMIT = 120
+LISTED_CHOICES = 12  # an unknown name with no near match lists the valid ones up to this many
 
 
 def quote(value: Any) -> str:
@@ -56,6 +57,12 @@ class UnknownNameError(ConfigError):
     def __init__(self, kind: str, name: Any, choices: Iterable[str],
                  suggestions: list[str] | None = None):
         self.kind, self.name = kind, name
+        choices = [c for c in choices if isinstance(c, str)]
         self.suggestions = near_matches(name, choices) if suggestions is None else suggestions
-        hint = f"; did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
+        if self.suggestions:
+            hint = f"; did you mean {', '.join(self.suggestions)}?"
+        elif suggestions is None and 0 < len(choices) <= LISTED_CHOICES:
+            hint = f"; one of {', '.join(sorted(choices))}"  # a short list: say it whole
+        else:
+            hint = ""
         super().__init__(f"unknown {kind} {quote(name)}{hint}")

@@ -1,13 +1,20 @@
-"""Shared fixtures: every test gets its own output directory and the embedded MLflow store;
-``small_disk`` is a real filesystem that fills up."""
+"""Shared fixtures: every test gets its own output directory and the embedded MLflow store,
+and forgets the recipes its command lines named; ``small_disk`` is a real filesystem that
+fills up; ``example_recipe`` names the example project's recipe file."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from rlbench.harness.plan import recipe_sources
+
+EXAMPLE_PROJECT = Path(__file__).resolve().parents[1] / "examples" / "recipe_project"
+EXAMPLE_RECIPE = EXAMPLE_PROJECT / "my_recipes" / "vpg.py"
 
 
 @pytest.fixture(autouse=True)
@@ -15,6 +22,27 @@ def _isolated_tracking(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """Tests never write to a user's tracking server or to the repository."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _recipes_named_here_forgotten() -> Iterator[None]:
+    """A recipe a test's command line names (``algo=path/to/mybc.py``) is known to that test
+    only, as it is to that command's process."""
+    named, path, modules = dict(recipe_sources._named), list(sys.path), set(sys.modules)
+    yield
+    recipe_sources._named.clear()
+    recipe_sources._named.update(named)
+    sys.path[:] = path
+    for name in set(sys.modules) - modules:  # a copy of a project elsewhere imports afresh
+        module = sys.modules[name]
+        if not (getattr(module, "__file__", None) or "").startswith(sys.prefix):
+            del sys.modules[name]
+
+
+@pytest.fixture
+def example_recipe() -> str:
+    """The example project's recipe, named by its file as a command line names it: ``vpg``."""
+    return recipe_sources.name_recipe(str(EXAMPLE_RECIPE))
 
 
 @pytest.fixture

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -95,6 +97,13 @@ class Collector:
             self._generator = torch.Generator(device=env.action_spec.device)
             self._generator.manual_seed(seed)
         self._policy_out_keys: list[NestedKey] | None = None
+        if self._env_device.type == "cpu" and torch.get_num_threads() > 1 and _interactive():
+            warnings.warn(
+                f"torch uses {torch.get_num_threads()} threads in this interactive session: "
+                "the small networks of RL step several times slower on CPU that way than on "
+                "one thread (a notebook loop measured 7x). Call torch.set_num_threads(1) "
+                "first, as `rlbench run` does for each run (its threads= setting)",
+                RuntimeWarning, stacklevel=2)
 
     def __len__(self) -> int:
         """Number of batches the collector yields."""
@@ -187,3 +196,9 @@ def _indexed(device: torch.device | str) -> torch.device:
     """``device`` with its index made explicit (``cuda`` is ``cuda:<current>``), as tensors
     report it, so that comparing it with a tensor's device means what it says."""
     return torch.empty(0, device=device).device
+
+
+def _interactive() -> bool:
+    """Whether this process is a notebook kernel or an interactive interpreter, where torch's
+    thread count is whatever it was by default (``rlbench run`` sets it per run)."""
+    return hasattr(sys, "ps1") or "ipykernel" in sys.modules or bool(sys.flags.interactive)

@@ -2,7 +2,8 @@
 
 ``rlbench compare`` builds its tables once as ``TextTable`` and writes them as a terminal
 table (rich), Markdown, CSV, LaTeX (booktabs) or HTML; every renderer escapes what its
-format needs and keeps the cells' text as is.
+format needs and keeps the cells' text as is. ``counted`` writes the counts of captions
+and status lines ("1 run", "2 runs").
 """
 
 from __future__ import annotations
@@ -16,11 +17,17 @@ from dataclasses import dataclass, field
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["FORMATS", "SUFFIXES", "TextTable", "render", "to_csv", "to_html", "to_latex",
+__all__ = ["FORMATS", "SUFFIXES", "TextTable", "counted", "render", "to_csv", "to_html", "to_latex",
            "to_markdown", "to_rich"]
 
 FORMATS = ("table", "markdown", "csv", "latex", "html")
 SUFFIXES = {"markdown": ".md", "csv": ".csv", "latex": ".tex", "html": ".html"}
+
+
+def counted(count: int, noun: str, plural: str = "") -> str:
+    """``count`` and ``noun``, plural unless one: ``counted(1, "run")`` is "1 run",
+    ``counted(10240, "run")`` "10,240 runs"."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
 
 
 @dataclass

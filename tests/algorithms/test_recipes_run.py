@@ -48,7 +48,7 @@ def _run_tiny(algo: str, out: Path, *overrides: str,
             *params, *overrides]
     assert main(argv) == 0
     client = MlflowClient(tracking_uri(out))
-    (experiment,) = [e for e in client.search_experiments() if e.name == "smoke"]
+    (experiment,) = [e for e in client.search_experiments() if e.name == "adhoc"]
     (run,) = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
     return client, run
 

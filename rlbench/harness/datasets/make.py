@@ -166,7 +166,7 @@ def _policy_actor(policy: Policy, space: gym.Space, *, deterministic: bool) -> A
 
     def act(observation: np.ndarray) -> np.ndarray:
         policy.deterministic = deterministic
-        action = policy.act(observation).cpu().numpy()
+        action = np.asarray(policy.act(observation))
         if isinstance(space, gym.spaces.Discrete):
             return np.asarray(int(action) + int(start))
         return np.clip(action, space.low, space.high).astype(space.dtype)

@@ -1,43 +1,35 @@
-"""Discovery of the algorithm recipes and resolution of their hyperparameters."""
+"""The algorithm recipes by name (``recipe_sources`` finds them) and the resolution of their
+hyperparameters."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
-import pkgutil
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlbench.errors import ConfigError, UnknownNameError, quote
+from rlbench.harness.plan.recipe_sources import import_recipe, recipe_sources
 
 __all__ = ["algorithm_fields", "coerce", "list_algorithms", "load_algorithm", "missing_defaults",
            "resolve_algo_config", "resolve_with_sources"]
 
-_PACKAGE = "rlbench.algorithms"
 _INT_LIMIT = 10**12  # an integer hyperparameter beyond this is a typo (a size, a count)
 
 
 def list_algorithms() -> list[str]:
-    """Names of the recipes in ``algorithms/`` (modules starting with ``_`` hold what
-    several recipes share)."""
-    package = importlib.import_module(_PACKAGE)
-    return sorted(m.name for m in pkgutil.iter_modules(package.__path__)
-                  if not m.ispkg and not m.name.startswith("_"))
+    """Names of the recipes this process can run: built-in, installed and named on its
+    command line (``recipe_sources``)."""
+    return sorted(recipe_sources())
 
 
-def load_algorithm(name: str) -> types.ModuleType:
-    """Import the recipe ``name``; unknown names raise with near matches."""
-    names = list_algorithms()
-    if name not in names:
-        raise UnknownNameError("algorithm", name, names)
-    module = importlib.import_module(f"{_PACKAGE}.{name}")
-    for attr in ("KIND", "ACTION_SPACES", "Config", "FAMILY_DEFAULTS", "train", "make_policy"):
-        if not hasattr(module, attr):
-            raise TypeError(f"recipe {name!r} does not define {attr} (see rlbench.recipe)")
-    return module
+def load_algorithm(name: str, location: str = "") -> types.ModuleType:
+    """Import the recipe ``name`` (from ``location``, for one named on a command line:
+    ``RunConfig.recipe``); unknown names raise with near matches, a module that is not a
+    recipe with what it lacks."""
+    return import_recipe(name, location)
 
 
 def algorithm_fields(name: str) -> dict[str, dataclasses.Field]:
@@ -60,7 +52,9 @@ def coerce(value: Any, hint: Any, what: str) -> Any:
         raise ConfigError(errors[0])
     if origin is tuple:
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{what} must be a list, got {quote(value)}")
+            example = f"[{value}]" if isinstance(value, str) and "," in value else "[64,64]"
+            raise ConfigError(f"{what} must be a list, written in brackets: {what}={example} "
+                              f"(in a suite file, a YAML list), got {quote(value)}")
         return tuple(coerce(v, args[0], what) for v in value)
     if hint is bool:
         if isinstance(value, bool):

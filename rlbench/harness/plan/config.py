@@ -35,6 +35,7 @@ from rlbench.harness.plan.algorithms import (
 )
 from rlbench.harness.plan.datasets import MadeFamily, PlannedDataset, dataset_label, plan_dataset
 from rlbench.harness.plan.fingerprint import code_fingerprint
+from rlbench.harness.plan.recipe_sources import name_recipe, recipe_sources
 from rlbench.harness.plan.suites import SUITE_SETTINGS, Suite, load_suite
 from rlbench.harness.plan.words import split_words
 from rlbench.version import __version__
@@ -52,6 +53,9 @@ SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jo
               "slurm.partition": None, "slurm.account": None, "slurm.qos": None,
               "slurm.time_limit_min": 1440, "slurm.mem_gb": None, "slurm.max_running": 256,
               "slurm.signal_delay_s": 120, "slurm.folder": None}
+# A grid the command line makes (algo=, env= or dataset= without suite=) is stored under
+# this suite name, not under the name of the suite whose settings it takes
+ADHOC_SUITE = "adhoc"
 REUSE = ("code",)  # reuse=code: finished runs of the same config made by other code count
 LAUNCHERS = ("local", "ray", "slurm")
 LIST_KEYS = {"algos", "envs", "datasets"}
@@ -131,7 +135,13 @@ def parse_overrides(args: Sequence[str]) -> Overrides:
     sweep: dict[str, Any] = {}
     settings: dict[str, Any] = {}
     algo_params: dict[str, dict[str, Any]] = {}
-    for key, text in split_words(args, ALIASES):
+    words = split_words(args, ALIASES)
+    for key, text in words:  # first: recipes named by module or file, for their keys below
+        if key == "algos":
+            settings[key] = [name_recipe(word) for word in _parse_value(key, text)]
+    for key, text in words:
+        if key == "algos":
+            continue
         value = _parse_value(key, text)
         if key in SWEEP_KEYS:
             sweep[key] = value
@@ -184,6 +194,9 @@ class RunConfig:
     # computes (a resumed run computes the same numbers), so not part of its identity
     checkpoint_every: int = field(default=CHECKPOINT_EVERY, compare=False)
     checkpoint_store: str = field(default="auto", compare=False)  # one of CHECKPOINT_STORES
+    # a recipe named on the command line by module or file: where other processes import
+    # it from (``recipe_sources``); its code is in ``code``, wherever it lies
+    recipe: str = field(default="", compare=False)
 
     @property
     def offline(self) -> bool:
@@ -214,9 +227,12 @@ class RunConfig:
     def as_dict(self) -> dict[str, Any]:
         """The fields, but the options that are off: a run that keeps no snapshots or
         transitions, or an online run, is the run it was before those options existed (the
-        same identity, so it resumes); an offline run has no ``frames``."""
+        same identity, so it resumes); an offline run has no ``frames``; ``recipe`` only for
+        a recipe named by module or file."""
         fields = self._identity_fields()
         fields["algo_params"] = copy.deepcopy(self.algo_params)  # the only nested field
+        if self.recipe:
+            fields["recipe"] = self.recipe
         return fields
 
     def _identity_fields(self) -> dict[str, Any]:
@@ -232,7 +248,7 @@ class RunConfig:
             del fields["frames"]
         if not fields["code"]:
             del fields["code"]
-        del fields["checkpoint_every"], fields["checkpoint_store"]
+        del fields["checkpoint_every"], fields["checkpoint_store"], fields["recipe"]
         return fields
 
     @functools.cached_property
@@ -520,12 +536,18 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     overrides = parse_overrides(args)
     sweep = {**SWEEP_KEYS, **overrides.sweep}
     suite = load_suite(str(sweep["suite"]))
+    notes: list[str] = []
+    if "suite" not in overrides.sweep and LIST_KEYS & overrides.settings.keys():
+        suite = replace(suite, name=ADHOC_SUITE)
+        notes.append(f"no suite= given: these runs are stored as suite {ADHOC_SUITE} (compare "
+                     f"suite={ADHOC_SUITE}), with suite {SWEEP_KEYS['suite']}'s settings "
+                     "where the command line gives none")
     base = {**suite.settings, **overrides.settings}
     algos = _names(base, "algos")
     known_algos = list_algorithms()
     for algo in algos:
         if algo not in known_algos:
-            raise UnknownNameError("algorithm", algo, known_algos)
+            load_algorithm(algo)  # raises, naming what the suite should say
     envs, datasets = _tasks(base, overrides, algos)
     named_envs = tuple(_names(base, "envs")) if base.get("envs") else ()
     planned = {source: plan_dataset(source, trusted_envs=named_envs) for source in datasets}
@@ -555,7 +577,6 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                                        f"{suite.name}", algo, known_algos)
     runs = []
     sources: dict[tuple[str, str], dict[str, str]] = {}
-    notes: list[str] = []
     kinds = _kinds(algos)
     for algo in algos:
         tasks = envs if kinds[algo] == "online" else datasets
@@ -618,6 +639,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                     device=_check_device(settings["device"]),
                     algo_params=params,
                     code=code_fingerprint(algo),
+                    recipe=recipe_sources()[algo].location,
                     **budget,
                     **options,
                 ))

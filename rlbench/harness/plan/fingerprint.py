@@ -9,6 +9,10 @@ compute a run's numbers: envs, data, returns, modules, objectives, collectors, t
 and their shared builders. Not followed: the CLI, planning, tracking, analysis, reports.
 The versions of torch, tensordict, gymnasium and mujoco are part of it too.
 
+A recipe from outside rlbench (``recipe_sources``) is followed the same way, and so are
+the modules of its own package (or, for a recipe file, the modules beside it) that it
+imports: editing the user's ``my_pkg/networks.py`` renews the runs of ``my_pkg.mybc``.
+
 Editing ``objectives/cql.py`` renews the runs of the recipes that import it and no others;
 editing ``harness/analysis`` renews none.
 """
@@ -19,9 +23,12 @@ import ast
 import functools
 import hashlib
 import importlib
+import importlib.util
 from collections.abc import Iterator, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from rlbench.harness.plan.recipe_sources import RecipeSource, recipe_sources
 
 __all__ = ["LIBRARIES", "code_files", "code_fingerprint", "fingerprint_of"]
 
@@ -70,14 +77,43 @@ def _imports(path: Path, module: str) -> Iterator[tuple[str, str | None]]:
             yield from ((base, alias.name) for alias in node.names)
 
 
-def _source_of(package: str, name: str) -> str | None:
+def _source_of(files: Mapping[str, Path], package: str, name: str) -> str | None:
     """The module a package's ``__init__`` takes ``name`` from (``from .ppo import
     PPOLoss``), or None when the package defines it itself."""
-    files = _module_files()
     for module, imported in _imports(files[package], package):
         if imported == name and module in files and module != package:
             return module
     return None
+
+
+def _tree(base: Path, prefix: str) -> dict[str, Path]:
+    """The modules of the package at ``base`` (named ``prefix``), by name."""
+    found = {}
+    for path in sorted(base.rglob("*.py")):
+        parts = [prefix, *path.relative_to(base).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _own_modules(source: RecipeSource) -> dict[str, Path]:
+    """The modules a recipe from outside rlbench counts as its own: those of its top-level
+    package, or, for a recipe file, the modules and packages in its directory; for a
+    top-level module, itself."""
+    if source.file is not None and "." not in source.module:
+        directory = source.file.parent
+        own = {path.stem: path for path in directory.glob("*.py") if path.stem.isidentifier()}
+        for init in directory.glob("*/__init__.py"):
+            own.update(_tree(init.parent, init.parent.name))
+        return own
+    top = source.module.partition(".")[0]
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin is None:
+        raise ValueError(f"the recipe {source.name}'s module {source.module} has no file")
+    if spec.submodule_search_locations:
+        return _tree(Path(spec.origin).parent, top)
+    return {top: Path(spec.origin)}
 
 
 def code_files(algo: str) -> dict[str, Path]:
@@ -86,9 +122,11 @@ def code_files(algo: str) -> dict[str, Path]:
     ``from rlbench.objectives import PPOLoss`` reaches ``rlbench.objectives.ppo`` (where the
     package takes it from) and the package's own source, not every loss the package
     re-exports: editing CQL's loss leaves PPO's runs as they are."""
-    files = _module_files()
+    source = recipe_sources()[algo]
+    own = {} if source.module.startswith("rlbench.") else _own_modules(source)
+    files = {**own, **_module_files()}
     reached: dict[str, Path] = {}
-    stack = [name for name in (f"rlbench.algorithms.{algo}", *PROTOCOL) if name in files]
+    stack = [name for name in (source.module, *PROTOCOL) if name in files]
     while stack:
         name = stack.pop()
         if name in reached:
@@ -97,14 +135,14 @@ def code_files(algo: str) -> dict[str, Path]:
         for module, imported in _imports(files[name], name):
             while module and module not in files:  # an attribute path: its module
                 module = module.rpartition(".")[0]
-            if not module or not _followed(module):
+            if not module or not (_followed(module) or module in own):
                 continue
             submodule = f"{module}.{imported}"
             if imported is not None and submodule in files:
                 stack.append(submodule)
             elif imported is not None and files[module].name == "__init__.py":
-                source = _source_of(module, imported)
-                stack.append(source if source is not None else module)
+                found = _source_of(files, module, imported)
+                stack.append(found if found is not None else module)
             else:
                 stack.append(module)
     return dict(sorted(reached.items()))

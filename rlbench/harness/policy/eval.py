@@ -18,7 +18,8 @@ from rlbench.harness.policy.video import check_video_path, record_video
 
 __all__ = ["EVAL_KEYS", "EvalRequest", "parse_eval", "run_eval"]
 
-EVAL_KEYS = ("run", "env", "snapshot", "episodes", "seed", "video", "device", "out_dir")
+EVAL_KEYS = ("run", "env", "recipe", "snapshot", "episodes", "seed", "video", "device",
+             "out_dir")
 MAX_EPISODES = 10_000
 
 
@@ -26,6 +27,7 @@ MAX_EPISODES = 10_000
 class EvalRequest:
     run: str
     env: str | None  # the run's env, vouched for: a module:EnvId id is then imported
+    recipe: str | None  # the run's recipe, when its command line named it by module or file
     snapshot: int | None  # None: the final policy
     episodes: int | None  # None: the run's own eval_episodes
     seed: int | None  # None: the run's eval env seed
@@ -56,6 +58,7 @@ def parse_eval(args: Sequence[str]) -> EvalRequest:
     return EvalRequest(
         run=values["run"],
         env=env,
+        recipe=values.get("recipe") or None,
         snapshot=None if snapshot is None else int_word("snapshot", snapshot, 0, 10**12),
         episodes=None if episodes is None else int_word("episodes", episodes, 1, MAX_EPISODES),
         seed=None if seed is None else int_word("seed", seed, 0, 2**31 - 1),
@@ -69,7 +72,7 @@ def run_eval(args: Sequence[str], console: Console) -> int:
     """Load the run's policy, play its episodes, print each return and their mean."""
     request = parse_eval(args)
     policy = load_policy(request.run, out_dir=request.out_dir, device=request.device,
-                         snapshot=request.snapshot,
+                         snapshot=request.snapshot, recipe=request.recipe,
                          trusted_envs=() if request.env is None else (request.env,))
     if request.env is not None and request.env != policy.env:
         raise ConfigError(f"env={request.env}, but {policy.source} was trained on "
@@ -88,6 +91,11 @@ def run_eval(args: Sequence[str], console: Console) -> int:
     spread = statistics.pstdev(returns) if len(returns) > 1 else math.nan
     console.print(f"mean return {statistics.fmean(returns):.6g} ± {spread:.4g} (std over "
                   f"{len(returns)} deterministic episodes)", highlight=False)
+    if request.seed is None:
+        console.print("These are the episodes of the run's first evaluation (its eval env's "
+                      "first seeds). Its later evaluations, the final return of its tables "
+                      "included, played the episodes that followed, so their mean differs "
+                      "from this one; seed= plays others.", highlight=False)
     if filmed is not None:
         console.print(f"video of the episode with seed {seed} (return {filmed:.6g}): "
                       f"{request.video}", highlight=False, markup=False)

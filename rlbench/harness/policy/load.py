@@ -40,7 +40,8 @@ from rlbench.envs import EnvBase, TransformedEnv, check_stored_env_id, make
 from rlbench.envs.registry import action_kind, make_to_inspect
 from rlbench.envs.transforms import ObservationNorm, VecNorm
 from rlbench.errors import ConfigError, one_line, quote
-from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
+from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm, resolve_algo_config
+from rlbench.harness.plan.recipe_sources import name_recipe
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import run_member
 from rlbench.harness.store.sqlite import sqlite_path
@@ -107,13 +108,24 @@ class Policy(nn.Module):
         return tensordict.set("action", acted.get("action"))
 
     @torch.no_grad()
-    def act(self, observation: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """The action for ``observation`` (``[obs_dim]`` or ``[batch, obs_dim]``), as rlbench
-        envs take it: a box action in the env's units, a discrete one as an index from 0."""
+    def act(self, observation: np.ndarray | torch.Tensor) -> np.ndarray | int | torch.Tensor:
+        """The action for ``observation`` (``[obs_dim]`` or ``[batch, obs_dim]``): a box
+        action in the env's units, a discrete one as an index from 0.
+
+        For a numpy observation (a gymnasium env's) the action is what that env's
+        ``step`` takes: a float32 array for a box, an ``int`` for one discrete action (an
+        int64 array for a batch). For a tensor (an rlbench env's) it is a tensor."""
         device = next(self.actor.parameters()).device
-        obs = torch.as_tensor(np.asarray(observation), dtype=torch.float32, device=device)
-        batch = obs.shape[:-1]
-        return self(TensorDict({"observation": obs}, batch_size=batch)).get("action")
+        as_tensor = isinstance(observation, torch.Tensor)
+        obs = torch.as_tensor(observation if as_tensor else np.asarray(observation),
+                              dtype=torch.float32, device=device)
+        action = self(TensorDict({"observation": obs}, batch_size=obs.shape[:-1])).get("action")
+        if as_tensor:
+            return action
+        if action.dtype.is_floating_point:
+            return action.cpu().numpy().astype(np.float32, copy=False)
+        action = action.cpu().numpy().astype(np.int64, copy=False)
+        return int(action) if action.ndim == 0 else action
 
     def extra_repr(self) -> str:
         return f"algo={self.algo}, env={self.env}, source={self.source}"
@@ -287,7 +299,12 @@ def _check_config(config: Any, where: str, trusted: Collection[str]) -> dict[str
             or not 0 <= eval_seed <= _MAX_SEED:
         raise ConfigError(f"{where}: seeds must be a mapping whose eval_env is a seed (an "
                           f"integer from 0 to {_MAX_SEED:,}), got {quote(seeds)}")
-    try:  # the algorithm is one of rlbench's recipes, never a module the file names
+    recipe = config.get("recipe")
+    if recipe and config["algo"] not in list_algorithms():  # never imported from the file
+        raise ConfigError(f"{where}: its recipe {config['algo']} was named on its command line "
+                          f"as {quote(recipe)}: name it again to load the run (rlbench eval "
+                          f"recipe=..., rlbench.load_policy(..., recipe=...))")
+    try:  # the algorithm is a recipe of this process, never a module the file names
         return resolve_algo_config(config["algo"], config["env_family"], config["algo_params"])
     except ConfigError as err:
         raise ConfigError(f"{where}: {err}") from None
@@ -366,7 +383,8 @@ def _not_weights(value: Any) -> str | None:
 
 def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
                 tracking_uri: str | None = None, device: str = "cpu",
-                snapshot: int | None = None, trusted_envs: Collection[str] = ()) -> Policy:
+                snapshot: int | None = None, trusted_envs: Collection[str] = (),
+                recipe: str | None = None) -> Policy:
     """The policy of a finished run, as a module on ``device`` (see ``Policy``).
 
     ``run`` is a run directory (``<out_dir>/runs/<suite>/<algo>-<env>-seed<i>-<hash>``) or an
@@ -376,11 +394,17 @@ def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
     statistics when the run normalised observations, are loaded strictly: a file that does
     not fit the rebuilt module is an error, never a silent partial load. A run whose env is
     a custom ``module:EnvId`` is loaded only when that id is in ``trusted_envs``: making it
-    imports ``module``, and the run's files alone are not to be trusted with that.
+    imports ``module``, and the run's files alone are not to be trusted with that. A run of
+    a recipe named on its command line by module or file (``algo=my_pkg.mybc``) needs that
+    recipe named again, ``recipe="my_pkg.mybc"``, for the same reason.
     """
+    named = None if recipe is None else name_recipe(recipe)
     files = run_files(run, out_dir=out_dir, tracking_uri=tracking_uri, snapshot=snapshot,
                       trusted_envs=trusted_envs)
     config = files.config
+    if named is not None and named != config["algo"]:
+        raise ConfigError(f"recipe={recipe} is the recipe {named}, but {files.source} was "
+                          f"trained by {config['algo']}")
     recipe = load_algorithm(config["algo"])
     cfg = recipe.Config(**files.params)
     env = _make_env(config["env"], files.source)

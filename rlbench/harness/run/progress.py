@@ -79,7 +79,7 @@ class SweepProgress:
             status = f"{fields['fps']:,.0f} " + ("steps/s" if run.offline else "fps")
         if "ret" in fields:
             status += f"  return {fields['ret']:.1f}"
-        self._progress.update(task, completed=min(values["frames"], run.budget), status=status)
+        self._progress.update(task, **_done_of(values["frames"], run.budget), status=status)
 
     def finished(self, result: RunResult) -> None:
         self.results.append(result)
@@ -91,7 +91,7 @@ class SweepProgress:
                                  f"{result.frames:,} {result.config.unit} ({result.fps or 0:,.0f}"
                                  f" {'steps/s' if result.config.offline else 'fps'}, "
                                  f"{result.seconds:.0f} s)")
-            self._progress.update(task, completed=result.config.budget)
+            self._progress.update(task, **_done_of(result.frames, result.config.budget))
         else:  # errors quote user data: printed as text, never read as markup
             colour = "yellow" if result.status == ELSEWHERE else "red"
             self._failed += result.status != ELSEWHERE
@@ -103,3 +103,10 @@ class SweepProgress:
         self._progress.update(self._total, advance=1)
         self._count()
         self._progress.console.print(line)
+
+
+def _done_of(progress: float, budget: int) -> dict[str, float]:
+    """A run's bar at ``progress`` frames or steps: a run that ends past its budget (its
+    last batch overshoots it: 10,240 frames of 512 for a budget of 10,000) shows what it
+    did, 10,240/10,240."""
+    return {"completed": progress, "total": max(progress, budget)}

@@ -452,7 +452,7 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder
            checkpoint: CheckpointSettings) -> tuple[str, str | None]:
     """Seed, then run the recipe: ``("FINISHED", None)``, or ``("FAILED", error)`` with the
     traceback in ``traceback.txt`` when the recipe raises."""
-    recipe = load_algorithm(config.algo)
+    recipe = load_algorithm(config.algo, config.recipe)
     spec = RunSpec(
         env=config.env,
         env_family=config.env_family,

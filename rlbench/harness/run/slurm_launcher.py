@@ -39,6 +39,7 @@ from typing import Any
 from rlbench.checkpoint import request_stop
 from rlbench.errors import ConfigError, UnknownNameError, one_line
 from rlbench.harness.plan.config import RunConfig, SlurmSettings
+from rlbench.harness.render import counted
 from rlbench.harness.run.launchers import Listener, mark_dead
 from rlbench.harness.run.runner import RunResult, execute_run, stored_result
 from rlbench.harness.store.sqlite import sqlite_path
@@ -230,7 +231,7 @@ def run_on_slurm(runs: list[RunConfig], tracker: Tracker, experiment_id: str,
     except BaseException:
         _cancel(jobs)
         raise
-    say(f"rlbench: submitted {len(runs)} runs to Slurm as job "
+    say(f"rlbench: submitted {counted(len(runs), 'run')} to Slurm as job "
         f"{', '.join(sorted(_arrays(jobs)))}; logs in {folder}")
     return _Follower(jobs, tracker, experiment_id, parent_id, listener, say).follow()
 

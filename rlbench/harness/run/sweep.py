@@ -17,7 +17,7 @@ from rich.text import Text
 
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.config import SweepConfig, check_devices_here
-from rlbench.harness.render import TextTable, render, to_rich
+from rlbench.harness.render import TextTable, counted, render, to_rich
 from rlbench.harness.run.launchers import run_local_pool, run_sequential
 from rlbench.harness.run.locks import SweepLock, planning
 from rlbench.harness.run.progress import SweepProgress
@@ -135,7 +135,7 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
                                    "jobs": sweep.jobs})
     console.print(Text.assemble(
         "rlbench: suite ", (suite, "bold"),
-        f", {len(sweep.runs)} runs ({len(plan.finished)} finished earlier, "
+        f", {counted(len(sweep.runs), 'run')} ({len(plan.finished)} finished earlier, "
         + (f"{len(plan.elsewhere)} run elsewhere, " if plan.elsewhere else "")
         + f"{len(plan.to_run)} to run, launcher {_launcher_name(sweep)}), tracking at "
         f"{tracker.uri}"))

@@ -39,7 +39,7 @@ def sac_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                      "eval_every=200", "eval_episodes=2", "sac.learning_starts=100",
                      "sac.batch_size=32", "sac.hidden_sizes=[16,16]", "save_snapshots=true",
                      "save_transitions=true", f"out_dir={out}"]) == 0
-    (run_dir,) = (out / "runs" / "smoke").iterdir()
+    (run_dir,) = (out / "runs" / "adhoc").iterdir()
     return run_dir
 
 
@@ -167,7 +167,7 @@ def test_a_run_without_snapshots_cannot_give_medium(tmp_path: Path,
     assert main(["run", "algo=sac", "env=Pendulum-v1", "seeds=1", "frames=300",
                  "eval_every=300", "eval_episodes=1", "sac.learning_starts=100",
                  "sac.hidden_sizes=[16,16]", f"out_dir={out}"]) == 0
-    (run_dir,) = (out / "runs" / "smoke").iterdir()
+    (run_dir,) = (out / "runs" / "adhoc").iterdir()
     capsys.readouterr()
     assert main(["dataset", "make", f"policy={run_dir}", "quality=medium", "steps=10",
                  "ref_episodes=1", f"out={tmp_path / 'data'}"]) == 2
@@ -381,7 +381,7 @@ def test_a_run_made_on_another_host_is_read_from_its_store(sac_run: Path, made: 
     and transitions come from the store, and the datasets are the same bytes."""
     out = sac_run.parents[2]
     client = MlflowClient(tracking_uri(out))
-    (run,) = client.search_runs([client.get_experiment_by_name("smoke").experiment_id],
+    (run,) = client.search_runs([client.get_experiment_by_name("adhoc").experiment_id],
                                 "tags.kind = 'run'")
     run_id = run.info.run_id
     away = tmp_path / "elsewhere"

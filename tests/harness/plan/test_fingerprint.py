@@ -73,7 +73,7 @@ def test_changed_code_reruns_unless_reuse_code_says_it_changed_nothing(
              "ppo.minibatch_size=64", f"out_dir={out}"]
     assert main(words) == 0
     client = MlflowClient(tracking_uri(out))
-    experiment = client.get_experiment_by_name("smoke").experiment_id
+    experiment = client.get_experiment_by_name("adhoc").experiment_id
 
     def runs():
         return client.search_runs([experiment], "tags.kind = 'run'")

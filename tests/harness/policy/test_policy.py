@@ -37,7 +37,7 @@ def train_run(out: Path, *words: str) -> Path:
         patch.delenv("MLFLOW_TRACKING_URI", raising=False)
         assert main(["run", "seeds=1", "frames=400", "eval_every=400", "eval_episodes=2",
                      f"out_dir={out}", *words]) == 0
-    (run_dir,) = (out / "runs" / "smoke").iterdir()
+    (run_dir,) = (out / "runs" / "adhoc").iterdir()
     return run_dir
 
 
@@ -64,9 +64,10 @@ def test_policy_normalises_like_a_float64_reference(ppo_run: Path) -> None:
     with torch.no_grad():
         expected = loc_net(scaled)
     got = policy.act(observations.numpy())
-    assert got.shape == (64, 1)
-    torch.testing.assert_close(got.double(), expected, atol=1e-5, rtol=1e-5)
-    assert not torch.equal(got, _forgetful(ppo_run).act(observations.numpy()))
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32 and got.shape == (64, 1)
+    torch.testing.assert_close(torch.from_numpy(got).double(), expected, atol=1e-5, rtol=1e-5)
+    assert not np.array_equal(got, _forgetful(ppo_run).act(observations.numpy()))
+    assert torch.equal(policy.act(observations.float()), torch.from_numpy(got))
 
 
 def _forgetful(run_dir: Path) -> rlbench.harness.policy.load.Policy:
@@ -100,7 +101,7 @@ def test_act_drives_a_plain_gymnasium_loop(ppo_run: Path) -> None:
     observation, _ = env.reset(seed=seed)
     total, done = 0.0, False
     while not done:
-        observation, reward, terminated, truncated, _ = env.step(policy.act(observation).numpy())
+        observation, reward, terminated, truncated, _ = env.step(policy.act(observation))
         total += float(reward)
         done = terminated or truncated
     env.close()
@@ -111,7 +112,7 @@ def test_act_drives_a_plain_gymnasium_loop(ppo_run: Path) -> None:
 def test_a_run_id_loads_from_the_store(ppo_run: Path, tmp_path: Path) -> None:
     out_dir = ppo_run.parents[2]
     client = MlflowClient(tracking_uri(out_dir))
-    (run,) = client.search_runs([client.get_experiment_by_name("smoke").experiment_id],
+    (run,) = client.search_runs([client.get_experiment_by_name("adhoc").experiment_id],
                                 "tags.kind = 'run'")
     by_id = load_policy(run.info.run_id, out_dir=out_dir)
     assert by_id.source == f"{run.info.run_id} in {client.tracking_uri}"
@@ -120,7 +121,7 @@ def test_a_run_id_loads_from_the_store(ppo_run: Path, tmp_path: Path) -> None:
                                  strict=True):
         assert torch.equal(a, b), name
 
-    failed = client.create_run(client.get_experiment_by_name("smoke").experiment_id)
+    failed = client.create_run(client.get_experiment_by_name("adhoc").experiment_id)
     client.set_tag(failed.info.run_id, "error", "ValueError: the loss went NaN")
     client.set_terminated(failed.info.run_id, "FAILED")
     with pytest.raises(ConfigError, match="is FAILED: only a finished run saved a policy "
@@ -252,7 +253,7 @@ def test_video_of_a_mujoco_env_renders_headless(tmp_path: Path,
     observation, _ = env.reset(seed=policy.config["seeds"]["eval_env"])
     steps, done = 0, False
     while not done:
-        observation, _, terminated, truncated, _ = env.step(policy.act(observation).numpy())
+        observation, _, terminated, truncated, _ = env.step(policy.act(observation))
         steps, done = steps + 1, terminated or truncated
     env.close()
     assert frames.shape == (steps + 1, 480, 480, 3)

@@ -397,7 +397,7 @@ def test_links_out_of_the_run_directory_are_refused(ppo_run: Path, tmp_path: Pat
 def _store_run(out_dir: Path, files: dict[str, bytes], scratch: Path) -> str:
     """A finished MLflow run in the store of ``out_dir`` whose artifacts are ``files``."""
     client = MlflowClient(tracking_uri(out_dir))
-    run = client.create_run(client.get_experiment_by_name("smoke").experiment_id)
+    run = client.create_run(client.get_experiment_by_name("adhoc").experiment_id)
     for name, data in files.items():
         local = scratch / name
         local.parent.mkdir(parents=True, exist_ok=True)

@@ -166,7 +166,7 @@ def test_a_store_of_another_suite_is_no_reuse_and_update_needs_every_run(
         gate: dict[str, Path], tmp_path: Path, capsys) -> None:
     out = tmp_path / "candidate"
     assert main(["run", "algo=ppo", "env=CartPole-v1", "frames=1024", "eval_every=512",
-                 "eval_episodes=2", "seeds=1", f"out_dir={out}"]) == 0  # suite smoke
+                 "eval_episodes=2", "seeds=1", f"out_dir={out}"]) == 0  # suite adhoc
     assert _regress(gate, out, "seeds=2", "update=true",
                     reference=tmp_path / "two.json") == 0
     assert _regress(gate, out, "seeds=3", "update=true", "run=false",

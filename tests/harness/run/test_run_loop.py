@@ -147,7 +147,7 @@ def test_a_run_keeps_its_snapshots_and_transitions(tmp_path: Path) -> None:
                  "eval_every=300", "eval_episodes=2", "sac.learning_starts=100",
                  "sac.batch_size=32", "sac.hidden_sizes=[16,16]", "save_snapshots=true",
                  "save_transitions=true", f"out_dir={out}"]) == 0
-    (run_dir,) = (out / "runs" / "smoke").iterdir()
+    (run_dir,) = (out / "runs" / "adhoc").iterdir()
     logged = [float(line.split(",")[1]) for line in
               (run_dir / "curve.csv").read_text().splitlines()[1:]]
     first = load_policy(run_dir, snapshot=300)

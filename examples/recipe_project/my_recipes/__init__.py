@@ -1,0 +1,1 @@
+"""Recipes of one's own, run by rlbench's harness: ``vpg``."""
