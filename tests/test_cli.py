@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import rlbench
 from rlbench.cli import HELP, main
 from rlbench.harness.plan.config import SWEEP_KEYS
+from rlbench.harness.plan.suites import SUITE_SETTINGS
 
 
 @pytest.mark.parametrize("command", ["run", "show", "compare", "regress", "list"])
@@ -17,9 +20,24 @@ def test_each_command_prints_its_own_help(capsys, command: str, flag: str) -> No
     assert out == HELP[command] and out.startswith(f"usage: rlbench {command}")
 
 
-def test_run_help_names_every_sweep_key() -> None:
-    for key in (*SWEEP_KEYS, "eval_episodes", "base_seed"):
+def test_run_help_names_every_sweep_key_and_suite_setting() -> None:
+    for key in (*SWEEP_KEYS, *SUITE_SETTINGS):
         assert key in HELP["run"], key
+    assert "td3.hidden_sizes=[64,64]" in HELP["run"]  # how a list is written
+    assert "algo=path/to/mybc.py" in HELP["run"]
+
+
+def test_show_counts_one_run_as_one(capsys) -> None:
+    assert main(["show", "algo=ppo", "env=CartPole-v1", "seeds=1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"suite adhoc: 1 run *\n", out)
+    assert "note: no suite= given: these runs are stored as suite adhoc" in out
+
+
+def test_an_unknown_name_without_a_near_match_lists_the_few_valid_ones(capsys) -> None:
+    assert main(["compare", "format=md"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "rlbench: error: unknown format 'md'; one of csv, html, json, latex, markdown, table")
 
 
 def test_version(capsys) -> None:

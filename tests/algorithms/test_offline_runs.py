@@ -75,6 +75,15 @@ def test_online_runs_keep_their_identity_fields() -> None:
     assert fields["frames"] == 100_000
 
 
+def test_an_offline_grid_without_a_suite_takes_smokes_settings(
+        pendulum_file: Path, capsys: pytest.CaptureFixture) -> None:
+    """``rlbench show algo=iql dataset=<file>``: a budget of steps from smoke's settings, stored
+    as suite adhoc."""
+    assert main(["show", "algo=iql", f"dataset={pendulum_file}"]) == 0
+    out = capsys.readouterr().out
+    assert "suite adhoc: 2 runs" in out and "100,000 steps" in out
+
+
 @pytest.mark.parametrize("words, message", [
     (["suite=smoke", "algo=ppo", "dataset={file}"], "dataset= is not used by online"),
     (["suite=smoke", "algo=bc"], "bc learns from a dataset: give dataset="),

@@ -201,3 +201,23 @@ def test_collector_split_trajs_holds_every_step_once_in_order() -> None:
             assert (split[row][mask[row]].exclude("collector") ==
                     steps.exclude("collector")).all()
             assert not split[row][~mask[row]]["observation"].any()  # zero padding
+
+
+def test_a_notebook_with_many_torch_threads_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interactive session keeps torch's default threads, which make small networks
+    several times slower; a collector made there says so, once, and with one thread says
+    nothing. Scripts and ``rlbench run`` (not interactive) hear nothing."""
+    env = make("CartPole-v1", num_envs=2, seed=0)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        Collector(env, RandomPolicy(env), frames_per_batch=4, total_frames=4)  # a script
+        monkeypatch.setattr("sys.ps1", ">>> ", raising=False)
+        with pytest.warns(RuntimeWarning, match=r"torch uses 2 threads in this interactive "
+                                                r"session.*torch\.set_num_threads\(1\)"):
+            Collector(env, RandomPolicy(env), frames_per_batch=4, total_frames=4)
+        torch.set_num_threads(1)
+        Collector(env, RandomPolicy(env), frames_per_batch=4, total_frames=4)
+    finally:
+        torch.set_num_threads(threads)
+        env.close()

@@ -1,5 +1,5 @@
 """Fixtures of the harness's tests: a real ``mlflow server`` on loopback, started the way
-users start one (a SQLite backend, proxied artifacts)."""
+users start one (a SQLite backend, proxied artifacts), and a local Ray instance."""
 
 from __future__ import annotations
 
@@ -48,3 +48,12 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture
+def ray_local():
+    """Ray started in this process with two CPUs, as ``launcher=ray`` finds it."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

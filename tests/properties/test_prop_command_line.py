@@ -328,8 +328,11 @@ def eval_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
         "seed": st.sampled_from(["0", "1", "2147483647"]), "video": st.sampled_from(VIDEOS),
         "device": st.just("cpu"), "out_dir": st.just(str(run.out_dir)),
         "run": st.sampled_from([str(run.run_dir), run.run_id]),
+        "recipe": st.just("ppo"),  # the run's own, built in
     }
     junk = {
+        "recipe": st.sampled_from(["sac", "vpg", "os.path", "json.decoder", "nowhere/mybc.py",
+                                   "notes.txt"]),
         "run": st.one_of(st.sampled_from(["0" * 32, "f" * 32, "nothing", "notes.txt", "dir.mp4",
                                           "/etc", "/", str(run.out_dir)]), hostile_text()),
         "out_dir": st.one_of(st.sampled_from(["nostore", "notes.txt", "rlbench_runs"]),

@@ -4,12 +4,13 @@
         [tag.git_commit=abc123] [format=table|markdown|csv|json|latex|html] [output=DIR]
         [out_dir=rlbench_runs] [baselines=results/baselines] [seed=0] [reps=2000]
 
-``output=DIR`` writes every format and the plots (learning curves, aggregate intervals,
-performance profiles; PNG and SVG) there: ``compare.md``, ``.tex``, ``.html`` (tables),
-``compare.csv`` (one row per group, plain numbers), ``compare.json`` (everything) and
-``runs.csv`` (one row per run, its final score). ``frames=`` picks online runs by their budget
-in env frames, ``steps=`` offline runs by theirs in gradient steps; the CSV and JSON name each
-group's budget the same way.
+``output=DIR`` writes every format and the plots (PNG and SVG) there: ``compare.md``,
+``.tex``, ``.html`` (tables), ``compare.csv`` (one row per group, plain numbers),
+``compare.json`` (everything), ``runs.csv`` (one row per run, its final score),
+``curves`` (learning curves) and, per comparison ``k`` (entries that ran the same envs or
+datasets at the same budget), ``aggregates-k`` and ``profiles-k``. ``frames=`` picks online
+runs by their budget in env frames, ``steps=`` offline runs by theirs in gradient steps; the
+CSV and JSON name each group's budget the same way.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
+from rich.table import Table as RichTable
 
 from rlbench.envs import validate_env_id
 from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.analysis.baselines import default_baseline_dir
+from rlbench.harness.analysis.cohorts import COHORT_RULE, Cohort
 from rlbench.harness.analysis.comparison import (
     MIN_BOOTSTRAP_SEEDS,
     Comparison,
@@ -35,6 +38,7 @@ from rlbench.harness.analysis.comparison import (
     stored_algorithms,
 )
 from rlbench.harness.analysis.comparison_data import groups_frame, runs_frame, to_json
+from rlbench.harness.analysis.ranking import RANK_RULE
 from rlbench.harness.analysis.statistics import AGGREGATES, Interval
 from rlbench.harness.plan.algorithms import list_algorithms
 from rlbench.harness.plan.words import split_words
@@ -43,8 +47,9 @@ from rlbench.harness.store.results import open_store
 from rlbench.harness.store.sqlite import check_out_dir
 
 __all__ = ["CompareRequest", "build_tables", "parse_compare_args", "run_compare",
-           "write_report"]
-PLOTS = ("curves", "aggregates", "profiles")
+           "terminal_table", "write_report"]
+# The plots a report writes: learning curves, and per comparison its aggregates and profiles
+_PLOT_FILE = re.compile(r"(curves|aggregates(-\d+)?|profiles(-\d+)?)\.(png|svg)")
 FORMATS = ("table", "markdown", "csv", "json", "latex", "html")
 SUFFIXES = {"markdown": ".md", "csv": ".csv", "json": ".json", "latex": ".tex", "html": ".html"}
 
@@ -142,22 +147,6 @@ def _seeds_cell(group: Group) -> str:
     return f"{len(group.runs)}" + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-def _budgets(budgets: Sequence[int]) -> str:
-    low, high = min(budgets), max(budgets)
-    return f"{low:,}" if low == high else f"{low:,}–{high:,}"
-
-
-def _runs_by_envs(scores: Sequence[np.ndarray]) -> str:
-    """``3 × 2`` (runs × envs), or ``3+1 × 2`` when the envs ran different seed counts."""
-    counts = [len(s) for s in scores]
-    runs = str(counts[0]) if len(set(counts)) == 1 else "+".join(map(str, counts))
-    return f"{runs} × {len(counts)}"
-
-
 _EXPANDED = ("intervals: percentile bootstrap CIs (runs resampled within each env) with the "
              "percentiles widened for few seeds per env (expanded percentile bootstrap, "
              "Hesterberg 2015): at 3-10 seeds over 5 envs a plain one, as rliable computes "
@@ -191,7 +180,8 @@ _OFFLINE_SCORE = ("offline runs: the D4RL normalized score of each seed's final 
 
 def build_tables(comparison: Comparison) -> list[TextTable]:
     """The per-group table, then (when there is anything to show) the published baselines,
-    the per-algorithm aggregates and the probabilities of improvement."""
+    and for each comparison (entries that ran the same tasks at the same budget) its
+    aggregates with ranks and its probabilities of improvement."""
     suite = comparison.suite
     words = _words(comparison)
     offline = words["task"] != "env"
@@ -236,42 +226,62 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
                    "a published std is what its source reports: over seeds, or over one "
                    "agent's episodes for single runs; sources: results/baselines/SOURCES.md"],
             align="llrrlrll"))
-    if comparison.aggregates:
-        envs = {algo: ", ".join(e) for algo, e in comparison.aggregate_envs.items()}
-        tables.append(TextTable(
-            title=f"{suite}: normalized scores per algorithm (95% expanded stratified bootstrap "
-                  "CIs)",
-            headers=["algorithm", words["tasks"], words["budget"], f"runs × {words['tasks']}",
-                     *(n.replace("_", " ") for n in AGGREGATES)],
-            rows=[[algo, envs[algo], _budgets(comparison.aggregate_budgets[algo]),
-                   _runs_by_envs(comparison.normalized[algo]),
-                   *(_ci(values[n], 3) for n in AGGREGATES)]
-                  for algo, values in comparison.aggregates.items()],
-            notes=["median: of the per-env mean scores; optimality gap: lower is better",
-                   _EXPANDED, *comparison.aggregate_notes],
-            align="llrr" + "r" * len(AGGREGATES)))
-    elif comparison.aggregate_notes:
-        tables[0].notes += comparison.aggregate_notes
-    if comparison.improvement:
-        tables.append(TextTable(
-            title=f"{suite}: probability of improvement",
-            headers=["X", "Y", words["tasks"], "P(X > Y) [95% expanded bootstrap CI]",
-                     "seeds to detect"],
-            rows=[[p.x, p.y, _plural(len(p.envs), "env"), _ci(p.probability, 2),
-                   _seeds_needed(p.seeds_needed)]
-                  for p in comparison.improvement],
-            notes=["per env, the chance a run of X beats a run of Y (ties count half), "
-                   "averaged over the envs both ran; the CI resamples each one's runs, "
-                   "its percentiles expanded as above",
-                   "seeds to detect: the seeds per algorithm and env a two-sided 5% test "
-                   "would need to find a difference of the observed size (the standardized "
-                   "mean difference, averaged over the envs) 80% of the time; with fewer, "
-                   "a real difference of this size is often missed, and a chance one of "
-                   "this size is often seen (normal approximation; ∞: no difference; —: "
-                   "fewer than 2 seeds)",
-                   *(f"{p.x} vs {p.y}: {note}" for p in comparison.improvement
-                     for note in p.notes)]))
+    for number, cohort in enumerate(comparison.cohorts, 1):
+        tables += _cohort_tables(suite, number, cohort)
+    if comparison.aggregate_notes:
+        target = next((t for t in tables if ": normalized scores" in t.title), tables[0])
+        target.notes += comparison.aggregate_notes
     return tables
+
+
+def _cohort_tables(suite: str, number: int, cohort: Cohort) -> list[TextTable]:
+    """A comparison's aggregates with their ranks and, for two entries or more, its
+    probabilities of improvement, titled by its budget and tasks."""
+    head = f"{suite}: comparison {number}, {cohort.title}"
+    scale = ("D4RL normalized scores: 0 = the dataset's random score, 100 = its expert score"
+             if cohort.offline else
+             "normalized scores: 0 = random play, 1 = the reference score of "
+             "results/baselines/normalization.csv")
+    tables = [TextTable(
+        title=f"{head}: normalized scores (95% expanded stratified bootstrap CIs)",
+        headers=["rank", "algorithm", f"runs × {cohort.task_kind}s",
+                 *(n.replace("_", " ") for n in AGGREGATES)],
+        rows=[[_rank(cohort.ranks[label]), label, cohort.runs_shown(label),
+               *(_ci(cohort.aggregates[label][n], _digits(cohort)) for n in AGGREGATES)]
+              for label in cohort.entries],
+        notes=[COHORT_RULE, scale, RANK_RULE,
+               "median: of the per-task mean scores; optimality gap: the mean shortfall "
+               f"below {cohort.scale:g}, lower is better", _EXPANDED],
+        align="rlr" + "r" * len(AGGREGATES))]
+    if cohort.improvement:
+        tables.append(TextTable(
+            title=f"{head}: probability of improvement",
+            headers=["X", "Y", "P(X > Y) [95% expanded bootstrap CI]", "seeds to detect"],
+            rows=[[p.x, p.y, _ci(p.probability, 2), _seeds_needed(p.seeds_needed)]
+                  for p in cohort.improvement],
+            notes=[f"per {cohort.task_kind}, the chance a run of X beats a run of Y (ties "
+                   f"count half), averaged over {cohort.these}, which both ran at this "
+                   "budget; the CI resamples each one's runs, its percentiles expanded as "
+                   "above",
+                   f"seeds to detect: the seeds per algorithm and {cohort.task_kind} a "
+                   "two-sided 5% test would need to find a difference of the observed size "
+                   f"(the standardized mean difference, averaged over {cohort.these}) 80% "
+                   "of the time; with fewer, a real difference of "
+                   "this size is often missed, and a chance one of this size is often seen "
+                   "(normal approximation; ∞: no difference; —: fewer than 2 seeds)",
+                   *(f"{p.x} vs {p.y}: {note}" for p in cohort.improvement
+                     for note in p.notes)],
+            align="llrr"))
+    return tables
+
+
+def _rank(rank: int | None) -> str:
+    return "—" if rank is None else str(rank)
+
+
+def _digits(cohort: Cohort) -> int:
+    """Decimals of a normalized score: 3 on the 0-1 scale, 1 on D4RL's 0-100."""
+    return 1 if cohort.offline else 3
 
 
 def _seeds_needed(value: float | None) -> str:
@@ -289,6 +299,16 @@ def _describe_filters(request: CompareRequest) -> str:
              *(f"param.{k}={v}" for k, v in request.params.items()),
              f"config={request.config}" if request.config else ""]
     return " ".join(p for p in parts if p) or "no filter"
+
+
+def terminal_table(table: TextTable) -> RichTable:
+    """The table for the terminal; a cell too wide for its column folds onto more lines,
+    never cut short (cut, ``rlbench/pendulum/medium-v0`` and ``rlbench/pendulum/medium-
+    replay-v0`` would read the same)."""
+    out = to_rich(table)
+    for column in out.columns:
+        column.overflow = "fold"
+    return out
 
 
 def format_comparison(comparison: Comparison, tables: Sequence[TextTable], fmt: str) -> str:
@@ -309,9 +329,9 @@ def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
     from rlbench.harness.analysis import plots
 
     output.mkdir(parents=True, exist_ok=True)
-    for name in PLOTS:
-        for suffix in (".png", ".svg"):
-            (output / f"{name}{suffix}").unlink(missing_ok=True)
+    for path in output.iterdir():
+        if _PLOT_FILE.fullmatch(path.name):
+            path.unlink()
     tables = build_tables(comparison)
     written = []
     for fmt in ("markdown", "latex", "html", "csv", "json"):
@@ -323,35 +343,49 @@ def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
     written.append(runs)
     curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     seeds: dict[str, list[str]] = {}
+    axes: dict[str, tuple[str, str]] = {}
     for summary in comparison.summaries:  # a panel per env and budget: no squeezed axis
         group = summary.group
         panel = f"{group.env}, {group.budget:,} {group.unit}"
         curves.setdefault(panel, {})[group.label] = group.curves()
         seeds.setdefault(panel, []).append(f"{group.label} {len(group.runs)}")
+        axes[panel] = (group.unit, _curve_score(group))
     if curves:
         written += plots.plot_learning_curves(
             curves, output / "curves", seed=seed, reps=reps,
             title=f"{comparison.suite}: learning curves",
             subtitles={panel: "seeds: " + ", ".join(n) for panel, n in seeds.items()},
-            caption="lines: mean deterministic eval return over seeds; bands: 95% percentile "
-                    f"bootstrap CI of that mean ({reps:,} resamples of the seeds; none for "
-                    "one seed, and few seeds make it narrow)")
-    if comparison.aggregates:
-        envs = [f"{algo}: {', '.join(e)}" for algo, e in comparison.aggregate_envs.items()]
-        differ = len({tuple(e) for e in comparison.aggregate_envs.values()}) > 1
-        warning = ("; the algorithms ran different envs, so compare only those with the "
-                   f"same envs ({'; '.join(envs)})") if differ else ""
+            axis_labels=axes,
+            caption="lines: the mean over seeds of each deterministic evaluation; bands: 95% "
+                    f"percentile bootstrap CI of that mean ({reps:,} resamples of the seeds; "
+                    "none for one seed, and few seeds make it narrow)")
+    for number, cohort in enumerate(comparison.cohorts, 1):
+        head = f"{comparison.suite}: comparison {number}, {cohort.title}"
         written += plots.plot_aggregate_intervals(
-            comparison.aggregates, output / "aggregates",
-            title=f"{comparison.suite}: normalized scores",
+            cohort.aggregates, output / f"aggregates-{number}",
+            title=f"{head}: normalized scores", score_label=cohort.score_label,
             caption=f"bars: 95% expanded stratified bootstrap CIs ({reps:,} resamples), "
-                    f"ticks: point estimates{warning}")
+                    f"ticks: point estimates; only entries that ran {cohort.these} at this "
+                    "budget")
+        everything = np.concatenate([v for values in cohort.normalized.values()
+                                     for v in values])
+        finite = everything[np.isfinite(everything)]
+        taus = np.linspace(min(0.0, float(finite.min()) if finite.size else 0.0),
+                           max(cohort.scale, float(finite.max()) if finite.size else 0.0), 101)
         written += plots.plot_performance_profiles(
-            comparison.normalized, output / "profiles", seed=seed, reps=reps,
-            title=f"{comparison.suite}: performance profiles",
+            cohort.normalized, output / f"profiles-{number}", thresholds=taus, seed=seed,
+            reps=reps, title=f"{head}: performance profiles", score_label=cohort.score_label,
             caption=f"bands: 95% percentile stratified bootstrap CIs ({reps:,} resamples; "
-                    f"few seeds make them narrow){warning}")
+                    "few seeds make them narrow)")
     return written
+
+
+def _curve_score(group: Group) -> str:
+    """What a group's curve shows: the eval return, or a D4RL normalized score for a
+    dataset with reference scores."""
+    if group.offline and group.runs and group.runs[0].refs is not None:
+        return "normalized score (D4RL, 0–100)"
+    return "eval return"
 
 
 def run_compare(args: Sequence[str], console: Console) -> int:
@@ -379,7 +413,7 @@ def run_compare(args: Sequence[str], console: Console) -> int:
     tables = build_tables(comparison)
     if request.format == "table":
         for table in tables:
-            console.print(to_rich(table))
+            console.print(terminal_table(table))
     else:
         print(format_comparison(comparison, tables, request.format), end="")
     if request.output is not None:

@@ -3,15 +3,15 @@
 A group is one (env, algorithm, budget, config): runs whose resolved configs differ only in
 their seeds. Per group: mean ± std of the final deterministic eval return over seeds, the
 Student-t 95% CI of the mean, IQM with its 95% bootstrap CI, frames/s, and the published
-baselines with a verdict. Per algorithm across envs: IQM, median, mean and optimality gap
-of normalized scores with stratified bootstrap CIs. Per pair of algorithms: the
+baselines with a verdict. Across envs, per cohort (the entries that ran the same envs or
+datasets at the same budget, ``cohorts.py``): IQM, median, mean and optimality gap of
+normalized scores with stratified bootstrap CIs, ranks by the IQM's CI, and per pair the
 probability that one beats the other. Every bootstrap draws from a generator seeded by
 ``seed`` and the statistic's labels, so the same store gives the same report.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,13 +34,12 @@ from rlbench.harness.analysis.baselines import (
     matching,
     verdict,
 )
+from rlbench.harness.analysis.cohorts import Cohort, Improvement, TaskScores, build_cohorts
 from rlbench.harness.analysis.statistics import (
     AGGREGATES,
     Interval,
+    labelled_rng,
     mean_ci_t,
-    normalize,
-    probability_of_improvement_ci,
-    seeds_to_detect,
     stratified_bootstrap_ci,
 )
 from rlbench.harness.plan.datasets import own_family
@@ -351,12 +350,6 @@ class GroupSummary:
     baselines: list[tuple[PublishedScore, Verdict]] = field(default_factory=list)
 
 
-def _rng(seed: int, *labels: str) -> np.random.Generator:
-    """A generator per statistic, so adding a group never shifts another's bootstrap."""
-    digest = hashlib.sha256("\0".join(labels).encode()).digest()
-    return np.random.default_rng([seed, int.from_bytes(digest[:8], "little")])
-
-
 def d4rl_counterpart(task: str) -> str | None:
     """The D4RL-style name of the same env and quality as a dataset rlbench makes
     (``rlbench/hopper/medium-replay-v0`` -> ``hopper-medium-replay-v2``; a name D4RL may not
@@ -378,7 +371,7 @@ def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: 
         std=float(finals.std(ddof=1)) if finals.size > 1 else None,
         mean_ci=mean_ci,
         iqm=(stratified_bootstrap_ci(finals, AGGREGATES["iqm"],
-                                     rng=_rng(seed, "iqm", *labels), reps=reps)
+                                     rng=labelled_rng(seed, "iqm", *labels), reps=reps)
              if finals.size >= MIN_BOOTSTRAP_SEEDS
              else Interval(AGGREGATES["iqm"](finals), float("nan"), float("nan"))),
     )
@@ -411,20 +404,6 @@ def summarize_group(group: Group, published: Sequence[PublishedScore], *, seed: 
 
 
 @dataclass
-class Improvement:
-    """``P(X > Y)`` over the envs both algorithms ran, with what to know about it."""
-
-    x: str
-    y: str
-    envs: list[str]
-    probability: Interval
-    notes: list[str]
-    # seeds per algorithm and env a 5% two-sided test needs to find a difference of the
-    # observed size 80% of the time (statistics.seeds_to_detect); None: not computable
-    seeds_needed: float | None = None
-
-
-@dataclass
 class Comparison:
     """Everything ``rlbench compare`` reports, before formatting."""
 
@@ -432,45 +411,34 @@ class Comparison:
     summaries: list[GroupSummary]
     empty_groups: list[Group]
     group_notes: list[str]
-    aggregates: dict[str, dict[str, Interval]]
-    normalized: dict[str, list[np.ndarray]]  # algo -> each env's normalized final returns
-    aggregate_envs: dict[str, list[str]]  # algo -> the envs its aggregate covers
-    aggregate_budgets: dict[str, list[int]]  # algo -> the budgets of those envs (frames
-    # online, gradient steps offline)
+    cohorts: list[Cohort]  # the entries compared with one another (cohorts.py)
     aggregate_notes: list[str]
-    improvement: list[Improvement]
     reps: int
+    unreferenced: list[str] = field(default_factory=list)  # tasks in no cohort: no reference
 
 
-def _representatives(summaries: Sequence[GroupSummary]
-                     ) -> tuple[dict[tuple[str, str], GroupSummary], list[str]]:
-    """One group per (env, config label) for the cross-env statistics, where every config
-    is its own entry: the largest budget, then the most seeds; a note for each that had a
-    choice of budgets."""
-    choices: dict[tuple[str, str], list[GroupSummary]] = {}
-    for summary in summaries:
-        choices.setdefault((summary.group.env, summary.group.label), []).append(summary)
-    chosen, notes = {}, []
-    for key, options in choices.items():
-        best = max(options, key=lambda s: (s.group.budget, len(s.group.runs)))
-        chosen[key] = best
-        if len(options) > 1:
-            notes.append(f"{key[1]} on {key[0]}: {len(options)} budgets; the cross-env "
-                         f"statistics use {best.group.budget:,} {best.group.unit}")
-    return chosen, notes
+def _task_names(summaries: Sequence[GroupSummary]) -> dict[int, str]:
+    """Each group's task as the cross-task tables name it: its env or dataset, and for a
+    dataset name that several files carry, the file's short sha256 (runs on different files
+    are never compared as one task)."""
+    def data(group: Group) -> str:
+        return group.runs[0].params.get("dataset_sha256", "") if group.offline else ""
+
+    files: dict[str, set[str]] = {}
+    for s in summaries:
+        files.setdefault(s.group.env, set()).add(data(s.group))
+    return {id(s.group): (f"{s.group.env} (data {data(s.group)[:7]})"
+                          if len(files[s.group.env]) > 1 else s.group.env)
+            for s in summaries}
 
 
-def _finals_by_env(chosen: Mapping[tuple[str, str], GroupSummary], algo: str,
-                   envs: Sequence[str], notes: list[str]) -> list[np.ndarray]:
-    """The final returns of every seed of ``algo`` on each of ``envs``; a note when the
-    envs ran different numbers of seeds (each env still weighs the same)."""
-    finals = [chosen[(env, algo)].group.finals for env in envs]
-    counts = {env: f.size for env, f in zip(envs, finals, strict=True)}
-    if len(set(counts.values())) > 1:
-        shown = ", ".join(f"{env} {n}" for env, n in counts.items())
-        notes.append(f"{algo}: seeds per env differ ({shown}): every seed is used, and each "
-                     "env weighs the same")
-    return finals
+def _reference(group: Group, references: Mapping[str, Reference]) -> tuple[float, float] | None:
+    """The scores that normalize to 0 and to the scale for ``group``'s task, if it has them
+    (an offline run's are its dataset's, its scores already D4RL normalized)."""
+    if group.offline:
+        return (0.0, 100.0) if group.runs[0].refs is not None else None
+    reference = references.get(group.env)
+    return None if reference is None else (reference.random_score, reference.reference_score)
 
 
 def _offline_references(records: Sequence[RunRecord], published: Sequence[PublishedScore]
@@ -506,11 +474,12 @@ def _offline_references(records: Sequence[RunRecord], published: Sequence[Publis
 
 def compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, seed: int = 0,
             reps: int = 2000, requested_algos: Sequence[str] = ()) -> Comparison:
-    """The statistics of every group, per-algorithm aggregates and pairwise improvement.
+    """The statistics of every group, and the cross-task statistics of its cohorts.
 
-    An algorithm's aggregates cover the envs it ran that have a normalization reference;
-    when algorithms ran different envs, the table says which. The probability of
-    improvement of X over Y covers the envs both ran.
+    Aggregates, ranks, P(X > Y) and profiles compare entries (a config at a budget) only
+    within a cohort: the entries that ran the same tasks with a normalization reference at
+    the same budget (``cohorts.py``). Notes name each entry compared with none, and each
+    task left out for want of a reference.
     """
     # A score another tool logged may be infinite (MLflow stores an infinity as the largest
     # float): the statistics that include it are then infinite or NaN, which the notes
@@ -541,54 +510,24 @@ def _compare(records: Sequence[RunRecord], suite: str, baseline_dir: Path, *, se
     group_notes += [f"{algo}: asked for, but no run matches the filters"
                     for algo in requested_algos if algo not in present]
     summaries = [summarize_group(g, published, seed=seed, reps=reps) for g in groups if g.runs]
-    chosen, notes = _representatives(summaries)
-    algos = sorted({algo for _, algo in chosen})
-    ran = {algo: sorted(env for env, a in chosen if a == algo) for algo in algos}
-    unreferenced = sorted({env for env, _ in chosen if env not in references})
+    names = _task_names(summaries)
+    scores, notes = [], []
+    for s in summaries:
+        reference = _reference(s.group, references)
+        if reference is not None:
+            scores.append(TaskScores(s.group.label, names[id(s.group)], s.group.budget,
+                                     s.group.offline, s.group.finals, reference))
+    unreferenced = sorted({s.group.env for s in summaries
+                           if _reference(s.group, references) is None})
     if unreferenced:
-        notes.append("left out of the aggregates (no normalization reference): "
-                     + ", ".join(unreferenced))
-    aggregate_envs = {algo: [e for e in ran[algo] if e in references] for algo in algos}
-    aggregate_envs = {algo: envs for algo, envs in aggregate_envs.items() if envs}
-    if len({tuple(envs) for envs in aggregate_envs.values()}) > 1:
-        notes.append("the algorithms ran different envs: compare aggregates only between "
-                     "rows with the same envs")
-    normalized, aggregates, aggregate_budgets = {}, {}, {}
-    for algo, envs in aggregate_envs.items():
-        raw = _finals_by_env(chosen, algo, envs, notes)
-        normalized[algo] = [normalize(finals, references[env].random_score,
-                                      references[env].reference_score)
-                            for env, finals in zip(envs, raw, strict=True)]
-        aggregates[algo] = {
-            name: stratified_bootstrap_ci(normalized[algo], statistic,
-                                          rng=_rng(seed, algo, name), reps=reps, expand=True)
-            for name, statistic in AGGREGATES.items()}
-        aggregate_budgets[algo] = [chosen[(env, algo)].group.budget for env in envs]
-    used = sorted({env for envs in aggregate_envs.values() for env in envs})
-    notes += [f"{env}: 0 = {references[env].random_score:g}, 1 = "
-              f"{references[env].reference_score:g} ({references[env].source})" for env in used]
-    improvement = []
-    for i, x in enumerate(algos):
-        for y in algos[i + 1:]:
-            shared = [env for env in ran[x] if env in ran[y]]
-            if not shared:
-                continue
-            pair_notes: list[str] = []
-            for env in shared:
-                gx, gy = chosen[(env, x)].group, chosen[(env, y)].group
-                if gx.budget != gy.budget:
-                    pair_notes.append(f"{env}: {x} at {gx.budget:,} {gx.unit}, {y} at "
-                                      f"{gy.budget:,}")
-            x_finals = _finals_by_env(chosen, x, shared, pair_notes)
-            y_finals = _finals_by_env(chosen, y, shared, pair_notes)
-            probability = probability_of_improvement_ci(x_finals, y_finals,
-                                                        rng=_rng(seed, "poi", x, y), reps=reps,
-                                                        expand=True)
-            if np.isnan(probability.value):
-                pair_notes.append("no probability: a final score is NaN (see the notes "
-                                  "above)")
-            improvement.append(Improvement(x, y, shared, probability, pair_notes,
-                                           seeds_to_detect(x_finals, y_finals)))
+        notes.append("left out of the aggregates, ranks and P(X > Y) (no normalization "
+                     "reference): " + ", ".join(unreferenced))
+    cohorts, cohort_notes = build_cohorts(scores, seed=seed, reps=reps)
+    notes += cohort_notes
+    used = sorted({s.group.env for s in summaries if _reference(s.group, references)})
+    notes += [f"{env}: " + (references[env].source if env in offline_references else
+                            f"0 = {references[env].random_score:g}, 1 = "
+                            f"{references[env].reference_score:g} ({references[env].source})")
+              for env in used if env in references]
     return Comparison(suite, summaries, [g for g in groups if not g.runs], group_notes,
-                      aggregates, normalized, aggregate_envs, aggregate_budgets, notes,
-                      improvement, reps)
+                      cohorts, notes, reps, unreferenced)

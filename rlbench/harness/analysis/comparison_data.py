@@ -4,8 +4,11 @@
   std, the Student-t CI of the mean, the IQM with its bootstrap CI, frames/s or gradient
   steps/s (``compare.csv``);
 - ``runs_frame``: one row per run with its final score (``runs.csv``);
-- ``to_json``: every table of the report (groups, published baselines with verdicts,
-  aggregates, probabilities of improvement) and its notes (``compare.json``).
+- ``to_json``: every table of the report (groups, published baselines with verdicts, the
+  comparisons: which entries ran the same envs or datasets at the same budget, their
+  aggregates with ranks and their probabilities of improvement) and its notes
+  (``compare.json``). Normalized scores are on their comparison's ``scale``: 1 online
+  (the reference score), 100 offline (D4RL's).
 
 Intervals name their method in the column (``mean_t_low``, ``iqm_bootstrap_low``); a
 missing value (one seed has no interval) is empty in CSV and ``null`` in JSON. A budget is
@@ -91,28 +94,33 @@ def to_json(comparison: Comparison) -> str:
                   "metric": score.metric, "verdict": judged.word,
                   "differences": list(judged.caveats)}
                  for s in comparison.summaries for score, judged in s.baselines]
-    offline = {s.group.env: s.group.offline for s in comparison.summaries}
-    aggregates = [{"algorithm": algo, "envs": comparison.aggregate_envs[algo],
-                   "budgets": [{"frames": None, "steps": budget} if offline[env]
-                               else {"frames": budget, "steps": None} for env, budget in
-                               zip(comparison.aggregate_envs[algo],
-                                   comparison.aggregate_budgets[algo], strict=True)],
-                   **{f"{name}{suffix}": value for name, interval in values.items()
-                      for suffix, value in (("", _number(interval.value)),
-                                            ("_bootstrap_low", _number(interval.low)),
-                                            ("_bootstrap_high", _number(interval.high)))}}
-                  for algo, values in comparison.aggregates.items()]
-    improvement = [{"x": p.x, "y": p.y, "envs": p.envs,
-                    "probability": _number(p.probability.value),
-                    **_interval("probability_bootstrap", p.probability),
-                    # null: not computable, or no difference (the table's ∞)
-                    "seeds_to_detect": (None if p.seeds_needed is None
-                                        or math.isinf(p.seeds_needed)
-                                        else int(p.seeds_needed)), "notes": p.notes}
-                   for p in comparison.improvement]
+    aggregates, improvement, comparisons = [], [], []
+    for number, cohort in enumerate(comparison.cohorts, 1):
+        budget = ({"frames": None, "steps": cohort.budget} if cohort.offline
+                  else {"frames": cohort.budget, "steps": None})
+        comparisons.append({"comparison": number, "envs": cohort.tasks, **budget,
+                            "scale": cohort.scale, "entries": cohort.entries})
+        aggregates += [{"comparison": number, "algorithm": label, "envs": cohort.tasks,
+                        **budget, "rank": cohort.ranks[label], "scale": cohort.scale,
+                        "runs": [len(n) for n in cohort.normalized[label]],
+                        **{f"{name}{suffix}": value
+                           for name, interval in cohort.aggregates[label].items()
+                           for suffix, value in (("", _number(interval.value)),
+                                                 ("_bootstrap_low", _number(interval.low)),
+                                                 ("_bootstrap_high", _number(interval.high)))}}
+                       for label in cohort.entries]
+        improvement += [{"comparison": number, "x": p.x, "y": p.y, "envs": p.envs, **budget,
+                         "probability": _number(p.probability.value),
+                         **_interval("probability_bootstrap", p.probability),
+                         # null: not computable, or no difference (the table's ∞)
+                         "seeds_to_detect": (None if p.seeds_needed is None
+                                             or math.isinf(p.seeds_needed)
+                                             else int(p.seeds_needed)), "notes": p.notes}
+                        for p in cohort.improvement]
     document = {"suite": comparison.suite, "bootstrap_reps": comparison.reps,
                 "groups": _records(groups_frame(comparison)),
                 "runs": _records(runs_frame(comparison)), "baselines": baselines,
-                "aggregates": aggregates, "improvement": improvement,
+                "comparisons": comparisons, "aggregates": aggregates,
+                "improvement": improvement,
                 "notes": [*comparison.group_notes, *comparison.aggregate_notes]}
     return json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"

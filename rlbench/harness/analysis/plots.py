@@ -41,6 +41,7 @@ __all__ = [
 
 _RC = {"svg.fonttype": "none", "svg.hashsalt": "rlbench"}
 _BAND_ALPHA = 0.2
+_TITLE_WIDTH = 40  # characters of a subplot's title per line at its font size
 
 
 def curve_band(
@@ -111,14 +112,18 @@ def plot_learning_curves(
     reps: int = 2000,
     title: str | None = None,
     subtitles: Mapping[str, str] | None = None,
+    axis_labels: Mapping[str, tuple[str, str]] | None = None,
     caption: str | None = None,
 ) -> list[Path]:
-    """Eval return against frames: a subplot per env, a mean line and 95% CI band per algorithm.
+    """Evaluations against the budget: a subplot per env, a mean line and 95% CI band per
+    algorithm.
 
     ``curves[env][algo] = (frames [T], returns [seeds, T])``; ``subtitles[env]`` goes under
-    a subplot's title, ``caption`` under the figure (what the bands are). Bands are drawn
-    from one generator seeded with ``seed``, envs and algorithms taken in sorted order.
-    Writes ``stem.png`` and ``stem.svg`` and returns their paths.
+    a subplot's title, ``axis_labels[env]`` names its axes (x, y: by default "frames" and
+    "eval return"; an offline panel draws normalized scores over gradient steps),
+    ``caption`` under the figure (what the bands are). A title wraps at spaces, never cut
+    short. Bands are drawn from one generator seeded with ``seed``, envs and algorithms
+    taken in sorted order. Writes ``stem.png`` and ``stem.svg`` and returns their paths.
     """
     if not curves:
         raise ValueError("no learning curves to plot: no envs given")
@@ -150,9 +155,12 @@ def plot_learning_curves(
             ax.plot(frames, mean, color=colours[algo], label=algo)
             ax.fill_between(frames, low, high, color=colours[algo], alpha=_BAND_ALPHA, lw=0)
         subtitle = (subtitles or {}).get(env)
-        ax.set_title(f"{env}\n{subtitle}" if subtitle else env, fontsize=9)
-        ax.set_xlabel("frames")
-        ax.set_ylabel("eval return")
+        heading = textwrap.fill(env, _TITLE_WIDTH, break_on_hyphens=False,
+                                break_long_words=False)
+        ax.set_title(f"{heading}\n{subtitle}" if subtitle else heading, fontsize=9)
+        x_label, y_label = (axis_labels or {}).get(env, ("frames", "eval return"))
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
         ax.grid(alpha=0.3)
     for ax in axes[len(checked):]:
         ax.set_visible(False)
@@ -175,13 +183,14 @@ def plot_aggregate_intervals(
     *,
     title: str | None = None,
     caption: str | None = None,
+    score_label: str = "normalized score",
 ) -> list[Path]:
     """Aggregate metrics with their CIs, rliable style: a panel per metric, a bar per algorithm.
 
     ``intervals[algo][metric]`` is an ``Interval``; each bar spans ``low`` to ``high`` with a
-    tick at ``value`` (only the tick when it has no bounds). Every algorithm must give every
-    metric. Known metrics (``AGGREGATES``) come first in that order, others after them
-    sorted. Writes ``stem.png`` and ``stem.svg``.
+    tick at ``value`` (only the tick when it has no bounds), on the axis ``score_label``
+    names. Every algorithm must give every metric. Known metrics (``AGGREGATES``) come first
+    in that order, others after them sorted. Writes ``stem.png`` and ``stem.svg``.
     """
     if not intervals:
         raise ValueError("no aggregate intervals to plot: no algorithms given")
@@ -209,9 +218,8 @@ def plot_aggregate_intervals(
                 ax.barh(row, interval.high - interval.low, left=interval.low, height=0.6,
                         color=colours[algo], alpha=0.75)
             ax.vlines(interval.value, row - 0.3, row + 0.3, color="black", lw=2)
-        ax.set_title(metric)
-        lower = " (lower is better)" if metric == "optimality_gap" else ""
-        ax.set_xlabel(f"normalized score{lower}")
+        ax.set_title(f"{metric}\n(lower is better)" if metric == "optimality_gap" else metric)
+        ax.set_xlabel(textwrap.fill(score_label, 30, break_on_hyphens=False))
         ax.grid(axis="x", alpha=0.3)
         ax.use_sticky_edges = False  # leave a margin beside the bars' ends
     axes[0].set_yticks(rows, algos)
@@ -230,13 +238,15 @@ def plot_performance_profiles(
     reps: int = 2000,
     title: str | None = None,
     caption: str | None = None,
+    score_label: str = "normalized score",
 ) -> list[Path]:
     """Fraction of runs scoring above tau, against tau, per algorithm with a 95% CI band.
 
     ``scores[algo]`` is ``[runs, tasks]`` of normalized scores, or one array per task. The
     default thresholds are 101 points from ``min(0, lowest score)`` to ``max(1, highest
     score)`` over all algorithms. Bands come from one generator seeded with ``seed``,
-    algorithms in sorted order. Writes ``stem.png`` and ``stem.svg`` and returns their paths.
+    algorithms in sorted order; ``score_label`` names what tau is. Writes ``stem.png`` and
+    ``stem.svg`` and returns their paths.
     """
     if not scores:
         raise ValueError("no performance profiles to plot: no algorithms given")
@@ -255,7 +265,7 @@ def plot_performance_profiles(
         profile, low, high = performance_profile_band(matrix, taus, rng=rng, reps=reps)
         ax.plot(taus, profile, color=colours[algo], label=algo)
         ax.fill_between(taus, low, high, color=colours[algo], alpha=_BAND_ALPHA, lw=0)
-    ax.set_xlabel("normalized score τ")
+    ax.set_xlabel(f"τ: {score_label}")
     ax.set_ylabel("fraction of runs with score > τ")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)

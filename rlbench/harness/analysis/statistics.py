@@ -13,6 +13,7 @@ gives exactly what the matrix gives.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ __all__ = [
     "as_tasks",
     "expanded_confidence",
     "iqm",
+    "labelled_rng",
     "mean_ci_t",
     "mean_score",
     "median_of_task_means",
@@ -42,6 +44,13 @@ __all__ = [
 
 Scores = np.ndarray | list[np.ndarray]  # [runs, tasks], or one array of runs per task
 Statistic = Callable[[Scores], float]
+
+
+def labelled_rng(seed: int, *labels: str) -> np.random.Generator:
+    """A generator for one statistic, seeded by ``seed`` and the statistic's labels: adding
+    a statistic never shifts another's draws, and the same store gives the same report."""
+    digest = hashlib.sha256("\0".join(labels).encode()).digest()
+    return np.random.default_rng([seed, int.from_bytes(digest[:8], "little")])
 
 
 def as_tasks(scores: Scores, owner: str = "") -> list[np.ndarray]:

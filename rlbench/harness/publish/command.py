@@ -11,7 +11,6 @@ may be new, empty, or a site published before (it is replaced); anything else is
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
@@ -20,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from rlbench.envs import validate_env_id
@@ -29,7 +27,7 @@ from rlbench.harness.analysis.baselines import default_baseline_dir
 from rlbench.harness.plan.words import int_word, split_words
 from rlbench.harness.publish.collect import Filters, SuiteData, collect, suites_in
 from rlbench.harness.publish.pages import site_files
-from rlbench.harness.store.results import open_store
+from rlbench.harness.publish.stores import Store, open_stores
 from rlbench.harness.store.sqlite import check_out_dir, sqlite_path
 
 __all__ = ["PublishRequest", "parse_publish_args", "publish", "run_publish"]
@@ -116,21 +114,11 @@ def check_output(output: Path) -> None:
                           "published: give a new or empty directory")
 
 
-def _stores(request: PublishRequest) -> dict[str, MlflowClient]:
-    """Each store to read, by the name the pages give it."""
-    stores = {str(d): open_store(d) for d in request.out_dirs}
-    stores.update({uri: open_store(tracking_uri=uri) for uri in request.tracking_uris})
-    if not stores:  # as every command: MLFLOW_TRACKING_URI, else rlbench_runs
-        uri = os.environ.get("MLFLOW_TRACKING_URI")
-        stores = ({uri: open_store(tracking_uri=uri)} if uri
-                  else {"rlbench_runs": open_store("rlbench_runs")})
-    return stores
-
-
-def _suites(request: PublishRequest, stores: dict[str, MlflowClient]) -> list[str]:
-    present = sorted({s for client in stores.values() for s in suites_in(client)})
+def _suites(request: PublishRequest, stores: Sequence[Store]) -> list[str]:
+    present = sorted({s for store in stores for s in suites_in(store.client)})
     if not present:
-        raise ConfigError(f"no runs to publish: {', '.join(stores)} hold no suite")
+        raise ConfigError(f"no runs to publish: {', '.join(s.given for s in stores)} hold "
+                          "no suite")
     for suite in request.suites:
         if suite not in present:
             hint = near_matches(suite, present)
@@ -142,13 +130,15 @@ def _suites(request: PublishRequest, stores: dict[str, MlflowClient]) -> list[st
 
 def publish(request: PublishRequest) -> tuple[list[SuiteData], int]:
     """Reads every suite and writes the site; returns the suites and the files written."""
-    stores = _stores(request)
-    suites = [collect(stores, suite, request.filters, request.baselines, seed=request.seed,
+    stores = open_stores(request.out_dirs, request.tracking_uris)
+    clients = {store.name: store.client for store in stores}
+    suites = [collect(clients, suite, request.filters, request.baselines, seed=request.seed,
                       reps=request.reps) for suite in _suites(request, stores)]
     suites = [s for s in suites if not s.runs.empty]
     if not suites:
         raise ConfigError("no run of the suites matches the filters given")
-    files = site_files(suites, list(stores), reps=request.reps, seed=request.seed)
+    files = site_files(suites, {store.name: store.kind for store in stores},
+                       reps=request.reps, seed=request.seed)
     write_site(files, request.output)
     return suites, len(files)
 

@@ -2,7 +2,13 @@
 
 Every table is written three times: in its page, and beside it as ``<name>.csv`` and
 ``<name>.json`` (the values the cells sort by: plain numbers). Offline budgets are gradient
-steps, online ones env frames, and every header and note says which.
+steps, online ones env frames, and every header and note says which. A suite's aggregates,
+ranks, probabilities of improvement and profiles are per comparison: the entries that ran
+the same envs or datasets at the same budget (``analysis/cohorts.py``).
+
+The site is self-contained: every ``href`` and ``src`` is a relative path to one of its
+own files, so it can be copied anywhere and opened from disk. Stores are named as
+``stores.py`` names them, artifacts as ``run_page.py`` shows them: as text.
 """
 
 from __future__ import annotations
@@ -16,15 +22,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rlbench.harness.analysis.comparison import Comparison, Group, GroupSummary, RunRecord
+from rlbench.harness.analysis.cohorts import COHORT_RULE, Cohort
+from rlbench.harness.analysis.comparison import (
+    MIN_BOOTSTRAP_SEEDS,
+    Comparison,
+    Group,
+    GroupSummary,
+    RunRecord,
+)
 from rlbench.harness.analysis.plots import curve_band, performance_profile_band
-from rlbench.harness.analysis.statistics import AGGREGATES, Interval
+from rlbench.harness.analysis.ranking import RANK_RULE
+from rlbench.harness.analysis.statistics import AGGREGATES, Interval, labelled_rng
 from rlbench.harness.publish.assets import ASSETS
 from rlbench.harness.publish.charts import Band, Series, line_chart
 from rlbench.harness.publish.collect import SuiteData
 from rlbench.harness.publish.data_files import DataWriter, slug
-from rlbench.harness.publish.markup import Cell, Table, facts, fmt, link, page, text
-from rlbench.harness.publish.ranking import ci_ranks
+from rlbench.harness.publish.markup import Cell, Table, attr, facts, fmt, link, page, text
 from rlbench.harness.publish.run_page import run_page
 from rlbench.harness.store.results import budget_unit
 
@@ -80,7 +93,7 @@ def _run_tags(row: Mapping[str, Any]) -> list[str]:
 class SiteBuilder:
     """Renders every page of the site from the suites' data."""
 
-    def __init__(self, suites: Sequence[SuiteData], stores: Sequence[str], *, reps: int,
+    def __init__(self, suites: Sequence[SuiteData], stores: Mapping[str, str], *, reps: int,
                  seed: int):
         self.suites = suites
         self.stores = stores
@@ -120,9 +133,16 @@ class SiteBuilder:
                                 "finished runs", "last update"], rows,
                      caption="every suite of the stores; a budget is env frames (online) "
                              "or gradient steps (offline)")
-        body = [f"<p>From {text(', '.join(self.stores))}.</p>",
+        body = [f"<p>From {text(self._sources())}.</p>",
                 self.out.table("", spec)]
         self.out.files["index.html"] = page("rlbench leaderboards", body, root="")
+
+    def _sources(self) -> str:
+        """The stores read, by name and kind with the runs published from each."""
+        counts = {name: sum(int((data.runs.store == name).sum()) for data in self.suites)
+                  for name in self.stores}
+        return "; ".join(f"{name}, {kind} ({counts[name]:,} runs published)"
+                         for name, kind in self.stores.items())
 
     # --- a suite -------------------------------------------------------------------------
     def suite(self, data: SuiteData) -> None:
@@ -139,9 +159,7 @@ class SiteBuilder:
         if comparison is None:
             body.append(self._missing(data))
         else:
-            body += self._aggregates(here, comparison, words)
-            body += self._improvement(here, comparison)
-            body += self._profiles(comparison)
+            body += self._comparisons(here, comparison, words)
             body += self._baselines(here, comparison, words)
         body.append(f"<h2>{text(words['tasks'].capitalize())}</h2>")
         body.append(self.out.table(here, self._tasks_table(data, words)))
@@ -164,73 +182,93 @@ class SiteBuilder:
                 f"({said}), {text(why)}. Each run's page below says what it recorded "
                 "(a failed run's traceback included).</p>")
 
-    def _aggregates(self, here: str, comparison: Comparison, words: dict[str, str]
-                    ) -> list[str]:
-        if not comparison.aggregates:
-            return ['<p class="missing">No aggregate: no env or dataset of this suite has a '
-                    "normalization reference (see the notes below).</p>"]
-        ranks = ci_ranks({a: v["iqm"] for a, v in comparison.aggregates.items()})
-        units = {s.group.env: s.group.unit for s in comparison.summaries}
-        rows = []
-        for algo, values in sorted(comparison.aggregates.items(), key=lambda kv: (
-                ranks[kv[0]], -kv[1]["iqm"].value, kv[0])):
-            budgets = comparison.aggregate_budgets[algo]
-            unit = units[comparison.aggregate_envs[algo][0]]
-            rows.append([
-                Cell.of(str(ranks[algo]), ranks[algo]), Cell.of(algo),
-                Cell.of(str(len(comparison.aggregate_envs[algo])),
-                        len(comparison.aggregate_envs[algo])),
-                Cell.of(f"{min(budgets):,} {unit}" if min(budgets) == max(budgets)
-                        else f"{min(budgets):,}–{max(budgets):,} {unit}", max(budgets)),
-                Cell.of(str(sum(len(n) for n in comparison.normalized[algo])),
-                        sum(len(n) for n in comparison.normalized[algo])),
-                *(Cell.of(_ci_text(values[name], 3), values[name].value)
-                  for name in AGGREGATES)])
-        spec = Table("aggregates", ["rank", "algorithm", words["tasks"], "budget", "runs",
-                                    *(n.replace("_", " ") for n in AGGREGATES)],
-                     rows,
-                     caption="normalized final scores (1 = the reference score) over the "
-                             f"{words['tasks']} each algorithm ran, with 95% expanded "
-                             "stratified bootstrap CIs; rank by IQM: algorithms whose IQM "
-                             "CIs overlap share a rank; optimality gap: lower is better")
-        return ["<h2>Aggregate scores</h2>", self.out.table(here, spec)]
+    def _comparisons(self, here: str, comparison: Comparison, words: dict[str, str]
+                     ) -> list[str]:
+        """A section per cohort (entries that ran the same tasks at the same budget), after
+        the rule and what was left out."""
+        out = ["<h2>Comparisons</h2>",
+               f"<p>{text(COHORT_RULE[0].upper() + COHORT_RULE[1:])}. "
+               f"{text(RANK_RULE[0].upper() + RANK_RULE[1:])}.</p>"]
+        if not comparison.cohorts:
+            out.append(f'<p class="missing">No comparison: no {words["task"]} of this suite '
+                       "has a normalization reference (see the notes below).</p>")
+            return out
+        left = [f"{c.entries[0]} at {c.title}: no other entry ran {c.these} at this budget"
+                for c in comparison.cohorts if len(c.entries) == 1]
+        left += [f"{env}: no normalization reference, so in no comparison"
+                 for env in comparison.unreferenced]
+        if left:
+            out.append('<p class="missing">Compared with no other entry:</p>' + _notes(left))
+        for number, cohort in enumerate(comparison.cohorts, 1):
+            out.append(f"<h3 id={attr(f'comparison-{number}')}>Comparison {number}: "
+                       f"{text(cohort.title)}</h3>")
+            out.append(self._aggregates(here, number, cohort))
+            out += self._improvement(here, number, cohort)
+            out += self._profiles(cohort)
+        return out
 
-    def _improvement(self, here: str, comparison: Comparison) -> list[str]:
-        if not comparison.improvement:
+    def _aggregates(self, here: str, number: int, cohort: Cohort) -> str:
+        digits = 1 if cohort.offline else 3
+        rows = [[Cell.of("—" if cohort.ranks[label] is None else str(cohort.ranks[label]),
+                         cohort.ranks[label]), Cell.of(label),
+                 Cell.of(cohort.runs_shown(label),
+                         sum(len(n) for n in cohort.normalized[label])),
+                 *(Cell.of(_ci_text(cohort.aggregates[label][name], digits),
+                           cohort.aggregates[label][name].value) for name in AGGREGATES)]
+                for label in cohort.entries]
+        scale = ("D4RL normalized final scores, 0 = the dataset's random score, 100 = its "
+                 "expert score" if cohort.offline else
+                 "normalized final scores, 0 = random play, 1 = the reference score")
+        spec = Table(f"aggregates-{number}", ["rank", "algorithm", f"runs × {cohort.task_kind}s",
+                                              *(n.replace("_", " ") for n in AGGREGATES)],
+                     rows,
+                     caption=f"{scale}, over {', '.join(cohort.tasks)} at {cohort.budget:,} "
+                             f"{cohort.unit}, with 95% expanded stratified bootstrap CIs; "
+                             f"optimality gap: the mean shortfall below {cohort.scale:g}, "
+                             "lower is better; rank by the IQM's CI as above")
+        out = self.out.table(here, spec)
+        if len(cohort.entries) == 1:
+            out += (f"<p>Only {text(cohort.entries[0])} ran {cohort.these} at this budget: "
+                    "it is ranked and compared with none.</p>")
+        return out
+
+    def _improvement(self, here: str, number: int, cohort: Cohort) -> list[str]:
+        if not cohort.improvement:
             return []
-        algos = sorted({p.x for p in comparison.improvement}
-                       | {p.y for p in comparison.improvement})
+        algos = sorted(cohort.aggregates)
         cells: dict[tuple[str, str], Interval] = {}
-        for p in comparison.improvement:
+        for p in cohort.improvement:
             cells[(p.x, p.y)] = p.probability
             v = p.probability
             cells[(p.y, p.x)] = Interval(1 - v.value, 1 - v.high, 1 - v.low)
         rows = [[Cell.of(x), *(Cell.of(_ci_text(cells[(x, y)], 2), cells[(x, y)].value)
                                if (x, y) in cells else Cell.of("—", None) for y in algos)]
                 for x in algos]
-        spec = Table("improvement", ["X \\ Y", *algos], rows,
+        spec = Table(f"improvement-{number}", ["X \\ Y", *algos], rows,
                      caption="P(X > Y): the chance a run of the row's algorithm beats one of "
-                             "the column's on an env or dataset both ran, averaged over "
-                             "those, with its 95% expanded bootstrap CI")
-        return ["<h2>Probability of improvement</h2>", self.out.table(here, spec)]
+                             f"the column's on {cohort.these}"
+                             + (", averaged over them" if len(cohort.tasks) > 1 else "")
+                             + ", with its 95% expanded bootstrap CI")
+        return [f"<h4>Probability of improvement, comparison {number}</h4>",
+                self.out.table(here, spec)]
 
-    def _profiles(self, comparison: Comparison) -> list[str]:
-        if not comparison.normalized:
-            return []
-        top = max(float(np.nanmax(np.concatenate(v))) for v in comparison.normalized.values())
-        taus = np.linspace(0.0, max(1.0, top if math.isfinite(top) else 1.0) * 1.02, 61)
+    def _profiles(self, cohort: Cohort) -> list[str]:
+        values = np.concatenate([v for scores in cohort.normalized.values() for v in scores])
+        finite = values[np.isfinite(values)]
+        top = float(finite.max()) if finite.size else cohort.scale
+        taus = np.linspace(0.0, max(cohort.scale, top) * 1.02, 61)
         series = []
-        for algo, scores in sorted(comparison.normalized.items()):
-            rng = np.random.default_rng([self.seed, int.from_bytes(
-                hashlib.sha256(f"profile\0{algo}".encode()).digest()[:8], "little")])
+        for algo, scores in sorted(cohort.normalized.items()):
+            rng = labelled_rng(self.seed, "profile", cohort.title, algo)
             value, low, high = performance_profile_band(scores, taus, rng=rng,
                                                         reps=self.reps)
             series.append(Series(algo, taus, value, low, high))
-        chart = line_chart(series, x_label="normalized score τ",
+        chart = line_chart(series, x_label=f"τ: {cohort.score_label}",
                            y_label="fraction of runs with score > τ")
-        return ["<h2>Performance profiles</h2>",
+        return ["<h4>Performance profiles</h4>",
                 f"<figure>{chart}<figcaption>bands: 95% stratified percentile bootstrap "
-                f"CIs ({self.reps:,} resamples of each env's runs)</figcaption></figure>"]
+                f"CIs ({self.reps:,} resamples of each {cohort.task_kind}'s "
+                "runs)</figcaption></figure>"]
 
     def _baselines(self, here: str, comparison: Comparison, words: dict[str, str]
                    ) -> list[str]:
@@ -301,8 +339,9 @@ class SiteBuilder:
                                     "verdict vs published"], rows,
                      filters=["algorithm", unit], row_tags=tags,
                      caption="each seed's final deterministic evaluation; the IQM CI is "
-                             f"a percentile bootstrap ({self.reps:,} resamples) and needs 4 "
-                             "seeds; a verdict needs the env, budget and metric to match")
+                             f"a percentile bootstrap ({self.reps:,} resamples) and needs "
+                             f"{MIN_BOOTSTRAP_SEEDS} seeds; a verdict needs the env, budget "
+                             "and metric to match")
         if summaries:
             body += ["<h2>Algorithms</h2>", self.out.table(here, spec)]
         else:
@@ -420,9 +459,10 @@ def _last_update(runs: pd.DataFrame) -> str:
     return ends.max().strftime("%Y-%m-%d %H:%M UTC")
 
 
-def site_files(suites: Sequence[SuiteData], stores: Sequence[str], *, reps: int, seed: int
-               ) -> dict[str, str]:
-    """Every file of the site, by its path relative to the site's top, assets included."""
+def site_files(suites: Sequence[SuiteData], stores: Mapping[str, str], *, reps: int,
+               seed: int) -> dict[str, str]:
+    """Every file of the site, by its path relative to the site's top, assets included;
+    ``stores`` maps each store's name on the pages to its kind (``stores.py``)."""
     files = SiteBuilder(suites, stores, reps=reps, seed=seed).build()
     files.update({f"assets/{name}": content for name, content in ASSETS.items()})
     return files

@@ -1,6 +1,6 @@
 """A run's page: what it is, how it ended, the commands that make it again, its curve,
-config, tags and versions, and where its artifacts are; its tables in one CSV and one JSON
-beside it."""
+config, tags and versions, and where its artifacts are (as text: the site links nothing
+outside itself); its tables in one CSV and one JSON beside it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import shlex
 import urllib.parse
 from collections.abc import Mapping
-from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,7 @@ import numpy as np
 from rlbench.harness.analysis.comparison import RunRecord
 from rlbench.harness.publish.charts import PALETTE, Series, line_chart
 from rlbench.harness.publish.data_files import slug, stacked_csv, table_record
-from rlbench.harness.publish.markup import Cell, Table, facts, fmt, link, page, table, text
+from rlbench.harness.publish.markup import Cell, Table, facts, fmt, page, table, text
 
 __all__ = ["run_page"]
 
@@ -114,25 +113,26 @@ def _yaml_value(logged: str) -> str:
     return logged.replace(", ", ",")
 
 
-def _location(where: str) -> str:
-    """A link to an artifact location when it is a URL a browser opens safely (http,
-    https, file) or an absolute path; anything else (``javascript:``, a relative path, a
-    cloud store's scheme) is shown as text, never as a link."""
-    scheme = urllib.parse.urlsplit(where).scheme.lower()
-    if scheme in ("http", "https", "file"):
-        return link(where, where)
-    if not scheme and where.startswith("/"):
-        return link(PurePosixPath(where).as_uri(), where)
-    return f"<code>{text(where)}</code>"
-
-
 def _artifacts(row: Mapping[str, Any]) -> str:
-    pairs = []
+    """Where the run's artifacts are, as text and never as a link: a site links only files
+    inside itself, and artifacts (saved policies, checkpoints: megabytes to gigabytes a
+    run) are not copied into it. What their small files hold (the curve, the resolved
+    config, the tags) is on this page and in its CSV and JSON. The run's own MLflow URI
+    (``runs:/<id>/``) fetches them from the store that holds it, wherever that store is
+    (``mlflow artifacts download --artifact-uri runs:/<id>/``). A location the store
+    recorded is shown when it is not a local path (an s3 or server URI); a local one means
+    nothing where the site is read. The run directory is where the run kept its files on
+    the host that ran it."""
+    pairs = [("MLflow artifacts", f"<code>runs:/{text(row['run_id'])}/</code> in "
+                                  f"{text(row['store'])}")]
     uri = row.get("artifact_uri")
-    if isinstance(uri, str) and uri:
-        pairs.append(("MLflow artifacts", _location(uri)))
+    if isinstance(uri, str) and uri and urllib.parse.urlsplit(uri).scheme.lower() not in (
+            "", "file"):
+        pairs.append(("recorded at", f"<code>{text(uri)}</code>"))
     run_dir = row.get("tag.run_dir")
     if isinstance(run_dir, str) and run_dir:
-        pairs.append(("run directory", _location(run_dir)
-                      + " (its config.yaml, curve.csv and saved policies)"))
-    return facts(pairs) if pairs else "<p>none recorded</p>"
+        host = row.get("host")
+        where = f" on {text(host)}" if isinstance(host, str) and host else ""
+        pairs.append(("run directory", f"<code>{text(run_dir)}</code>{where} (its "
+                                       "config.yaml, curve.csv and saved policies)"))
+    return facts(pairs)

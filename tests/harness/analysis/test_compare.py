@@ -20,7 +20,8 @@ from rich.console import Console
 from rlbench.cli import main
 from rlbench.errors import ConfigError
 from rlbench.harness.analysis.baselines import PublishedScore, env_base, load_published, verdict
-from rlbench.harness.analysis.compare import build_tables, write_report
+from rlbench.harness.analysis.cohorts import COHORT_RULE
+from rlbench.harness.analysis.compare import build_tables, terminal_table, write_report
 from rlbench.harness.analysis.comparison import (
     Group,
     RunRecord,
@@ -30,6 +31,8 @@ from rlbench.harness.analysis.comparison import (
     load_runs,
     summarize_group,
 )
+from rlbench.harness.analysis.comparison_data import to_json
+from rlbench.harness.analysis.ranking import RANK_RULE
 from rlbench.harness.analysis.statistics import Interval, iqm
 from rlbench.harness.render import TextTable, render, to_rich
 from rlbench.harness.store.tracking import tracking_uri
@@ -141,19 +144,20 @@ def test_filters(store: Path, baselines: Path) -> None:
 def test_aggregates_use_normalized_scores_of_referenced_envs(store: Path,
                                                             baselines: Path) -> None:
     _, comparison = _comparison(store, baselines)
-    assert comparison.aggregate_envs == {"dqn": ["Acrobot-v1", "CartPole-v1"],
-                                         "ppo": ["Acrobot-v1", "CartPole-v1"]}
-    assert comparison.aggregate_budgets == {"dqn": [1000, 1000], "ppo": [1000, 1000]}
-    assert any("no normalization reference): Humanoid-v5" in note
+    (cohort,) = comparison.cohorts  # both ran both referenced envs at 1,000 frames
+    assert (cohort.offline, cohort.budget, cohort.tasks) == (False, 1000,
+                                                             ["Acrobot-v1", "CartPole-v1"])
+    assert cohort.scale == 1.0 and sorted(cohort.aggregates) == ["dqn", "ppo"]
+    assert any("(no normalization reference): Humanoid-v5" in note
                for note in comparison.aggregate_notes)
     for algo in ("dqn", "ppo"):
         expected = np.stack([
             (np.array(FINALS[(algo, env)]) - REFERENCES[env][0])
             / (REFERENCES[env][1] - REFERENCES[env][0])
             for env in ("Acrobot-v1", "CartPole-v1")], axis=1)
-        np.testing.assert_allclose(np.stack(comparison.normalized[algo], axis=1), expected,
+        np.testing.assert_allclose(np.stack(cohort.normalized[algo], axis=1), expected,
                                    rtol=0, atol=1e-12)
-        aggregates = comparison.aggregates[algo]
+        aggregates = cohort.aggregates[algo]
         assert aggregates["mean"].value == pytest.approx(expected.mean(), abs=1e-12)
         # rliable's median: of the two per-env means.
         assert aggregates["median"].value == pytest.approx(np.median(expected.mean(0)),
@@ -168,7 +172,7 @@ def test_aggregates_use_normalized_scores_of_referenced_envs(store: Path,
 
 def test_probability_of_improvement_by_hand(store: Path, baselines: Path) -> None:
     _, comparison = _comparison(store, baselines)
-    (improvement,) = comparison.improvement
+    (improvement,) = comparison.cohorts[0].improvement
     p = improvement.probability
     assert (improvement.x, improvement.y) == ("dqn", "ppo")
     assert improvement.envs == ["Acrobot-v1", "CartPole-v1"]  # Humanoid-v5 is ppo's alone
@@ -248,11 +252,12 @@ def test_repository_baselines_load_and_dedupe() -> None:
 def test_tables_render_in_every_format(store: Path, baselines: Path) -> None:
     _, comparison = _comparison(store, baselines)
     tables = build_tables(comparison)
+    head = "unit: comparison 1, 1,000 frames on Acrobot-v1, CartPole-v1"
     assert [t.title for t in tables] == ["unit: final return per env and algorithm",
                                          "unit: published baselines beside ours",
-                                         "unit: normalized scores per algorithm (95% "
-                                         "expanded stratified bootstrap CIs)",
-                                         "unit: probability of improvement"]
+                                         f"{head}: normalized scores (95% expanded "
+                                         "stratified bootstrap CIs)",
+                                         f"{head}: probability of improvement"]
     main_rows = {(r[0], r[1]): r for r in tables[0].rows}
     assert main_rows[("Acrobot-v1", "dqn")][3] == "4 (1 failed, 1 running)"
     assert main_rows[("CartPole-v1", "ppo")][4] == "410.0 ± 108.9"
@@ -297,9 +302,9 @@ def test_cli_writes_every_format_and_plot(store: Path, baselines: Path, tmp_path
     first = capsys.readouterr().out
     assert "| CartPole-v1 | ppo | 1,000 | 4 | 410.0 ± 108.9 |" in first
     names = sorted(p.name for p in report.iterdir())
-    assert names == ["aggregates.png", "aggregates.svg", "compare.csv", "compare.html",
+    assert names == ["aggregates-1.png", "aggregates-1.svg", "compare.csv", "compare.html",
                      "compare.json", "compare.md", "compare.tex", "curves.png", "curves.svg",
-                     "profiles.png", "profiles.svg", "runs.csv"]
+                     "profiles-1.png", "profiles-1.svg", "runs.csv"]
     assert (report / "compare.md").read_text() == first
     files = {p.name: p.read_bytes() for p in report.iterdir() if p.suffix != ".png"}
     groups = pd.read_csv(report / "compare.csv")  # plain columns: pandas reads it as is
@@ -318,8 +323,8 @@ def test_cli_writes_every_format_and_plot(store: Path, baselines: Path, tmp_path
     assert files == {p.name: p.read_bytes() for p in report.iterdir() if p.suffix != ".png"}
     # A report without aggregates leaves no stale aggregate plots behind.
     assert main([*args[:-2], "env=Humanoid-v5", f"output={report}"]) == 0
-    assert not (report / "aggregates.svg").exists()
-    assert not (report / "profiles.png").exists()
+    assert not (report / "aggregates-1.svg").exists()
+    assert not (report / "profiles-1.png").exists()
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -397,30 +402,38 @@ def test_reruns_budgets_configs_and_seed_counts(tmp_path: Path, baselines: Path)
     acrobot_row = next(r for r in table.rows if r[0] == "Acrobot-v1")
     assert acrobot_row[3:7] == ["1 (1 killed)", "-100.0", "—", "-100.0"]
 
-    # Cross-env statistics: every config is its own entry, labelled by what differs.
-    ppo_entries = ["ppo[learning_rate=0.001]", "ppo[learning_rate=0.01]", "ppo[learning_rate=—]"]
-    assert comparison.aggregate_envs == {"dqn": ["Acrobot-v1", "CartPole-v1"],
-                                         **{e: ["CartPole-v1"] for e in ppo_entries}}
-    assert any("ran different envs" in n for n in comparison.aggregate_notes)
-    assert any("dqn: seeds per env differ (Acrobot-v1 1, CartPole-v1 2): every seed is used"
-               in n for n in comparison.aggregate_notes)
+    # Cross-env statistics: every config at every budget is its own entry, compared only
+    # with entries that ran the same envs at the same budget.
+    cohorts = {(c.budget, tuple(c.tasks)): c for c in comparison.cohorts}
+    assert [(c.budget, c.tasks) for c in comparison.cohorts] == [
+        (500, ["CartPole-v1"]), (1000, ["Acrobot-v1"]), (1000, ["CartPole-v1"]),
+        (2000, ["CartPole-v1"])]
+    assert cohorts[(1000, ("CartPole-v1",))].entries == ["ppo[learning_rate=0.01]",
+                                                         "ppo[learning_rate=0.001]"]
+    for budget, task, label in ((500, "CartPole-v1", "ppo[learning_rate=—]"),
+                                (1000, "Acrobot-v1", "dqn"), (2000, "CartPole-v1", "dqn")):
+        assert cohorts[(budget, (task,))].entries == [label]
+        assert cohorts[(budget, (task,))].improvement == []
+        said = (f"{label} at {budget:,} frames on {task}: no other entry ran this env at this "
+                "budget, so it is ranked and compared with none")
+        assert sum(n.startswith(said) for n in comparison.aggregate_notes) == 1
+    assert (f"dqn at 1,000 frames on Acrobot-v1: {said.split(': ')[1]} (at this budget "
+            "ppo[learning_rate=0.001] and ppo[learning_rate=0.01] ran CartPole-v1)"
+            in comparison.aggregate_notes)
     # one run per env: point values, no intervals (a zero-width one would claim certainty)
-    assert not any(i.has_bounds for i in comparison.aggregates["dqn"].values())
-    assert all(i.has_bounds for i in comparison.aggregates["ppo[learning_rate=0.001]"].values())
-    aggregates = next(t for t in build_tables(comparison) if "normalized" in t.title)
-    dqn_row = next(r for r in aggregates.rows if r[0] == "dqn")
+    dqn = cohorts[(1000, ("Acrobot-v1",))].aggregates["dqn"]
+    assert not any(i.has_bounds for i in dqn.values())
+    lr = cohorts[(1000, ("CartPole-v1",))].aggregates["ppo[learning_rate=0.001]"]
+    assert all(i.has_bounds for i in lr.values())
+    aggregates = [t for t in build_tables(comparison) if "normalized scores" in t.title]
+    assert len(aggregates) == 4
+    dqn_row = next(r for t in aggregates for r in t.rows if r[1] == "dqn")
     assert not any("[" in cell for cell in dqn_row)
-    pairs = {(p.x, p.y): p for p in comparison.improvement}
-    assert set(pairs) == {("dqn", e) for e in ppo_entries} | {
-        (ppo_entries[0], ppo_entries[1]), (ppo_entries[0], ppo_entries[2]),
-        (ppo_entries[1], ppo_entries[2])}
-    against_lr = pairs[("dqn", "ppo[learning_rate=0.001]")]
-    assert against_lr.envs == ["CartPole-v1"]
-    assert against_lr.notes == ["CartPole-v1: dqn at 2,000 frames, ppo[learning_rate=0.001] "
-                                "at 1,000"]
-    # dqn's 450 and 480 beat every run of either learning rate (100-300, and all 400).
-    assert against_lr.probability.value == 1.0
-    assert pairs[("dqn", "ppo[learning_rate=0.01]")].probability.value == 1.0
+    # the one pair: dqn at 2,000 frames is compared with no ppo at 1,000 or 500
+    (pair,) = [p for c in comparison.cohorts for p in c.improvement]
+    assert (pair.x, pair.y, pair.envs) == ("ppo[learning_rate=0.001]",
+                                           "ppo[learning_rate=0.01]", ["CartPole-v1"])
+    assert pair.probability.value == 0.0 and pair.notes == []  # 100-300 against 400
 
 
 def test_one_seed_gets_no_verdict_but_its_differences() -> None:
@@ -472,9 +485,15 @@ def test_plots_split_budgets_and_say_what_their_bands_are(tmp_path: Path,
     assert "CartPole-v1, 100,000 frames" in curves and "CartPole-v1, 1,000,000 frames" in curves
     assert "seeds: ppo 3" in curves and "seeds: dqn 2" in curves
     assert "95% percentile bootstrap CI of that mean" in curves
-    aggregates = (tmp_path / "report" / "aggregates.svg").read_text()
-    assert "95% expanded stratified bootstrap CIs" in aggregates
-    assert "the algorithms ran different envs" in aggregates  # as the table warns
+    # a figure per comparison: each of the three entries ran its own envs or budget
+    titles = [(tmp_path / "report" / f"aggregates-{k}.svg").read_text() for k in (1, 2, 3)]
+    for svg, what in zip(titles, ("100,000 frames on CartPole-v1",
+                                  "1,000,000 frames on Acrobot-v1",
+                                  "1,000,000 frames on CartPole-v1"), strict=True):
+        assert f"comparison {titles.index(svg) + 1}, {what}" in svg
+        assert "95% expanded stratified bootstrap CIs" in svg
+        assert "normalized score (0 = random," in svg and "1 = reference)" in svg
+    assert not (tmp_path / "report" / "aggregates-4.svg").exists()
 
 
 def test_an_iqm_ci_from_eight_seeds_on(baselines: Path) -> None:
@@ -534,3 +553,122 @@ def test_corl_beside_rlbenchs_own_hopper_data_is_a_band_never_a_verdict() -> Non
                                [dataclasses.replace(r, algo="bc", env="rlbench/pendulum/medium-v0")
                                 for r in runs]), published, seed=0, reps=10)
     assert bc.baselines == []  # CORL has no pendulum rows
+
+
+def test_entries_are_compared_only_at_one_budget_on_the_same_envs(tmp_path: Path,
+                                                                   baselines: Path) -> None:
+    """ppo at 1M frames beside sac at 100k, sac on one env beside td3 on two: no aggregate,
+    rank or P(X > Y) puts them side by side; sac is named as compared with none."""
+    client = MlflowClient(tracking_uri(tmp_path))
+    exp = client.create_experiment("unit")
+    both = ("CartPole-v1", "Acrobot-v1")
+    plan = [("ppo", 1_000_000, both, 0.0), ("sb3-ppo", 1_000_000, both, 60.0),
+            ("td3", 100_000, both, 120.0), ("sb3-td3", 100_000, both, 180.0),
+            ("sac", 100_000, ("CartPole-v1",), 390.0)]
+    for algo, frames, envs, shift in plan:
+        for env in envs:
+            for seed in range(3):
+                base = 100.0 if env == "CartPole-v1" else -400.0
+                _log_run(client, exp, algo, env, seed, base + shift + 5 * seed, frames=frames)
+    comparison = compare(load_runs(client, "unit"), "unit", baselines, seed=0, reps=200)
+    found = {(c.budget, tuple(c.tasks)): sorted(c.aggregates) for c in comparison.cohorts}
+    assert found == {(100_000, ("Acrobot-v1", "CartPole-v1")): ["sb3-td3", "td3"],
+                     (100_000, ("CartPole-v1",)): ["sac"],
+                     (1_000_000, ("Acrobot-v1", "CartPole-v1")): ["ppo", "sb3-ppo"]}
+    pairs = {(p.x, p.y): (c.budget, p.envs) for c in comparison.cohorts for p in c.improvement}
+    assert pairs == {("ppo", "sb3-ppo"): (1_000_000, ["Acrobot-v1", "CartPole-v1"]),
+                     ("sb3-td3", "td3"): (100_000, ["Acrobot-v1", "CartPole-v1"])}
+    assert ("sac at 100,000 frames on CartPole-v1: no other entry ran this env at this "
+            "budget, so it is ranked and compared with none (at this budget sb3-td3 and td3 "
+            "ran Acrobot-v1, CartPole-v1)") in comparison.aggregate_notes
+    # sac's scores are far above everything, yet it is rank 1 of its own comparison only
+    assert {c.budget: c.ranks for c in comparison.cohorts if len(c.tasks) == 2} == {
+        100_000: {"sb3-td3": 1, "td3": 2}, 1_000_000: {"sb3-ppo": 1, "ppo": 2}}
+    tables = build_tables(comparison)
+    aggregates = [t for t in tables if t.title.endswith("stratified bootstrap CIs)")]
+    assert [t.title.split(": ")[1] for t in aggregates] == [
+        "comparison 1, 100,000 frames on Acrobot-v1, CartPole-v1",
+        "comparison 2, 100,000 frames on CartPole-v1",
+        "comparison 3, 1,000,000 frames on Acrobot-v1, CartPole-v1"]
+    assert [[row[:2] for row in t.rows] for t in aggregates] == [
+        [["1", "sb3-td3"], ["2", "td3"]], [["1", "sac"]], [["1", "sb3-ppo"], ["2", "ppo"]]]
+    assert all(RANK_RULE in t.notes and COHORT_RULE in t.notes for t in aggregates)
+    improvement = [t for t in tables if t.title.endswith("probability of improvement")]
+    assert not [row for t in improvement for row in t.rows if "sac" in row[:2]]
+    document = json.loads(to_json(comparison))
+    assert [(c["frames"], c["envs"], c["entries"]) for c in document["comparisons"]] == [
+        (100_000, ["Acrobot-v1", "CartPole-v1"], ["sb3-td3", "td3"]),
+        (100_000, ["CartPole-v1"], ["sac"]),
+        (1_000_000, ["Acrobot-v1", "CartPole-v1"], ["sb3-ppo", "ppo"])]
+    assert {(p["x"], p["y"], p["frames"]) for p in document["improvement"]} == {
+        ("ppo", "sb3-ppo", 1_000_000), ("sb3-td3", "td3", 100_000)}
+
+
+def _offline_records() -> list[RunRecord]:
+    """bc on two files of one dataset name, iql on one of them, cql on another dataset: D4RL
+    normalized scores, 20,000 gradient steps."""
+    plan = [("bc", "rlbench/pendulum/medium-v0", "aa", [40.0, 55.0, 47.5]),
+            ("bc", "rlbench/pendulum/medium-v0", "bb", [10.0, 20.0, 30.0]),
+            ("iql", "rlbench/pendulum/medium-v0", "aa", [62.0, 58.0, 70.5]),
+            ("cql", "rlbench/pendulum/medium-replay-v0", "cc", [30.0, 35.0, 40.0])]
+    return [RunRecord(f"{algo}-{data}-{env}-{seed}", algo, env, seed, 20_000, "FINISHED",
+                      f"{algo}{data}", {10_000: score - 10, 20_000: score}, 50.0,
+                      params={"dataset_sha256": data * 32, "steps": "20000"},
+                      eval_env="Pendulum-v1", refs=(-1220.0, -150.0))
+            for algo, env, data, scores in plan for seed, score in enumerate(scores)]
+
+
+def test_offline_scores_show_on_d4rls_scale_and_files_stay_apart(tmp_path: Path,
+                                                                  baselines: Path) -> None:
+    comparison = compare(_offline_records(), "offline", baselines, seed=0, reps=200)
+    medium = "rlbench/pendulum/medium-v0"
+    assert [(c.budget, c.unit, c.tasks, c.entries) for c in comparison.cohorts] == [
+        (20_000, "gradient steps", ["rlbench/pendulum/medium-replay-v0"], ["cql"]),
+        (20_000, "gradient steps", [f"{medium} (data aaaaaaa)"], ["iql", "bc[data=aaaaaaa]"]),
+        (20_000, "gradient steps", [f"{medium} (data bbbbbbb)"], ["bc[data=bbbbbbb]"])]
+    shared = comparison.cohorts[1]
+    assert shared.scale == 100.0
+    bc = shared.aggregates["bc[data=aaaaaaa]"]
+    assert bc["mean"].value == pytest.approx(47.5, abs=1e-9)  # D4RL's 0-100, as the tables
+    assert bc["optimality_gap"].value == pytest.approx(52.5, abs=1e-9)
+    assert shared.aggregates["iql"]["mean"].value == pytest.approx(63.5, abs=1e-9)
+    assert bc["mean"].low <= 47.5 <= bc["mean"].high <= 100
+    np.testing.assert_allclose(shared.normalized["iql"][0], [62.0, 58.0, 70.5], atol=1e-9)
+    (pair,) = shared.improvement
+    assert (pair.x, pair.y, pair.probability.value) == ("bc[data=aaaaaaa]", "iql", 0.0)
+    table = next(t for t in build_tables(comparison)
+                 if t.title.startswith("offline: comparison 2,"))
+    assert table.title == (f"offline: comparison 2, 20,000 gradient steps on {medium} (data "
+                           "aaaaaaa): normalized scores (95% expanded stratified bootstrap CIs)")
+    assert [row[1] for row in table.rows] == ["iql", "bc[data=aaaaaaa]"]
+    assert table.rows[1][5].startswith("47.5 [") and table.rows[1][6].startswith("52.5 [")
+    assert any("0 = the dataset's random score, 100 = its expert score" in n
+               for n in table.notes)
+    write_report(comparison, tmp_path, reps=100)
+    curves = (tmp_path / "curves.svg").read_text()
+    assert "gradient steps" in curves and "normalized score (D4RL, 0–100)" in curves
+    assert "eval return" not in curves and ">frames<" not in curves
+    for k in (1, 2, 3):
+        assert "normalized score (D4RL, 0–100)" in (tmp_path / f"aggregates-{k}.svg").read_text()
+    profiles = (tmp_path / "profiles-2.svg").read_text()
+    assert "τ: normalized score (D4RL, 0–100)" in profiles
+    assert ">100<" in profiles  # the x axis reaches D4RL's expert score
+
+
+def test_the_terminal_table_folds_long_names_never_cuts_them(baselines: Path) -> None:
+    """Two datasets named alike for their first 18 characters stay distinct in a narrow
+    terminal: a cell too wide folds onto more lines, whole."""
+    comparison = compare(_offline_records(), "offline", baselines, seed=0, reps=50)
+    table = build_tables(comparison)[0]
+    console = Console(width=80, record=True)
+    console.print(terminal_table(table))
+    shown = console.export_text()
+    assert "…" not in shown
+    lines = shown.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("┡"))
+    last = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    body = lines[first + 1:last]
+    column = "".join(line.split("│")[1].strip() for line in body)
+    assert column == "".join(row[0] for row in table.rows)
+    assert {row[0] for row in table.rows} == {"rlbench/pendulum/medium-replay-v0",
+                                             "rlbench/pendulum/medium-v0"}

@@ -42,6 +42,9 @@ def _refused(capsys: pytest.CaptureFixture, *args: str) -> str:
     ("sac.tau=0", "tau must be > 0"),
     ("dqn.exploration_fraction=2", "exploration_fraction must be <= 1"),
     ("td3.policy_delay=0", "policy_delay must be >= 1"),
+    ("td3.hidden_sizes=64,64", "td3.hidden_sizes must be a list, written in brackets: "
+                               "td3.hidden_sizes=[64,64] (in a suite file, a YAML list), got "
+                               "'64,64'"),
     ("ppo.num_envs=1e30", "ppo.num_envs=1e+30 is beyond what rlbench runs"),
     ("frames=1e30", "frames=1e+30 is beyond what rlbench runs"),
     ("seeds=1e20", "seeds=1e+20 is beyond what rlbench runs"),
@@ -67,7 +70,7 @@ def test_show_lists_a_large_grid_in_bounded_time_and_lines(capsys) -> None:
     the rest (listing 10^5 rows took minutes and gigabytes)."""
     assert main(["show", "suite=smoke", "env=CartPole-v1", "seeds=100000"]) == 0
     out = capsys.readouterr().out
-    assert "100000 runs" in out and "99,800 more runs not listed" in out
+    assert "100,000 runs" in out and "99,800 more runs not listed" in out
     assert out.count("seed") < 400
 
 

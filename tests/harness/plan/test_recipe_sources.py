@@ -20,7 +20,7 @@ from rlbench.harness.plan.fingerprint import code_files, code_fingerprint
 from rlbench.harness.policy.load import load_policy, play
 from tests.conftest import EXAMPLE_PROJECT
 
-TINY = ["env=CartPole-v1", "frames=512", "eval_episodes=2", "seeds=1"]
+TINY = ["env=CartPole-v1", "frames=512", "eval_episodes=2"]
 TINY_VPG = ["vpg.num_envs=2", "vpg.rollout_steps=64", "vpg.value_iterations=2"]
 
 
@@ -68,7 +68,7 @@ def test_a_recipe_file_runs_under_the_harness_by_its_stem(project: Path, tmp_pat
                                                           capsys) -> None:
     recipe = project / "my_recipes" / "vpg.py"
     out = tmp_path / "out"
-    assert main(["run", f"algo={recipe}", *TINY, *TINY_VPG, "jobs=2", "eval_every=512",
+    assert main(["run", f"algo={recipe}", *TINY, *TINY_VPG, "seeds=1", "eval_every=512", "jobs=2",
                  f"out_dir={out}"]) == 0  # spawned workers import it again
     printed = capsys.readouterr().out
     assert "done vpg/CartPole-v1/seed0" in printed
@@ -92,10 +92,28 @@ def test_a_recipe_file_runs_under_the_harness_by_its_stem(project: Path, tmp_pat
     assert f"mean return {first:.6g}" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_ray_workers_import_a_recipe_file_again(project: Path, tmp_path: Path,
+                                                ray_local) -> None:
+    """Ray's workers find the recipe where the command line named it, and compute what the
+    local pool's processes compute."""
+    recipe = project / "my_recipes" / "vpg.py"
+    curves = {}
+    for launcher in ("local", "ray"):
+        out = tmp_path / launcher
+        extra = ["jobs=2"] if launcher == "local" else ["launcher=ray"]
+        assert main(["run", f"algo={recipe}", *TINY, *TINY_VPG, "seeds=2", "eval_every=256",
+                     f"out_dir={out}", *extra]) == 0
+        curves[launcher] = {run.name.rpartition("-")[0]: (run / "curve.csv").read_text()
+                            for run in (out / "runs" / "adhoc").iterdir()}
+    assert sorted(curves["ray"]) == ["vpg-CartPole-v1-seed0", "vpg-CartPole-v1-seed1"]
+    assert curves["ray"] == curves["local"]
+
+
 def test_a_module_on_the_path_runs_by_its_last_part(project: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(project))
-    sweep = resolve_sweep(["algo=my_recipes.vpg", *TINY, "vpg.gamma=0.9"])
+    sweep = resolve_sweep(["algo=my_recipes.vpg", *TINY, "seeds=1", "vpg.gamma=0.9"])
     (run,) = sweep.runs
     assert (run.algo, run.recipe, run.algo_params["gamma"]) == ("vpg", "my_recipes.vpg", 0.9)
     assert run.suite == "adhoc"

@@ -175,10 +175,31 @@ def test_eval_prints_the_runs_returns(ppo_run: Path, capsys: pytest.CaptureFixtu
     mean = float(re.search(r"mean return (\S+)", out).group(1))
     assert mean == pytest.approx(_logged_return(ppo_run), rel=1e-5)
     assert len(re.findall(r"^episode ", out, flags=re.M)) == 2
+    assert "These are the episodes of the run's first evaluation" in " ".join(out.split())
 
     assert main(["eval", f"run={ppo_run}", "episodes=3", "seed=7"]) == 0
     out = capsys.readouterr().out
     assert re.findall(r"seed (\d+)", out) == ["7", "8", "9"]
+    assert "first evaluation" not in out
+
+
+def test_act_gives_a_discrete_env_an_action_its_space_holds(tmp_path: Path) -> None:
+    """CartPole's ``step`` asserts its action is in its space: a tensor is not."""
+    run_dir = train_run(tmp_path, "algo=ppo", "env=CartPole-v1", "ppo.num_envs=2",
+                        "ppo.rollout_steps=100", "ppo.epochs=1", "ppo.minibatch_size=50")
+    policy = rlbench.load_policy(run_dir)
+    env = gym.make("CartPole-v1")
+    observation, _ = env.reset(seed=policy.config["seeds"]["eval_env"])
+    total, done = 0.0, False
+    while not done:
+        action = policy.act(observation)
+        assert type(action) is int and env.action_space.contains(action)
+        observation, reward, terminated, truncated, _ = env.step(action)
+        total, done = total + float(reward), terminated or truncated
+    env.close()
+    assert total == play(policy, episodes=1, seed=policy.config["seeds"]["eval_env"])[0]
+    batch = policy.act(np.zeros((5, 4), dtype=np.float32))
+    assert batch.dtype == np.int64 and batch.shape == (5,)
 
 
 @pytest.mark.parametrize(("words", "message"), [

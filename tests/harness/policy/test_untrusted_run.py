@@ -288,7 +288,8 @@ def _with_episodes(text: str, value: str) -> str:
     ({"algo_params": [1, 2]}, "config.yaml: algo_params must be a mapping of "
                               "hyperparameters, got [1, 2]"),
     ({"algo_params": {"hidden_sizes": 17}}, "config.yaml: ppo.hidden_sizes must be a list, "
-                                            "got 17"),
+                                            "written in brackets: ppo.hidden_sizes=[64,64] (in "
+                                            "a suite file, a YAML list), got 17"),
     ({"algo_params": {"hidden_sizz": [8]}}, "config.yaml: unknown ppo hyperparameter "
                                             "'hidden_sizz'; did you mean hidden_sizes?"),
     ({"seeds": [1]}, "config.yaml: seeds must be a mapping whose eval_env is a seed (an "

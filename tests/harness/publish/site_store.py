@@ -22,16 +22,16 @@ REFS = (10.0, 3010.0)  # a return of 10 + 30 * score
 
 def _log(client: MlflowClient, experiment: str, algo: str, env: str, seed: int,
          finals: list[float], *, offline: bool = False, status: str = "FINISHED",
-         tags: dict[str, str] | None = None, start: int = 0) -> str:
+         tags: dict[str, str] | None = None, start: int = 0, budget: int | None = None) -> str:
     run = client.create_run(experiment, start_time=1_767_225_600_000 + start,
                             run_name=f"{algo}/{env}/seed{seed}")
-    budget = 20_000 if offline else 1_000
+    budget = budget or (20_000 if offline else 1_000)
     params = {"algo": algo, "env": "Hopper-v5" if offline else env, "base_seed": "0",
               **({} if "run_dir" in (tags or {}) else {"seed_index": str(seed)}),
               "eval_every": str(budget // 2), "eval_episodes": "5",
               "algo_params.learning_rate": "0.0003", "algo_params.hidden_sizes": "(64, 64)"}
     all_tags = {"kind": "run", "suite": "unit", "algorithm": algo, "env": env,
-                "seed": str(seed), "config_hash": f"{algo}-{env}-{seed}",
+                "seed": str(seed), "config_hash": f"{algo}-{env}-{seed}-{budget}",
                 "git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": "false",
                 "rlbench_version": "0.3.0", "host": "box", "device": "cpu", **(tags or {})}
     if offline:
@@ -60,9 +60,19 @@ def _log(client: MlflowClient, experiment: str, algo: str, env: str, seed: int,
     return run.info.run_id
 
 
+# Suite ``budgets``: what a leaderboard must not rank as one: ppo at 1,000 frames on two
+# envs, sac at 5,000 on one of them, td3 at 5,000 on both (algo, frames, env): finals.
+BUDGETS = {("ppo", 1_000, "CartPole-v1"): [200.0, 210.0, 220.0],
+           ("ppo", 1_000, "Acrobot-v1"): [-300.0, -290.0, -280.0],
+           ("sac", 5_000, "CartPole-v1"): [490.0, 495.0, 500.0],
+           ("td3", 5_000, "CartPole-v1"): [300.0, 310.0, 320.0],
+           ("td3", 5_000, "Acrobot-v1"): [-200.0, -190.0, -180.0]}
+
+
 def make_store(out: Path) -> Path:
     """Fills the store under ``out``: suite ``unit`` (online and offline), suite ``odd``
-    (what another tool might log) and suite ``broken`` (no finished run)."""
+    (what another tool might log), suite ``broken`` (no finished run) and suite
+    ``budgets`` (entries at different budgets and on different envs)."""
     out.mkdir(parents=True, exist_ok=True)
     client = MlflowClient(tracking_uri(out))
     unit = client.create_experiment("unit")
@@ -97,4 +107,9 @@ def make_store(out: Path) -> Path:
     broken = client.create_experiment("broken")
     _log(client, broken, "ppo", "CartPole-v1", 0, [], status="FAILED", start=200,
          tags={"error": "RuntimeError: out of memory"})
+    budgets = client.create_experiment("budgets")
+    for (algo, frames, env), finals in BUDGETS.items():
+        for seed, final in enumerate(finals):
+            _log(client, budgets, algo, env, seed, [final / 2, final], start=400 + seed,
+                 budget=frames)
     return out

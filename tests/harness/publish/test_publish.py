@@ -10,6 +10,8 @@ import json
 import re
 import shlex
 import shutil
+import urllib.parse
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +19,14 @@ import pytest
 
 import rlbench.results
 from rlbench.cli import main
-from rlbench.harness.analysis.statistics import Interval
+from rlbench.harness.analysis.cohorts import COHORT_RULE
+from rlbench.harness.analysis.comparison import MIN_BOOTSTRAP_SEEDS
+from rlbench.harness.analysis.ranking import RANK_RULE
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.publish.charts import Series, line_chart, nice_ticks
 from rlbench.harness.publish.command import MARKER
 from rlbench.harness.publish.data_files import slug
-from rlbench.harness.publish.ranking import ci_ranks
+from rlbench.harness.publish.stores import public_uri
 from tests.harness.publish.site_store import DATASET, HOSTILE, OFFLINE, ONLINE, make_store
 
 
@@ -42,13 +46,29 @@ def _json_rows(path: Path) -> list[dict]:
     return json.loads(path.read_text())["rows"]
 
 
+class _LinkParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.targets += [value for name, value in attrs if name in ("href", "src") and value]
+
+
+def _links(page: str) -> list[str]:
+    """Every href and src of a page, as its browser reads them (entities resolved)."""
+    parser = _LinkParser()
+    parser.feed(page)
+    return parser.targets
+
+
 def _task_dir(site: Path, suite: str, env: str) -> Path:
     return site / "suites" / slug(suite) / "tasks" / slug(env)
 
 
 def test_every_page_type_and_its_data_files(site: Path) -> None:
     suites = {row["suite"]: row for row in _json_rows(site / "suites.json")}
-    assert set(suites) == {"unit", "odd", "broken"}
+    assert set(suites) == {"unit", "odd", "broken", "budgets"}
     # 16 online, 6 offline, the hostile one and one without evaluations (finished in the
     # store); the failed one is not
     assert suites["unit"]["finished runs"] == 24
@@ -56,8 +76,8 @@ def test_every_page_type_and_its_data_files(site: Path) -> None:
     assert (site / "suites.csv").read_text().splitlines()[0] == (
         "suite,kind,envs or datasets,algorithms,budgets,finished runs,last update")
     unit = site / "suites" / slug("unit")
-    for name in ("index.html", "aggregates.csv", "aggregates.json", "improvement.json",
-                 "tasks.json"):
+    for name in ("index.html", "aggregates-1.csv", "aggregates-1.json", "improvement-1.json",
+                 "aggregates-2.json", "improvement-2.csv", "tasks.json"):
         assert (unit / name).is_file(), name
     task = _task_dir(site, "unit", "CartPole-v1")
     for name in ("index.html", "algorithms.csv", "algorithms.json", "runs.json"):
@@ -104,17 +124,120 @@ def test_offline_pages_name_gradient_steps_and_the_dataset(site: Path) -> None:
 
 
 def test_suite_page_ranks_profiles_and_improvement(site: Path) -> None:
+    """Suite ``unit`` holds two comparisons: ppo and dqn at 1,000 frames on two envs (0-1
+    normalized), bc and iql at 20,000 gradient steps on a dataset (D4RL's 0-100)."""
     unit = site / "suites" / slug("unit")
-    aggregates = {r["algorithm"]: r for r in _json_rows(unit / "aggregates.json")}
-    assert set(aggregates) == {"ppo", "dqn", "bc", "iql"}
-    assert {r["rank"] for r in aggregates.values()} <= {1, 2, 3, 4}
-    improvement = {r["X \\ Y"]: r for r in _json_rows(unit / "improvement.json")}
+    online = {r["algorithm"]: r for r in _json_rows(unit / "aggregates-1.json")}
+    offline = {r["algorithm"]: r for r in _json_rows(unit / "aggregates-2.json")}
+    assert set(online) == {"ppo", "dqn"} and set(offline) == {"bc", "iql"}
+    assert {r["rank"] for r in online.values()} <= {1, 2}
+    assert offline["bc"]["mean"] == pytest.approx(np.mean(OFFLINE["bc"]), abs=1e-9)
+    assert offline["iql"]["mean"] == pytest.approx(np.mean(OFFLINE["iql"]), abs=1e-9)
+    assert offline["bc"]["optimality gap"] == pytest.approx(100 - np.mean(OFFLINE["bc"]),
+                                                            abs=1e-9)
+    assert (offline["iql"]["rank"], offline["bc"]["rank"]) == (1, 2)
+    improvement = {r["X \\ Y"]: r for r in _json_rows(unit / "improvement-1.json")}
     assert improvement["ppo"]["dqn"] + improvement["dqn"]["ppo"] == pytest.approx(1.0)
-    assert improvement["iql"]["bc"] == 1.0  # every iql seed beats every bc seed
+    offline_improvement = {r["X \\ Y"]: r for r in _json_rows(unit / "improvement-2.json")}
+    assert offline_improvement["iql"]["bc"] == 1.0  # every iql seed beats every bc seed
     page = (unit / "index.html").read_text()
-    assert "Performance profiles" in page and "<svg" in page
+    assert "Comparison 1: 1,000 frames on Acrobot-v1, CartPole-v1</h3>" in page
+    assert f"Comparison 2: 20,000 gradient steps on {DATASET}</h3>" in page
+    assert page.count("Performance profiles") == 2 and "<svg" in page
+    assert "τ: normalized score (D4RL, 0–100)" in page
+    assert "τ: normalized score (0 = random, 1 = reference)" in page
+    assert html.escape(RANK_RULE[1:]) in page and html.escape(COHORT_RULE[1:]) in page
+    # the env named <script> has no reference: named as in no comparison
+    assert f"{html.escape(HOSTILE)}: no normalization reference, so in no comparison" in page
     broken = (site / "suites" / slug("broken") / "index.html").read_text()
     assert "No scores to rank" in broken and "1 failed" in broken
+
+
+def test_entries_meet_only_at_one_budget_on_the_same_envs(site: Path) -> None:
+    """ppo at 1,000 frames, td3 at 5,000 on the same two envs, sac at 5,000 on one: three
+    comparisons of one entry each; no rank or P(X > Y) puts any two side by side."""
+    suite = site / "suites" / slug("budgets")
+    page = suite.joinpath("index.html").read_text()
+    for number, title in enumerate(("1,000 frames on Acrobot-v1, CartPole-v1",
+                                    "5,000 frames on Acrobot-v1, CartPole-v1",
+                                    "5,000 frames on CartPole-v1"), 1):
+        assert f"Comparison {number}: {title}</h3>" in page
+        (row,) = _json_rows(suite / f"aggregates-{number}.json")
+        assert row["rank"] == 1
+    assert not list(suite.glob("improvement*"))
+    assert ("sac at 5,000 frames on CartPole-v1: no other entry ran this env at this budget"
+            in page)
+    assert "Only sac ran this env at this budget: it is ranked and compared with none" in page
+
+
+def _check_links(site: Path) -> tuple[int, int]:
+    """Asserts every href and src of every page of ``site`` is a relative path to one of its
+    files; returns the pages and links checked."""
+    pages = sorted(site.rglob("*.html"))
+    checked = 0
+    for page in pages:
+        for target in _links(page.read_text()):
+            parts = urllib.parse.urlsplit(target)
+            assert not (parts.scheme or parts.netloc or target.startswith("/")), (page, target)
+            resolved = (page.parent / urllib.parse.unquote(parts.path)).resolve()
+            assert resolved.is_relative_to(site.resolve()), (page, target)
+            assert resolved.is_file(), (page, target)
+            checked += 1
+    return len(pages), checked
+
+
+def test_every_link_stays_inside_the_site(site: Path) -> None:
+    """Every href and src of every page is a relative path to a file of the site: no
+    ``file:`` link to an artifact of the machine that published it, nothing absolute."""
+    pages, links = _check_links(site)
+    assert pages > 40 and links > 500
+
+
+def test_the_committed_leaderboard_travels_and_compares_like_with_like() -> None:
+    """results/leaderboard (``make leaderboard``): self-contained, its stores named without
+    a build path, and each comparison's P(X > Y) among that comparison's entries only."""
+    leaderboard = Path(__file__).resolve().parents[3] / "results" / "leaderboard"
+    pages, links = _check_links(leaderboard)
+    assert pages > 100 and links > 1000
+    index = (leaderboard / "index.html").read_text()
+    assert "<p>From store 1, a local MLflow store" in index and ".leaderboard" not in index
+    for suite in (leaderboard / "suites").iterdir():
+        page = (suite / "index.html").read_text()
+        headings = re.findall(r'<h3 id="comparison-(\d+)">Comparison \1: ([\d,]+) '
+                              r"(frames|gradient steps) on ", page)
+        assert headings, suite
+        for number, _, _ in headings:
+            entries = {r["algorithm"] for r in _json_rows(suite / f"aggregates-{number}.json")}
+            if (suite / f"improvement-{number}.json").is_file():
+                pairs = _json_rows(suite / f"improvement-{number}.json")
+                assert {r["X \\ Y"] for r in pairs} == entries
+
+
+def test_stores_are_named_by_what_they_are(site: Path, store: Path) -> None:
+    """The site names the store it read as ``store 1``, a local store with its run count,
+    never by its path; a run page names its artifacts by the run's MLflow URI."""
+    index = (site / "index.html").read_text()
+    runs = sum(len(rlbench.results.load(store, suite=suite))
+               for suite in ("unit", "odd", "broken", "budgets"))
+    assert f"<p>From store 1, a local MLflow store ({runs:,} runs published).</p>" in index
+    # nor does a page give a local path the store recorded (its artifact folder here)
+    leaks = [p for p in site.rglob("*") if p.is_file()
+             and (str(store.parent) in p.read_text() or "/mlruns/" in p.read_text())]
+    assert leaks == []
+    run_id = rlbench.results.load(store, suite="unit", algorithm="ppo", seed=1,
+                                  env="CartPole-v1").run_id.iloc[0]
+    page = (site / "suites" / slug("unit") / "runs" / f"{slug(run_id)}.html").read_text()
+    assert f"<code>runs:/{run_id}/</code> in store 1" in page
+    assert public_uri("https://user:secret@mlflow.example.org:5000/x/?token=1#f") == (
+        "https://mlflow.example.org:5000/x/")
+    assert public_uri("sqlite:////home/me/runs/mlflow.db") is None
+    assert public_uri("/home/me/runs") is None
+
+
+def test_the_iqm_ci_seed_count_is_the_codes(site: Path) -> None:
+    page = (_task_dir(site, "unit", "CartPole-v1") / "index.html").read_text()
+    assert f"needs {MIN_BOOTSTRAP_SEEDS} seeds" in page
+    assert set(re.findall(r"needs (\d+) seeds", page)) == {str(MIN_BOOTSTRAP_SEEDS)}
 
 
 def test_names_are_escaped_everywhere(site: Path) -> None:
@@ -197,7 +320,7 @@ def test_bad_outputs_and_stores_exit_2(store: Path, tmp_path: Path,
     assert main(["publish", f"out_dir={empty}", f"output={tmp_path / 's'}"]) == 2
     assert "no tracking store" in capsys.readouterr().err
     assert main(["publish", f"out_dir={store}", f"output={tmp_path / 's'}",
-                 "algo=sac"]) == 2
+                 "algo=a2c"]) == 2
     assert "no run of the suites matches" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
 
@@ -270,21 +393,6 @@ def test_an_output_that_holds_a_store_is_refused(store: Path, tmp_path: Path,
     assert main(["publish", f"out_dir={site / 'mystore'}", f"output={site}"]) == 2
     assert "holds the store" in capsys.readouterr().err
     assert (site / "mystore" / "mlflow.db").is_file()
-
-
-def test_ci_ranks_share_a_rank_where_intervals_overlap() -> None:
-    ranks = ci_ranks({"a": Interval(10, 8, 12), "b": Interval(9, 7, 11),
-                      "c": Interval(3, 2, 4), "d": Interval(2.5, 1, 3.5),
-                      "e": Interval(-5, float("nan"), float("nan"))})
-    assert ranks == {"a": 1, "b": 1, "c": 3, "d": 3, "e": 5}
-    chained = ci_ranks({"a": Interval(10, 9, 11), "b": Interval(8.5, 7, 9.5),
-                        "c": Interval(6.5, 6, 7.5)})
-    assert chained == {"a": 1, "b": 1, "c": 1}  # a-b and b-c overlap: one tier
-    lower = ci_ranks({"gap": Interval(0.2, 0.1, 0.3), "worse": Interval(0.6, 0.5, 0.7)},
-                     higher_is_better=False)
-    assert lower == {"gap": 1, "worse": 2}
-    assert ci_ranks({"x": Interval(float("nan"), float("nan"), float("nan")),
-                     "y": Interval(0, 0, 0)}) == {"y": 1, "x": 2}
 
 
 def test_charts_are_deterministic_and_escaped() -> None:

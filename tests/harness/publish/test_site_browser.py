@@ -12,6 +12,7 @@ import html
 import os
 import shlex
 import shutil
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def _rows(browser, table: str) -> list[list[str]]:
 def test_every_page_type_opens_from_disk_without_errors(browser, site: Path) -> None:
     _open(browser, site / "index.html", "index")
     suites = [row[0] for row in _rows(browser, "suites")]
-    assert suites == ["broken", "odd", "smoke", "unit"]
+    assert suites == ["broken", "budgets", "odd", "smoke", "unit"]
     browser.find_element(By.LINK_TEXT, "unit").click()
     assert browser.title == "suite unit"
     _open(browser, Path(browser.current_url.removeprefix("file://")), "suite")
@@ -156,3 +157,38 @@ def test_a_real_runs_command_plans_that_run(browser, site: Path) -> None:
     planned = resolve_sweep(words[2:]).runs
     assert planned[-1].identity == run.config_hash
     assert planned[-1].seed_index == 1
+
+
+def test_a_copied_site_renders_with_every_link_inside_it(browser, site: Path,
+                                                         tmp_path: Path) -> None:
+    """The site copied to another directory, the original moved out of reach: every page
+    renders (stylesheet and script loaded, no console error) and every href and src
+    resolves to a file of the copy."""
+    copy = tmp_path / "elsewhere" / "leaderboard"
+    shutil.copytree(site, copy)
+    away = site.with_name(site.name + ".away")
+    site.rename(away)
+    try:
+        pages = sorted(copy.rglob("*.html"))
+        links = 0
+        for page in pages:
+            browser.get(page.as_uri())
+            errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+            assert errors == [], (page, errors)
+            # site.css sets the body's width, site.js fills each table's row count
+            assert browser.execute_script(
+                "return getComputedStyle(document.body).maxWidth") == "1248px", page
+            assert all(label.text.endswith(" rows") for label in
+                       browser.find_elements(By.CSS_SELECTOR, ".table-block .shown")), page
+            targets = browser.execute_script(
+                "return Array.from(document.querySelectorAll('[href], [src]'))"
+                ".map(e => e.href || e.src)")
+            for target in targets:
+                parts = urllib.parse.urlsplit(target)
+                assert parts.scheme == "file" and not parts.netloc, (page, target)
+                path = Path(urllib.parse.unquote(parts.path))
+                assert path.is_relative_to(copy) and path.is_file(), (page, target)
+            links += len(targets)
+        assert len(pages) > 40 and links > 500
+    finally:
+        away.rename(site)

@@ -40,14 +40,6 @@ def _series(out: Path) -> dict[str, dict[str, list]]:
                               for k in KEYS} for r in runs}
 
 
-@pytest.fixture
-def ray_local():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_alone_pool_and_ray_give_identical_series(tmp_path: Path, ray_local) -> None:
     suite = tmp_path / "pair.yaml"
     suite.write_text(SUITE)

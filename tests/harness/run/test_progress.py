@@ -39,3 +39,15 @@ def test_errors_and_names_are_printed_as_text_not_markup() -> None:
         progress.started(runs[0])
         progress.finished(RunResult(runs[0], "id0", "FAILED", None, None, 0, 1.0, error=error))
     assert f"failed {runs[0].name}: {error}" in console.export_text()
+
+
+def test_a_run_past_its_budget_shows_the_frames_it_made() -> None:
+    """Its last batch overshoots the budget: 10,240 frames of batches of 512 for 10,000."""
+    (run,) = resolve_sweep(["algo=ppo", "env=CartPole-v1", "seeds=1", "frames=10000"]).runs
+    with SweepProgress([run], Console(record=True, width=200)) as progress:
+        progress.started(run)
+        progress.update(run, {"frames": 10240})
+        line = progress._progress.tasks[progress._tasks[run.name]]
+        assert (line.completed, line.total) == (10240, 10240)
+        progress.finished(RunResult(run, "id0", "FINISHED", 99.5, 1500.0, 10240, 6.0))
+        assert (line.completed, line.total) == (10240, 10240)
