@@ -70,6 +70,10 @@ ONLINE: dict[str, tuple[str, str, dict[str, Any], int, int, int]] = {
                                                 "num_envs": 2}, 300, 150, 40),
 }
 OFFLINE = ("bc", "td3_bc", "iql", "cql", "rebrac", "awac", "edac")
+# a recipe of the user's own (examples/recipe_project), named by its file
+OWN = {"vpg": ("CartPole-v1", "classic", {"num_envs": 2, "rollout_steps": 32,
+                                          "value_iterations": 3, "hidden_sizes": (16, 16),
+                                          "log_every": 64}, 640, 256, 128)}
 
 
 class Died(Exception):
@@ -128,7 +132,7 @@ def _spec(algo: str, tmp: Path, checkpoint: CheckpointSettings | None) -> RunSpe
                        eval_episodes=2, seeds=seeds, device="cpu", run_dir=tmp,
                        algo=recipe.Config(**params), steps=120, dataset=str(dataset),
                        checkpoint=checkpoint)
-    env, family, overrides, frames, eval_every, _ = ONLINE[algo]
+    env, family, overrides, frames, eval_every, _ = {**ONLINE, **OWN}[algo]
     name = algo.split("-")[0]
     params = resolve_algo_config(name, family, overrides)
     return RunSpec(env=env, env_family=family, frames=frames, eval_every=eval_every,
@@ -142,12 +146,17 @@ def _train(algo: str, spec: RunSpec, logger: SeriesLogger) -> None:
 
 
 def _every(algo: str) -> int:
-    return 25 if algo in OFFLINE else ONLINE[algo][5]
+    return 25 if algo in OFFLINE else {**ONLINE, **OWN}[algo][5]
 
 
 @pytest.mark.parametrize("algo", [*ONLINE, *OFFLINE])
 def test_a_run_killed_three_times_logs_what_the_whole_run_logs(tmp_path: Path, algo: str) -> None:
     _killed_three_times_logs_what_the_whole_run_logs(tmp_path, algo)
+
+
+def test_a_recipe_of_ones_own_resumes_exactly(tmp_path: Path, example_recipe: str) -> None:
+    """The run protocol checkpoints what a recipe from outside rlbench names as its state."""
+    _killed_three_times_logs_what_the_whole_run_logs(tmp_path, example_recipe)
 
 
 @pytest.mark.skipif(not onednn.onednn_available(), reason="this PyTorch has no oneDNN")
