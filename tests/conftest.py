@@ -25,17 +25,19 @@ def _isolated_tracking(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _recipes_named_here_forgotten() -> Iterator[None]:
+def _recipes_named_here_forgotten(tmp_path: Path) -> Iterator[None]:
     """A recipe a test's command line names (``algo=path/to/mybc.py``) is known to that test
-    only, as it is to that command's process."""
-    named, path, modules = dict(recipe_sources._named), list(sys.path), set(sys.modules)
+    only, as it is to that command's process: its name, its directory on ``sys.path`` and
+    the modules imported from the test's own files or the example project (another test's
+    copy of that project imports its own)."""
+    named, path = dict(recipe_sources._named), list(sys.path)
     yield
     recipe_sources._named.clear()
     recipe_sources._named.update(named)
     sys.path[:] = path
-    for name in set(sys.modules) - modules:  # a copy of a project elsewhere imports afresh
-        module = sys.modules[name]
-        if not (getattr(module, "__file__", None) or "").startswith(sys.prefix):
+    roots = (str(tmp_path), str(EXAMPLE_PROJECT))
+    for name, module in list(sys.modules.items()):
+        if (getattr(module, "__file__", None) or "").startswith(roots):
             del sys.modules[name]
 
 
