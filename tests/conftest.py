@@ -25,17 +25,18 @@ def _isolated_tracking(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _recipes_named_here_forgotten(tmp_path: Path) -> Iterator[None]:
+def _recipes_named_here_forgotten(tmp_path_factory: pytest.TempPathFactory
+                                  ) -> Iterator[None]:
     """A recipe a test's command line names (``algo=path/to/mybc.py``) is known to that test
     only, as it is to that command's process: its name, its directory on ``sys.path`` and
-    the modules imported from the test's own files or the example project (another test's
+    the modules imported from the tests' own files or the example project (another test's
     copy of that project imports its own)."""
     named, path = dict(recipe_sources._named), list(sys.path)
     yield
     recipe_sources._named.clear()
     recipe_sources._named.update(named)
     sys.path[:] = path
-    roots = (str(tmp_path), str(EXAMPLE_PROJECT))
+    roots = (str(tmp_path_factory.getbasetemp()), str(EXAMPLE_PROJECT))
     for name, module in list(sys.modules.items()):
         if (getattr(module, "__file__", None) or "").startswith(roots):
             del sys.modules[name]

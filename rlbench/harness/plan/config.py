@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
@@ -105,11 +106,23 @@ def _parse_value(key: str, text: str) -> Any:
     return value
 
 
+def _loadable_recipes() -> dict[str, types.ModuleType]:
+    """The recipes that import, by name: what suggestions and lists of alternatives name (a
+    broken installed package is reported where it is named, not in another name's error)."""
+    recipes = {}
+    for algo in list_algorithms():
+        try:
+            recipes[algo] = load_algorithm(algo)
+        except ConfigError:
+            continue
+    return recipes
+
+
 def valid_keys() -> list[str]:
     """Every key the command line accepts, hyperparameters included."""
     keys = [*SWEEP_KEYS, *SUITE_SETTINGS, *ALIASES]
-    for algo in list_algorithms():
-        keys += [f"{algo}.{f}" for f in load_algorithm(algo).Config.__dataclass_fields__]
+    for algo, recipe in _loadable_recipes().items():
+        keys += [f"{algo}.{f}" for f in recipe.Config.__dataclass_fields__]
     return keys
 
 
@@ -227,12 +240,11 @@ class RunConfig:
     def as_dict(self) -> dict[str, Any]:
         """The fields, but the options that are off: a run that keeps no snapshots or
         transitions, or an online run, is the run it was before those options existed (the
-        same identity, so it resumes); an offline run has no ``frames``; ``recipe`` only for
-        a recipe named by module or file."""
+        same identity, so it resumes); an offline run has no ``frames``. Where a recipe
+        was named from (``recipe``) is not a param: the same code named two ways is one
+        config (the run's config.yaml and its ``recipe`` tag keep it)."""
         fields = self._identity_fields()
         fields["algo_params"] = copy.deepcopy(self.algo_params)  # the only nested field
-        if self.recipe:
-            fields["recipe"] = self.recipe
         return fields
 
     def _identity_fields(self) -> dict[str, Any]:
@@ -440,8 +452,9 @@ def _check_action_space(algo: str, env: str, kind: str, known_algos: Sequence[st
     if kind in load_algorithm(algo).ACTION_SPACES:
         return
     algo_kind = load_algorithm(algo).KIND  # envs take online algorithms, datasets offline
-    takers = [name for name in known_algos if kind in load_algorithm(name).ACTION_SPACES
-              and algo_kind == load_algorithm(name).KIND]
+    takers = [name for name, recipe in _loadable_recipes().items()
+              if name in known_algos and kind in recipe.ACTION_SPACES
+              and algo_kind == recipe.KIND]
     raise ConfigError(f"{algo} takes {' or '.join(load_algorithm(algo).ACTION_SPACES)} actions, "
                       f"and {env}'s are {kind}: leave one of them out (algorithms for {env}: "
                       f"{', '.join(takers) or 'none'})")
@@ -500,7 +513,7 @@ def _check_offline_settings(algo: str, settings: dict[str, Any], overrides: Over
 
 
 def _offline_algorithms() -> list[str]:
-    return [a for a in list_algorithms() if load_algorithm(a).KIND == "offline"]
+    return [name for name, recipe in _loadable_recipes().items() if recipe.KIND == "offline"]
 
 
 def _slurm_settings(sweep: dict[str, Any], launcher: str, given: list[str]) -> SlurmSettings:

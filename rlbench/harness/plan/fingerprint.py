@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from rlbench.errors import ConfigError
 from rlbench.harness.plan.recipe_sources import RecipeSource, recipe_sources
 
 __all__ = ["LIBRARIES", "code_files", "code_fingerprint", "fingerprint_of"]
@@ -109,10 +110,14 @@ def _own_modules(source: RecipeSource) -> dict[str, Path]:
         return own
     top = source.module.partition(".")[0]
     spec = importlib.util.find_spec(top)
+    if spec is not None and spec.submodule_search_locations:  # a package, namespace ones too
+        own: dict[str, Path] = {}
+        for location in spec.submodule_search_locations:
+            own.update(_tree(Path(location), top))
+        return own
     if spec is None or spec.origin is None:
-        raise ValueError(f"the recipe {source.name}'s module {source.module} has no file")
-    if spec.submodule_search_locations:
-        return _tree(Path(spec.origin).parent, top)
+        raise ConfigError(f"the recipe {source.name}'s module {source.module} has no file "
+                          "to fingerprint")
     return {top: Path(spec.origin)}
 
 

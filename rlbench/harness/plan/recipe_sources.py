@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
+import os
 import pkgutil
 import sys
 import traceback
@@ -43,6 +44,9 @@ _PACKAGE = "rlbench.algorithms"
 CONTRACT = ("KIND", "ACTION_SPACES", "Config", "FAMILY_DEFAULTS", "train", "make_policy")
 KINDS = ("online", "offline")
 ACTION_SPACES = ("discrete", "box")
+# The first parts of keys that are not hyperparameters (``ray.address``, ``slurm.qos``,
+# compare's ``param.x`` and ``tag.x``): a recipe of such a name could take none
+RESERVED_NAMES = ("ray", "slurm", "param", "tag")
 
 
 class RecipeImportError(ConfigError):
@@ -108,7 +112,11 @@ def _installed() -> tuple[dict[str, RecipeSource], dict[str, str]]:
         origin = (f"installed from {dist.name} {dist.version}" if dist is not None
                   else "installed")
         where = f"the entry point {point.name} = {point.value} ({origin})"
-        if point.name in builtin:
+        if not point.name.isidentifier() or point.name in RESERVED_NAMES:
+            clashes[point.name] = (f"{where} is not a name a recipe can have: an identifier "
+                                   f"(its hyperparameters are {point.name}.<field>), not one "
+                                   f"of {', '.join(RESERVED_NAMES)}")
+        elif point.name in builtin:
             clashes[point.name] = f"{where} shadows the built-in recipe {point.name}"
         elif point.name in found and found[point.name].module != point.module:
             clashes[point.name] = (f"two installed packages declare a recipe {point.name}: "
@@ -156,12 +164,18 @@ def name_recipe(text: str) -> str:
     if not _is_location(text):
         raise UnknownNameError("algorithm", text, sources)
     source = _command_line_source(text)
-    known = sources.get(source.name)
-    if known is not None and known.module != source.module:
-        raise ConfigError(f"{text} is a recipe named {source.name}, and {source.name} is "
-                          f"already a recipe ({known.origin}: {known.module}): rename "
+    if source.name in RESERVED_NAMES:
+        raise ConfigError(f"algo={text}: a recipe cannot be named {source.name} (keys "
+                          f"{source.name}.<...> are not hyperparameters): rename "
                           f"{source.file or source.module}")
-    if known is not None:  # a built-in or installed recipe, named by its module
+    known = sources.get(source.name)
+    if known is not None and (known.module, known.location) != (source.module, source.location) \
+            and (known.module != source.module or known.origin == "command line"):
+        where = known.location or known.module
+        raise ConfigError(f"{text} is a recipe named {source.name}, and {source.name} is "
+                          f"already a recipe ({known.origin}: {where}): rename "
+                          f"{source.file or source.module}")
+    if known is not None:  # a recipe known already, named by its module or file again
         return known.name
     _load(source)
     _named[source.name] = source
@@ -185,9 +199,14 @@ def _command_line_source(text: str) -> RecipeSource:
         return RecipeSource(path.stem, ".".join(parts), "command line", str(path))
     if not all(part.isidentifier() for part in text.split(".")):
         raise UnknownNameError("algorithm", text, recipe_sources())
+    if os.getcwd() not in sys.path:  # as `python -m my_pkg.mybc` finds it
+        sys.path.insert(0, os.getcwd())
+    parts = text.split(".")
     try:
         found = importlib.util.find_spec(text)
-    except ModuleNotFoundError:
+    except ModuleNotFoundError as err:  # a missing parent package, or a package's import
+        if err.name not in {".".join(parts[:n]) for n in range(1, len(parts) + 1)}:
+            raise _import_error(text, err) from None
         found = None
     except Exception as err:  # a parent package that fails to import
         raise _import_error(text, err) from None
@@ -201,7 +220,8 @@ def import_recipe(name: str, location: str = "") -> types.ModuleType:
     """The recipe module ``name``, checked against the contract. ``location`` is what its
     command line named (``RecipeSource.location``): a process that runs a run of a recipe
     named on the command line (a worker, another host) imports it again from there."""
-    if location and name not in _named and name_recipe(location) != name:
+    if location and (name not in _named or _named[name].location != location) \
+            and name_recipe(location) != name:
         raise ConfigError(f"{location} is not the recipe {name}")
     if name in clashes():
         raise ConfigError(f"algorithm {name}: {clashes()[name]}: rename one of them")

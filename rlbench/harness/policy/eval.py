@@ -91,7 +91,7 @@ def run_eval(args: Sequence[str], console: Console) -> int:
     spread = statistics.pstdev(returns) if len(returns) > 1 else math.nan
     console.print(f"mean return {statistics.fmean(returns):.6g} ± {spread:.4g} (std over "
                   f"{len(returns)} deterministic episodes)", highlight=False)
-    if request.seed is None:
+    if request.seed is None and _evaluated_more_than_once(policy.config):
         console.print("These are the episodes of the run's first evaluation (its eval env's "
                       "first seeds). Its later evaluations, the final return of its tables "
                       "included, played the episodes that followed, so their mean differs "
@@ -110,3 +110,13 @@ def _run_episodes(policy: Policy) -> int:
         raise ConfigError(f"{policy.source}: config.yaml's eval_episodes {quote(value)} is not "
                           f"a number of episodes from 1 to {MAX_EPISODES:,}: give episodes=")
     return value
+
+
+def _evaluated_more_than_once(config: dict) -> bool:
+    """Whether the run evaluated before its end (``eval_every`` below its budget), so its
+    final return comes from other episodes than its first evaluation's."""
+    budget = config.get("steps") if config.get("dataset") else config.get("frames")
+    every = config.get("eval_every")
+    numbers = [value for value in (budget, every)
+               if isinstance(value, int) and not isinstance(value, bool)]
+    return len(numbers) < 2 or every < budget

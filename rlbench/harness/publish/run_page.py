@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlbench.harness.analysis.comparison import RunRecord
+from rlbench.harness.plan.config import ADHOC_SUITE
 from rlbench.harness.publish.charts import PALETTE, Series, line_chart
 from rlbench.harness.publish.data_files import slug, stacked_csv, table_record
 from rlbench.harness.publish.markup import Cell, Table, facts, fmt, page, table, text
@@ -85,7 +86,10 @@ def _command(row: Mapping[str, Any], params: dict[str, str]) -> str:
     suite, algorithm, env or dataset, budget, evaluation and every hyperparameter as it
     ran (``seeds`` counts from 0, so this seed is the last of those it runs; finished
     ones in the out_dir are kept)."""
-    words = ["rlbench", "run", f"suite={row['suite']}", f"algo={row['algorithm']}"]
+    suite = [] if row["suite"] == ADHOC_SUITE else [f"suite={row['suite']}"]
+    recipe = row.get("tag.recipe")  # a recipe named by module or file: named so again
+    algo_word = recipe if isinstance(recipe, str) and recipe else row["algorithm"]
+    words = ["rlbench", "run", *suite, f"algo={algo_word}"]
     words.append(f"dataset={params['dataset']}" if params.get("dataset")
                  else f"env={row['env']}")
     for key in ("frames", "steps", "eval_every", "eval_episodes", "base_seed", "device"):

@@ -267,8 +267,9 @@ def _execute_locked(
         try:  # from here on the MLflow run exists: whatever happens, it gets an end
             tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
             config_path.write_text(yaml.safe_dump(
-                {**config.as_dict(), "seeds": dataclasses.asdict(seeds),
-                 "identity": config.identity}, sort_keys=False))
+                {**config.as_dict(), **({"recipe": config.recipe} if config.recipe else {}),
+                 "seeds": dataclasses.asdict(seeds), "identity": config.identity},
+                sort_keys=False))
             settings = CheckpointSettings(
                 checkpoints, config.identity, every=config.checkpoint_every, resume=resume,
                 after_write=CheckpointUploader(tracker.client, run_id, run_dir, upload=upload,

@@ -395,6 +395,7 @@ class Tracker:
                 "config_hash": config.identity,
                 "config_identity": config.config_identity,
                 **({"code_fingerprint": config.code} if config.code else {}),
+                **({"recipe": config.recipe} if config.recipe else {}),
                 **_offline_tags(config),
                 **tags,
             },

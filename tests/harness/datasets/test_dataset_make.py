@@ -400,3 +400,12 @@ def test_a_run_made_on_another_host_is_read_from_its_store(sac_run: Path, made: 
         assert a.keys() == b.keys() and a
         for key in a:
             assert np.array_equal(a[key], b[key]), (quality, key)
+
+
+def test_eval_of_a_run_evaluated_three_times_says_whose_episodes_it_plays(
+        sac_run: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["eval", f"run={sac_run}", "episodes=1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("These are the episodes of the run's first evaluation (its eval env's first "
+            "seeds). Its later evaluations, the final return of its tables included, played "
+            "the episodes that followed") in out

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import rlbench.results
 from rlbench.cli import main
 from rlbench.errors import ConfigError
 from rlbench.harness.plan import recipe_sources
@@ -76,6 +77,11 @@ def test_a_recipe_file_runs_under_the_harness_by_its_stem(project: Path, tmp_pat
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["algo"] == "vpg" and config["recipe"] == str(recipe)
     assert config["algo_params"]["value_iterations"] == 2
+    # where the recipe was named is no param: the same code named two ways is one config
+    stored = rlbench.results.load(out, suite="adhoc")
+    assert list(stored["tag.recipe"]) == [str(recipe)]
+    assert not [column for column in stored if column.startswith("param.")
+                and "recipe" in column]
 
     # the stored run names its recipe, but nothing is imported from what a file says
     recipe_sources._named.clear()
@@ -110,9 +116,12 @@ def test_ray_workers_import_a_recipe_file_again(project: Path, tmp_path: Path,
     assert curves["ray"] == curves["local"]
 
 
-def test_a_module_on_the_path_runs_by_its_last_part(project: Path, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(project))
+def test_a_module_runs_by_its_last_part_from_where_the_command_runs(
+        project: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """As ``python -m my_recipes.vpg`` finds it: from the working directory."""
+    monkeypatch.chdir(project)
+    assert main(["show", "algo=my_recipes.vpg", *TINY, "seeds=1"]) == 0
+    assert "vpg/CartPole-v1/seed0" in capsys.readouterr().out
     sweep = resolve_sweep(["algo=my_recipes.vpg", *TINY, "seeds=1", "vpg.gamma=0.9"])
     (run,) = sweep.runs
     assert (run.algo, run.recipe, run.algo_params["gamma"]) == ("vpg", "my_recipes.vpg", 0.9)
@@ -213,6 +222,45 @@ def test_a_recipe_that_fails_to_import_shows_its_own_traceback(tmp_path: Path,
     assert lines[-2] == "ZeroDivisionError: division by zero"
     assert lines[-1] == (f"rlbench: error: the recipe {broken} failed to import "
                          "(ZeroDivisionError: division by zero; its traceback is above)")
+
+
+def test_two_recipe_files_of_one_name_are_refused(project: Path, tmp_path: Path,
+                                                  capsys) -> None:
+    other = tmp_path / "other" / "vpg.py"
+    other.parent.mkdir()
+    shutil.copy(project / "my_recipes" / "vpg.py", other)
+    first = project / "my_recipes" / "vpg.py"
+    assert main(["show", f"algo={first},{other}", *TINY]) == 2
+    assert (f"{other} is a recipe named vpg, and vpg is already a recipe (command line: "
+            f"{first}): rename {other}") in capsys.readouterr().err
+
+
+def test_a_recipe_whose_package_fails_to_import_shows_that_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    (tmp_path / "badpkg").mkdir()
+    (tmp_path / "badpkg" / "__init__.py").write_text("import not_installed_anywhere\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["show", "algo=badpkg.vpg", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert 'badpkg/__init__.py", line 1, in <module>' in err
+    assert err.splitlines()[-1] == (
+        "rlbench: error: the recipe badpkg.vpg failed to import (ModuleNotFoundError: No "
+        "module named 'not_installed_anywhere'; its traceback is above)")
+
+
+def test_names_that_keys_reserve_are_refused(installed: Path, project: Path, tmp_path: Path,
+                                             capsys) -> None:
+    ray = tmp_path / "ray.py"
+    shutil.copy(project / "my_recipes" / "vpg.py", ray)
+    assert main(["show", f"algo={ray}", *TINY]) == 2
+    assert "a recipe cannot be named ray (keys ray.<...> are not hyperparameters)" in (
+        capsys.readouterr().err)
+    _install(installed, "odd-names", {"slurm": "my_recipes.vpg", "my-algo": "my_recipes.vpg"},
+             _example_modules(project))
+    assert main(["list", "algorithms"]) == 0
+    out = capsys.readouterr().out
+    assert "slurm    refused: the entry point slurm = my_recipes.vpg" in out
+    assert "my-algo  refused: the entry point my-algo = my_recipes.vpg" in out
 
 
 @pytest.mark.parametrize(("word", "message"), [

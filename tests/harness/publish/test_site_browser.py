@@ -22,6 +22,7 @@ import rlbench.results
 from rlbench.cli import main
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.publish.data_files import slug
+from tests.conftest import EXAMPLE_RECIPE
 from tests.harness.publish.site_store import make_store
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
@@ -47,14 +48,22 @@ def _browser_paths() -> tuple[str, str] | str:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A site from two stores: the hand-made one and a real sweep's."""
+    """A site from three stores: the hand-made one, a real sweep's, and a grid of the
+    command line (suite adhoc) of a recipe named by its file."""
     base = tmp_path_factory.mktemp("browser")
     made = make_store(base / "made")
     real = base / "real"
     assert main(["run", "suite=smoke", "algo=ppo,dqn", "env=CartPole-v1", "seeds=2",
                  "frames=1024", "eval_every=512", "eval_episodes=2", f"out_dir={real}"]) == 0
+    recipe = base / "recipes" / "my_recipes" / "vpg.py"
+    shutil.copytree(EXAMPLE_RECIPE.parent, recipe.parent,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert main(["run", f"algo={recipe}", "env=CartPole-v1", "seeds=1", "frames=512",
+                 "eval_episodes=2", "vpg.num_envs=2", "vpg.rollout_steps=64",
+                 f"out_dir={base / 'adhoc'}"]) == 0
     output = base / "site"
-    assert main(["publish", f"out_dir={made},{real}", f"output={output}", "reps=300"]) == 0
+    assert main(["publish", f"out_dir={made},{real},{base / 'adhoc'}", f"output={output}",
+                 "reps=300"]) == 0
     return output
 
 
@@ -91,7 +100,7 @@ def _rows(browser, table: str) -> list[list[str]]:
 def test_every_page_type_opens_from_disk_without_errors(browser, site: Path) -> None:
     _open(browser, site / "index.html", "index")
     suites = [row[0] for row in _rows(browser, "suites")]
-    assert suites == ["broken", "budgets", "odd", "smoke", "unit"]
+    assert suites == ["adhoc", "broken", "budgets", "odd", "smoke", "unit"]
     browser.find_element(By.LINK_TEXT, "unit").click()
     assert browser.title == "suite unit"
     _open(browser, Path(browser.current_url.removeprefix("file://")), "suite")
@@ -157,6 +166,20 @@ def test_a_real_runs_command_plans_that_run(browser, site: Path) -> None:
     planned = resolve_sweep(words[2:]).runs
     assert planned[-1].identity == run.config_hash
     assert planned[-1].seed_index == 1
+
+
+def test_the_command_of_a_command_line_grid_plans_that_run(site: Path) -> None:
+    """A run of suite adhoc, by a recipe named by its file: its command names no suite
+    (``suite=adhoc`` is no suite file) and names the recipe by its file again."""
+    store = site.parent / "adhoc"
+    (run,) = rlbench.results.load(store, suite="adhoc").itertuples()
+    page = (site / "suites" / slug("adhoc") / "runs" / f"{slug(run.run_id)}.html").read_text()
+    command = html.unescape(page.rsplit("<pre>", 1)[1].split("</pre>", 1)[0]).splitlines()[-1]
+    words = shlex.split(command)
+    recipe = str(site.parent / "recipes" / "my_recipes" / "vpg.py")
+    assert words[:3] == ["rlbench", "run", f"algo={recipe}"]
+    (planned,) = resolve_sweep(words[2:]).runs
+    assert (planned.suite, planned.identity) == ("adhoc", run.config_hash)
 
 
 def test_a_copied_site_renders_with_every_link_inside_it(browser, site: Path,
