@@ -4,7 +4,9 @@ makes its runs new without anyone remembering to bump a version.
 A recipe's code is its own module and every module of the library layers it reaches
 through imports (any depth, deferred ones included: read from the source, nothing is
 imported), starting from the recipe and from the run protocol that drives every recipe
-(``rlbench.recipe``, the runner and the seed derivation). Followed are the layers that
+(``rlbench.recipe``, ``harness.run.training``, which turns a config into numbers, and the
+seed derivation; not the runner around it: locks, the store, signals). Followed are the
+layers that
 compute a run's numbers: envs, data, returns, modules, objectives, collectors, the recipes
 and their shared builders. Not followed: the CLI, planning, tracking, analysis, reports.
 The versions of torch, tensordict, gymnasium and mujoco are part of it too.
@@ -13,6 +15,11 @@ A recipe from outside rlbench (``recipe_sources``) is followed the same way, and
 the modules of its own package (or, for a recipe file, the modules beside it) that it
 imports: editing the user's ``my_pkg/networks.py`` renews the runs of ``my_pkg.mybc``.
 
+What is hashed is each module as it executes (``executed_source``): parsed, its docstrings
+dropped and written back, so a comment, a docstring, blank lines, layout or quoting change
+nothing. Every statement, name, literal and annotation counts, a renamed local included:
+telling a rename from a change of meaning would need more than the syntax tree.
+
 Editing ``objectives/cql.py`` renews the runs of the recipes that import it and no others;
 editing ``harness/analysis`` renews none.
 """
@@ -20,23 +27,24 @@ editing ``harness/analysis`` renews none.
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import hashlib
 import importlib
 import importlib.util
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.recipe_sources import RecipeSource, recipe_sources
 
-__all__ = ["LIBRARIES", "code_files", "code_fingerprint", "fingerprint_of"]
+__all__ = ["LIBRARIES", "code_files", "code_fingerprint", "executed_source", "fingerprint_of"]
 
 # What a run's numbers depend on, beside our code
 LIBRARIES = ("torch", "tensordict", "gymnasium", "mujoco")
 # The modules every run executes, whatever its recipe
-PROTOCOL = ("rlbench.recipe", "rlbench.harness.run.runner", "rlbench.harness.plan.seeding")
+PROTOCOL = ("rlbench.recipe", "rlbench.harness.run.training", "rlbench.harness.plan.seeding")
 # Imports followed from a module: these packages' modules are part of the code
 FOLLOWED = ("rlbench.envs", "rlbench.data", "rlbench.returns", "rlbench.modules",
             "rlbench.objectives", "rlbench.collectors", "rlbench.algorithms", *PROTOCOL)
@@ -62,20 +70,34 @@ def _followed(name: str) -> bool:
     return any(name == root or name.startswith(root + ".") for root in FOLLOWED)
 
 
-def _imports(path: Path, module: str) -> Iterator[tuple[str, str | None]]:
+@functools.cache
+def _parsed(source: bytes, path: str) -> ast.Module:
+    """A module's source parsed, once per process for each content (a grid of every recipe
+    reads the shared layers once)."""
+    return ast.parse(source, filename=path)
+
+
+def _imports(path: Path, module: str) -> tuple[tuple[str, str | None], ...]:
     """(module, name) for every name an import statement of the file imports (relative
     modules resolved; ``import a.b`` gives ("a.b", None))."""
-    is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+    return _imports_of(path.read_bytes(), str(path), module)
+
+
+@functools.cache
+def _imports_of(source: bytes, path: str, module: str) -> tuple[tuple[str, str | None], ...]:
+    is_package = Path(path).name == "__init__.py"
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(_parsed(source, path)):
         if isinstance(node, ast.Import):
-            yield from ((alias.name, None) for alias in node.names)
+            found += [(alias.name, None) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parts = module.split(".")
                 keep = len(parts) - node.level + (1 if is_package else 0)
                 base = ".".join([*parts[:keep], *([base] if base else [])])
-            yield from ((base, alias.name) for alias in node.names)
+            found += [(base, alias.name) for alias in node.names]
+    return tuple(found)
 
 
 def _source_of(files: Mapping[str, Path], package: str, name: str) -> str | None:
@@ -171,8 +193,30 @@ def fingerprint_of(sources: Mapping[str, bytes], versions: Mapping[str, str]) ->
     return digest.hexdigest()[:16]
 
 
+def executed_source(path: Path) -> bytes:
+    """The source of ``path`` as it executes: its syntax tree without docstrings (the
+    first string statement of the module and of each class and function, which only sets
+    ``__doc__``), written back as text by ``ast.unparse``, so comments, layout and quoting
+    do not reach it."""
+    return _executed(path.read_bytes(), str(path))
+
+
+@functools.cache
+def _executed(source: bytes, path: str) -> bytes:
+    tree = copy.deepcopy(_parsed(source, path))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
+                          | ast.AsyncFunctionDef):
+            continue
+        first = node.body[0] if node.body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                and isinstance(first.value.value, str):
+            node.body = node.body[1:] or [ast.Pass()]
+    return ast.unparse(tree).encode()
+
+
 @functools.cache
 def code_fingerprint(algo: str) -> str:
     """The fingerprint of the code a run of ``algo`` executes, read once per process."""
-    sources = {name: path.read_bytes() for name, path in code_files(algo).items()}
+    sources = {name: executed_source(path) for name, path in code_files(algo).items()}
     return fingerprint_of(sources, {name: _library_version(name) for name in LIBRARIES})

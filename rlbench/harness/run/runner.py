@@ -1,4 +1,5 @@
-"""One run: seed it, hand the recipe its spec and logger, record the outcome in MLflow.
+"""One run: claim and lock it, train it (``training``: what computes its numbers), record
+the outcome in MLflow.
 
 A run checkpoints every ``checkpoint_every`` frames or gradient steps, and on SIGTERM or
 Ctrl-C before it stops, into ``checkpoint_dir_for``. Run again after a kill, it resumes
@@ -28,7 +29,6 @@ from typing import NamedTuple
 import yaml
 from mlflow.entities import Run
 
-from rlbench.allocator import keep_freed_memory
 from rlbench.checkpoint import (
     CheckpointRefused,
     CheckpointSettings,
@@ -39,10 +39,10 @@ from rlbench.checkpoint import (
     request_stop,
     stop_requested,
 )
-from rlbench.harness.plan.algorithms import load_algorithm
 from rlbench.harness.plan.config import RunConfig
-from rlbench.harness.plan.seeding import derive_seeds, seed_everything
+from rlbench.harness.plan.seeding import derive_seeds
 from rlbench.harness.run.locks import RunInProgressError, is_running_id, run_lock
+from rlbench.harness.run.training import train
 from rlbench.harness.store.checkpoint_uploads import (
     CheckpointUploader,
     checkpoint_elsewhere,
@@ -52,7 +52,7 @@ from rlbench.harness.store.checkpoint_uploads import (
 )
 from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat
 from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags
-from rlbench.recipe import RunSpec, Seeds
+from rlbench.recipe import Seeds
 
 __all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "Taken",
            "checkpoint_dir_for", "claimed", "execute_run", "one_line", "run_dir_for",
@@ -451,31 +451,12 @@ def deliver_deferred_signal() -> None:
 
 def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder,
            checkpoint: CheckpointSettings) -> tuple[str, str | None]:
-    """Seed, then run the recipe: ``("FINISHED", None)``, or ``("FAILED", error)`` with the
-    traceback in ``traceback.txt`` when the recipe raises."""
-    recipe = load_algorithm(config.algo, config.recipe)
-    spec = RunSpec(
-        env=config.env,
-        env_family=config.env_family,
-        frames=config.frames,
-        eval_every=config.eval_every,
-        eval_episodes=config.eval_episodes,
-        seeds=seeds,
-        device=config.device,
-        run_dir=run_dir,
-        algo=recipe.Config(**config.algo_params),
-        save_snapshots=config.save_snapshots,
-        save_transitions=config.save_transitions,
-        steps=config.steps,
-        dataset=config.dataset,
-        dataset_sha256=config.dataset_sha256,
-        checkpoint=checkpoint,
-    )
-    seed_everything(seeds, threads=config.threads, device=config.device)
-    keep_freed_memory()
+    """The run's training (``training.train``) with fatal errors written down and signals
+    checkpointing: ``("FINISHED", None)``, or ``("FAILED", error)`` with the traceback in
+    ``traceback.txt`` when the recipe raises."""
     with _fatal_errors_into(run_dir / FATAL_ERROR_FILE), _checkpoint_on_signals():
         try:
-            recipe.train(spec, recorder)
+            train(config, seeds, run_dir, recorder, checkpoint)
         except Exception as exc:
             error = one_line(exc)
             try:

@@ -16,6 +16,7 @@ from rlbench.harness.plan.fingerprint import (
     LIBRARIES,
     code_files,
     code_fingerprint,
+    executed_source,
     fingerprint_of,
 )
 from rlbench.harness.store.tracking import tracking_uri
@@ -25,7 +26,7 @@ def test_a_recipe_reaches_its_own_loss_and_the_layers_it_runs() -> None:
     ppo, cql = code_files("ppo"), code_files("cql")
     assert {"rlbench.algorithms.ppo", "rlbench.objectives.ppo", "rlbench.returns.functional",
             "rlbench.collectors.collector", "rlbench.envs.gym", "rlbench.recipe",
-            "rlbench.harness.run.runner", "rlbench.harness.plan.seeding"} <= set(ppo)
+            "rlbench.harness.run.training", "rlbench.harness.plan.seeding"} <= set(ppo)
     assert "rlbench.objectives.cql" not in ppo and "rlbench.objectives.sac" not in ppo
     assert {"rlbench.objectives.cql", "rlbench.objectives.sac",  # CQL builds on SAC's loss
             "rlbench.algorithms._offline", "rlbench.data.offline_dataset"} <= set(cql)
@@ -50,6 +51,54 @@ def test_any_byte_or_library_version_changes_the_fingerprint() -> None:
     moved = {"rlbench.objectives.sacx": sources["rlbench.objectives.sac"],
              **{k: v for k, v in sources.items() if k != "rlbench.objectives.sac"}}
     assert fingerprint_of(moved, versions) != base  # a module's name is part of it
+
+
+def test_a_module_counts_as_it_executes(tmp_path: Path) -> None:
+    """Comments, docstrings, blank lines, layout and quoting change nothing; arithmetic,
+    names and literals do."""
+    base = '''"""A loss."""
+import torch
+
+class Loss:
+    """Its docstring."""
+
+    def forward(self, x):
+        """Doubled."""
+        return 2 * x + 1
+'''
+    same = '''# a comment on top
+"""Another module docstring, longer,
+over two lines."""
+import torch
+
+
+class Loss:
+    def forward(self, x):  # the same arithmetic
+        return (2 * x) + 1
+'''
+    module = tmp_path / "loss.py"
+
+    def executed(text: str) -> bytes:
+        module.write_text(text)
+        return executed_source(module)
+
+    reference = executed(base)
+    assert executed(same) == reference
+    assert executed(base.replace("'", '"')) == reference
+    for changed in (base.replace("2 * x + 1", "2 * x - 1"), base.replace("forward", "call"),
+                    base.replace("1\n", "1.0\n"), base.replace('"""Doubled."""\n', "y = 1\n")):
+        assert executed(changed) != reference, changed
+
+
+def test_the_runner_around_training_is_not_a_runs_code() -> None:
+    """Locks, the store, signals and fatal-error files change no number; what turns a config
+    into numbers is ``training``."""
+    for algo in ("ppo", "cql"):
+        files = code_files(algo)
+        assert "rlbench.harness.run.training" in files
+        assert not [name for name in files if name.startswith("rlbench.harness.")
+                    and name not in ("rlbench.harness.run.training",
+                                     "rlbench.harness.plan.seeding")]
 
 
 def test_the_identity_holds_the_code_and_the_config_identity_does_not() -> None:
