@@ -24,22 +24,38 @@ def _isolated_tracking(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.fixture(autouse=True)
-def _recipes_named_here_forgotten(tmp_path_factory: pytest.TempPathFactory
-                                  ) -> Iterator[None]:
-    """A recipe a test's command line names (``algo=path/to/mybc.py``) is known to that test
-    only, as it is to that command's process: its name, its directory on ``sys.path`` and
-    the modules imported from the tests' own files or the example project (another test's
-    copy of that project imports its own)."""
-    named, path = dict(recipe_sources._named), list(sys.path)
-    yield
+def forget_recipes_named_since(named: dict[str, recipe_sources.RecipeSource]) -> None:
+    """Forget the recipes named since ``named`` was the table of named recipes: their names,
+    and the modules imported from their projects (another copy of a project, named later,
+    imports its own)."""
+    roots = []
+    for name, source in recipe_sources._named.items():
+        if named.get(name) == source:
+            continue
+        top = sys.modules.get(source.module.partition(".")[0])
+        file = Path(getattr(top, "__file__", None) or "")
+        if file.name:
+            roots.append(str(file.parent.parent if file.name == "__init__.py" else file.parent))
     recipe_sources._named.clear()
     recipe_sources._named.update(named)
-    sys.path[:] = path
-    roots = (str(tmp_path_factory.getbasetemp()), str(EXAMPLE_PROJECT))
+    forget_modules_under(roots)
+
+
+def forget_modules_under(roots: list[str]) -> None:
+    """Drop from ``sys.modules`` every module whose file lies under one of ``roots``."""
     for name, module in list(sys.modules.items()):
-        if (getattr(module, "__file__", None) or "").startswith(roots):
+        if roots and (getattr(module, "__file__", None) or "").startswith(tuple(roots)):
             del sys.modules[name]
+
+
+@pytest.fixture(autouse=True)
+def _recipes_named_here_forgotten() -> Iterator[None]:
+    """A recipe a test's command line names (``algo=path/to/mybc.py``) is known to that test
+    only, as it is to that command's process."""
+    named, path = dict(recipe_sources._named), list(sys.path)
+    yield
+    forget_recipes_named_since(named)
+    sys.path[:] = path
 
 
 @pytest.fixture

@@ -165,7 +165,7 @@ def test_offline_runs_record_scores_and_save_policies_that_load(
         assert math.isclose(float(np.mean(replayed)), returns[0][1], rel_tol=1e-6)
         final = load_policy(run_dir)
         action = final.act(np.zeros(3, dtype=np.float32))
-        assert action.shape == (1,) and -2 <= float(action) <= 2
+        assert action.shape == (1,) and action.dtype == np.float32 and -2 <= action[0] <= 2
 
     # the same command again runs nothing; a fresh store gives the same numbers, bit for
     # bit, with the runs in a pool of two processes

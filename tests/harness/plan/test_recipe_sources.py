@@ -19,7 +19,7 @@ from rlbench.harness.plan import recipe_sources
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.plan.fingerprint import code_files, code_fingerprint
 from rlbench.harness.policy.load import load_policy, play
-from tests.conftest import EXAMPLE_PROJECT
+from tests.conftest import EXAMPLE_PROJECT, forget_modules_under
 
 TINY = ["env=CartPole-v1", "frames=512", "eval_episodes=2"]
 TINY_VPG = ["vpg.num_envs=2", "vpg.rollout_steps=64", "vpg.value_iterations=2"]
@@ -43,6 +43,7 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     recipe_sources._entry_points.cache_clear()
     yield site
     recipe_sources._entry_points.cache_clear()
+    forget_modules_under([str(site)])
 
 
 def _install(site: Path, dist: str, points: dict[str, str], modules: dict[str, str]) -> None:

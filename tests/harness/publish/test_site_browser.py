@@ -20,9 +20,10 @@ import pytest
 
 import rlbench.results
 from rlbench.cli import main
+from rlbench.harness.plan import recipe_sources
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.publish.data_files import slug
-from tests.conftest import EXAMPLE_RECIPE
+from tests.conftest import EXAMPLE_RECIPE, forget_recipes_named_since
 from tests.harness.publish.site_store import make_store
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
@@ -58,9 +59,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     recipe = base / "recipes" / "my_recipes" / "vpg.py"
     shutil.copytree(EXAMPLE_RECIPE.parent, recipe.parent,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    named = dict(recipe_sources._named)
     assert main(["run", f"algo={recipe}", "env=CartPole-v1", "seeds=1", "frames=512",
                  "eval_episodes=2", "vpg.num_envs=2", "vpg.rollout_steps=64",
                  f"out_dir={base / 'adhoc'}"]) == 0
+    forget_recipes_named_since(named)  # as that command's process ends
     output = base / "site"
     assert main(["publish", f"out_dir={made},{real},{base / 'adhoc'}", f"output={output}",
                  "reps=300"]) == 0
