@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 import rlbench
 from rlbench.cli import HELP, main
+from rlbench.harness.plan.command_keys import TABLES, key_reference
 from rlbench.harness.plan.config import SWEEP_KEYS
 from rlbench.harness.plan.suites import SUITE_SETTINGS
+
+KEY_REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "keys.md"
 
 
 @pytest.mark.parametrize("command", ["run", "show", "compare", "regress", "list"])
@@ -25,6 +29,21 @@ def test_run_help_names_every_sweep_key_and_suite_setting() -> None:
         assert key in HELP["run"], key
     assert "td3.hidden_sizes=[64,64]" in HELP["run"]  # how a list is written
     assert "algo=path/to/mybc.py" in HELP["run"]
+
+
+@pytest.mark.parametrize("table", TABLES, ids=lambda table: table.command)
+def test_each_commands_help_lists_every_key_of_its_table(table) -> None:
+    """The help is written from the table the command parses with: no key is missing from
+    it, and each is listed with its aliases."""
+    help_text = HELP[table.command.split()[0]]
+    for key in table:
+        names = re.escape(", ".join((key.shown, *key.aliases)))
+        assert re.search(rf"(^|keys: ) *{names}:", help_text, re.MULTILINE), key.shown
+
+
+def test_the_docs_key_reference_is_the_tables() -> None:
+    """``docs/keys.md`` is written from the tables (``python -m tools.docs.keys``)."""
+    assert KEY_REFERENCE.read_text() == key_reference()
 
 
 def test_show_counts_one_run_as_one(capsys) -> None:

@@ -33,7 +33,8 @@ STACK = ("envs", "data", "returns", "modules", "objectives", "collectors")
 # itself). Packages of one rank import nothing of each other.
 HARNESS_RANKS = {"render": 0, "plan": 1, "store": 2, "run": 3, "analysis": 4, "policy": 4,
                  "datasets": 5, "publish": 5, "regress": 6}
-TOP = {"rlbench", "rlbench.cli", "rlbench.results"}  # may import any part of the harness
+# may import any part of the harness
+TOP = {"rlbench", "rlbench.cli", "rlbench.commands", "rlbench.results"}
 
 
 def _modules() -> dict[str, Path]:

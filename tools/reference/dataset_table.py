@@ -20,7 +20,7 @@ import torch
 from rlbench.data.offline import load_dataset
 from rlbench.data.offline_dataset import sha256_of
 from rlbench.harness.datasets.info import episode_returns
-from rlbench.harness.plan.datasets import QUALITIES
+from rlbench.harness.plan.command_keys import QUALITIES
 
 COLUMNS = ("quality", "transitions", "episodes", "mean_episode_return",
            "normalized_mean_return", "ref_min_score", "ref_max_score", "snapshot_frames",

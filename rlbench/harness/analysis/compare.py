@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from rlbench.envs import validate_env_id
-from rlbench.errors import ConfigError, UnknownNameError, quote
+from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.analysis.baselines import default_baseline_dir
 from rlbench.harness.analysis.cohorts import COHORT_RULE, Cohort
 from rlbench.harness.analysis.comparison import (
@@ -41,7 +41,7 @@ from rlbench.harness.analysis.comparison_data import groups_frame, runs_frame, t
 from rlbench.harness.analysis.ranking import RANK_RULE
 from rlbench.harness.analysis.statistics import AGGREGATES, Interval
 from rlbench.harness.plan.algorithms import list_algorithms
-from rlbench.harness.plan.words import split_words
+from rlbench.harness.plan.command_keys import COMPARE_TABLE, Filters
 from rlbench.harness.render import TextTable, render, to_rich
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.sqlite import check_out_dir
@@ -50,24 +50,16 @@ __all__ = ["CompareRequest", "build_tables", "parse_compare_args", "run_compare"
            "terminal_table", "write_report"]
 # The plots a report writes: learning curves, and per comparison its aggregates and profiles
 _PLOT_FILE = re.compile(r"(curves|aggregates(-\d+)?|profiles(-\d+)?)\.(png|svg)")
-FORMATS = ("table", "markdown", "csv", "json", "latex", "html")
 SUFFIXES = {"markdown": ".md", "csv": ".csv", "json": ".json", "latex": ".tex", "html": ".html"}
 
-KEYS = ("suite", "algos", "envs", "frames", "steps", "tag.<name>", "param.<name>", "config",
-        "format", "output", "out_dir", "baselines", "seed", "reps")
-ALIASES = {"algo": "algos", "env": "envs"}
+KEYS = COMPARE_TABLE.names
+FORMATS = COMPARE_TABLE.key("format").choices
 
 
 @dataclass
 class CompareRequest:
     suite: str = "smoke"
-    algos: list[str] = field(default_factory=list)
-    envs: list[str] = field(default_factory=list)
-    frames: int | None = None  # an online budget
-    steps: int | None = None  # an offline budget: gradient steps
-    tags: dict[str, str] = field(default_factory=dict)
-    params: dict[str, str] = field(default_factory=dict)
-    config: str | None = None
+    filters: Filters = field(default_factory=Filters)
     format: str = "table"
     output: Path | None = None
     out_dir: Path = Path("rlbench_runs")
@@ -76,54 +68,15 @@ class CompareRequest:
     reps: int = 2000
 
 
-# Bootstrap resamples: rliable uses 2,000 to 50,000; each costs memory for every run.
-MAX_REPS = 100_000
-_LIMITS = {"frames": 10**12, "steps": 10**12, "seed": 2**63 - 1, "reps": MAX_REPS}
-
-
-def _int(key: str, text: str, minimum: int) -> int:
-    try:
-        value = int(float(text)) if float(text).is_integer() else None
-    except (ValueError, OverflowError):
-        value = None
-    if value is None or value < minimum:
-        raise ConfigError(f"{key} must be an integer >= {minimum}, got {quote(text)}")
-    if value > _LIMITS[key]:
-        raise ConfigError(f"{key}={text[:40]} is beyond what compare takes (at most "
-                          f"{_LIMITS[key]:,})")
-    return value
-
-
 def parse_compare_args(args: Sequence[str]) -> CompareRequest:
     """``key=value`` words to a request; unknown keys and names raise with near matches."""
-    request = CompareRequest()
-    for key, text in split_words(args, ALIASES):
-        if key.startswith("tag.") and len(key) > 4:
-            request.tags[key[4:]] = text
-        elif key.startswith("param.") and len(key) > 6:
-            request.params[key[6:]] = text
-        elif key == "config":
-            if not re.fullmatch(r"#?[0-9a-f]{1,8}", text):
-                raise ConfigError(f"config must be a prefix of a config key (hex, as the "
-                                  f"tables show it), got {quote(text)}")
-            request.config = text
-        elif key in ("algos", "envs"):
-            setattr(request, key, [n.strip() for n in text.split(",") if n.strip()])
-        elif key in ("frames", "steps"):
-            setattr(request, key, _int(key, text, 1))
-        elif key in ("seed", "reps"):
-            setattr(request, key, _int(key, text, 0 if key == "seed" else 1))
-        elif key == "format":
-            if text not in FORMATS:
-                raise UnknownNameError("format", text, FORMATS)
-            request.format = text
-        elif key in ("output", "out_dir", "baselines"):
-            setattr(request, key, Path(text))
-        elif key == "suite":  # a suite file's runs are stored under the file's name
-            request.suite = Path(text).stem if text.endswith((".yaml", ".yml")) else text
-        else:
-            raise UnknownNameError("compare key", key, [*KEYS, *ALIASES])
-    for env in request.envs:
+    words = COMPARE_TABLE.parse(args)
+    request = CompareRequest(
+        suite=words["suite"], filters=Filters.of(words), format=words["format"],
+        output=words["output"], out_dir=words["out_dir"],
+        baselines=words["baselines"] or default_baseline_dir(), seed=words["seed"],
+        reps=words["reps"])
+    for env in request.filters.envs:
         validate_env_id(env)
     if request.output is not None:  # before the work: not after the tables are printed
         check_out_dir(request.output, key="output")
@@ -290,17 +243,6 @@ def _seeds_needed(value: float | None) -> str:
     return "∞" if np.isinf(value) else f"{value:,.0f}"
 
 
-def _describe_filters(request: CompareRequest) -> str:
-    parts = [f"algo={','.join(request.algos)}" if request.algos else "",
-             f"env={','.join(request.envs)}" if request.envs else "",
-             f"frames={request.frames}" if request.frames else "",
-             f"steps={request.steps}" if request.steps else "",
-             *(f"tag.{k}={v}" for k, v in request.tags.items()),
-             *(f"param.{k}={v}" for k, v in request.params.items()),
-             f"config={request.config}" if request.config else ""]
-    return " ".join(p for p in parts if p) or "no filter"
-
-
 def terminal_table(table: TextTable) -> RichTable:
     """The table for the terminal; a cell too wide for its column folds onto more lines,
     never cut short (cut, ``rlbench/pendulum/medium-v0`` and ``rlbench/pendulum/medium-
@@ -392,11 +334,10 @@ def run_compare(args: Sequence[str], console: Console) -> int:
     """The command; returns the exit code. Bad input raises ``ConfigError`` (exit 2)."""
     request = parse_compare_args(args)
     client = open_store(request.out_dir)  # read only: a missing or damaged store is refused
-    records = load_runs(client, request.suite, algos=request.algos, envs=request.envs,
-                        frames=request.frames, steps=request.steps, tags=request.tags,
-                        params=request.params, config=request.config)
-    stored = stored_algorithms(client, request.suite) if request.algos else set()
-    for algo in request.algos:  # recipes and anything else tracked, e.g. sb3-sac
+    algos = request.filters.algos
+    records = load_runs(client, request.suite, **request.filters.selection())
+    stored = stored_algorithms(client, request.suite) if algos else set()
+    for algo in algos:  # recipes and anything else tracked, e.g. sb3-sac
         if algo in stored:
             continue
         if algo in list_algorithms():
@@ -407,9 +348,9 @@ def run_compare(args: Sequence[str], console: Console) -> int:
                                sorted(stored | set(list_algorithms())))
     if not records:
         raise ConfigError(f"suite {request.suite} has no runs matching "
-                          f"{_describe_filters(request)} in {client.tracking_uri}")
+                          f"{request.filters.words()} in {client.tracking_uri}")
     comparison = compare(records, request.suite, request.baselines, seed=request.seed,
-                         reps=request.reps, requested_algos=request.algos)
+                         reps=request.reps, requested_algos=algos)
     tables = build_tables(comparison)
     if request.format == "table":
         for table in tables:

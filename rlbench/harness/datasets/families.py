@@ -18,8 +18,9 @@ from rlbench.harness.datasets.atomic_install import (
     staging_dir,
 )
 from rlbench.harness.datasets.make import MakeRequest, make_datasets
+from rlbench.harness.plan.command_keys import QUALITIES
 from rlbench.harness.plan.config import resolve_sweep
-from rlbench.harness.plan.datasets import QUALITIES, MadeFamily
+from rlbench.harness.plan.datasets import MadeFamily
 from rlbench.harness.run.runner import run_dir_for
 from rlbench.harness.run.sweep import run_sweep
 

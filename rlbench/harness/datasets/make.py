@@ -47,7 +47,7 @@ import torch
 from rlbench.data.offline import d4rl_file_name
 from rlbench.envs import validate_env_id
 from rlbench.envs.registry import gym_name, is_gymnasium
-from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.errors import ConfigError
 from rlbench.harness.datasets.atomic_install import (
     STAGING,
     fsync_path,
@@ -55,8 +55,8 @@ from rlbench.harness.datasets.atomic_install import (
     install_namespace_metadata,
     staging_dir,
 )
-from rlbench.harness.plan.datasets import QUALITIES, env_stem
-from rlbench.harness.plan.words import int_word, split_words
+from rlbench.harness.plan.command_keys import MAKE_TABLE
+from rlbench.harness.plan.datasets import env_stem
 from rlbench.harness.policy.load import Policy, load_policy
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import read_curve, read_transitions, run_member
@@ -65,10 +65,9 @@ from rlbench.version import __version__
 
 __all__ = ["FORMATS", "Episode", "MakeRequest", "make_datasets", "parse_make"]
 
-FORMATS = ("minari", "d4rl")
-MAKE_KEYS = ("env", "policy", "quality", "steps", "out", "format", "seed", "ref_episodes",
-             "out_dir")
-MAX_STEPS = 10**8
+MAKE_KEYS = MAKE_TABLE.names
+FORMATS = MAKE_TABLE.key("format").choices
+MAX_STEPS = int(MAKE_TABLE.key("steps").high)  # transitions in one dataset
 
 
 @dataclass
@@ -102,46 +101,24 @@ class MakeRequest:
     out_dir: str | None
 
 
-def _names(key: str, text: str, known: Sequence[str]) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    for name in names:
-        if name not in known:
-            raise UnknownNameError(key, name, known)
-    if not names:
-        raise ConfigError(f"{key} needs at least one of {', '.join(known)}")
-    return names
-
-
 def parse_make(args: Sequence[str]) -> MakeRequest:
     """The request of ``rlbench dataset make`` words; bad words are ``ConfigError``s."""
-    values = dict(split_words(args, {}))
-    for key in values:
-        if key not in MAKE_KEYS:
-            raise UnknownNameError("dataset make key", key, MAKE_KEYS)
-    for key in ("quality", "steps", "out"):
-        if key not in values:
-            raise ConfigError(f"rlbench dataset make needs {key}=...")
-    qualities = _names("quality", values["quality"], QUALITIES)
-    policy = values.get("policy")
+    words = MAKE_TABLE.parse(args)
+    qualities, policy, env = tuple(words["quality"]), words["policy"], words["env"]
     if policy is None and qualities != ("random",):
         raise ConfigError("policy=<run id or run directory> is needed for every quality but "
                           "random")
-    env = values.get("env")
     if env is None and policy is None:
         raise ConfigError("quality=random needs env=<id> (or a policy= whose env it takes)")
     if env is not None:
         validate_env_id(env)
         _check_gymnasium(env)
-    out = Path(values["out"])
+    out = words["out"]
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out={out} is a file: name a directory")
-    return MakeRequest(
-        env=env, policy=policy, qualities=qualities,
-        steps=int_word("steps", values["steps"], 1, MAX_STEPS), out=out,
-        formats=_names("format", values.get("format", "minari,d4rl"), FORMATS),
-        seed=int_word("seed", values.get("seed", "0"), 0, 2**31 - 1),
-        ref_episodes=int_word("ref_episodes", values.get("ref_episodes", "100"), 1, 10**6),
-        out_dir=values.get("out_dir"))
+    return MakeRequest(env=env, policy=policy, qualities=qualities, steps=words["steps"],
+                       out=out, formats=tuple(words["format"]), seed=words["seed"],
+                       ref_episodes=words["ref_episodes"], out_dir=words["out_dir"])
 
 
 def _check_gymnasium(env_id: str) -> None:

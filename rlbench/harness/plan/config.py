@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from rlbench.envs import action_space_kind, env_family, list_envs
 from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
@@ -34,36 +33,26 @@ from rlbench.harness.plan.algorithms import (
     resolve_algo_config,
     resolve_with_sources,
 )
+from rlbench.harness.plan.command_keys import CHECKPOINT_EVERY, RUN_TABLE
 from rlbench.harness.plan.datasets import MadeFamily, PlannedDataset, dataset_label, plan_dataset
 from rlbench.harness.plan.fingerprint import code_fingerprint
+from rlbench.harness.plan.keys import scalar_word, split_words
 from rlbench.harness.plan.recipe_sources import name_recipe, recipe_sources
 from rlbench.harness.plan.suites import SUITE_SETTINGS, Suite, load_suite
-from rlbench.harness.plan.words import split_words
 from rlbench.version import __version__
 
 __all__ = ["Overrides", "RunConfig", "SlurmSettings", "SweepConfig", "check_device_here",
            "check_devices_here", "parse_overrides", "resolve_sweep"]
 
-# frames or gradient steps between a run's checkpoints: at SAC's CPU speed a few minutes,
-# for a checkpoint of its full 1M-transition buffer that takes about a second
-CHECKPOINT_EVERY = 25_000
-ALIASES = {"algo": "algos", "env": "envs", "dataset": "datasets"}
-SWEEP_KEYS = {"suite": "smoke", "out_dir": "rlbench_runs", "dry_run": False, "jobs": 1,
-              "launcher": "local", "ray.address": None, "force_threads": False, "reuse": None,
-              "checkpoint_every": CHECKPOINT_EVERY, "checkpoint_store": "auto",
-              "slurm.partition": None, "slurm.account": None, "slurm.qos": None,
-              "slurm.time_limit_min": 1440, "slurm.mem_gb": None, "slurm.max_running": 256,
-              "slurm.signal_delay_s": 120, "slurm.folder": None}
+SWEEP_KEYS = {key.name: key.default for key in RUN_TABLE
+              if key.name not in SUITE_SETTINGS and not key.family}
+ALIASES = RUN_TABLE.aliases
+LIST_KEYS = {key.name for key in RUN_TABLE if key.many}
 # A grid the command line makes (algo=, env= or dataset= without suite=) is stored under
 # this suite name, not under the name of the suite whose settings it takes
 ADHOC_SUITE = "adhoc"
 REUSE = ("code",)  # reuse=code: finished runs of the same config made by other code count
 LAUNCHERS = ("local", "ray", "slurm")
-LIST_KEYS = {"algos", "envs", "datasets"}
-# Settings whose value is a name or a path: taken as typed, never as a YAML number or null.
-TEXT_KEYS = {"suite", "out_dir", "launcher", "ray.address", "device", "reuse",
-             "checkpoint_store", "slurm.partition", "slurm.account", "slurm.qos",
-             "slurm.folder"}
 # Where checkpoints go besides the out dir: ``tracking`` uploads each to the run's MLflow
 # run, so a run taken over on another host resumes from it; ``auto``: when the store is an
 # ``mlflow server`` (``store.checkpoint_uploads``).
@@ -78,32 +67,6 @@ class Overrides:
     sweep: dict[str, Any]
     settings: dict[str, Any]
     algo_params: dict[str, dict[str, Any]]
-
-
-def _parse_value(key: str, text: str) -> Any:
-    """A command-line value: a list, a number, true/false/null, a YAML list, else text.
-
-    Numbers are Python's (``1e5``, ``3e-4``); YAML 1.1's other number forms (``1:30`` is
-    90 there, base 60) stay text, so they fail the type check instead of changing a value.
-    """
-    if key in LIST_KEYS:
-        return [item.strip() for item in text.split(",") if item.strip()]
-    if key in TEXT_KEYS:
-        if not text:
-            raise ConfigError(f"{key} needs a value: {key}=...")
-        return text
-    for convert in (int, float):
-        try:
-            return convert(text)
-        except ValueError:
-            pass
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"cannot parse the value of {key}: {quote(text)}") from err
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return text
-    return value
 
 
 def _loadable_recipes() -> dict[str, types.ModuleType]:
@@ -145,33 +108,22 @@ def field_suggestions(name: str, fields: Sequence[str]) -> list[str]:
 
 def parse_overrides(args: Sequence[str]) -> Overrides:
     """Parse ``key=value`` words; unknown keys raise with near matches."""
-    sweep: dict[str, Any] = {}
-    settings: dict[str, Any] = {}
+    parsed = RUN_TABLE.parse(args, rest=True)
+    settings = {key: parsed[key] for key in parsed.given if key in SUITE_SETTINGS}
+    sweep = {key: parsed[key] for key in parsed.given if key not in SUITE_SETTINGS}
+    if "algos" in settings:  # recipes named by module or file, for their keys below
+        settings["algos"] = [name_recipe(word) for word in settings["algos"]]
     algo_params: dict[str, dict[str, Any]] = {}
-    words = split_words(args, ALIASES)
-    for key, text in words:  # first: recipes named by module or file, for their keys below
-        if key == "algos":
-            settings[key] = [name_recipe(word) for word in _parse_value(key, text)]
-    for key, text in words:
-        if key == "algos":
-            continue
-        value = _parse_value(key, text)
-        if key in SWEEP_KEYS:
-            sweep[key] = value
-        elif key in SUITE_SETTINGS:
-            settings[key] = value
-        elif "." in key:
-            algo, _, param = key.partition(".")
-            if algo not in list_algorithms():
-                raise UnknownNameError("override key", key, valid_keys())
-            fields = load_algorithm(algo).Config.__dataclass_fields__
-            if param not in fields:  # suggest this algorithm's own fields, not others'
-                raise UnknownNameError(f"{algo} hyperparameter", key, [],
-                                       [f"{algo}.{name}" for name in
-                                        field_suggestions(param, list(fields))])
-            algo_params.setdefault(algo, {})[param] = value
-        else:
+    for key, text in split_words(parsed.rest, {}):
+        algo, dot, param = key.partition(".")
+        if not dot or algo not in list_algorithms():
             raise UnknownNameError("override key", key, valid_keys())
+        fields = load_algorithm(algo).Config.__dataclass_fields__
+        if param not in fields:  # suggest this algorithm's own fields, not others'
+            raise UnknownNameError(f"{algo} hyperparameter", key, [],
+                                   [f"{algo}.{name}" for name in
+                                    field_suggestions(param, list(fields))])
+        algo_params.setdefault(algo, {})[param] = scalar_word(key, text)
     return Overrides(sweep, settings, algo_params)
 
 
@@ -329,10 +281,7 @@ class SweepConfig:
 # progress bar overflows and that a typo (frames=1e30, seeds=1e20) fails at once.
 # eval_episodes: one env per episode is built at each evaluation (``rlbench eval``'s cap);
 # runs: a grid plans 10^5 runs in about a second and 0.5 GB, and ``show`` lists a few
-LIMITS = {"frames": 10**12, "steps": 10**12, "eval_every": 10**12, "checkpoint_every": 10**12,
-          "eval_episodes": 10**4, "slurm.time_limit_min": 10**7, "slurm.max_running": 10**6,
-          "slurm.signal_delay_s": 10**6,
-          "seeds": 10**5, "base_seed": 2**63 - 1, "threads": 1024, "jobs": 1024}
+LIMITS = {key.name: int(key.high) for key in RUN_TABLE if key.high is not None}
 MAX_RUNS = 10**5  # runs in one grid
 
 
@@ -363,9 +312,8 @@ def _check_device(device: Any) -> str:
 
 def check_devices_here(sweep: SweepConfig) -> None:
     """Raise unless every run's device exists on this machine and its threads fit this
-    machine's cores (unless ``force_threads=true``): before a local sweep starts (``show``
-    and dry runs plan without it; Ray workers may have devices and cores this machine
-    lacks)."""
+    machine's cores (unless ``force_threads=true``): a local sweep is refused as it is
+    planned, so ``show`` refuses what ``run`` would."""
     for device in sorted({run.device for run in sweep.runs}):
         check_device_here(device)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -538,17 +486,115 @@ def _slurm_settings(sweep: dict[str, Any], launcher: str, given: list[str]) -> S
         folder=None if folder is None else Path(folder).absolute())
 
 
-def resolve_sweep(args: Sequence[str]) -> SweepConfig:
+@dataclass(frozen=True)
+class _SweepOptions:
+    """How a sweep runs, checked before anything of its grid is planned."""
+
+    out_dir: Path
+    dry_run: bool
+    force_threads: bool
+    launcher: str
+    ray_address: str | None
+    jobs: int
+    checkpoint_every: int
+    checkpoint_store: str
+    reuse_code: bool
+    slurm: SlurmSettings
+
+
+def _sweep_options(given: dict[str, Any]) -> _SweepOptions:
+    """The sweep keys of the command line over their defaults, checked."""
+    sweep = {**SWEEP_KEYS, **given}
+    for key in ("dry_run", "force_threads"):
+        if not isinstance(sweep[key], bool):
+            raise ConfigError(f"{key} must be true or false, got {quote(sweep[key])}")
+    launcher = sweep["launcher"]
+    if launcher not in LAUNCHERS:
+        raise UnknownNameError("launcher", str(launcher), LAUNCHERS)
+    address = sweep["ray.address"]
+    if address is not None and launcher != "ray":
+        raise ConfigError("ray.address is only used with launcher=ray")
+    if launcher != "local" and "jobs" in given:
+        raise ConfigError(f"jobs is for launcher=local; launcher={launcher} runs as many runs "
+                          "at once as its cluster has CPUs for")
+    checkpoint_store = sweep["checkpoint_store"]
+    if checkpoint_store not in CHECKPOINT_STORES:
+        raise UnknownNameError("checkpoint_store", str(checkpoint_store), CHECKPOINT_STORES)
+    if checkpoint_store == "auto" and launcher == "slurm":
+        checkpoint_store = "out_dir"  # Slurm's nodes share the out dir: no upload needed
+    reuse = sweep["reuse"]
+    if reuse is not None and reuse not in REUSE:
+        raise UnknownNameError("reuse", str(reuse), REUSE)
+    return _SweepOptions(
+        out_dir=Path(str(sweep["out_dir"])), dry_run=sweep["dry_run"],
+        force_threads=sweep["force_threads"], launcher=launcher,
+        ray_address=None if address is None else str(address),
+        jobs=_positive_int(sweep, "jobs"),
+        checkpoint_every=_positive_int(sweep, "checkpoint_every"),
+        checkpoint_store=checkpoint_store, reuse_code=reuse == "code",
+        slurm=_slurm_settings(sweep, launcher, list(given)))
+
+
+def _check_suite(suite: Suite, algos: Sequence[str], task_names: set[str]) -> None:
+    """A suite's ``per_algo`` and ``per_env`` name known algorithms and tasks."""
+    known_algos = list_algorithms()
+    for algo in suite.per_algo:
+        if algo not in known_algos:
+            raise UnknownNameError(f"algorithm in per_algo of suite {suite.name}", algo,
+                                   known_algos)
+    for env, env_settings in suite.per_env.items():
+        if env not in task_names and env not in list_envs():
+            raise UnknownNameError(f"env in per_env of suite {suite.name}", env, list_envs())
+        env_algos = env_settings.get("algos", algos)
+        if not isinstance(env_algos, list) or not env_algos:
+            raise ConfigError(f"suite {suite.name}: per_env {env}.algos must be a non-empty "
+                              f"list of algorithms, got {quote(env_algos)}")
+        for algo in env_algos:
+            if algo not in known_algos:
+                raise UnknownNameError(f"algorithm in per_env {env}.algos of suite "
+                                       f"{suite.name}", algo, known_algos)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What one algorithm runs on: an env, or a dataset evaluated in its env."""
+
+    name: str  # as the suite or command line gives it: an env id or a dataset source
+    env: str
+    dataset: PlannedDataset | None = None
+
+    @property
+    def label(self) -> str:
+        """The task's name in run names, ``per_env`` and the sources of hyperparameters."""
+        return self.dataset.label if self.dataset else self.name
+
+    def per_env(self, suite: Suite) -> dict[str, Any]:
+        """The suite's ``per_env`` entry of this task, by its name or its label."""
+        return dict(suite.per_env.get(self.name, suite.per_env.get(self.label, {})))
+
+    def budget(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """The run's budget (and, offline, its dataset) as ``RunConfig`` fields."""
+        if self.dataset is None:
+            return {"frames": _positive_int(settings, "frames")}
+        return {"frames": 0, "steps": _positive_int(settings, "steps"),
+                "dataset": self.dataset.source, "dataset_label": self.dataset.label,
+                "dataset_sha256": self.dataset.sha256, "dataset_refs": self.dataset.refs}
+
+
+def resolve_sweep(args: Sequence[str], *, check_here: bool = True) -> SweepConfig:
     """Parse the command line and resolve every run of the grid; raises on any bad input.
 
-    Online algorithms run on each env, offline ones on each dataset (evaluated in the
-    dataset's env). A dataset of rlbench's own that is made on first use and not made yet
-    is planned with no sha256 (``SweepConfig.to_make``): ``rlbench run`` makes it, then
-    plans again.
+    The sweep's own options are checked first, then the suite, then each algorithm's runs
+    on each of its tasks: online algorithms run on each env, offline ones on each dataset
+    (evaluated in the dataset's env). A dataset of rlbench's own that is made on first use
+    and not made yet is planned with no sha256 (``SweepConfig.to_make``): ``rlbench run``
+    makes it, then plans again. A local sweep's devices and threads must exist here
+    (``check_devices_here``) unless ``check_here`` is false: a plan that only reads runs
+    made elsewhere.
     """
     overrides = parse_overrides(args)
-    sweep = {**SWEEP_KEYS, **overrides.sweep}
-    suite = load_suite(str(sweep["suite"]))
+    options = _sweep_options(overrides.sweep)
+    suite = load_suite(str(overrides.sweep.get("suite", SWEEP_KEYS["suite"])))
     notes: list[str] = []
     if "suite" not in overrides.sweep and LIST_KEYS & overrides.settings.keys():
         suite = replace(suite, name=ADHOC_SUITE)
@@ -569,70 +615,48 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     action_spaces = {}
     for env in [*envs, *{p.env for p in planned.values()}]:
         action_spaces[env] = action_space_kind(env)  # an env that cannot be made: refused
-    for algo in suite.per_algo:
-        if algo not in known_algos:
-            raise UnknownNameError(f"algorithm in per_algo of suite {suite.name}", algo,
-                                   known_algos)
     task_names = {*envs, *datasets, *(p.label for p in planned.values())}
     # a suite's own datasets keep their settings when a filter (algo=ppo) leaves them out
     suite_datasets = _names(suite.settings, "datasets") if suite.settings.get("datasets") else []
     task_names |= {*suite_datasets, *map(dataset_label, suite_datasets)}
-    for env, env_settings in suite.per_env.items():
-        if env not in task_names and env not in list_envs():
-            raise UnknownNameError(f"env in per_env of suite {suite.name}", env, list_envs())
-        env_algos = env_settings.get("algos", algos)
-        if not isinstance(env_algos, list) or not env_algos:
-            raise ConfigError(f"suite {suite.name}: per_env {env}.algos must be a non-empty "
-                              f"list of algorithms, got {quote(env_algos)}")
-        for algo in env_algos:
-            if algo not in known_algos:
-                raise UnknownNameError(f"algorithm in per_env {env}.algos of suite "
-                                       f"{suite.name}", algo, known_algos)
-    runs = []
-    sources: dict[tuple[str, str], dict[str, str]] = {}
+    _check_suite(suite, algos, task_names)
     kinds = _kinds(algos)
+    tasks = {"online": [_Task(env, env) for env in envs],
+             "offline": [_Task(source, p.env, p) for source, p in planned.items()]}
+    runs: list[RunConfig] = []
+    sources: dict[tuple[str, str], dict[str, str]] = {}
     for algo in algos:
-        tasks = envs if kinds[algo] == "online" else datasets
-        for task in tasks:
-            dataset = planned.get(task) if kinds[algo] == "offline" else None
-            env = dataset.env if dataset else task
-            per_env = dict(suite.per_env.get(task, suite.per_env.get(
-                dataset.label if dataset else task, {})))
+        for task in tasks[kinds[algo]]:
+            per_env = task.per_env(suite)
             if algo not in per_env.pop("algos", algos):
                 continue  # the suite does not run this algorithm on this env
-            _check_action_space(algo, env, action_spaces[env], known_algos)
+            _check_action_space(algo, task.env, action_spaces[task.env], known_algos)
             env_algo_params = per_env.pop(algo, {})
             if not isinstance(env_algo_params, dict):
-                raise ConfigError(f"suite {suite.name}: per_env {task}.{algo} must be a mapping "
-                                  f"of hyperparameters, got {quote(env_algo_params)}")
+                raise ConfigError(f"suite {suite.name}: per_env {task.name}.{algo} must be a "
+                                  f"mapping of hyperparameters, got {quote(env_algo_params)}")
             for other in list(per_env):
                 if other in known_algos:
                     per_env.pop(other)
                 elif other not in SUITE_SETTINGS:
-                    raise UnknownNameError(f"per_env key for {task}", other,
+                    raise UnknownNameError(f"per_env key for {task.name}", other,
                                            [*SUITE_SETTINGS, *known_algos])
             settings = {**base, **per_env, **overrides.settings}
-            family = env_family(env)
-            defaults_key = dataset.label if dataset else env
+            family = env_family(task.env)
             resolved = resolve_with_sources(algo, family, [
                 (f"suite {suite.name} per_algo", suite.per_algo.get(algo, {})),
                 (f"suite {suite.name} per_env", env_algo_params),
-                ("command line", overrides.algo_params.get(algo, {}))], env=defaults_key)
+                ("command line", overrides.algo_params.get(algo, {}))], env=task.label)
             params = {key: value for key, (value, _) in resolved.items()}
-            sources[(algo, dataset.label if dataset else env)] = {
-                key: source for key, (_, source) in resolved.items()}
-            note = missing_defaults(algo, family, defaults_key)
+            sources[(algo, task.label)] = {key: source for key, (_, source) in resolved.items()}
+            note = missing_defaults(algo, family, task.label)
             if note and note not in notes:
                 notes.append(note)
-            options = _artifact_options(settings, algo, params)
-            if dataset:
+            artifacts = _artifact_options(settings, algo, params)
+            if task.dataset:
                 _check_offline_settings(algo, settings, overrides,
                                         grid_has_online="online" in kinds.values())
-                budget = {"frames": 0, "steps": _positive_int(settings, "steps"),
-                          "dataset": dataset.source, "dataset_label": dataset.label,
-                          "dataset_sha256": dataset.sha256, "dataset_refs": dataset.refs}
-            else:
-                budget = {"frames": _positive_int(settings, "frames")}
+            budget = task.budget(settings)
             seeds = _positive_int(settings, "seeds")
             if len(runs) + seeds > MAX_RUNS:
                 raise ConfigError(f"the grid has more than {MAX_RUNS:,} runs ({len(algos)} "
@@ -642,7 +666,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                 runs.append(RunConfig(
                     suite=suite.name,
                     algo=algo,
-                    env=env,
+                    env=task.env,
                     env_family=family,
                     seed_index=seed_index,
                     base_seed=_positive_int(settings, "base_seed", minimum=0),
@@ -654,7 +678,7 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
                     code=code_fingerprint(algo),
                     recipe=recipe_sources()[algo].location,
                     **budget,
-                    **options,
+                    **artifacts,
                 ))
     to_make = sorted({p.family for p in planned.values() if p.family is not None},
                      key=lambda f: f.env)
@@ -663,41 +687,20 @@ def resolve_sweep(args: Sequence[str]) -> SweepConfig:
     eval_envs = {name: p.env for p in planned.values() for name in (p.source, p.label)}
     _check_unused_hyperparameters(suite, overrides, list(action_spaces), runs, eval_envs)
     if not runs:
-        tasks = [f"envs {', '.join(envs)}"] if envs else []
-        tasks += [f"datasets {', '.join(datasets)}"] if datasets else []
+        named = [f"envs {', '.join(envs)}"] if envs else []
+        named += [f"datasets {', '.join(datasets)}"] if datasets else []
         raise ConfigError(f"suite {suite.name} runs none of algos {', '.join(algos)} on "
-                          f"{' and '.join(tasks)}: its per_env algos lists say which "
+                          f"{' and '.join(named)}: its per_env algos lists say which "
                           f"algorithms each env takes")
-    dry_run, force_threads = sweep["dry_run"], sweep["force_threads"]
-    for key, value in (("dry_run", dry_run), ("force_threads", force_threads)):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key} must be true or false, got {quote(value)}")
-    launcher = sweep["launcher"]
-    if launcher not in LAUNCHERS:
-        raise UnknownNameError("launcher", str(launcher), LAUNCHERS)
-    address = sweep["ray.address"]
-    if address is not None and launcher != "ray":
-        raise ConfigError("ray.address is only used with launcher=ray")
-    jobs = _positive_int(sweep, "jobs")
-    checkpoint_every = _positive_int(sweep, "checkpoint_every")
-    if checkpoint_every != CHECKPOINT_EVERY:
-        runs = [replace(run, checkpoint_every=checkpoint_every) for run in runs]
-    checkpoint_store = sweep["checkpoint_store"]
-    if checkpoint_store not in CHECKPOINT_STORES:
-        raise UnknownNameError("checkpoint_store", str(checkpoint_store), CHECKPOINT_STORES)
-    if checkpoint_store == "auto" and launcher == "slurm":
-        checkpoint_store = "out_dir"  # Slurm's nodes share the out dir: no upload needed
-    if checkpoint_store != "auto":
-        runs = [replace(run, checkpoint_store=checkpoint_store) for run in runs]
-    reuse = sweep["reuse"]
-    if reuse is not None and reuse not in REUSE:
-        raise UnknownNameError("reuse", str(reuse), REUSE)
-    slurm = _slurm_settings(sweep, launcher, list(overrides.sweep))
-    if launcher != "local" and "jobs" in overrides.sweep:
-        raise ConfigError(f"jobs is for launcher=local; launcher={launcher} runs as many runs "
-                          "at once as its cluster has CPUs for")
-    return SweepConfig(suite=suite, out_dir=Path(str(sweep["out_dir"])), dry_run=dry_run,
-                       runs=runs, jobs=jobs, launcher=launcher, force_threads=force_threads,
-                       reuse_code=reuse == "code",
-                       ray_address=None if address is None else str(address), slurm=slurm,
-                       sources=sources, notes=notes, to_make=to_make)
+    if options.checkpoint_every != CHECKPOINT_EVERY:
+        runs = [replace(run, checkpoint_every=options.checkpoint_every) for run in runs]
+    if options.checkpoint_store != "auto":
+        runs = [replace(run, checkpoint_store=options.checkpoint_store) for run in runs]
+    sweep = SweepConfig(suite=suite, out_dir=options.out_dir, dry_run=options.dry_run,
+                        runs=runs, jobs=options.jobs, launcher=options.launcher,
+                        force_threads=options.force_threads, reuse_code=options.reuse_code,
+                        ray_address=options.ray_address, slurm=options.slurm,
+                        sources=sources, notes=notes, to_make=to_make)
+    if check_here and sweep.launcher == "local":  # Ray and Slurm workers have their own
+        check_devices_here(sweep)
+    return sweep

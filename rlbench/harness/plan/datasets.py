@@ -15,12 +15,10 @@ from pathlib import Path
 from rlbench.data.offline import d4rl_path, load_dataset, minari_root
 from rlbench.envs.registry import gym_name
 from rlbench.errors import ConfigError, one_line, quote
+from rlbench.harness.plan.command_keys import QUALITIES
 
-__all__ = ["MADE_ON_FIRST_USE", "QUALITIES", "MadeFamily", "PlannedDataset", "dataset_label",
+__all__ = ["MADE_ON_FIRST_USE", "MadeFamily", "PlannedDataset", "dataset_label",
            "env_stem", "own_family", "plan_dataset"]
-
-# The qualities of a dataset family rlbench makes, in D4RL's names.
-QUALITIES = ("random", "medium", "expert", "medium-replay", "medium-expert")
 
 
 def env_stem(env_id: str) -> str:

@@ -10,17 +10,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rlbench.errors import ConfigError, UnknownNameError, quote
+from rlbench.errors import ConfigError, quote
+from rlbench.harness.plan.command_keys import EVAL_TABLE
 from rlbench.harness.plan.config import check_device_here
-from rlbench.harness.plan.words import int_word, split_words
 from rlbench.harness.policy.load import Policy, load_policy, play
 from rlbench.harness.policy.video import check_video_path, record_video
 
 __all__ = ["EVAL_KEYS", "EvalRequest", "parse_eval", "run_eval"]
 
-EVAL_KEYS = ("run", "env", "recipe", "snapshot", "episodes", "seed", "video", "device",
-             "out_dir")
-MAX_EPISODES = 10_000
+EVAL_KEYS = EVAL_TABLE.names
+MAX_EPISODES = int(EVAL_TABLE.key("episodes").high)  # each episode is an env of its own
 
 
 @dataclass(frozen=True)
@@ -38,34 +37,14 @@ class EvalRequest:
 
 def parse_eval(args: Sequence[str]) -> EvalRequest:
     """The request of ``rlbench eval`` words; bad words are ``ConfigError``s."""
-    values = dict(split_words(args, {}))
-    for key in values:
-        if key not in EVAL_KEYS:
-            raise UnknownNameError("eval key", key, EVAL_KEYS)
-    if not values.get("run"):
-        raise ConfigError("rlbench eval needs run=<MLflow run id or run directory>")
-    env = values.get("env")
-    if env == "":
-        raise ConfigError("env= needs the run's env id")
-    episodes = values.get("episodes")
-    seed = values.get("seed")
-    video = values.get("video")
-    device = values.get("device", "cpu")
-    check_device_here(device)
-    if video:
-        check_video_path(Path(video))
-    snapshot = values.get("snapshot")
-    return EvalRequest(
-        run=values["run"],
-        env=env,
-        recipe=values.get("recipe") or None,
-        snapshot=None if snapshot is None else int_word("snapshot", snapshot, 0, 10**12),
-        episodes=None if episodes is None else int_word("episodes", episodes, 1, MAX_EPISODES),
-        seed=None if seed is None else int_word("seed", seed, 0, 2**31 - 1),
-        video=Path(video) if video else None,
-        device=device,
-        out_dir=values.get("out_dir"),
-    )
+    words = EVAL_TABLE.parse(args)
+    check_device_here(words["device"])
+    if words["video"] is not None:
+        check_video_path(words["video"])
+    return EvalRequest(run=words["run"], env=words["env"], recipe=words["recipe"],
+                       snapshot=words["snapshot"], episodes=words["episodes"],
+                       seed=words["seed"], video=words["video"], device=words["device"],
+                       out_dir=words["out_dir"])
 
 
 def run_eval(args: Sequence[str], console: Console) -> int:

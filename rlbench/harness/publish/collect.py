@@ -21,23 +21,11 @@ from rlbench.harness.analysis.comparison import (
     records_of,
     select_runs,
 )
+from rlbench.harness.plan.command_keys import Filters
 from rlbench.harness.store.results import RUN_COLUMNS
 from rlbench.harness.store.tracking import all_experiments
 
-__all__ = ["Filters", "SuiteData", "collect", "suites_in"]
-
-
-@dataclass
-class Filters:
-    """The run filters of ``rlbench compare``; empty ones match every run."""
-
-    algos: list[str] = field(default_factory=list)
-    envs: list[str] = field(default_factory=list)
-    frames: int | None = None
-    steps: int | None = None
-    tags: dict[str, str] = field(default_factory=dict)
-    params: dict[str, str] = field(default_factory=dict)
-    config: str | None = None
+__all__ = ["SuiteData", "collect", "suites_in"]
 
 
 @dataclass
@@ -69,9 +57,7 @@ def collect(stores: Mapping[str, MlflowClient], suite: str, filters: Filters,
     for name, client in stores.items():
         if suite not in suites_in(client):
             continue
-        runs = select_runs(client, suite, algos=filters.algos, envs=filters.envs,
-                           frames=filters.frames, steps=filters.steps, tags=filters.tags,
-                           params=filters.params, config=filters.config)
+        runs = select_runs(client, suite, **filters.selection())
         repeated = runs.run_id.isin(seen)
         if repeated.any():
             notes.append(f"{int(repeated.sum())} runs of {name} were already read from "

@@ -11,7 +11,6 @@ may be new, empty, or a site published before (it is replaced); anything else is
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 import tempfile
@@ -22,26 +21,23 @@ from pathlib import Path
 from rich.console import Console
 
 from rlbench.envs import validate_env_id
-from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
+from rlbench.errors import ConfigError, near_matches, quote
 from rlbench.harness.analysis.baselines import default_baseline_dir
-from rlbench.harness.plan.words import int_word, split_words
-from rlbench.harness.publish.collect import Filters, SuiteData, collect, suites_in
+from rlbench.harness.plan.command_keys import PUBLISH_TABLE, Filters
+from rlbench.harness.publish.collect import SuiteData, collect, suites_in
 from rlbench.harness.publish.pages import site_files
 from rlbench.harness.publish.stores import Store, open_stores
 from rlbench.harness.store.sqlite import check_out_dir, sqlite_path
 
 __all__ = ["PublishRequest", "parse_publish_args", "publish", "run_publish"]
 
-KEYS = ("output", "suite", "algos", "envs", "frames", "steps", "tag.<name>", "param.<name>",
-        "config", "out_dir", "tracking_uri", "baselines", "seed", "reps")
-ALIASES = {"algo": "algos", "env": "envs", "suites": "suite"}
+KEYS = PUBLISH_TABLE.names
 MARKER = ".rlbench-site"  # in every site's top directory: what may be replaced
-MAX_REPS = 100_000
 
 
 @dataclass
 class PublishRequest:
-    output: Path | None = None
+    output: Path
     suites: list[str] = field(default_factory=list)  # empty: every suite of the stores
     filters: Filters = field(default_factory=Filters)
     out_dirs: list[Path] = field(default_factory=list)
@@ -51,46 +47,15 @@ class PublishRequest:
     reps: int = 2000
 
 
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
-
-
 def parse_publish_args(args: Sequence[str]) -> PublishRequest:
     """``key=value`` words to a request; unknown keys raise with near matches."""
-    request = PublishRequest()
-    filters = request.filters
-    for key, text in split_words(args, ALIASES):
-        if key.startswith("tag.") and len(key) > 4:
-            filters.tags[key[4:]] = text
-        elif key.startswith("param.") and len(key) > 6:
-            filters.params[key[6:]] = text
-        elif key == "config":
-            if not re.fullmatch(r"#?[0-9a-f]{1,8}", text):
-                raise ConfigError(f"config must be a prefix of a config key (hex), got "
-                                  f"{quote(text)}")
-            filters.config = text
-        elif key in ("algos", "envs"):
-            setattr(filters, key, _names(text))
-        elif key in ("frames", "steps"):
-            setattr(filters, key, int_word(key, text, 1, 10**12))
-        elif key == "seed":
-            request.seed = int_word(key, text, 0, 2**63 - 1)
-        elif key == "reps":
-            request.reps = int_word(key, text, 1, MAX_REPS)
-        elif key == "suite":
-            request.suites = [Path(n).stem if n.endswith((".yaml", ".yml")) else n
-                              for n in _names(text)]
-        elif key == "out_dir":
-            request.out_dirs = [Path(n) for n in _names(text)]
-        elif key == "tracking_uri":
-            request.tracking_uris = _names(text)
-        elif key in ("output", "baselines"):
-            setattr(request, key, Path(text))
-        else:
-            raise UnknownNameError("publish key", key, [*KEYS, *ALIASES])
-    if request.output is None:
-        raise ConfigError("publish needs output=<directory>: where the site goes")
-    for env in filters.envs:
+    words = PUBLISH_TABLE.parse(args)
+    request = PublishRequest(
+        output=words["output"], suites=words["suite"] or [], filters=Filters.of(words),
+        out_dirs=words["out_dir"] or [], tracking_uris=words["tracking_uri"] or [],
+        baselines=words["baselines"] or default_baseline_dir(), seed=words["seed"],
+        reps=words["reps"])
+    for env in request.filters.envs:
         validate_env_id(env)
     if not (request.baselines / "normalization.csv").is_file():
         raise ConfigError(f"baselines={request.baselines}: no normalization.csv there")

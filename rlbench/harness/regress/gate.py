@@ -23,14 +23,13 @@ from rich.console import Console
 from rich.text import Text
 
 from rlbench.errors import ConfigError, UnknownNameError, quote
+from rlbench.harness.plan.command_keys import REGRESS_TABLE
 from rlbench.harness.plan.config import (
     RunConfig,
     SweepConfig,
-    check_devices_here,
     resolve_sweep,
     valid_keys,
 )
-from rlbench.harness.plan.words import int_word, split_words
 from rlbench.harness.regress.reference import (
     CODE_TAGS,
     ENV_LIBRARIES,
@@ -50,8 +49,8 @@ from rlbench.untrusted_files import path_is
 
 __all__ = ["GATE_KEYS", "GateRequest", "parse_gate_args", "run_regress"]
 
-GATE_KEYS = ("reference", "run", "update", "alpha", "report", "bootstrap_seed")
-DEFAULT_OUT_DIR = "rlbench_regress"
+GATE_KEYS = REGRESS_TABLE.names
+DEFAULT_OUT_DIR = REGRESS_TABLE.key("out_dir").default
 
 
 @dataclass
@@ -65,47 +64,21 @@ class GateRequest:
     sweep_words: list[str] = field(default_factory=list)
 
 
-def _bool(key: str, text: str) -> bool:
-    if text.lower() not in ("true", "false"):
-        raise ConfigError(f"{key} must be true or false, got {quote(text)}")
-    return text.lower() == "true"
-
-
 def parse_gate_args(args: Sequence[str]) -> GateRequest:
     """The gate's own words; every other word is ``rlbench run``'s and is checked there."""
-    own: dict[str, str] = {}
-    sweep_words = []
-    for word, (key, text) in zip(args, split_words(args, {}), strict=True):
-        if key in GATE_KEYS:
-            own[key] = text
-        else:
-            sweep_words.append(word)
-    if "reference" not in own or not own["reference"]:
-        raise ConfigError("rlbench regress needs reference=<file>: the stored reference "
-                          "(results/reference/regress.json for suite=regress)")
-    if not any(word.startswith("out_dir=") for word in sweep_words):
-        sweep_words.append(f"out_dir={DEFAULT_OUT_DIR}")
-    if not any(word.startswith("suite=") for word in sweep_words):
-        raise ConfigError("rlbench regress needs suite=<gate suite> (regress, "
-                          "regress_nightly or a suite file with a gate: section)")
-    reference = Path(own["reference"])
-    update = _bool("update", own.get("update", "false"))
-    if update:  # where the reference will be written must take it, before anything runs
+    words = REGRESS_TABLE.parse(args, rest=True)
+    reference = words["reference"]
+    if words["update"]:  # where the reference will be written must take it, before anything runs
         if path_is(reference, "dir"):
             raise ConfigError(f"reference={reference} is a directory: name the file to write")
         check_out_dir(reference.parent, "reference's directory")
-    if own.get("report"):
-        check_out_dir(Path(own["report"]), "report")
+    if words["report"] is not None:
+        check_out_dir(words["report"], "report")
     return GateRequest(
-        reference=reference,
-        run=_bool("run", own.get("run", "true")),
-        update=update,
-        alpha=check_alpha(own["alpha"], "alpha") if "alpha" in own else None,
-        report=Path(own["report"]) if own.get("report") else None,
-        bootstrap_seed=int_word("bootstrap_seed", own.get("bootstrap_seed", "0"), 0,
-                                2**32 - 1),
-        sweep_words=sweep_words,
-    )
+        reference=reference, run=words["run"], update=words["update"],
+        alpha=None if words["alpha"] is None else check_alpha(words["alpha"], "alpha"),
+        report=words["report"], bootstrap_seed=words["bootstrap_seed"],
+        sweep_words=[f"suite={words['suite']}", f"out_dir={words['out_dir']}", *words.rest])
 
 
 def _tasks(runs: Sequence[RunConfig]) -> dict[tuple[str, str, int], list[RunConfig]]:
@@ -191,7 +164,7 @@ def _resolve(request: GateRequest) -> SweepConfig:
     """The gate's grid, as ``rlbench run`` resolves it; an unknown key is named with the
     gate's keys among the suggestions."""
     try:
-        return resolve_sweep(request.sweep_words)
+        return resolve_sweep(request.sweep_words, check_here=request.run)
     except UnknownNameError as err:
         if err.kind != "override key":
             raise
@@ -342,8 +315,6 @@ def run_regress(args: Sequence[str], console: Console) -> int:
     here = environment_tags("cpu") if sweep.launcher == "local" else None
     _check_plan(request, sweep, reference, here)
     if request.run:
-        if sweep.launcher == "local":
-            check_devices_here(sweep)
         _refuse_reuse(sweep)
         sweep = _make_datasets(request, sweep, console)
         _refuse_reuse(sweep)  # offline runs have their identities once their data is made

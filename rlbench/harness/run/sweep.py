@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from rlbench.errors import ConfigError
-from rlbench.harness.plan.config import SweepConfig, check_devices_here
+from rlbench.harness.plan.config import SweepConfig
 from rlbench.harness.render import TextTable, counted, render, to_rich
 from rlbench.harness.run.launchers import run_local_pool, run_sequential
 from rlbench.harness.run.locks import SweepLock, planning
@@ -102,8 +102,6 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
         check_store_shared(uri)
     elif sweep.launcher == "slurm":
         check_slurm(sweep.slurm, uri)
-    else:
-        check_devices_here(sweep)
     check_reachable(uri)
     with _sigterm_interrupts():
         tracker = Tracker(sweep.out_dir)

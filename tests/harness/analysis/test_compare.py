@@ -333,7 +333,7 @@ def test_cli_writes_every_format_and_plot(store: Path, baselines: Path, tmp_path
     (["env=CartPole-v9"], "CartPole-v9"),
     (["fromat=csv"], "unknown compare key 'fromat'; did you mean format?"),
     (["format=pdf"], "unknown format 'pdf'"),
-    (["reps=0"], "reps must be an integer >= 1"),
+    (["reps=0"], "reps must be between 1 and 100,000, got 0"),
     (["env=Pendulum-v1"], "suite unit has no runs matching env=Pendulum-v1"),
     (["suite=path/to/unitt.yaml"], "the store has no runs of suite 'unitt'"),
 ])

@@ -29,7 +29,8 @@ from rlbench.data import load_dataset
 from rlbench.harness.datasets import atomic_install, families
 from rlbench.harness.datasets import make as dataset_make
 from rlbench.harness.datasets.atomic_install import STAGING
-from rlbench.harness.plan.datasets import QUALITIES, MadeFamily
+from rlbench.harness.plan.command_keys import QUALITIES
+from rlbench.harness.plan.datasets import MadeFamily
 
 D4RL = Path("d4rl") / "rlbench_pendulum_random-v0.hdf5"
 MINARI = Path("minari") / "rlbench" / "pendulum" / "random-v0"

@@ -172,7 +172,7 @@ def test_compare_checks_output_and_reps_before_any_work(tmp_path: Path, capsys) 
     assert "output" in line and "is not a directory" in line
     assert capsys.readouterr().out == ""  # no table printed before the refusal
     assert report.read_text() == "mine"
-    assert "reps=1e12 is beyond" in _refused(capsys, "compare", "suite=tiny",
+    assert "reps must be between 1 and 100,000" in _refused(capsys, "compare", "suite=tiny",
                                              f"out_dir={out}", "reps=1e12")
 
 

@@ -210,7 +210,7 @@ def test_act_gives_a_discrete_env_an_action_its_space_holds(tmp_path: Path) -> N
     (["run=RUN", "episodes=many"], "episodes must be an integer, got 'many'"),
     (["run=RUN", "video=clip.avi"], "the file must end in .mp4 or .gif"),
     (["run=RUN", "video=nowhere/clip.mp4"], "its directory nowhere does not exist"),
-    (["run=RUN", "env="], "env= needs the run's env id"),
+    (["run=RUN", "env="], "env needs a value: env=..."),
     (["run=RUN", "env=CartPole-v1"], "but RUN was trained on Pendulum-v1: env= vouches for "
                                      "the run's env, it picks no other"),
     (["run=RUN", "device=gpu"], "device must be cpu, cuda, cuda:N or mps"),

@@ -94,7 +94,7 @@ def test_the_command_writes_its_reports_and_exits_1_when_slower(tmp_path: Path) 
      "two benchmarks are named"),
     (json.dumps(_run({n: t for n, t in REFERENCE.items() if n != "test_gae"})), [],
      "lacks benchmark(s) of the reference: test_gae"),
-    (json.dumps(_run(REFERENCE)), ["threshold=2"], "threshold must be a fraction"),
+    (json.dumps(_run(REFERENCE)), ["threshold=2"], "threshold must be a number in (0, 1)"),
     (json.dumps(_run(REFERENCE)), ["statistic=mean"], "unknown statistic 'mean'"),
     (json.dumps(_run(REFERENCE)), ["treshold=0.1"], "did you mean threshold"),
     (json.dumps(_run(REFERENCE)), ["report=/dev/null"], "report /dev/null is not a directory"),
@@ -213,9 +213,9 @@ def test_empty_run_lists_and_missing_references_are_bad_input(tmp_path: Path,
                                                               capsys) -> None:
     candidate = _write(tmp_path / "candidate.json", REFERENCE)
     for words, message in (([f"candidate={candidate}", "reference=,"],
-                            "reference=, names no file"),
+                            "reference= names no file"),
                            (["candidate=,", f"reference={candidate}"],
-                            "candidate=, names no file"),
+                            "candidate= names no file"),
                            ([f"candidate={candidate}", f"reference={tmp_path / 'nosuch'}"],
                             "missing or not a regular file")):
         assert main(["regress", "bench", *words]) == 2

@@ -1,0 +1,74 @@
+"""One parser reads every command's words against the command's table of keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.harness.plan.keys import Key, KeyTable
+
+TABLE = KeyTable("demo", (
+    Key("suite", "the suite", default="smoke"),
+    Key("algos", "algorithms", aliases=("algo",), many=True),
+    Key("quality", "qualities", kind="choice", many=True, choices=("random", "expert")),
+    Key("steps", "a budget", kind="int", low=1, high=1000, required=True),
+    Key("threshold", "a fraction", kind="float", default=0.15, low=0, high=1),
+    Key("update", "a switch", kind="bool", default=False),
+    Key("out", "a directory", kind="path"),
+    Key("tag", "a tag", family=True),
+))
+
+
+def test_values_defaults_aliases_families_and_lists() -> None:
+    words = TABLE.parse(["algo=ppo, sac", "quality=expert,random,expert", "steps=1e2",
+                         "threshold=0.5", "update=TRUE", "out=a/b", "tag.git=abc",
+                         "tag.host=h"])
+    assert words.values == {"suite": "smoke", "algos": ["ppo", "sac"],
+                            "quality": ["expert", "random"], "steps": 100, "threshold": 0.5,
+                            "update": True, "out": Path("a/b"),
+                            "tag": {"git": "abc", "host": "h"}}
+    assert words.given == {"algos", "quality", "steps", "threshold", "update", "out"}
+
+
+@pytest.mark.parametrize(("words", "message"), [
+    (["suite=x"], "rlbench demo needs steps=...: a budget"),
+    (["steps=0"], "steps must be between 1 and 1,000, got 0"),
+    (["steps=2", "steps=3"], "steps is given twice"),
+    (["steps=2", "algo=a", "algos=b"], "algos is given twice (algo=... and algos=...)"),
+    (["steps=2", "threshold=1"], "threshold must be a number in (0, 1), got '1'"),
+    (["steps=2", "threshold=nan"], "threshold must be a number in (0, 1)"),
+    (["steps=2", "update=yes"], "update must be true or false, got 'yes'"),
+    (["steps=2", "suite="], "suite needs a value: suite=..."),
+    (["steps=2", "quality=,"], "quality needs at least one of random, expert"),
+    (["steps"], "expected key=value, got 'steps'"),
+])
+def test_bad_words_are_named(words: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        TABLE.parse(words)
+    assert message in str(err.value)
+
+
+def test_an_unknown_key_or_choice_is_named_with_its_near_matches() -> None:
+    with pytest.raises(UnknownNameError, match=r"unknown demo key .step..*steps"):
+        TABLE.parse(["step=3"])
+    with pytest.raises(UnknownNameError, match=r"unknown quality .exprt..*expert"):
+        TABLE.parse(["steps=3", "quality=exprt"])
+    rest = TABLE.parse(["steps=3", "seeds=2", "ppo.lr=1"], rest=True).rest
+    assert rest == ["seeds=2", "ppo.lr=1"]  # another table's words, in order
+
+
+def test_help_says_each_keys_kind_default_and_range() -> None:
+    text = TABLE.help_text()
+    assert text.startswith("keys: suite: the suite (default smoke)\n")
+    assert "      algos, algo: algorithms (a comma list)\n" in text
+    assert "      steps: a budget (at most 1,000; required)\n" in text
+    assert "      tag.<name>: a tag\n" in text
+    assert "| `quality` |  | random/expert, comma list |" not in TABLE.markdown()
+    assert "| `quality` |  | random|expert, comma list |" in TABLE.markdown()
+
+
+def test_a_table_refuses_a_name_declared_twice() -> None:
+    with pytest.raises(ValueError, match="declared twice"):
+        KeyTable("demo", (Key("a", "x"), Key("b", "y", aliases=("a",))))
