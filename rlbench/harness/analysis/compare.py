@@ -1,8 +1,5 @@
-"""The ``rlbench compare`` command: parse its words, read the store, format and write a report.
-
-    rlbench compare suite=mujoco [algo=ppo,sac] [env=Hopper-v5] [frames=1000000] [steps=20000]
-        [tag.git_commit=abc123] [format=table|markdown|csv|json|latex|html] [output=DIR]
-        [out_dir=rlbench_runs] [baselines=results/baselines] [seed=0] [reps=2000]
+"""The ``rlbench compare`` command: read its words (``COMPARE_TABLE``), read the store,
+format and write a report.
 
 ``output=DIR`` writes every format and the plots (PNG and SVG) there: ``compare.md``,
 ``.tex``, ``.html`` (tables), ``compare.csv`` (one row per group, plain numbers),

@@ -1,8 +1,5 @@
-"""The ``rlbench publish`` command: read the stores, render the site, put it in place whole.
-
-    rlbench publish output=DIR [suite=a,b] [algo=...] [env=...] [frames=N] [steps=N]
-        [tag.<name>=v] [param.<name>=v] [config=<key prefix>] [out_dir=a,b]
-        [tracking_uri=uri,...] [baselines=DIR] [seed=0] [reps=2000]
+"""The ``rlbench publish`` command: read its words (``PUBLISH_TABLE``) and the stores,
+render the site, put it in place whole.
 
 The site is first written to a fresh directory beside ``output`` and then renamed into
 place, so a failure leaves the earlier site (or nothing), never half a site. ``output``
