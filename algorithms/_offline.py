@@ -9,8 +9,8 @@ mean return of ``spec.eval_episodes`` deterministic episodes in the dataset's ev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -146,13 +146,12 @@ OWN_HOPPER = {f"rlbench/hopper/{quality}-v0": f"hopper-{quality}-v2"
               for quality in ("medium", "medium-replay", "medium-expert")}
 
 
-def corl_dataset_defaults(settings: dict[str, tuple], fields: tuple[str, ...]
-                          ) -> dict[str, dict]:
-    """A recipe's ``ENV_DEFAULTS`` from CORL's per-D4RL-dataset ``settings`` (values in the
-    order of ``fields``). The Hopper-v5 datasets rlbench makes take the settings of the D4RL
-    dataset of the same quality: a guess (their data differs from D4RL's; nobody tuned for
-    them)."""
-    defaults = {name: dict(zip(fields, values, strict=True)) for name, values in settings.items()}
+def corl_dataset_defaults(settings: Mapping[str, Any]) -> dict[str, dict]:
+    """A recipe's ``ENV_DEFAULTS`` from CORL's per-D4RL-dataset ``settings``: each a
+    dataclass instance whose fields are named as the recipe's ``Config`` fields. The
+    Hopper-v5 datasets rlbench makes take the settings of the D4RL dataset of the same
+    quality: a guess (their data differs from D4RL's; nobody tuned for them)."""
+    defaults = {name: asdict(values) for name, values in settings.items()}
     defaults.update({own: defaults[d4rl] for own, d4rl in OWN_HOPPER.items() if d4rl in defaults})
     return defaults
 
@@ -169,25 +168,3 @@ def corl_sources(algo: str, defaults: dict[str, dict]) -> dict[str, str]:
     sources.update({own: f"{config_file(d4rl)}, {d4rl}'s for rlbench's own dataset"
                     for own, d4rl in OWN_HOPPER.items() if own in defaults})
     return sources
-
-
-def scaled_target_entropy(low: torch.Tensor, high: torch.Tensor) -> float:
-    """CORL's SAC-family target entropy, ``-action_dim`` on actions scaled to [-1, 1], in
-    the env's action units (the units of rlbench's tanh-Gaussian log-prob):
-    ``-action_dim + sum(log half_range)``."""
-    half_range = (high - low).double() / 2
-    return -float(half_range.numel()) + float(half_range.log().sum())
-
-
-class BoundedMean(nn.Module):
-    """``center + half_range * tanh(net(x))``: a Gaussian policy's mean inside the action
-    bounds (CORL's IQL ``GaussianPolicy``)."""
-
-    def __init__(self, net: nn.Module, low: torch.Tensor, high: torch.Tensor) -> None:
-        super().__init__()
-        self.net = net
-        self.register_buffer("center", (high + low) / 2)
-        self.register_buffer("half_range", (high - low) / 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.center + self.half_range * torch.tanh(self.net(x))

@@ -30,7 +30,6 @@ from rlbench.algorithms._offline import (
     corl_sources,
     open_dataset,
     return_range_scale,
-    scaled_target_entropy,
     state_normalization,
 )
 from rlbench.collectors import evaluate
@@ -43,7 +42,13 @@ from rlbench.modules import (
     StateDependentNormalParams,
     TanhNormal,
 )
-from rlbench.objectives import CQLLoss, SoftUpdate, backward_and_step, make_target
+from rlbench.objectives import (
+    CQLLoss,
+    SoftUpdate,
+    backward_and_step,
+    make_target,
+    scaled_target_entropy,
+)
 from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp, onednn_hp
 
 KIND = "offline"
@@ -92,16 +97,23 @@ FAMILY_DEFAULTS: dict[str, dict] = {
 }
 
 
-# normalize_reward: CORL's configs/offline/cql/<env>/<dataset>_v2.yaml, each file named by
-# ``ENV_SOURCES`` (true in hopper/medium_v2.yaml alone; reward_scale 1, reward_bias 0 in all)
+@dataclass(frozen=True)
+class CORLSettings:
+    """What CORL's ``configs/offline/cql/<env>/<dataset>_v2.yaml`` sets per dataset
+    (reward_scale 1 and reward_bias 0 in every file)."""
+
+    normalize_reward: bool
+
+
+# each file named by ``ENV_SOURCES``: rewards are normalised in hopper/medium_v2.yaml alone
 _CORL_CONFIGS = {
-    **{f"{env}-{quality}-v2": (False,)
+    **{f"{env}-{quality}-v2": CORLSettings(normalize_reward=False)
        for env in ("hopper", "halfcheetah", "walker2d")
        for quality in ("medium", "medium-replay", "medium-expert", "expert", "random",
                        "full-replay")},
-    "hopper-medium-v2": (True,),
+    "hopper-medium-v2": CORLSettings(normalize_reward=True),
 }
-ENV_DEFAULTS = corl_dataset_defaults(_CORL_CONFIGS, ("normalize_reward",))
+ENV_DEFAULTS = corl_dataset_defaults(_CORL_CONFIGS)
 ENV_SOURCES = corl_sources("cql", ENV_DEFAULTS)
 
 

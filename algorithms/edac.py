@@ -35,7 +35,6 @@ from rlbench.algorithms._offline import (
     corl_dataset_defaults,
     corl_sources,
     open_dataset,
-    scaled_target_entropy,
     state_normalization,
 )
 from rlbench.collectors import evaluate
@@ -49,7 +48,13 @@ from rlbench.modules import (
     TanhNormal,
     init_like_edac,
 )
-from rlbench.objectives import EDACLoss, SoftUpdate, backward_and_step, make_target
+from rlbench.objectives import (
+    EDACLoss,
+    SoftUpdate,
+    backward_and_step,
+    make_target,
+    scaled_target_entropy,
+)
 from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp
 
 KIND = "offline"
@@ -86,18 +91,26 @@ FAMILY_DEFAULTS: dict[str, dict] = {
     "classic": {},
 }
 
-_CORL_ENSEMBLES = {  # (num_critics, eta), configs/offline/edac/<env>/*_v2.yaml
-    "hopper-medium-v2": (50, 1.0),
-    "hopper-medium-replay-v2": (50, 1.0),
-    "hopper-medium-expert-v2": (50, 1.0),
-    "halfcheetah-medium-v2": (10, 1.0),
-    "halfcheetah-medium-replay-v2": (10, 1.0),
-    "halfcheetah-medium-expert-v2": (10, 5.0),
-    "walker2d-medium-v2": (10, 1.0),
-    "walker2d-medium-replay-v2": (10, 1.0),
-    "walker2d-medium-expert-v2": (10, 5.0),
+@dataclass(frozen=True)
+class CORLEnsemble:
+    """What CORL's ``configs/offline/edac/<env>/<dataset>_v2.yaml`` sets per dataset."""
+
+    num_critics: int
+    eta: float
+
+
+_CORL_ENSEMBLES = {
+    "hopper-medium-v2": CORLEnsemble(num_critics=50, eta=1.0),
+    "hopper-medium-replay-v2": CORLEnsemble(num_critics=50, eta=1.0),
+    "hopper-medium-expert-v2": CORLEnsemble(num_critics=50, eta=1.0),
+    "halfcheetah-medium-v2": CORLEnsemble(num_critics=10, eta=1.0),
+    "halfcheetah-medium-replay-v2": CORLEnsemble(num_critics=10, eta=1.0),
+    "halfcheetah-medium-expert-v2": CORLEnsemble(num_critics=10, eta=5.0),
+    "walker2d-medium-v2": CORLEnsemble(num_critics=10, eta=1.0),
+    "walker2d-medium-replay-v2": CORLEnsemble(num_critics=10, eta=1.0),
+    "walker2d-medium-expert-v2": CORLEnsemble(num_critics=10, eta=5.0),
 }
-ENV_DEFAULTS = corl_dataset_defaults(_CORL_ENSEMBLES, ("num_critics", "eta"))
+ENV_DEFAULTS = corl_dataset_defaults(_CORL_ENSEMBLES)
 ENV_SOURCES = corl_sources("edac", ENV_DEFAULTS)
 
 

@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from rlbench.algorithms._offline import (
-    BoundedMean,
     adam,
     corl_dataset_defaults,
     corl_sources,
@@ -44,6 +43,7 @@ from rlbench.modules import (
     IndependentNormal,
     NormalParams,
     ProbabilisticActor,
+    TanhBounded,
 )
 from rlbench.objectives import IQLLoss, SoftUpdate, backward_and_step, make_target
 from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp, onednn_hp
@@ -86,20 +86,35 @@ FAMILY_DEFAULTS: dict[str, dict] = {
     "classic": {},  # rewards left as they are: Pendulum's episodes all last 200 steps
 }
 
-# (normalize_reward, deterministic_actor, tau, beta, expectile): CORL's
-# configs/offline/iql/<env>/<dataset>_v2.yaml (normalize_reward, iql_deterministic, tau,
-# beta, iql_tau), each file named by ``ENV_SOURCES``
+
+@dataclass(frozen=True)
+class CORLSettings:
+    """What CORL's ``configs/offline/iql/<env>/<dataset>_v2.yaml`` sets per dataset, under
+    this recipe's names (CORL's in the comments)."""
+
+    normalize_reward: bool
+    deterministic_actor: bool  # iql_deterministic
+    tau: float
+    beta: float
+    expectile: float  # iql_tau
+
+
+_CORL_SCRIPT = CORLSettings(normalize_reward=False, deterministic_actor=False, tau=0.005,
+                            beta=3.0, expectile=0.7)
+_CORL_HOPPER_MEDIUM = CORLSettings(normalize_reward=True, deterministic_actor=True,
+                                   tau=0.001, beta=3.0, expectile=0.7)
+# each file named by ``ENV_SOURCES``; every file not listed here holds the script's defaults
 _CORL_CONFIGS = {
-    **{f"{env}-{quality}-v2": (False, False, 0.005, 3.0, 0.7)
+    **{f"{env}-{quality}-v2": _CORL_SCRIPT
        for env in ("hopper", "halfcheetah", "walker2d")
        for quality in ("medium", "medium-replay", "medium-expert", "expert", "random",
                        "full-replay")},
-    "hopper-medium-v2": (True, True, 0.001, 3.0, 0.7),
-    "hopper-medium-replay-v2": (True, True, 0.001, 3.0, 0.7),
-    "hopper-medium-expert-v2": (False, False, 0.005, 6.0, 0.5),
+    "hopper-medium-v2": _CORL_HOPPER_MEDIUM,
+    "hopper-medium-replay-v2": _CORL_HOPPER_MEDIUM,
+    "hopper-medium-expert-v2": CORLSettings(normalize_reward=False, deterministic_actor=False,
+                                            tau=0.005, beta=6.0, expectile=0.5),
 }
-ENV_DEFAULTS = corl_dataset_defaults(
-    _CORL_CONFIGS, ("normalize_reward", "deterministic_actor", "tau", "beta", "expectile"))
+ENV_DEFAULTS = corl_dataset_defaults(_CORL_CONFIGS)
 ENV_SOURCES = corl_sources("iql", ENV_DEFAULTS)
 
 
@@ -114,11 +129,12 @@ def make_networks(env: EnvBase, cfg: Config
     action_dim = action_spec.shape[-1]
     net = MLP(obs_dim, action_dim, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False,
               onednn=cfg.onednn)
+    low, high = action_spec.low[0], action_spec.high[0]
     if cfg.deterministic_actor:  # CORL's DeterministicPolicy: a tanh MLP, no dropout
-        actor = DeterministicActor(net, action_spec.low[0], action_spec.high[0])
-    else:
-        mean = BoundedMean(net, action_spec.low[0], action_spec.high[0])
-        actor = ProbabilisticActor(NormalParams(mean, action_dim, 0.0), IndependentNormal)
+        actor = DeterministicActor(net, low, high)
+    else:  # CORL's GaussianPolicy: the same tanh MLP as the mean, a state-independent std
+        actor = ProbabilisticActor(NormalParams(TanhBounded(net, low, high), action_dim, 0.0),
+                                   IndependentNormal)
     critic = EnsembleMLP(obs_dim + action_dim, 1, cfg.num_critics, cfg.hidden_sizes,
                          onednn=cfg.onednn)
     value = MLP(obs_dim, 1, cfg.hidden_sizes, nn.ReLU, orthogonal_init=False,

@@ -82,18 +82,26 @@ FAMILY_DEFAULTS: dict[str, dict] = {
     "classic": {"actor_bc_coef": 0.001, "critic_bc_coef": 0.001},
 }
 
-_CORL_PENALTIES = {  # (actor_bc_coef, critic_bc_coef), configs/offline/rebrac/<env>/*_v2.yaml
-    "hopper-medium-v2": (0.01, 0.01),
-    "hopper-medium-replay-v2": (0.05, 0.5),
-    "hopper-medium-expert-v2": (0.1, 0.01),
-    "halfcheetah-medium-v2": (0.001, 0.01),
-    "halfcheetah-medium-replay-v2": (0.01, 0.001),
-    "halfcheetah-medium-expert-v2": (0.01, 0.1),
-    "walker2d-medium-v2": (0.05, 0.1),
-    "walker2d-medium-replay-v2": (0.05, 0.01),
-    "walker2d-medium-expert-v2": (0.01, 0.01),
+@dataclass(frozen=True)
+class CORLPenalties:
+    """What CORL's ``configs/offline/rebrac/<env>/<dataset>_v2.yaml`` sets per dataset."""
+
+    actor_bc_coef: float
+    critic_bc_coef: float
+
+
+_CORL_PENALTIES = {
+    "hopper-medium-v2": CORLPenalties(actor_bc_coef=0.01, critic_bc_coef=0.01),
+    "hopper-medium-replay-v2": CORLPenalties(actor_bc_coef=0.05, critic_bc_coef=0.5),
+    "hopper-medium-expert-v2": CORLPenalties(actor_bc_coef=0.1, critic_bc_coef=0.01),
+    "halfcheetah-medium-v2": CORLPenalties(actor_bc_coef=0.001, critic_bc_coef=0.01),
+    "halfcheetah-medium-replay-v2": CORLPenalties(actor_bc_coef=0.01, critic_bc_coef=0.001),
+    "halfcheetah-medium-expert-v2": CORLPenalties(actor_bc_coef=0.01, critic_bc_coef=0.1),
+    "walker2d-medium-v2": CORLPenalties(actor_bc_coef=0.05, critic_bc_coef=0.1),
+    "walker2d-medium-replay-v2": CORLPenalties(actor_bc_coef=0.05, critic_bc_coef=0.01),
+    "walker2d-medium-expert-v2": CORLPenalties(actor_bc_coef=0.01, critic_bc_coef=0.01),
 }
-ENV_DEFAULTS = corl_dataset_defaults(_CORL_PENALTIES, ("actor_bc_coef", "critic_bc_coef"))
+ENV_DEFAULTS = corl_dataset_defaults(_CORL_PENALTIES)
 ENV_SOURCES = corl_sources("rebrac", ENV_DEFAULTS)
 
 

@@ -35,7 +35,14 @@ from rlbench.modules import (
     TanhNormal,
 )
 from rlbench.modules import Categorical as CategoricalDist
-from rlbench.objectives import DiscreteSACLoss, SACLoss, SoftUpdate, backward_and_step, make_target
+from rlbench.objectives import (
+    DiscreteSACLoss,
+    SACLoss,
+    SoftUpdate,
+    backward_and_step,
+    make_target,
+    scaled_target_entropy,
+)
 from rlbench.recipe import RunLogger, RunLoop, RunSpec, check_ranges, hp, onednn_hp
 
 KIND = "online"
@@ -120,8 +127,7 @@ def target_entropy(action_spec: Bounded, cfg: Config) -> float:
     in the env's action units (the units of the policy's log-prob)."""
     if cfg.target_entropy is not None:
         return cfg.target_entropy
-    half_range = (action_spec.high[0] - action_spec.low[0]).double() / 2
-    return -float(action_spec.shape[-1]) + float(half_range.log().sum())
+    return scaled_target_entropy(action_spec.low[0], action_spec.high[0])
 
 
 def train(spec: RunSpec, logger: RunLogger) -> None:

@@ -6,6 +6,7 @@ from rlbench.modules.actors import (
     ProbabilisticActor,
     QValueActor,
     StateDependentNormalParams,
+    TanhBounded,
     ValueOperator,
 )
 from rlbench.modules.distributions import (
@@ -44,6 +45,7 @@ __all__ = [
     "ProbabilisticActor",
     "QValueActor",
     "StateDependentNormalParams",
+    "TanhBounded",
     "TanhNormal",
     "ValueOperator",
     "exploration_type",

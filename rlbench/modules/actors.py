@@ -17,6 +17,7 @@ __all__ = [
     "ProbabilisticActor",
     "QValueActor",
     "StateDependentNormalParams",
+    "TanhBounded",
     "ValueOperator",
 ]
 
@@ -130,11 +131,40 @@ class ValueOperator(nn.Module):
         return tensordict
 
 
-class DeterministicActor(nn.Module):
+class TanhBounded(nn.Module):
+    """``center + half_range * tanh(network(x))``: a network's output squashed into the box
+    ``[low, high]``, on tensors.
+
+    The action of ``DeterministicActor`` and the mean of a bounded Gaussian policy
+    (``NormalParams(TanhBounded(net, low, high), ...)``, CORL's IQL ``GaussianPolicy``).
+    """
+
+    def __init__(self, network: nn.Module, low: torch.Tensor, high: torch.Tensor):
+        super().__init__()
+        self.network = network
+        self.register_buffer("center", (high + low) / 2)
+        self.register_buffer("half_range", (high - low) / 2)
+        self._register_load_state_dict_pre_hook(_network_named_net)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.center + self.half_range * torch.tanh(self.network(x))
+
+
+def _network_named_net(state_dict: dict, prefix: str, *args: object) -> None:
+    """Weights that name the network ``net`` (IQL's Gaussian mean in rlbench 0.3's runs)
+    load as ``network``'s, so those runs' policies still play."""
+    old, new = f"{prefix}net.", f"{prefix}network."
+    if not any(key.startswith(new) for key in state_dict):
+        for key in [key for key in state_dict if key.startswith(old)]:
+            state_dict[new + key.removeprefix(old)] = state_dict.pop(key)
+
+
+class DeterministicActor(TanhBounded):
     """``action = low + (tanh(net(obs)) + 1) / 2 * (high - low)``: DDPG's and TD3's actor.
 
-    Reads ``in_key`` and writes ``action_key``; ``action(obs)`` is the same map on tensors,
-    for losses. Exploration noise is added by a wrapper (``AdditiveGaussian``, ...).
+    Reads ``in_key`` and writes ``action_key``; ``action(obs)`` is the same map on tensors
+    (``TanhBounded``'s), for losses. Exploration noise is added by a wrapper
+    (``AdditiveGaussian``, ...).
     """
 
     def __init__(
@@ -146,15 +176,13 @@ class DeterministicActor(nn.Module):
         in_key: NestedKey = "observation",
         action_key: NestedKey = "action",
     ):
-        super().__init__()
-        self.network = network
-        self.register_buffer("center", (high + low) / 2)
-        self.register_buffer("half_range", (high - low) / 2)
+        super().__init__(network, low, high)
         self.in_key, self.action_key = in_key, action_key
         self.in_keys, self.out_keys = [in_key], [action_key]
 
     def action(self, observation: torch.Tensor) -> torch.Tensor:
-        return self.center + self.half_range * torch.tanh(self.network(observation))
+        """The action at ``observation`` (a tensor)."""
+        return super().forward(observation)
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
         tensordict.set(self.action_key, self.action(tensordict[self.in_key]))

@@ -19,7 +19,7 @@ from rlbench.objectives.gradient_step import CompiledStep, EagerStep
 from rlbench.objectives.iql import IQLLoss
 from rlbench.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from rlbench.objectives.rebrac import ReBRACLoss
-from rlbench.objectives.sac import DiscreteSACLoss, SACLoss
+from rlbench.objectives.sac import DiscreteSACLoss, SACLoss, scaled_target_entropy
 from rlbench.objectives.targets import HardUpdate, SoftUpdate, make_target
 from rlbench.objectives.td3_bc import TD3BCLoss
 
@@ -50,5 +50,6 @@ __all__ = [
     "first_member",
     "frozen",
     "make_target",
+    "scaled_target_entropy",
     "total_loss",
 ]

@@ -18,7 +18,15 @@ from torch import nn
 from rlbench.modules.actors import ProbabilisticActor
 from rlbench.objectives.common import action_index, bootstrap_discount, frozen
 
-__all__ = ["DiscreteSACLoss", "SACLoss"]
+__all__ = ["DiscreteSACLoss", "SACLoss", "scaled_target_entropy"]
+
+
+def scaled_target_entropy(low: torch.Tensor, high: torch.Tensor) -> float:
+    """The target entropy ``-action_dim`` on actions scaled to [-1, 1] (Stable-Baselines3's
+    and CORL's), in the units of a ``TanhNormal`` rescaled to ``[low, high]``, whose
+    log-prob is in the env's action units: ``-action_dim + sum(log half_range)``."""
+    half_range = (high - low).double() / 2
+    return -float(half_range.numel()) + float(half_range.log().sum())
 
 
 class _SACBase(nn.Module):
@@ -65,7 +73,7 @@ class SACLoss(_SACBase):
     - ``loss_alpha = log_alpha * (H - target_entropy)`` with ``H = -E[log pi]`` and the
       target entropy ``-action_dim`` by default (zero when the temperature is fixed), in
       the units of the actor's log-prob: for a tanh-Normal rescaled to bounds other than
-      ±1 that is not SB3's target (the SAC recipe passes SB3's, ``sac.target_entropy``).
+      ±1 that is not SB3's target, ``scaled_target_entropy`` (which the recipes pass).
 
     Diagnostics: ``alpha``, ``entropy``, ``q_mean``. The 0.5 and the ``log_alpha`` form of
     the temperature loss are Stable-Baselines3's.

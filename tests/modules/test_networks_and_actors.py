@@ -15,6 +15,7 @@ from rlbench.modules import (
     EnsembleMLP,
     QValueActor,
     StateDependentNormalParams,
+    TanhBounded,
     init_like_edac,
 )
 from rlbench.objectives import first_member
@@ -228,3 +229,20 @@ def test_mlp_forward_is_sequentials_and_keeps_hooks() -> None:
         mlp(x)
     assert seen.count("Linear") == 3 and "MLP" in seen
     assert torch.equal(mlp(x), out)
+
+
+def test_a_bounded_mean_loads_weights_that_name_its_network_net() -> None:
+    """A Gaussian policy's mean stored with its network named ``net`` loads, and acts the
+    same; a state naming it ``network`` loads as it is."""
+    torch.manual_seed(0)
+    low, high = torch.tensor([-1.0, 0.0]), torch.tensor([1.0, 2.0])
+    stored = TanhBounded(nn.Linear(3, 2), low, high)
+    renamed = {key.replace("network.", "net."): value for key, value in
+               stored.state_dict().items()}
+    loaded = TanhBounded(nn.Linear(3, 2), low, high)
+    loaded.load_state_dict(renamed)
+    x = torch.randn(5, 3)
+    assert torch.equal(loaded(x), stored(x))
+    again = TanhBounded(nn.Linear(3, 2), low, high)
+    again.load_state_dict(stored.state_dict())
+    assert torch.equal(again(x), stored(x))

@@ -6,7 +6,10 @@ no GUI backend, and it runs headless. Output is reproducible: every bootstrap dr
 a generator seeded by the caller, the SVG keeps text as text (``svg.fonttype: none``), its ids
 come from a fixed salt and neither file carries a date or software stamp, so the same inputs
 give byte-identical SVG files. An algorithm has the same colour in every figure (colours go
-to the sorted algorithm names).
+to the sorted algorithm names). The bands' numbers come from ``statistics.py``.
+
+Apart from ``publish/charts.py`` (the site's hand-written inline SVG): these are standalone
+figure files, multi-panel, with interval bars and shared legends that matplotlib lays out.
 """
 
 from __future__ import annotations
@@ -27,13 +30,11 @@ from rlbench.harness.analysis.statistics import (
     Interval,
     Scores,
     as_tasks,
-    percentile_bounds,
-    performance_profile,
+    curve_band,
+    performance_profile_band,
 )
 
 __all__ = [
-    "curve_band",
-    "performance_profile_band",
     "plot_aggregate_intervals",
     "plot_learning_curves",
     "plot_performance_profiles",
@@ -42,66 +43,6 @@ __all__ = [
 _RC = {"svg.fonttype": "none", "svg.hashsalt": "rlbench"}
 _BAND_ALPHA = 0.2
 _TITLE_WIDTH = 40  # characters of a subplot's title per line at its font size
-
-
-def curve_band(
-    returns: np.ndarray,
-    *,
-    rng: np.random.Generator,
-    reps: int = 2000,
-    confidence: float = 0.95,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean over seeds of ``returns`` ``[seeds, T]`` and its percentile bootstrap CI per frame.
-
-    Seeds are resampled whole (one draw ``rng.integers(0, seeds, size=(reps, seeds))`` serves
-    every frame), so at each frame the interval is what
-    ``stratified_bootstrap_ci(returns[:, t], np.mean, rng=...)`` gives from the same generator
-    state, computed for all frames at once. One seed gives ``low == high == mean``.
-    """
-    matrix = np.asarray(returns, dtype=np.float64)
-    if matrix.ndim != 2 or matrix.shape[0] < 1:
-        raise ValueError(f"returns must be [seeds, frames], got shape {matrix.shape}")
-    seeds = matrix.shape[0]
-    index = rng.integers(0, seeds, size=(reps, seeds))
-    # how often each seed is drawn in each resample, [reps, seeds]: one bincount over all
-    # resamples at once, each offset into its own row (memory reps × seeds, not × seeds²)
-    rows = index + np.arange(reps)[:, None] * seeds
-    counts = np.bincount(rows.ravel(), minlength=reps * seeds).reshape(reps, seeds)
-    means = counts @ matrix / seeds  # [reps, T]: the mean of each resample at each frame
-    low, high = percentile_bounds(means, confidence, axis=0)
-    return matrix.mean(axis=0), low, high
-
-
-def performance_profile_band(
-    scores: Scores,
-    thresholds: np.ndarray,
-    *,
-    rng: np.random.Generator,
-    reps: int = 2000,
-    confidence: float = 0.95,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Performance profile of ``scores`` (``[runs, tasks]`` or ragged) at ``thresholds``,
-    with its CI.
-
-    The band is a stratified percentile bootstrap (runs resampled within each task) with the
-    draws of ``stratified_bootstrap_ci``: at each threshold it gives what that function gives
-    for the statistic "fraction of runs above the threshold" from the same generator state.
-    """
-    taus = np.asarray(thresholds, dtype=np.float64)
-    tasks = as_tasks(scores)
-    if len({t.size for t in tasks}) > 1:  # ragged: each task's runs resampled on their own
-        draws = [t[rng.integers(0, t.size, size=(reps, t.size))] for t in tasks]
-        profiles = np.stack([performance_profile([d[i] for d in draws], taus)
-                             for i in range(reps)])
-        low, high = percentile_bounds(profiles, confidence, axis=0)
-        return performance_profile(tasks, taus), low, high
-    matrix = np.stack(tasks, axis=1)
-    runs, n_tasks = matrix.shape
-    index = rng.integers(0, runs, size=(reps, runs, n_tasks))
-    resampled = np.take_along_axis(matrix[None], index, axis=1)
-    profiles = np.stack([performance_profile(sample, taus) for sample in resampled])
-    low, high = percentile_bounds(profiles, confidence, axis=0)
-    return performance_profile(matrix, taus), low, high
 
 
 def plot_learning_curves(

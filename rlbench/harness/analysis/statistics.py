@@ -8,7 +8,11 @@ the probability of improvement. Scores are arrays ``[runs, tasks]``, or a list w
 array of runs per task when tasks ran different numbers of seeds ("ragged": every run is
 used, and each task weighs the same); every random draw comes from a
 ``numpy.random.Generator`` seeded by the caller. With as many runs in every task, a list
-gives exactly what the matrix gives.
+gives exactly what the matrix gives. The bands the plots and the site draw (a learning
+curve's, a performance profile's) are these bootstraps too.
+
+Apart from ``regress/statistics.py``: these describe runs across tasks for reports; the
+gate decides one task between two seed sets, by a Welch test and its power, used nowhere else.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ __all__ = [
     "Interval",
     "Scores",
     "as_tasks",
+    "curve_band",
     "expanded_confidence",
     "iqm",
     "labelled_rng",
@@ -34,6 +39,7 @@ __all__ = [
     "optimality_gap",
     "percentile_bounds",
     "performance_profile",
+    "performance_profile_band",
     "probability_of_improvement",
     "probability_of_improvement_ci",
     "score_matrix",
@@ -281,6 +287,66 @@ def performance_profile(scores: Scores, thresholds: np.ndarray) -> np.ndarray:
         return np.mean([(t[None, :] > taus).mean(axis=1) for t in as_tasks(scores)], axis=0)
     flat = matrix.reshape(-1)
     return (flat[None, :] > taus).mean(axis=1)
+
+
+def curve_band(
+    returns: np.ndarray,
+    *,
+    rng: np.random.Generator,
+    reps: int = 2000,
+    confidence: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds of ``returns`` ``[seeds, T]`` and its percentile bootstrap CI per frame.
+
+    Seeds are resampled whole (one draw ``rng.integers(0, seeds, size=(reps, seeds))`` serves
+    every frame), so at each frame the interval is what
+    ``stratified_bootstrap_ci(returns[:, t], np.mean, rng=...)`` gives from the same generator
+    state, computed for all frames at once. One seed gives ``low == high == mean``.
+    """
+    matrix = np.asarray(returns, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] < 1:
+        raise ValueError(f"returns must be [seeds, frames], got shape {matrix.shape}")
+    seeds = matrix.shape[0]
+    index = rng.integers(0, seeds, size=(reps, seeds))
+    # how often each seed is drawn in each resample, [reps, seeds]: one bincount over all
+    # resamples at once, each offset into its own row (memory reps × seeds, not × seeds²)
+    rows = index + np.arange(reps)[:, None] * seeds
+    counts = np.bincount(rows.ravel(), minlength=reps * seeds).reshape(reps, seeds)
+    means = counts @ matrix / seeds  # [reps, T]: the mean of each resample at each frame
+    low, high = percentile_bounds(means, confidence, axis=0)
+    return matrix.mean(axis=0), low, high
+
+
+def performance_profile_band(
+    scores: Scores,
+    thresholds: np.ndarray,
+    *,
+    rng: np.random.Generator,
+    reps: int = 2000,
+    confidence: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Performance profile of ``scores`` (``[runs, tasks]`` or ragged) at ``thresholds``,
+    with its CI.
+
+    The band is a stratified percentile bootstrap (runs resampled within each task) with the
+    draws of ``stratified_bootstrap_ci``: at each threshold it gives what that function gives
+    for the statistic "fraction of runs above the threshold" from the same generator state.
+    """
+    taus = np.asarray(thresholds, dtype=np.float64)
+    tasks = as_tasks(scores)
+    if len({t.size for t in tasks}) > 1:  # ragged: each task's runs resampled on their own
+        draws = [t[rng.integers(0, t.size, size=(reps, t.size))] for t in tasks]
+        profiles = np.stack([performance_profile([d[i] for d in draws], taus)
+                             for i in range(reps)])
+        low, high = percentile_bounds(profiles, confidence, axis=0)
+        return performance_profile(tasks, taus), low, high
+    matrix = np.stack(tasks, axis=1)
+    runs, n_tasks = matrix.shape
+    index = rng.integers(0, runs, size=(reps, runs, n_tasks))
+    resampled = np.take_along_axis(matrix[None], index, axis=1)
+    profiles = np.stack([performance_profile(sample, taus) for sample in resampled])
+    low, high = percentile_bounds(profiles, confidence, axis=0)
+    return performance_profile(matrix, taus), low, high
 
 
 def probability_of_improvement(x: Scores, y: Scores) -> float:

@@ -1,5 +1,10 @@
 """Line charts with confidence bands as inline SVG: no plotting library, the same numbers
-give the same bytes, and the page needs nothing outside itself."""
+give the same bytes, and the page needs nothing outside itself.
+
+Apart from ``analysis/plots.py`` (matplotlib's figure files for ``rlbench compare``): a
+chart here is a few KB of markup written in about a millisecond, inlined in each run's page
+with its text escaped as the page's own, where a matplotlib figure is a file of tens of KB.
+"""
 
 from __future__ import annotations
 

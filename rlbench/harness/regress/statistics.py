@@ -20,6 +20,10 @@ Colas et al. do): a true drop ``D`` is flagged when the observed drop exceeds
 ``bar = max(delta / 2, t_crit * se)``, which happens with probability
 ``T_df.cdf((D - bar) / se)``; the smallest drop flagged with probability ``POWER`` is
 ``bar + t_POWER * se``.
+
+Apart from ``analysis/statistics.py``, whose aggregates describe runs across tasks for
+reports: nothing here is computed there (its seed count, ``seeds_to_detect``, is a normal
+approximation for an observed effect; ``_seeds_needed`` is this rule's power at ``delta``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import pytest
 from rlbench.harness.analysis.statistics import (
     AGGREGATES,
     _improvement_of_each,
+    curve_band,
     expanded_confidence,
     iqm,
     mean_ci_t,
@@ -16,6 +17,7 @@ from rlbench.harness.analysis.statistics import (
     normalize,
     optimality_gap,
     performance_profile,
+    performance_profile_band,
     probability_of_improvement,
     probability_of_improvement_ci,
     seeds_to_detect,
@@ -335,3 +337,62 @@ def test_the_batched_bootstrap_gives_the_per_replicate_bootstrap() -> None:
               for a, b in zip(xi, yi, strict=True)]
     low, high = np.percentile(values, [2.5, 97.5])
     assert (got.low, got.high) == (low, high)
+
+
+REPS = 200  # replicates of the bands of learning curves and performance profiles
+
+
+def test_curve_band_matches_a_per_frame_bootstrap_reference() -> None:
+    returns = np.random.default_rng(3).normal(size=(5, 7))
+    mean, low, high = curve_band(returns, rng=np.random.default_rng(4), reps=REPS)
+    assert mean.shape == low.shape == high.shape == (7,)
+    np.testing.assert_array_equal(mean, returns.mean(axis=0))
+    for t in range(returns.shape[1]):
+        # the documented draw: one [reps, seeds] draw from a fresh generator, whole seeds
+        ci = stratified_bootstrap_ci(returns[:, t], np.mean, rng=np.random.default_rng(4),
+                                     reps=REPS)
+        assert (low[t], high[t]) == pytest.approx((ci.low, ci.high), rel=1e-12, abs=1e-12)
+        # and the same by hand: resample seeds, take means, read the 2.5/97.5 percentiles
+        index = np.random.default_rng(4).integers(0, 5, size=(REPS, 5))
+        values = returns[index, t].mean(axis=1)
+        np.testing.assert_allclose([low[t], high[t]], np.percentile(values, [2.5, 97.5]),
+                                   rtol=1e-12)
+    assert np.all(low <= mean) and np.all(mean <= high)
+    assert np.all(low < high)
+
+
+def test_curve_band_one_seed_is_flat_and_confidence_widens() -> None:
+    returns = np.array([[1.0, 2.5, -3.0]])
+    mean, low, high = curve_band(returns, rng=np.random.default_rng(0), reps=REPS)
+    np.testing.assert_array_equal(mean, returns[0])
+    np.testing.assert_array_equal(low, returns[0])
+    np.testing.assert_array_equal(high, returns[0])
+
+    many = np.random.default_rng(5).normal(size=(6, 4))
+    _, low90, high90 = curve_band(many, rng=np.random.default_rng(6), reps=REPS, confidence=0.9)
+    _, low99, high99 = curve_band(many, rng=np.random.default_rng(6), reps=REPS, confidence=0.99)
+    assert np.all(low99 <= low90) and np.all(high90 <= high99)
+    with pytest.raises(ValueError, match="seeds, frames"):
+        curve_band(np.zeros(3), rng=np.random.default_rng(0))
+
+
+def test_performance_profile_band_by_hand_and_against_the_bootstrap() -> None:
+    tiny = np.array([[0.2], [0.6], [1.0]])
+    profile, low, high = performance_profile_band(tiny, np.array([0, 0.5, 0.9]),
+                                                  rng=np.random.default_rng(0), reps=REPS)
+    np.testing.assert_allclose(profile, [1.0, 2 / 3, 1 / 3])
+    assert np.all(low <= profile) and np.all(profile <= high)
+    assert low[0] == high[0] == 1.0  # every resample lies above 0
+
+    scores = np.random.default_rng(2).uniform(-0.2, 1.3, size=(5, 3))
+    taus = np.linspace(-0.2, 1.3, 11)
+    profile, low, high = performance_profile_band(scores, taus, rng=np.random.default_rng(7),
+                                                  reps=REPS)
+    np.testing.assert_array_equal(profile, performance_profile(scores, taus))
+    assert np.all(low <= profile) and np.all(profile <= high)
+    for k in (2, 5, 8):
+        ci = stratified_bootstrap_ci(
+            scores, lambda x, k=k: float(performance_profile(x, taus[k : k + 1])[0]),
+            rng=np.random.default_rng(7), reps=REPS,
+        )
+        assert (low[k], high[k]) == (ci.low, ci.high)
