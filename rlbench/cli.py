@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as stop:
         # deferred: a command's modules (torch, MLflow) load only when it runs
-        from rlbench.harness.run.sweep import Terminated
+        from rlbench.harness.signals import Terminated
 
         what = "terminated" if isinstance(stop, Terminated) else "interrupted"
         if command == "run":

@@ -21,7 +21,7 @@ from rlbench.cli import main
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.policy.load import load_policy, play
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 from tests.algorithms.pendulum_d4rl import REFS, write_pendulum_d4rl
 
 OFFLINE_ALGOS = ("bc", "td3_bc", "iql", "cql", "rebrac", "awac", "edac")  # offline_smoke's
@@ -178,9 +178,9 @@ def test_offline_runs_record_scores_and_save_policies_that_load(
     twin_client = MlflowClient(tracking_uri(twin))
     twin_runs = twin_client.search_runs(
         [twin_client.get_experiment_by_name("offline_smoke").experiment_id], "tags.kind = 'run'")
-    by_hash = {r.data.tags["config_hash"]: r for r in twin_runs}
+    by_hash = {r.data.tags["identity"]: r for r in twin_runs}
     for run in runs:
-        other = by_hash[run.data.tags["config_hash"]]
+        other = by_hash[run.data.tags["identity"]]
         for key in ("eval/return_mean", "loss/actor"):
             assert _history(client, run.info.run_id, key) == _history(
                 twin_client, other.info.run_id, key)

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from torch._dynamo.utils import counters
 
 from rlbench.cli import main
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 TINY = {
     "ppo": ("Pendulum-v1", ["ppo.rollout_steps=64", "ppo.num_envs=2", "ppo.epochs=2",

@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 
 @pytest.mark.slow

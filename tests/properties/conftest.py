@@ -21,7 +21,7 @@ from hypothesis import Phase, settings
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 from tests.properties.contract import Attacker, Datasets, FinishedRun
 from tests.properties.hdf5_files import pendulum_d4rl, pendulum_minari
 

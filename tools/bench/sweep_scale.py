@@ -33,7 +33,8 @@ from rlbench.harness.plan.config import RunConfig, resolve_sweep
 from rlbench.harness.run import runner
 from rlbench.harness.run.resume import plan_resume
 from rlbench.harness.store.claims import Claim, Ledger
-from rlbench.harness.store.tracking import Tracker, environment_tags
+from rlbench.harness.store.provenance import environment_tags
+from rlbench.harness.store.tracking import Tracker
 
 SUITE = """
 algos: [ppo]

@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 from mlflow.entities import Metric, Param, RunTag
 
-from rlbench.harness.store.tracking import Tracker, environment_tags
+from rlbench.harness.store.identity_tags import IDENTITY
+from rlbench.harness.store.provenance import environment_tags
+from rlbench.harness.store.tracking import Tracker
 
 SUITE = "synthetic"
 SEEDS = 10
@@ -58,9 +60,9 @@ def make_store(out_dir: Path, *, runs: int = 10_000, algos: int = 5, evals: int 
                                        clock, int(step))]
                 metrics.append(Metric("train/steps_per_s", float(rng.uniform(200, 400)),
                                       clock, STEPS))
-                config_hash = f"{d:04x}{a:02x}{seed:02x}{0:08x}"
+                identity = f"{d:04x}{a:02x}{seed:02x}{0:08x}"
                 tags = {**environment, "kind": "run", "suite": SUITE, "algorithm": algo,
-                        "env": dataset, "seed": str(seed), "config_hash": config_hash,
+                        "env": dataset, "seed": str(seed), IDENTITY: identity,
                         "eval_env": "Pendulum-v1", "dataset": f"minari:{dataset}",
                         "dataset_sha256": f"{d:064x}", "ref_min_score": str(REF_MIN),
                         "ref_max_score": str(REF_MAX),

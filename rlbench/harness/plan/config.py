@@ -218,15 +218,15 @@ class RunConfig:
     @functools.cached_property
     def identity(self) -> str:
         """Hash of the resolved config, the code it runs and the rlbench version (16 hex
-        digits): a run is done once per identity. Computed once: planning asks for it
-        several times a run, over grids of thousands."""
+        digits, its MLflow run's ``identity`` tag): a run is done once per identity.
+        Computed once: planning asks for it several times a run, over grids of thousands."""
         return _hash_of(self._identity_fields())
 
     @functools.cached_property
     def config_identity(self) -> str:
-        """The identity without the code: what runs made by other code with the same
-        config share (``reuse=code``), and the identity of runs made before rlbench
-        fingerprinted code."""
+        """The identity without the code (the ``config_identity`` tag): what runs made by
+        other code with the same config share (``reuse=code``), and the identity of runs
+        made before rlbench fingerprinted code."""
         return _hash_of({k: v for k, v in self._identity_fields().items() if k != "code"})
 
 

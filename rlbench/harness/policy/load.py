@@ -46,7 +46,7 @@ from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import run_member
 from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import quiet_downloads
-from rlbench.harness.store.tracking import tracking_uri as uri_of
+from rlbench.harness.store.uri import tracking_uri as uri_of
 from rlbench.modules.exploration import set_exploration_type
 from rlbench.untrusted_files import read_text
 

@@ -3,7 +3,8 @@ give the same bytes, and the page needs nothing outside itself.
 
 Apart from ``analysis/plots.py`` (matplotlib's figure files for ``rlbench compare``): a
 chart here is a few KB of markup written in about a millisecond, inlined in each run's page
-with its text escaped as the page's own, where a matplotlib figure is a file of tens of KB.
+with its text escaped as the page's own, where a matplotlib figure is a file of tens of KB;
+and the site's modules import no matplotlib.
 """
 
 from __future__ import annotations

@@ -30,23 +30,29 @@ from rlbench.harness.analysis.comparison import (
     GroupSummary,
     RunRecord,
 )
-from rlbench.harness.analysis.plots import curve_band, performance_profile_band
 from rlbench.harness.analysis.ranking import RANK_RULE
-from rlbench.harness.analysis.statistics import AGGREGATES, Interval, labelled_rng
+from rlbench.harness.analysis.statistics import (
+    AGGREGATES,
+    Interval,
+    curve_band,
+    labelled_rng,
+    performance_profile_band,
+)
 from rlbench.harness.publish.assets import ASSETS
 from rlbench.harness.publish.charts import Band, Series, line_chart
 from rlbench.harness.publish.collect import SuiteData
 from rlbench.harness.publish.data_files import DataWriter, slug
 from rlbench.harness.publish.markup import Cell, Table, attr, facts, fmt, link, page, text
 from rlbench.harness.publish.run_page import run_page
+from rlbench.harness.store.identity_tags import IDENTITY_TAGS
 from rlbench.harness.store.results import budget_unit
 
 __all__ = ["site_files"]
 
 # Tags shown as filterable row tags: what tells runs of one group apart, not per-run ids.
 _FILTER_TAGS = ("git_commit", "rlbench_version", "torch_version", "host", "device", "library")
-_NOT_TAGS = ("tag.run_dir", "tag.dataset_sha256", "tag.config_hash", "tag.config_identity",
-             "tag.reused_for")
+_NOT_TAGS = ("tag.run_dir", "tag.dataset_sha256", "tag.reused_for",
+             *(f"tag.{name}" for name in IDENTITY_TAGS))
 _WHITESPACE = re.compile(r"\s+")
 
 

@@ -23,7 +23,7 @@ __all__ = ["run_page"]
 # Columns of a run's rlbench.results row shown among its tags
 _VERSIONS = ("git_commit", "git_dirty", "rlbench_version", "torch_version",
              "tensordict_version", "gymnasium_version", "mujoco_version", "python_version",
-             "host", "device", "config_hash")
+             "host", "device", "identity")
 
 
 def run_page(suite: str, row: Mapping[str, Any], record: RunRecord) -> dict[str, str]:

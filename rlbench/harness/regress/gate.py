@@ -42,9 +42,11 @@ from rlbench.harness.regress.reference import (
 from rlbench.harness.regress.report import GateReport, TaskResult, write_report
 from rlbench.harness.regress.settings import check_alpha, gate_settings
 from rlbench.harness.regress.statistics import judge_task
+from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.results import RUN_COLUMNS, load, open_store
+from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.sqlite import check_out_dir
-from rlbench.harness.store.tracking import environment_tags, flatten, with_retry
+from rlbench.harness.store.tracking import flatten
 from rlbench.untrusted_files import path_is
 
 __all__ = ["GATE_KEYS", "GateRequest", "parse_gate_args", "run_regress"]
@@ -119,14 +121,14 @@ def _stored_candidates(sweep: SweepConfig) -> pd.DataFrame:
     if with_retry(client.get_experiment_by_name, sweep.suite.name) is None:
         return pd.DataFrame(columns=list(RUN_COLUMNS))
     frame = load(client, suite=sweep.suite.name)
-    return frame[frame.config_hash.isin({run.identity for run in sweep.runs})]
+    return frame[frame.identity.isin({run.identity for run in sweep.runs})]
 
 
 def _task_rows(key: tuple[str, str, int], runs: list[RunConfig], stored: pd.DataFrame
                ) -> tuple[pd.DataFrame, list[str]]:
     """The stored rows of one task's runs, and the names of the runs the store lacks."""
-    rows = stored[stored.config_hash.isin({run.identity for run in runs})]
-    found = set(rows.config_hash)
+    rows = stored[stored.identity.isin({run.identity for run in runs})]
+    found = set(rows.identity)
     return rows, [run.name for run in runs if run.identity not in found]
 
 
@@ -246,7 +248,7 @@ def _judge(request: GateRequest, sweep: SweepConfig, reference: Reference,
             candidate=list(scores), reference=list(found.scores), test=verdict,
             failed=failed, overrides=_overrides(runs, found), alpha=alpha,
             shared_seeds=len({(r.base_seed, r.seed_index) for r in runs
-                              if r.identity in set(finished.config_hash)}
+                              if r.identity in set(finished.identity)}
                              & {(found.base_seed, s) for s in found.seeds})))
     codes = {name: sorted(set(stored[name].astype(str))) for name in CODE_TAGS
              if name in stored.columns}
@@ -279,7 +281,7 @@ def _new_reference(sweep: SweepConfig, stored: pd.DataFrame, words: Sequence[str
         if missing or unfinished:
             raise ConfigError(f"no reference written: {', '.join(missing + unfinished)} "
                               "did not finish in the store")
-        by_identity = rows.set_index("config_hash")
+        by_identity = rows.set_index("identity")
         finished = [by_identity.loc[run.identity] for run in runs]
         tasks.append(ReferenceTask(
             algorithm=key[0], task=key[1],

@@ -25,11 +25,9 @@ the run KILLED and stop the sweep, so the same call later runs what is left.
 from __future__ import annotations
 
 import dataclasses
-import signal
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,8 +40,11 @@ from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.harness.run.locks import RunInProgressError
 from rlbench.harness.run.resume import plan_resume
 from rlbench.harness.run.runner import LOCK_WAIT_S, claimed, one_line, run_dir_for
+from rlbench.harness.signals import sigterm_as_interrupt
 from rlbench.harness.store.claims import ClaimLost, heartbeat
-from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags
+from rlbench.harness.store.provenance import environment_tags
+from rlbench.harness.store.recorder import RunRecorder
+from rlbench.harness.store.tracking import Tracker
 from rlbench.recipe import Seeds
 
 __all__ = ["ExternalResult", "ExternalRun", "renamed", "run_external"]
@@ -125,7 +126,7 @@ def run_external(configs: Sequence[RunConfig], train: Callable[[ExternalRun], No
         result.elsewhere.append(config.name)
     status = "KILLED"
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             for config in plan.to_run:
                 _claim_and_run(tracker, experiment_id, parent_id, config, train, tags, log,
                                result)
@@ -201,18 +202,3 @@ def _train_recorded(tracker: Tracker, run_id: str, run: ExternalRun,
         tracker.log_artifacts(run_id, [run.recorder.write_curve(), failure])
         tracker.finish(run_id, status)
     return run.recorder.curve[-1]["eval/return_mean"]
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (what schedulers send before they kill) raised as KeyboardInterrupt, so the
-    run in progress is recorded KILLED; the previous handler is back afterwards."""
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -24,13 +24,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlbench.harness.plan.config import RunConfig
-from rlbench.harness.run.runner import (
-    FATAL_ERROR_FILE,
-    RunResult,
-    deliver_deferred_signal,
-    execute_run,
-    one_line,
-)
+from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, execute_run, one_line
+from rlbench.harness.signals import deliver_deferred_signal, interrupt_worker_once
 from rlbench.harness.store.tracking import Tracker
 
 __all__ = ["Listener", "mark_dead", "not_started", "run_local_pool", "run_sequential"]
@@ -74,14 +69,6 @@ def run_sequential(runs: list[RunConfig], tracker: Tracker, experiment_id: str,
     return results
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    """SIGINT or SIGTERM in a worker: KeyboardInterrupt once (``execute_run`` marks the run
-    KILLED); later signals are ignored so that marking is not cut short."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
 def _die_with_parent() -> None:
     """SIGTERM to this worker when the sweep's process ends, however it ends (SIGKILL
     included): a worker never goes on running a run under a dead sweep."""
@@ -98,8 +85,7 @@ def _die_with_parent() -> None:
 
 def _worker(run: RunConfig, out_dir: Path, experiment_id: str, parent_id: str,
             messages: mp.connection.Connection) -> None:
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    interrupt_worker_once()
     _die_with_parent()
 
     def send(message: tuple[str, str, Any]) -> None:
@@ -133,8 +119,8 @@ def mark_dead(tracker: Tracker, experiment_id: str, parent_id: str, run: RunConf
     logged. If the store cannot be written, the result says so instead of raising."""
     run_id = ""
     try:
-        matches = tracker.runs(experiment_id, f"tags.config_hash = '{run.identity}' "
-                                              f"and tags.`mlflow.parentRunId` = '{parent_id}'")
+        matches = tracker.attempts(experiment_id, run,
+                                   f"tags.`mlflow.parentRunId` = '{parent_id}'")
         for match in matches:
             if match.info.status == "RUNNING":
                 run_id = match.info.run_id

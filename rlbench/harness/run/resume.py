@@ -1,22 +1,21 @@
 """Resuming a sweep: runs already finished with the same identity are not run again.
 
 A run's identity is the hash of its resolved config, the fingerprint of the code it runs
-and the rlbench version (``RunConfig.identity``), stored as the ``config_hash`` tag of its
+and the rlbench version (``RunConfig.identity``), stored as the ``identity`` tag of its
 MLflow run: a run made by other code is not this run. With ``reuse=code`` the user says a
 code change left the numbers alone: a finished run of the same config made by other code
-(its ``config_identity`` tag, or the ``config_hash`` of a run made before rlbench
-fingerprinted code) counts as done, and is tagged ``reused_for`` with the identity and
-code it stands for. Before a
-sweep starts, finished runs are taken from the store as they are; failed, killed or
-interrupted attempts (a run still marked RUNNING after its process was killed) are deleted
-from the active view and run again, so each identity ends with exactly one run. A run
-that a live process is running into the same out dir (it holds the run's lock, see
-``locks``) is another sweep's work in progress: the sweep is refused before anything
-starts, and that attempt is left alone. A run a live process of another host (or of
-this host, into another out dir) has claimed in the tracking store (``store.claims``) is
-that process's: it is left out of the sweep (``ResumePlan.elsewhere``) and its attempt is
-left alone; a claim whose heartbeat stopped is dead, and its run is run again. Sweeps of
-this host into the same out dir whose process died are closed first, with their runs
+(the same ``config_identity``, read as ``store.identity_tags`` reads it from stores of
+every version) counts as done, and is tagged ``reused_for`` with the identity and code it
+stands for. Before a sweep starts, finished runs are taken from the store as they are;
+failed, killed or interrupted attempts (a run still marked RUNNING after its process was
+killed) are deleted from the active view and run again, so each identity ends with exactly
+one run. A run that a live process is running into the same out dir (it holds the run's
+lock, see ``locks``) is another sweep's work in progress: the sweep is refused before
+anything starts, and that attempt is left alone. A run a live process of another host (or
+of this host, into another out dir) has claimed in the tracking store (``store.claims``)
+is that process's: it is left out of the sweep (``ResumePlan.elsewhere``) and its attempt
+is left alone; a claim whose heartbeat stopped is dead, and its run is run again. Sweeps
+of this host into the same out dir whose process died are closed first, with their runs
 (``reap_dead_sweeps``).
 """
 
@@ -40,7 +39,10 @@ from rlbench.harness.run.locks import (
 )
 from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, stored_result
 from rlbench.harness.store.claims import Claim, latest_claims, stale_seconds
-from rlbench.harness.store.tracking import Tracker, all_experiments, host_id, with_retry
+from rlbench.harness.store.identity_tags import config_identity_of, identity_of
+from rlbench.harness.store.provenance import host_id
+from rlbench.harness.store.retry import with_retry
+from rlbench.harness.store.tracking import Tracker, all_experiments
 
 __all__ = ["ResumePlan", "plan_resume", "reap_dead_sweeps"]
 
@@ -71,7 +73,7 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
             stored = tracker.runs_tagged(experiment_id, "kind", "run")
             # read after the attempts: every attempt seen has its claim in the ledger
             claims = latest_claims(tracker.runs_tagged(experiment_id, "kind", "ledger"))
-            finished = {run.data.tags.get("config_hash") for run in stored
+            finished = {identity_of(run.data.tags) for run in stored
                         if run.info.status == "FINISHED"}
             live = [config.name for config in runs if config.identity not in finished
                     and is_running(tracker.out_dir, config)]
@@ -112,7 +114,7 @@ def reap_dead_sweeps(tracker: Tracker) -> list[str]:
             for child in tracker.runs(experiment.experiment_id,
                                       f"tags.`mlflow.parentRunId` = '{parent_id}' and "
                                       "attributes.status = 'RUNNING'"):
-                if not is_running_id(tracker.out_dir, child.data.tags.get("config_hash", "")):
+                if not is_running_id(tracker.out_dir, identity_of(child.data.tags)):
                     deaths += _record_death(tracker, child)
             tracker.finish(parent_id, "KILLED")
     return deaths
@@ -139,10 +141,9 @@ def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig], stored: l
     by_config: dict[str, list[Run]] = {}  # finished runs by their identity without code
     for run in stored:
         tags = run.data.tags
-        by_identity.setdefault(tags.get("config_hash", ""), []).append(run)
+        by_identity.setdefault(identity_of(tags), []).append(run)
         if run.info.status == "FINISHED":
-            key = tags.get("config_identity", tags.get("config_hash", ""))
-            by_config.setdefault(key, []).append(run)
+            by_config.setdefault(config_identity_of(tags), []).append(run)
     plan = ResumePlan([], [], [])
     for config in runs:
         attempts = by_identity.get(config.identity, [])

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import faulthandler
 import shutil
-import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -32,17 +29,14 @@ from mlflow.entities import Run
 from rlbench.checkpoint import (
     CheckpointRefused,
     CheckpointSettings,
-    RunStopped,
-    clear_stop,
     read_checkpoint,
     read_manifest,
-    request_stop,
-    stop_requested,
 )
 from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds
 from rlbench.harness.run.locks import RunInProgressError, is_running_id, run_lock
 from rlbench.harness.run.training import train
+from rlbench.harness.signals import checkpoint_on_signals, fatal_errors_into
 from rlbench.harness.store.checkpoint_uploads import (
     CheckpointUploader,
     checkpoint_elsewhere,
@@ -51,7 +45,9 @@ from rlbench.harness.store.checkpoint_uploads import (
     uploads_checkpoints,
 )
 from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat
-from rlbench.harness.store.tracking import RunRecorder, Tracker, environment_tags
+from rlbench.harness.store.provenance import environment_tags
+from rlbench.harness.store.recorder import RunRecorder
+from rlbench.harness.store.tracking import Tracker
 from rlbench.recipe import Seeds
 
 __all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "Taken",
@@ -144,8 +140,8 @@ def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: fl
     knows its Ray task's node died)."""
     with run_lock(tracker.out_dir, config, timeout):
         read_at = time.time()  # heartbeats are judged as of the read
-        every = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'",
-                             deleted=True)  # a deleted attempt's claim is dead
+        every = tracker.attempts(experiment_id, config,
+                                 deleted=True)  # a deleted attempt's claim is dead
         attempts = [run for run in every if run.info.lifecycle_stage == "active"]
         finished = [run for run in attempts if run.info.status == "FINISHED"]
         if finished:
@@ -393,68 +389,12 @@ def _prepare_run_dir(run_dir: Path, progress: int | None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
 
 
-@contextmanager
-def _checkpoint_on_signals() -> Iterator[None]:
-    """SIGTERM or Ctrl-C while the recipe trains: its loop checkpoints at the end of the
-    iteration and stops (``RunStopped``), and what the signal meant before (a sweep's
-    SIGTERM handler, say) takes it from there. While that stop is pending, SIGTERM is
-    ignored (Ctrl-C reaches a sweep and its workers, and the sweep passes it on as SIGTERM)
-    and a second Ctrl-C stops at once. Outside the main thread (where Python takes no
-    handlers) signals keep their handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-
-    def stop(signum: int, frame: object) -> None:
-        if not stop_requested():
-            received.append(signum)
-            request_stop()
-        elif signum == signal.SIGINT:
-            raise KeyboardInterrupt
-
-    global _deferred_signal
-    # a stop asked before (a launcher's handler, while the run was set up) stands: the
-    # loop stops before its first iteration
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    except RunStopped:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        handler = previous[received[0]] if received else None
-        if callable(handler):
-            handler(received[0], None)  # raises what that signal raises there
-        raise
-    else:
-        if received:  # it came after the loop last looked (the final evaluation, say)
-            _deferred_signal = received[0]
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        clear_stop()
-
-
-# A signal that reached a run after its loop stopped looking: the run ends and is recorded
-# as it is, and the sweep then takes the signal (``deliver_deferred_signal``).
-_deferred_signal: int | None = None
-
-
-def deliver_deferred_signal() -> None:
-    """What a Ctrl-C or SIGTERM that came at the very end of the last run does, now that
-    the run is recorded: the process's own handling of it (a sweep stops there)."""
-    global _deferred_signal
-    signum, _deferred_signal = _deferred_signal, None
-    if signum is not None:
-        signal.raise_signal(signum)
-
-
 def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder,
            checkpoint: CheckpointSettings) -> tuple[str, str | None]:
     """The run's training (``training.train``) with fatal errors written down and signals
     checkpointing: ``("FINISHED", None)``, or ``("FAILED", error)`` with the traceback in
     ``traceback.txt`` when the recipe raises."""
-    with _fatal_errors_into(run_dir / FATAL_ERROR_FILE), _checkpoint_on_signals():
+    with fatal_errors_into(run_dir / FATAL_ERROR_FILE), checkpoint_on_signals():
         try:
             train(config, seeds, run_dir, recorder, checkpoint)
         except Exception as exc:
@@ -470,21 +410,3 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder
 # Where a run's fatal errors (a segfault in a native library, an abort) are written by
 # Python's faulthandler: the process dies, and the launcher or the next sweep reads it.
 FATAL_ERROR_FILE = "fatal_error.txt"
-
-
-@contextmanager
-def _fatal_errors_into(path: Path) -> Iterator[None]:
-    """Python's faulthandler writes the traceback of a fatal signal to ``path`` while the
-    body runs; an empty file is removed afterwards. Whatever handled fatal errors before
-    (pytest's handler on stderr) handles them again afterwards."""
-    was_enabled = faulthandler.is_enabled()
-    with path.open("w") as handle:
-        faulthandler.enable(file=handle)
-        try:
-            yield
-        finally:
-            faulthandler.disable()
-            if was_enabled:
-                faulthandler.enable(file=sys.__stderr__)
-            if handle.tell() == 0:
-                path.unlink(missing_ok=True)

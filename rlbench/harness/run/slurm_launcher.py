@@ -31,17 +31,17 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlbench.checkpoint import request_stop
 from rlbench.errors import ConfigError, UnknownNameError, one_line
 from rlbench.harness.plan.config import RunConfig, SlurmSettings
 from rlbench.harness.render import counted
 from rlbench.harness.run.launchers import Listener, mark_dead
 from rlbench.harness.run.runner import RunResult, execute_run, stored_result
+from rlbench.harness.signals import stop_run_on
+from rlbench.harness.store.identity_tags import IDENTITY
 from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import Tracker
 
@@ -103,9 +103,9 @@ class SlurmRun:
         # the task's earlier starts are dead: Slurm started it again
         dead = tuple(f"slurm-{self.parent_id[:12]}-{job}-{k}" for k in range(restarts))
         tags = {"slurm_job_id": job, "slurm_restarts": str(restarts)}
-        # from here on, until training takes SIGTERM over (runner._checkpoint_on_signals)
+        # from here on, until training takes SIGTERM over (signals.checkpoint_on_signals)
         # and after, a stop signal stops the run where it is
-        with _stop_on(signal.SIGUSR2, signal.SIGTERM) as received:
+        with stop_run_on(signal.SIGUSR2, signal.SIGTERM) as received:
             try:
                 return execute_run(self.run, Tracker(self.out_dir, prepare=False),
                                    self.experiment_id, self.parent_id, token=token,
@@ -137,24 +137,6 @@ def _job_id() -> str:
     """``<array job>_<task>`` for an array task, else the job id."""
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID", "?")
-
-
-@contextmanager
-def _stop_on(*signums: int) -> Iterator[list[int]]:
-    """While the body runs, each of ``signums`` asks the run to checkpoint and stop; the
-    list it yields holds the signals that came."""
-    received: list[int] = []
-
-    def stop(number: int, frame: object) -> None:
-        received.append(number)
-        request_stop()
-
-    previous = {signum: signal.signal(signum, stop) for signum in signums}
-    try:
-        yield received
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def _requeue(job: str, why: str) -> None:
@@ -331,9 +313,8 @@ class _Follower:
     def _gone(self, job_id: str, job: Any, run: RunConfig) -> RunResult | None:
         """A task out of the queue with no result in sight: its run as the store has it
         (ended: that; still RUNNING: its process died), else, after ``_GONE_S``, lost."""
-        attempts = self.tracker.runs(
-            self.experiment_id, f"tags.config_hash = '{run.identity}' and "
-                                f"tags.`mlflow.parentRunId` = '{self.parent_id}'")
+        attempts = self.tracker.attempts(
+            self.experiment_id, run, f"tags.`mlflow.parentRunId` = '{self.parent_id}'")
         latest = max(attempts, key=lambda r: r.info.start_time or 0, default=None)
         why = (f"its Slurm job {job_id} left the queue without a result (cancelled, killed "
                f"for memory or time, or its node failed); its log: {job.paths.stderr}")
@@ -393,7 +374,7 @@ class _Follower:
                                    f"the store now ({one_line(err)})")
             return
         for attempt in running:
-            run = by_identity.get(attempt.data.tags.get("config_hash", ""))
+            run = by_identity.get(attempt.data.tags.get(IDENTITY, ""))
             if run is None or run.identity not in self.started:
                 continue
             metrics = {m.key: m for m in attempt.data.to_proto().metrics}

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from mlflow.exceptions import MlflowException
 from rich.console import Console
@@ -26,9 +21,12 @@ from rlbench.harness.run.resume import ResumePlan, plan_resume
 from rlbench.harness.run.runner import ELSEWHERE, RunResult, one_line
 from rlbench.harness.run.slurm_launcher import check_slurm, run_on_slurm
 from rlbench.harness.run.summary import SummaryRow, summarize, summary_table, write_csv
-from rlbench.harness.store.tracking import Tracker, check_reachable, environment_tags, tracking_uri
+from rlbench.harness.signals import sigterm_stops_sweep
+from rlbench.harness.store.provenance import environment_tags
+from rlbench.harness.store.tracking import Tracker
+from rlbench.harness.store.uri import check_reachable, tracking_uri
 
-__all__ = ["SweepResult", "Terminated", "run_sweep"]
+__all__ = ["SweepResult", "run_sweep"]
 
 
 @dataclass
@@ -61,29 +59,6 @@ def _launcher_name(sweep: SweepConfig) -> str:
     return "sequential" if sweep.jobs == 1 else f"local pool of {sweep.jobs}"
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what schedulers send before they kill): stops a sweep as Ctrl-C does."""
-
-
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """While the body runs, SIGTERM raises ``Terminated`` in the main thread (once; a
-    second SIGTERM is ignored so the cleanup finishes). Elsewhere a no-op."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminate(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult:
     """Run every run of ``sweep`` not finished earlier; failed runs are recorded, the rest
     go on. ``sweep.jobs > 1`` runs that many at a time, each in its own process;
@@ -103,7 +78,7 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
     elif sweep.launcher == "slurm":
         check_slurm(sweep.slurm, uri)
     check_reachable(uri)
-    with _sigterm_interrupts():
+    with sigterm_stops_sweep():
         tracker = Tracker(sweep.out_dir)
         try:
             experiment_id = tracker.experiment(suite)  # before any worker opens the store

@@ -29,7 +29,8 @@ from mlflow.store.artifact.artifact_repository_registry import get_artifact_repo
 from rlbench.checkpoint import MANIFEST, CheckpointRefused, read_manifest, verify_checkpoint
 from rlbench.errors import one_line
 from rlbench.harness.plan.config import CHECKPOINT_STORES
-from rlbench.harness.store.tracking import quiet_downloads, with_retry
+from rlbench.harness.store.retry import with_retry
+from rlbench.harness.store.tracking import quiet_downloads
 
 __all__ = ["ARTIFACT_DIR", "UPLOADED_TAG", "WRITTEN_TAG",
            "CheckpointUploader", "checkpoint_elsewhere", "download_newest", "local_progress",

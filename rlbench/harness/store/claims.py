@@ -38,7 +38,8 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from rlbench.harness.store.tracking import host_id, with_retry
+from rlbench.harness.store.provenance import host_id
+from rlbench.harness.store.retry import with_retry
 
 __all__ = ["Claim", "ClaimLost", "Ledger", "heartbeat", "heartbeat_seconds", "host_id",
            "latest_claims", "stale_seconds"]

@@ -6,8 +6,10 @@ public as ``rlbench.results``.
     runs.groupby(["env", "config"]).final_return.agg(["mean", "std", "count"])
     evals = rlbench.results.curves("rlbench_runs", suite="mujoco", env="Hopper-v5")
 
-``load`` gives one tidy row per run: each config identity once, its latest finished attempt
-(or, if none finished, its latest attempt). ``curves`` gives one row per (run, evaluation).
+``load`` gives one tidy row per run: each identity once (``store.identity_tags``: config,
+seed, code and version), its latest finished attempt (or, if none finished, its latest
+attempt); its ``config`` column names what the seeds of one config share (``config_key``),
+which ``rlbench compare`` groups by. ``curves`` gives one row per (run, evaluation).
 A store is an ``out_dir`` (its embedded SQLite store) or any ``tracking_uri`` (a real
 ``mlflow server`` included); ``MLFLOW_TRACKING_URI`` applies when neither is given.
 """
@@ -26,17 +28,14 @@ from mlflow.entities import Metric, Run
 from mlflow.tracking import MlflowClient
 
 from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
+from rlbench.harness.store.identity_tags import LEGACY_IDENTITY, identity_of
+from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.server_read import metric_histories as served_histories
 from rlbench.harness.store.sqlite import INCOMPLETE, MISSING, inspect_store, sqlite_path
 from rlbench.harness.store.sqlite_read import metric_histories, runs_tagged
-from rlbench.harness.store.tracking import (
-    all_experiments,
-    check_reachable,
-    check_tracking_uri,
-    search_all,
-    with_retry,
-)
-from rlbench.harness.store.tracking import tracking_uri as uri_of
+from rlbench.harness.store.tracking import all_experiments, search_all
+from rlbench.harness.store.uri import check_reachable, check_tracking_uri
+from rlbench.harness.store.uri import tracking_uri as uri_of
 
 __all__ = ["CURVE_COLUMNS", "RETURN", "RUN_COLUMNS", "budget_unit", "config_key", "curves",
            "curves_of", "latest_attempts", "load", "load_filter", "open_store"]
@@ -46,12 +45,13 @@ RETURN_STD = "eval/return_std"
 SCORE = "eval/normalized_score"
 # Params that vary between the seeds of one config: left out of the config key.
 SEED_PARAMS = ("seed_index", "base_seed")
-# Tags shown as columns of their own; every other tag but MLflow's is ``tag.<name>``.
-_TAG_COLUMNS = ("suite", "algorithm", "env", "seed", "config_hash", "git_commit", "git_dirty",
+# Tags shown as columns of their own (``identity`` from an older store's ``config_hash``
+# too); every other tag but MLflow's is ``tag.<name>``.
+_TAG_COLUMNS = ("suite", "algorithm", "env", "seed", "identity", "git_commit", "git_dirty",
                 "rlbench_version", "torch_version", "tensordict_version", "gymnasium_version",
                 "mujoco_version", "python_version", "host", "device", "error")
 RUN_COLUMNS = ("run_id", "suite", "algorithm", "env", "seed", "frames", "steps", "config",
-               "config_hash", "status", "final_return", "final_score", "fps", "seconds",
+               "identity", "status", "final_return", "final_score", "fps", "seconds",
                "start_time", "artifact_uri", *_TAG_COLUMNS[5:])
 _ALIASES = {"algo": "algorithm"}
 
@@ -86,8 +86,9 @@ def open_store(out_dir: str | Path | None = None, *,
 
 
 def config_key(run: Run) -> str:
-    """8 hex digits naming a run's resolved config without its seeds (and the rlbench
-    version): the seeds of one config share it."""
+    """8 hex digits naming a run's resolved config without its seeds, and the rlbench
+    version (the ``config`` column): the seeds of one config share it, as they share no
+    ``identity`` or ``config_identity``."""
     kept = {k: v for k, v in run.data.params.items()
             if k not in SEED_PARAMS and not k.startswith("seeds.")}
     kept["rlbench_version"] = run.data.tags.get("rlbench_version", "")
@@ -113,15 +114,15 @@ def _experiment_id(client: MlflowClient, suite: str) -> str:
 
 
 def latest_attempts(client: MlflowClient, suite: str) -> list[Run]:
-    """Each config identity of the suite once: its latest finished attempt, or its latest
-    attempt if none finished."""
+    """Each identity of the suite once: its latest finished attempt, or its latest attempt
+    if none finished."""
     latest: dict[str, Run] = {}
     experiment = _experiment_id(client, suite)
     database = sqlite_path(client.tracking_uri)
     runs = (search_all(client, experiment, "tags.kind = 'run'") if database is None
             else runs_tagged(database, experiment, "kind", "run"))
     for run in sorted(runs, key=lambda r: r.info.start_time or 0):
-        key = run.data.tags.get("config_hash", run.info.run_id)
+        key = identity_of(run.data.tags, run.info.run_id)
         earlier = latest.get(key)
         if earlier is None or run.info.status == "FINISHED" or earlier.info.status != "FINISHED":
             latest[key] = run
@@ -144,7 +145,7 @@ def _row(run: Run) -> dict[str, Any]:
         "frames": pd.NA if offline else budget,
         "steps": budget if offline else pd.NA,
         "config": config_key(run),
-        "config_hash": tags.get("config_hash", ""),
+        "identity": identity_of(tags),
         "status": info.status,
         "final_return": float("nan") if final is None else final,
         "final_score": float("nan") if score is None else score,
@@ -157,7 +158,8 @@ def _row(run: Run) -> dict[str, Any]:
     }
     row.update({name: tags.get(name, "") for name in _TAG_COLUMNS[5:]})
     row.update({f"tag.{k}": v for k, v in tags.items()
-                if not k.startswith("mlflow.") and k not in _TAG_COLUMNS and k != "kind"})
+                if not k.startswith("mlflow.") and k not in _TAG_COLUMNS
+                and k not in ("kind", LEGACY_IDENTITY)})
     row.update({f"param.{k}": v for k, v in params.items()})
     return row
 

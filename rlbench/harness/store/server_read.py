@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.credentials import get_default_host_creds
 from mlflow.utils.rest_utils import http_request, verify_rest_response
 
-from rlbench.harness.store.tracking import with_retry
+from rlbench.harness.store.retry import with_retry
 
 __all__ = ["metric_histories"]
 

@@ -35,7 +35,7 @@ from rlbench.harness.analysis.comparison_data import to_json
 from rlbench.harness.analysis.ranking import RANK_RULE
 from rlbench.harness.analysis.statistics import Interval, iqm
 from rlbench.harness.render import TextTable, render, to_rich
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 # Final returns per (algo, env); every run also logs an earlier eval at frame 500.
 FINALS = {

@@ -22,7 +22,7 @@ from rlbench.cli import main
 from rlbench.data import load_dataset
 from rlbench.harness.datasets import make as dataset_make
 from rlbench.harness.store import run_artifacts
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 QUALITIES = ("random", "medium", "expert", "medium-replay", "medium-expert")
 STEPS = 300

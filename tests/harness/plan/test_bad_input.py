@@ -237,7 +237,7 @@ def test_compare_escapes_html_that_another_tool_put_in_the_store(tmp_path: Path,
                                                                  capsys) -> None:
     from mlflow.tracking import MlflowClient
 
-    from rlbench.harness.store.tracking import tracking_uri
+    from rlbench.harness.store.uri import tracking_uri
 
     suite = tmp_path / "tiny.yaml"
     suite.write_text(TINY)

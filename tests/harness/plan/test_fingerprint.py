@@ -19,7 +19,7 @@ from rlbench.harness.plan.fingerprint import (
     executed_source,
     fingerprint_of,
 )
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 
 def test_a_recipe_reaches_its_own_loss_and_the_layers_it_runs() -> None:

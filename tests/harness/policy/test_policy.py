@@ -24,7 +24,7 @@ from rlbench.cli import main
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.algorithms import load_algorithm
 from rlbench.harness.policy.load import load_policy, play
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 PPO_PENDULUM = ("algo=ppo", "env=Pendulum-v1", "ppo.normalize_observation=true",
                 "ppo.use_sde=false", "ppo.num_envs=2", "ppo.rollout_steps=100", "ppo.epochs=2",

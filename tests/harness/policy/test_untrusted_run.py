@@ -23,7 +23,7 @@ from rlbench.cli import main
 from rlbench.errors import ConfigError
 from rlbench.harness.policy.load import MAX_WEIGHTS_BYTES, load_policy
 from rlbench.harness.policy.video import check_video_path
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 from tests.harness.policy.test_policy import PPO_PENDULUM, train_run
 
 _FILES = ("config.yaml", "policy.pt", "normalization.pt")

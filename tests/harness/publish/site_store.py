@@ -1,5 +1,6 @@
 """A real MLflow store for the site's tests: online and offline runs of known scores, a
-failed run, a run without evaluations, and names that are HTML."""
+failed run, a run without evaluations, and names that are HTML. Its runs are tagged as
+rlbench 0.3.0 tagged them (the identity in ``config_hash``): an older store publishes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 HOSTILE = '<script>alert("x")</script>'
 ONLINE = {("ppo", "CartPole-v1"): [500.0, 480.0, 260.0, 400.0],

@@ -385,6 +385,21 @@ def test_what_another_tool_logged_is_shown_safely(site: Path) -> None:
     assert 'data-value="1000.0">1,000<' in page
 
 
+def test_an_older_stores_identity_is_shown_as_the_identity(site: Path, store: Path) -> None:
+    """The store's runs hold their identity in the tag ``config_hash``, as rlbench 0.3.0
+    wrote it: a run page shows it once, as ``identity``, and no filter offers it."""
+    run = rlbench.results.load(store, suite="unit", algorithm="ppo", seed=1,
+                               env="CartPole-v1").iloc[0]
+    assert run.identity == "ppo-CartPole-v1-1-1000"
+    data = json.loads((site / "suites" / slug("unit") / "runs" / f"{slug(run.run_id)}.json"
+                       ).read_text())
+    (tags,) = [t["rows"] for t in data["tables"] if t["table"] == "tags"]
+    shown = {row["tag"]: row["value"] for row in tags}
+    assert shown["identity"] == run.identity and "config_hash" not in shown
+    pages = [p.read_text() for p in (site / "suites" / slug("unit")).rglob("*.html")]
+    assert not [p for p in pages if "config_hash=" in p or "identity=" in p]
+
+
 def test_an_output_that_holds_a_store_is_refused(store: Path, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture) -> None:
     site = tmp_path / "site"

@@ -167,7 +167,7 @@ def test_a_real_runs_command_plans_that_run(browser, site: Path) -> None:
     words = shlex.split(html.unescape(command))
     assert words[:2] == ["rlbench", "run"]
     planned = resolve_sweep(words[2:]).runs
-    assert planned[-1].identity == run.config_hash
+    assert planned[-1].identity == run.identity
     assert planned[-1].seed_index == 1
 
 
@@ -182,7 +182,7 @@ def test_the_command_of_a_command_line_grid_plans_that_run(site: Path) -> None:
     recipe = str(site.parent / "recipes" / "my_recipes" / "vpg.py")
     assert words[:3] == ["rlbench", "run", f"algo={recipe}"]
     (planned,) = resolve_sweep(words[2:]).runs
-    assert (planned.suite, planned.identity) == ("adhoc", run.config_hash)
+    assert (planned.suite, planned.identity) == ("adhoc", run.identity)
 
 
 def test_a_copied_site_renders_with_every_link_inside_it(browser, site: Path,

@@ -19,7 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 from tests.algorithms.pendulum_d4rl import write_pendulum_d4rl
 
 TIMINGS = ("train/fps", "train/steps_per_s")

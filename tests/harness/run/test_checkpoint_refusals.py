@@ -13,8 +13,8 @@ from rlbench.checkpoint import MANIFEST, read_manifest, write_checkpoint
 from rlbench.cli import main
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.run.runner import checkpoint_dir_for
-from rlbench.harness.store import tracking
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store import recorder
+from rlbench.harness.store.uri import tracking_uri
 
 SUITE = """
 algos: [sac]
@@ -72,8 +72,8 @@ def test_a_corrupt_checkpoint_is_not_resumed(tmp_path: Path, monkeypatch: pytest
             raise KeyboardInterrupt
         return logged(self, frames, returns)
 
-    logged = tracking.RunRecorder.log_eval
-    monkeypatch.setattr(tracking.RunRecorder, "log_eval", interrupted)
+    logged = recorder.RunRecorder.log_eval
+    monkeypatch.setattr(recorder.RunRecorder, "log_eval", interrupted)
     assert main(["run", *args]) == 130
     monkeypatch.undo()
     manifest = read_manifest(directory)

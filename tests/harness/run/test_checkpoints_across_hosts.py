@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
 from rlbench.harness.store.checkpoint_uploads import UPLOADED_TAG, WRITTEN_TAG
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 pytestmark = pytest.mark.slow
 

@@ -66,7 +66,7 @@ def _attempts(client: MlflowClient, suite: str, view: int = ViewType.ACTIVE_ONLY
 def _exactly_once(client: MlflowClient, suite: str, runs: int) -> None:
     """One active run per config, FINISHED; no finished run was ever deleted."""
     active = _attempts(client, suite)
-    identities = [run.data.tags["config_hash"] for run in active]
+    identities = [run.data.tags["identity"] for run in active]
     assert len(identities) == len(set(identities)) == runs, [r.info.run_name for r in active]
     assert {run.info.status for run in active} == {"FINISHED"}
     deleted = [run for run in _attempts(client, suite, ViewType.DELETED_ONLY)
@@ -235,7 +235,7 @@ def test_runs_spread_over_the_nodes_and_a_killed_node_loses_nothing(
         running a moment later). The same path on both nodes: they share one machine."""
         return any(json.loads(manifest.read_text())["progress"] <= 15_000
                    for run in runs for manifest in (out / "checkpoints").glob(
-                       f"*/*/{run.data.tags['config_hash']}/checkpoint.json"))
+                       f"*/*/{run.data.tags['identity']}/checkpoint.json"))
 
     deadline = time.monotonic() + 300
     while not (on_worker("FINISHED") and checkpointed_early(on_worker("RUNNING"))):

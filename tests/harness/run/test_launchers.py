@@ -15,7 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.signals import checkpoint_on_signals, deliver_deferred_signal
+from rlbench.harness.store.uri import tracking_uri
 
 SUITE = """
 algos: [ppo]
@@ -140,17 +141,15 @@ def test_a_ctrl_c_after_the_loop_last_looked_stops_the_sweep_after_the_run() -> 
     """Ctrl-C during a run's final evaluation or recording, when its loop no longer checks
     for a stop: the run ends as it is, and the sweep takes the signal before the next run
     (it was once dropped, and the sweep ran its other runs)."""
-    from rlbench.harness.run import runner
-
     # a shell running the tests in the background (CI) ignores SIGINT: give this process
     # the handling a terminal's Ctrl-C meets, for the test's duration
     inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with runner._checkpoint_on_signals():
+        with checkpoint_on_signals():
             signal.raise_signal(signal.SIGINT)  # the loop has ended: only a stop is requested
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         with pytest.raises(KeyboardInterrupt):
-            runner.deliver_deferred_signal()
-        runner.deliver_deferred_signal()  # delivered once
+            deliver_deferred_signal()
+        deliver_deferred_signal()  # delivered once
     finally:
         signal.signal(signal.SIGINT, inherited)

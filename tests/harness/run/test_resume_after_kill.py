@@ -15,7 +15,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 SUITE = """
 algos: [ppo]

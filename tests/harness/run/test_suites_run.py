@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
 from rlbench.harness.plan.config import resolve_sweep
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 TINY = ["seeds=1", "frames=400", "eval_every=400", "eval_episodes=1",
         *(f"{algo}.learning_starts=100" for algo in ("dqn", "sac", "td3", "ddpg")),

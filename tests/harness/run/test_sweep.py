@@ -17,7 +17,8 @@ from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.run import runner
 from rlbench.harness.run.runner import RunResult, execute_run
 from rlbench.harness.run.summary import summarize, summary_table
-from rlbench.harness.store.tracking import Tracker, tracking_uri
+from rlbench.harness.store.tracking import Tracker
+from rlbench.harness.store.uri import tracking_uri
 
 TINY = """
 algos: [ppo]
@@ -67,9 +68,10 @@ def test_sweep_tracks_everything_and_records_failures(tiny_suite: Path, tmp_path
     for name, run in children.items():
         tags = run.data.tags
         assert tags["mlflow.parentRunId"] == parents[0].info.run_id
-        for key in ("suite", "algorithm", "env", "seed", "config_hash", "rlbench_version",
-                    "git_commit", "torch_version", "tensordict_version", "gymnasium_version",
-                    "mujoco_version", "host", "device", "cpu_vendor", "onednn_outruns_mkl"):
+        for key in ("suite", "algorithm", "env", "seed", "identity", "config_identity",
+                    "rlbench_version", "git_commit", "torch_version", "tensordict_version",
+                    "gymnasium_version", "mujoco_version", "host", "device", "cpu_vendor",
+                    "onednn_outruns_mkl"):
             assert tags.get(key), f"{name} lacks tag {key}"
         assert run.data.params["algo_params.num_envs"] == "4"
         assert "seeds.env" in run.data.params
@@ -276,7 +278,7 @@ def test_a_run_waits_for_a_planner_and_replaces_another_sweeps_dead_attempt(
     finally:
         planner.communicate()
     assert result.status == "FINISHED"
-    (run,) = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
+    (run,) = tracker.attempts(experiment_id, config)
     assert run.info.run_id == result.run_id != dead
 
 

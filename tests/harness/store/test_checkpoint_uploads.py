@@ -23,7 +23,7 @@ from rlbench.harness.store.checkpoint_uploads import (
     remove_uploads,
     uploads_checkpoints,
 )
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 
 
 @pytest.fixture

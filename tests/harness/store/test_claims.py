@@ -145,7 +145,7 @@ def test_a_claim_whose_heartbeat_stopped_is_taken_over(beat_age: float | None,
     assert plan.to_run == [config] and plan.elsewhere == []
     result = execute_run(config, tracker, experiment_id, parent_id)
     assert result.status == "FINISHED"
-    (run,) = tracker.runs(experiment_id, f"tags.config_hash = '{config.identity}'")
+    (run,) = tracker.attempts(experiment_id, config)
     assert run.info.run_id == result.run_id
     latest = Ledger(tracker.client, experiment_id, config.identity).latest()
     assert latest.host == host_id() and latest.token == run.data.tags["claimant"]

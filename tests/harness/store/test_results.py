@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 import rlbench.results
 from rlbench.cli import main
 from rlbench.errors import ConfigError, UnknownNameError
-from rlbench.harness.store.tracking import tracking_uri
+from rlbench.harness.store.uri import tracking_uri
 from rlbench.results import CURVE_COLUMNS, RUN_COLUMNS
 
 SUITE = """

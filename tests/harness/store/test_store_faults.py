@@ -17,8 +17,10 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
 from rlbench.harness.run import resume
+from rlbench.harness.store.provenance import host_id
 from rlbench.harness.store.sqlite import INCOMPLETE, MISSING, READY, inspect_store
-from rlbench.harness.store.tracking import Tracker, host_id, tracking_uri
+from rlbench.harness.store.tracking import Tracker
+from rlbench.harness.store.uri import tracking_uri
 
 TINY = """
 algos: [ppo]

@@ -10,10 +10,11 @@ import pytest
 from mlflow.exceptions import MlflowException
 from sqlalchemy import event
 
-import rlbench.harness.store.tracking as tracking
+import rlbench.harness.store.retry as retry
 from rlbench.checkpoint import stop_requested
-from rlbench.harness.run.runner import _checkpoint_on_signals, deliver_deferred_signal
-from rlbench.harness.store.tracking import Tracker, signals_held, with_retry
+from rlbench.harness.signals import checkpoint_on_signals, deliver_deferred_signal, signals_held
+from rlbench.harness.store.retry import with_retry
+from rlbench.harness.store.tracking import Tracker
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +39,7 @@ def test_a_ctrl_c_inside_a_commit_lets_it_finish_and_the_store_stays_writable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Cut short there, SQLAlchemy's connection keeps SQLite's write lock and every later
     # write waits on it: with this short deadline the second write fails instead.
-    monkeypatch.setattr(tracking, "_LOCK_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(retry, "_LOCK_WAIT_SECONDS", 1.0)
     tracker = Tracker(tmp_path / "out")
     experiment = tracker.experiment("suite")
     parent = tracker.start_sweep(experiment, "suite", {})
@@ -127,7 +128,7 @@ def test_a_ctrl_c_held_while_a_run_trains_becomes_its_checkpoint_request() -> No
         signal.raise_signal(signal.SIGINT)
         return "written"
 
-    with _checkpoint_on_signals():
+    with checkpoint_on_signals():
         assert with_retry(write) == "written"
         assert stop_requested()
     assert not stop_requested()

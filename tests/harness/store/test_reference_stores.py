@@ -1,0 +1,87 @@
+"""The committed reference stores, written by rlbench 0.1.0 to 0.3.0 (the identity in the
+tag ``config_hash``; the later offline runs with a ``config_identity`` tag too), read as
+the reports committed beside them were made from them: the same runs, the same identities,
+the same config groups."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import rlbench.results
+
+RESULTS = Path(__file__).resolve().parents[3] / "results"
+STORES = ("mujoco", "offline")  # results/reference/store/<name>.db.gz, suite <name>
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each reference store unzipped into an out dir of its own."""
+    found = {}
+    for name in STORES:
+        out = tmp_path_factory.mktemp(name)
+        with gzip.open(RESULTS / "reference" / "store" / f"{name}.db.gz") as packed, \
+                (out / "mlflow.db").open("wb") as database:
+            shutil.copyfileobj(packed, database)
+        found[name] = out
+    return found
+
+
+@pytest.fixture(scope="module")
+def loaded(stores: dict[str, Path]) -> pd.DataFrame:
+    """Every run ``rlbench.results.load`` gives of the reference stores."""
+    return pd.concat([rlbench.results.load(stores[name], suite=name) for name in STORES],
+                     ignore_index=True)
+
+
+def _tag(out_dir: Path, key: str) -> dict[str, str]:
+    """Each run's tag ``key`` as stored, by run id."""
+    with sqlite3.connect(out_dir / "mlflow.db") as connection:
+        return dict(connection.execute("SELECT run_uuid, value FROM tags WHERE key = ?",
+                                       (key,)).fetchall())
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_the_identity_of_an_older_run_is_its_config_hash_tag(
+        name: str, stores: dict[str, Path]) -> None:
+    frame = rlbench.results.load(stores[name], suite=name)
+    stored = _tag(stores[name], "config_hash")
+    assert len(frame) > 20
+    assert dict(zip(frame.run_id, frame.identity, strict=True)) == {
+        run_id: stored[run_id] for run_id in frame.run_id}
+    assert frame.identity.is_unique  # one row per identity: its latest finished attempt
+    assert not {"config_hash", "tag.config_hash"} & set(frame.columns)
+
+
+def test_the_offline_runs_keep_their_config_identity_tag(stores: dict[str, Path]) -> None:
+    frame = rlbench.results.load(stores["offline"], suite="offline")
+    stored = _tag(stores["offline"], "config_identity")
+    tagged = frame[frame.run_id.isin(stored)]
+    assert len(tagged) > 5
+    assert list(tagged["tag.config_identity"]) == [stored[r] for r in tagged.run_id]
+
+
+def test_the_committed_reports_group_the_runs_as_they_did(loaded: pd.DataFrame) -> None:
+    """Each run of a committed ``rlbench compare`` report (runs.csv) has the config column
+    it had there: the same groups."""
+    config = dict(zip(loaded.run_id, loaded.config, strict=True))
+    reports = [path for path in sorted((RESULTS / "reference").glob("*/runs.csv"))
+               if "run_id" in pd.read_csv(path, nrows=0).columns]
+    assert len(reports) >= 5
+    for path in reports:
+        rows = pd.read_csv(path, dtype=str)
+        assert {run_id: config.get(run_id) for run_id in rows.run_id} == dict(
+            zip(rows.run_id, rows.config, strict=True)), path
+
+
+def test_the_committed_leaderboard_publishes_the_runs_loaded(loaded: pd.DataFrame) -> None:
+    """results/leaderboard, made from these stores, has a page for each run loaded and for
+    no other: the same runs kept, one per identity."""
+    pages = {path.name.split("-")[0]
+             for path in (RESULTS / "leaderboard" / "suites").glob("*/runs/*.html")}
+    assert pages == set(loaded.run_id)
