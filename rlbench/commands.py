@@ -274,7 +274,7 @@ COMMANDS = {command.name: command for command in (
         "(out/minari/rlbench/<env>/<quality>-v0) and D4RL-format files\n"
         "(out/d4rl/rlbench_<env>_<quality>-v0.hdf5), with reference scores (random and "
         "expert\npolicies, ref_episodes episodes each) and provenance. The same words give "
-        "the same bytes.\n", _dataset, "make " + MAKE_TABLE.help_text(),
+        "the same bytes.\n", _dataset, MAKE_TABLE.help_text("keys of make:"),
         ("rlbench dataset info d4rl:hopper-medium-v2",
          "rlbench dataset make policy=<run dir> quality=medium,expert steps=1000000 "
          "out=data")),

@@ -33,7 +33,7 @@ def false_alarms(suite: str, reference_path: Path, pool_path: Path, sets: int, s
                  ) -> dict:
     """Per task: verdict counts over ``sets`` resampled candidate sets, the median smallest
     drop caught with power 0.8; overall: the share of sets with a REGRESSION."""
-    sweep = resolve_sweep([f"suite={suite}"])
+    sweep = resolve_sweep([f"suite={suite}"], check_here=False)  # reads scores only
     settings = gate_settings(sweep.suite, sweep.runs)
     seeds = sweep.suite.settings["seeds"]
     reference = load_reference(reference_path, sweep.suite.name)

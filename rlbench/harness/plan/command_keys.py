@@ -77,18 +77,20 @@ RUN_TABLE = KeyTable("run", (
     Key("device", "cpu, cuda, cuda:N or mps", default=SUITE_SETTINGS["device"]),
     Key("reuse", "code: a finished run of the same config by other code counts as done "
         "(for a change you know leaves the numbers alone; a run's identity includes its "
-        "code's hash)"),
+        "code's hash)", kind="choice", choices=("code",)),
     Key("checkpoint_every", "frames or gradient steps between checkpoints: a killed run "
         "resumes from its last one; SIGTERM and Ctrl-C checkpoint first", kind="value",
         default=CHECKPOINT_EVERY, high=10**12),
-    Key("checkpoint_store", "auto|out_dir|tracking: tracking also uploads each checkpoint "
+    Key("checkpoint_store", "tracking also uploads each checkpoint "
         "to the run's MLflow run, so a run taken over on another host resumes; auto: "
-        "tracking when the store is an mlflow server", default="auto"),
+        "tracking when the store is an mlflow server", kind="choice", default="auto",
+        choices=("auto", "out_dir", "tracking")),
     Key("out_dir", "the store and the runs' files; MLFLOW_TRACKING_URI overrides its store",
         default="rlbench_runs"),
     Key("jobs", "runs at a time, each in its own process", kind="value", default=1,
         high=1024),
-    Key("launcher", "local|ray|slurm", default="local"),
+    Key("launcher", "where the runs run", kind="choice", default="local",
+        choices=("local", "ray", "slurm")),
     Key("ray.address", "with launcher=ray: auto, host:port or ray://host:port"),
     Key("dry_run", "true: print the grid, run nothing", kind="value", default=False),
     Key("slurm.partition", "with launcher=slurm: the partition"),
@@ -104,7 +106,8 @@ RUN_TABLE = KeyTable("run", (
     Key("slurm.folder", "submitit's files and the tasks' logs", shown_default="<out_dir>/slurm"),
     Key("<algo>", "a recipe's hyperparameter, e.g. ppo.learning_rate=5e-4, "
         "td3.hidden_sizes=[64,64] (a list in brackets); rlbench show algo=<algo> lists "
-        "them with their help", kind="value", family=True, member="hyperparameter"),
+        "them with their help", kind="value", family=True, member="hyperparameter",
+        listed_only=True),
 ), what="override key")
 
 # The run filters of compare and publish: empty ones match every run.
@@ -254,7 +257,7 @@ MAKE_TABLE = KeyTable("dataset make", (
         "quality but random needs it"),
     Key("env", "the env id, for quality=random without a policy="),
     Key("format", "the formats written", kind="choice", many=True,
-        default=["minari", "d4rl"], choices=("minari", "d4rl")),
+        default=("minari", "d4rl"), choices=("minari", "d4rl")),
     Key("seed", "the rollouts' seed: the same words give the same bytes", kind="int",
         default=0, high=2**31 - 1),
     Key("ref_episodes", "episodes of the random and expert policies for reference scores",

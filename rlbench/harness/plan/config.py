@@ -51,12 +51,12 @@ LIST_KEYS = {key.name for key in RUN_TABLE if key.many}
 # A grid the command line makes (algo=, env= or dataset= without suite=) is stored under
 # this suite name, not under the name of the suite whose settings it takes
 ADHOC_SUITE = "adhoc"
-REUSE = ("code",)  # reuse=code: finished runs of the same config made by other code count
-LAUNCHERS = ("local", "ray", "slurm")
+REUSE = RUN_TABLE.key("reuse").choices  # code: a finished run by other code counts
+LAUNCHERS = RUN_TABLE.key("launcher").choices
 # Where checkpoints go besides the out dir: ``tracking`` uploads each to the run's MLflow
 # run, so a run taken over on another host resumes from it; ``auto``: when the store is an
 # ``mlflow server`` (``store.checkpoint_uploads``).
-CHECKPOINT_STORES = ("auto", "out_dir", "tracking")
+CHECKPOINT_STORES = RUN_TABLE.key("checkpoint_store").choices
 DEVICE_PATTERN = re.compile(r"(cpu|mps)(:0)?|cuda(:\d+)?")
 
 

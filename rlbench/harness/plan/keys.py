@@ -119,6 +119,7 @@ class Key:
     convert: Callable[[str, str], Any] | None = None  # (key, text) -> value, after the kind
     shown_default: str | None = None  # the default as the help says it, when not the value
     placeholder: str = "..."  # what a required key's value is, in the error without it
+    listed_only: bool = False  # in the help and docs, read by the command itself
 
     @property
     def shown(self) -> str:
@@ -141,9 +142,10 @@ class Key:
         if self.kind in ("text", "path", "choice") and not text:
             raise ConfigError(f"{name} needs a value: {name}=...")
         if self.kind == "int":
-            value: Any = int_word(name, text, int(self.low), int(self.high or 10**12))
+            high = 10**12 if self.high is None else int(self.high)
+            value: Any = int_word(name, text, int(self.low), high)
         elif self.kind == "float":
-            value = _float_word(name, text, self.low, self.high or math.inf)
+            value = _float_word(name, text, self.low, math.inf if self.high is None else self.high)
         elif self.kind == "bool":
             value = _bool_word(name, text)
         elif self.kind == "choice":
@@ -174,7 +176,7 @@ class Key:
 
 
 _KIND_WORDS = {"text": "text", "path": "path", "int": "integer", "float": "number",
-               "bool": "true/false", "value": "number, true/false or [list]"}
+               "bool": "true/false"}
 
 
 def _shown(value: Any) -> str:
@@ -231,6 +233,8 @@ class KeyTable:
         """The key ``name`` is (an alias, or a family member, resolves to its key)."""
         name = self.aliases.get(name, name)
         for key in self.keys:
+            if key.listed_only:
+                continue
             if key.name == name and not key.family:
                 return key
             prefix, dot, member = name.partition(".")
@@ -265,8 +269,9 @@ class KeyTable:
                                   f"{key.help}")
         return parsed
 
-    def help_text(self) -> str:
-        """The ``keys:`` block of the command's ``--help``."""
+    def help_text(self, heading: str = "keys:") -> str:
+        """The keys block of the command's ``--help``: each key with its aliases and help,
+        beside ``heading`` when it fits the keys' column, else under it."""
         lines = []
         for key in self.keys:
             names = ", ".join((key.shown, *key.aliases))
@@ -274,17 +279,37 @@ class KeyTable:
                                    initial_indent=" " * INDENT,
                                    subsequent_indent=" " * (INDENT + 2),
                                    break_on_hyphens=False)
-        return "keys: " + "\n".join(lines).lstrip() + "\n"
+        block = "\n".join(lines) + "\n"
+        if len(heading) < INDENT:
+            return heading.ljust(INDENT) + block[INDENT:]
+        return f"{heading}\n{block}"
 
     def markdown(self) -> str:
         """The table as a Markdown reference: one row per key."""
         rows = [f"### `rlbench {self.command}`", "",
                 "| key | aliases | value | default | what it is |", "|---|---|---|---|---|"]
         for key in self.keys:
-            value = "|".join(key.choices) if key.kind == "choice" else _KIND_WORDS[key.kind]
-            value += ", comma list" if key.many else ""
+            value = _kind_word(key) + (", comma list" if key.many else "")
+            if key.kind in ("int", "value") and key.high is not None and key.high < 10**9:
+                value += f", at most {int(key.high):,}"
             default = key.shown_default or ("" if key.default is None else _shown(key.default))
-            rows.append(f"| `{key.shown}` | {', '.join(f'`{a}`' for a in key.aliases)} | "
-                        f"{value} | {'required' if key.required else default} | "
-                        f"{key.help.replace('|', '/')} |")
+            rows.append(" | ".join([
+                f"| `{key.shown}`", ", ".join(f"`{a}`" for a in key.aliases), _cell(value),
+                "required" if key.required else _cell(default), _cell(key.help)]) + " |")
         return "\n".join(rows) + "\n"
+
+
+def _kind_word(key: Key) -> str:
+    """What a key's value is, in the docs."""
+    if key.kind == "choice":
+        return " or ".join(f"`{choice}`" for choice in key.choices)
+    if key.kind != "value":
+        return _KIND_WORDS[key.kind]
+    if isinstance(key.default, bool):
+        return "true/false"
+    return "integer" if key.high is not None else "YAML value (number, true/false, [list])"
+
+
+def _cell(text: str) -> str:
+    """Text a Markdown table cell shows as it is: ``|`` and ``<`` escaped."""
+    return text.replace("|", "\\|").replace("<", "&lt;")

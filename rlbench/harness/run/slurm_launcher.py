@@ -41,7 +41,7 @@ from rlbench.harness.render import counted
 from rlbench.harness.run.launchers import Listener, mark_dead
 from rlbench.harness.run.runner import RunResult, execute_run, stored_result
 from rlbench.harness.signals import stop_run_on
-from rlbench.harness.store.identity_tags import IDENTITY
+from rlbench.harness.store.identity_tags import identity_of
 from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import Tracker
 
@@ -374,7 +374,7 @@ class _Follower:
                                    f"the store now ({one_line(err)})")
             return
         for attempt in running:
-            run = by_identity.get(attempt.data.tags.get(IDENTITY, ""))
+            run = by_identity.get(identity_of(attempt.data.tags))
             if run is None or run.identity not in self.started:
                 continue
             metrics = {m.key: m for m in attempt.data.to_proto().metrics}

@@ -19,7 +19,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from rlbench.harness.plan.config import RunConfig
-from rlbench.harness.store.identity_tags import CONFIG_IDENTITY, IDENTITY
+from rlbench.harness.store.identity_tags import CONFIG_IDENTITY, IDENTITY, LEGACY_IDENTITY
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.sqlite import (
     READY,
@@ -160,10 +160,16 @@ class Tracker:
     def attempts(self, experiment_id: str, config: RunConfig, filter_string: str = "", *,
                  deleted: bool = False) -> list[Run]:
         """The runs of ``config``'s identity (the active ones, and the deleted ones with
-        ``deleted``), narrowed by ``filter_string`` if one is given."""
-        query = f"tags.{IDENTITY} = '{config.identity}'"
-        return self.runs(experiment_id, f"{query} and {filter_string}" if filter_string
-                         else query, deleted=deleted)
+        ``deleted``), narrowed by ``filter_string`` if one is given, latest first. A store
+        of rlbench 0.4.0 holds the same identity under the older tag: both are searched
+        (MLflow's filters have no ``or``)."""
+        found: dict[str, Run] = {}
+        for tag in (IDENTITY, LEGACY_IDENTITY):
+            query = f"tags.{tag} = '{config.identity}'"
+            for run in self.runs(experiment_id, f"{query} and {filter_string}"
+                                 if filter_string else query, deleted=deleted):
+                found.setdefault(run.info.run_id, run)
+        return sorted(found.values(), key=lambda run: run.info.start_time or 0, reverse=True)
 
     def delete(self, run_id: str) -> None:
         """Soft-delete a run (kept in the store, hidden from searches)."""

@@ -65,8 +65,18 @@ def test_help_says_each_keys_kind_default_and_range() -> None:
     assert "      algos, algo: algorithms (a comma list)\n" in text
     assert "      steps: a budget (at most 1,000; required)\n" in text
     assert "      tag.<name>: a tag\n" in text
-    assert "| `quality` |  | random/expert, comma list |" not in TABLE.markdown()
-    assert "| `quality` |  | random|expert, comma list |" in TABLE.markdown()
+    markdown = TABLE.markdown()
+    assert "| `quality` |  | `random` or `expert`, comma list |  | qualities |" in markdown
+    assert "| `steps` |  | integer, at most 1,000 | required | a budget |" in markdown
+
+
+def test_a_key_listed_for_help_only_is_not_read() -> None:
+    table = KeyTable("demo", (Key("<algo>", "hyperparameters", family=True,
+                                  member="field", listed_only=True),))
+    assert "<algo>.<field>: hyperparameters" in table.help_text()
+    assert table.parse(["<algo>.x=1"], rest=True).rest == ["<algo>.x=1"]
+    with pytest.raises(UnknownNameError):
+        table.parse(["<algo>.x=1"])
 
 
 def test_a_table_refuses_a_name_declared_twice() -> None:

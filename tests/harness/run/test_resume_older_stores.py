@@ -48,3 +48,20 @@ def test_older_tags_name_the_same_config_made_by_other_code(tmp_path: Path) -> N
                   for result in plan.finished}
     assert reused_for == {**{run.name: f"{run.identity} (code {run.code}, reuse=code)"
                              for run in runs[:3]}, runs[3].name: None}
+
+
+def test_the_attempts_of_an_identity_are_found_under_either_tag(tmp_path: Path) -> None:
+    """A store of rlbench 0.4.0 holds this identity in ``config_hash``: its attempts (a
+    killed one whose checkpoint a run resumes from) are the run's attempts, latest first."""
+    config = resolve_sweep(["algo=ppo", "env=CartPole-v1"]).runs[0]
+    tracker = Tracker(tmp_path / "out")
+    experiment_id = tracker.experiment(config.suite)
+    parent_id = tracker.start_sweep(experiment_id, config.suite, {})
+    older = _finished(tracker, experiment_id, parent_id, config,
+                      {"config_hash": config.identity})
+    newer = _finished(tracker, experiment_id, parent_id, config, {"identity": config.identity})
+    _finished(tracker, experiment_id, parent_id, config, {"identity": "2" * 16})
+    found = tracker.attempts(experiment_id, config)
+    assert [run.info.run_id for run in found] == [newer, older]
+    assert [run.info.run_id for run in tracker.attempts(
+        experiment_id, config, f"attributes.run_id = '{older}'")] == [older]
