@@ -1,10 +1,11 @@
 """Benchmarks run single-threaded so that numbers compare across runs and machines, with
 freed memory kept in the process as the harness's runs keep it.
 
-``RLBENCH_BENCH_SLOWDOWN=module:function:factor`` (e.g. ``rlbench.returns:gae:1.3``) makes
-that function take ``factor`` times its own time, by spinning after each call: how the
-throughput gate's tests plant a slowdown in a real hot path. It is read when this file
-loads, before the benchmark modules import the function.
+``RLBENCH_BENCH_SLOWDOWN=module:function:factor[,...]`` (e.g. ``rlbench.returns:gae:1.3``,
+or a method: ``rlbench.collectors.collector:Collector._collect:1.1``) makes each function
+take ``factor`` times its own time, by spinning after each call: how the throughput gate's
+tests plant a slowdown in a real hot path. It is read when this file loads, before the
+benchmark modules import the functions.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from rlbench.allocator import keep_freed_memory
 
 def _plant_slowdown(spec: str) -> None:
     module_name, name, factor_text = spec.split(":")
-    module, factor = importlib.import_module(module_name), float(factor_text)
-    original = getattr(module, name)
+    owner, factor = importlib.import_module(module_name), float(factor_text)
+    *path, name = name.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    original = getattr(owner, name)
 
     @functools.wraps(original)
     def slowed(*args, **kwargs):
@@ -34,11 +38,11 @@ def _plant_slowdown(spec: str) -> None:
             pass
         return result
 
-    setattr(module, name, slowed)
+    setattr(owner, name, slowed)
 
 
-if os.environ.get("RLBENCH_BENCH_SLOWDOWN"):
-    _plant_slowdown(os.environ["RLBENCH_BENCH_SLOWDOWN"])
+for _spec in filter(None, os.environ.get("RLBENCH_BENCH_SLOWDOWN", "").split(",")):
+    _plant_slowdown(_spec)
 
 
 @pytest.fixture(scope="session", autouse=True)

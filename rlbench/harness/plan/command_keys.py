@@ -209,23 +209,33 @@ REGRESS_TABLE = KeyTable("regress", (
 ), what="regress key")
 
 BENCH_TABLE = KeyTable("regress bench", (
-    Key("candidate", "pytest-benchmark JSON runs of the candidate", kind="path", many=True,
-        required=True, placeholder="<pytest-benchmark JSON file>"),
-    Key("reference", "stored runs: files, or a directory of <cpu vendor>.json, one per "
-        "processor vendor", kind="path", many=True, required=True,
-        placeholder="<pytest-benchmark JSON file>"),
-    # Unchanged code's speed ratios on this project's 2-core AMD machine, the other core
-    # busy, stay within 0.945-1.058 (results/reference/regress_bench/noise_band.csv, 6 runs):
-    # the default sits well above that band and under the 30% slowdown the gate must catch.
-    Key("threshold", "SLOWER when a benchmark's calibrated cost grew by more than this "
+    Key("base", "the commit whose speed is accepted: a git revision, or a file that names "
+        "one (results/reference/regress_bench/BASE); its benchmarks and this checkout's "
+        "run side by side, interleaved", placeholder="<git revision or file>"),
+    Key("rounds", "with base=: rounds per benchmark, each timing one slot of calls on each "
+        "side", kind="int", default=30, low=2, high=10_000),
+    Key("slot", "with base=: seconds of calls per side per round", kind="float",
+        default=0.1, low=0.001, high=60),
+    Key("delta", "with base=: the minimal effect, the smallest slowdown that matters (a "
+        "fraction); SLOWER needs more than half of it", kind="float", default=0.10,
+        low=0.001, high=10),
+    Key("alpha", "with base=: the family-wise false-alarm rate over the benchmarks",
+        kind="float", default=0.05, low=1e-6, high=0.5),
+    Key("tests", "with base=: where the benchmarks are, relative to the repository's top",
+        kind="text", default="tests/bench"),
+    Key("marker", "with base=: the pytest marker expression that picks the gated benchmarks",
+        kind="text", default="throughput_gate"),
+    Key("candidate", "without base=: pytest-benchmark JSON runs of the candidate",
+        kind="path", many=True, placeholder="<pytest-benchmark JSON file>"),
+    Key("reference", "without base=: stored pytest-benchmark runs of the same machine",
+        kind="path", many=True, placeholder="<pytest-benchmark JSON file>"),
+    Key("threshold", "without base=: SLOWER when a benchmark's time grew by more than this "
         "fraction", kind="float", default=0.15, low=0, high=1),
-    Key("statistic", "each benchmark's time", kind="choice", default="min",
+    Key("statistic", "without base=: each benchmark's time", kind="choice", default="min",
         choices=("min", "median")),
-    Key("calibration", "the calibration benchmarks' names", many=True,
-        shown_default="test_calibrate_*"),
     Key("report", "a directory: regress_bench.md, .json and .xml", kind="path"),
-    Key("update", "true: store the candidate as the reference (into a directory, as this "
-        "processor's vendor's)", kind="bool", default=False),
+    Key("update", "without base=: true stores the candidate run as the reference",
+        kind="bool", default=False),
 ))
 
 EVAL_TABLE = KeyTable("eval", (

@@ -241,6 +241,10 @@ def _table(verdicts: list[BenchVerdict], threshold: float, statistic: str,
 def run_bench_gate(args: Sequence[str], console: Console) -> int:
     """The command; returns its exit code."""
     words = BENCH_TABLE.parse(args)
+    if words["base"] is not None:
+        from rlbench.harness.regress.paired_gate import run_paired_gate
+
+        return run_paired_gate(words, console)
     candidate_paths, reference_paths = words["candidate"], words["reference"]
     for key, paths in (("candidate", candidate_paths), ("reference", reference_paths)):
         if not paths:

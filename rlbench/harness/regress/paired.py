@@ -1,0 +1,348 @@
+"""Two revisions' benchmarks timed side by side: the base commit's source and this checkout.
+
+The base's tree is written out of git (``git archive``) into a temporary directory; both
+sides run the same installed libraries, each with its own source first on ``sys.path``,
+so nothing is reinstalled. The base is refused when its ``pyproject.toml`` asks for
+dependencies the installed ones do not satisfy, and the candidate when its tree holds
+uncommitted changes (the report names it by its commit).
+
+Each side is one pytest process with the plugin ``rlbench_paired_worker``
+(``paired_worker.py``), kept for the whole measurement: a benchmark's setup (an env, its
+inputs) is paid once per side, as a long run pays it, and only the calls are timed. For
+each benchmark both sides warm up, then ``rounds`` rounds each time a slot of calls on one
+side and then on the other, the order alternating (base first, then candidate first, ...)
+so that a steady drift of the machine's speed favours neither.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlbench.errors import ConfigError, quote
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: pytest, which the gate runs, brings tomli there
+    import tomli as tomllib
+
+__all__ = [
+    "WORKER_PLUGIN",
+    "Measurement",
+    "base_tree",
+    "check_clean",
+    "check_dependencies",
+    "head_commit",
+    "measure",
+    "repository_root",
+    "resolve_revision",
+]
+
+WORKER_PLUGIN = "rlbench_paired_worker"
+# a benchmark's setup (an env, a collector) and a slot take seconds; a side silent this
+# long has hung
+SILENCE_LIMIT = 900.0
+SHOWN_CHANGES = 5
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, check=False)
+    except FileNotFoundError as err:
+        raise ConfigError("regress bench base= needs git on the PATH") from err
+
+
+def repository_root(directory: Path) -> Path:
+    """The top of the git checkout holding ``directory``."""
+    found = _git(directory, "rev-parse", "--show-toplevel")
+    if found.returncode != 0:
+        raise ConfigError(f"regress bench base= compares two commits of a git repository, "
+                          f"and {directory} is in none")
+    return Path(found.stdout.decode().strip())
+
+
+def head_commit(root: Path) -> str:
+    """The commit the checkout at ``root`` is on."""
+    return resolve_revision(root, "HEAD")
+
+
+def resolve_revision(root: Path, revision: str) -> str:
+    """The full commit ``revision`` names in the repository at ``root``."""
+    if revision.startswith("-"):
+        raise ConfigError(f"base= names no commit: {quote(revision)} is an option, not a "
+                          "revision")
+    found = _git(root, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+    if found.returncode != 0:
+        raise ConfigError(
+            f"base= names no commit of {root}: {quote(revision)} (a shallow clone lacks "
+            "older commits: fetch them with git fetch --unshallow, or fetch-depth: 0 in "
+            "actions/checkout)")
+    return found.stdout.decode().strip()
+
+
+def check_clean(root: Path) -> None:
+    """Refuse a checkout whose tracked files differ from its commit: the candidate is
+    judged and reported as that commit."""
+    found = _git(root, "status", "--porcelain", "--untracked-files=no")
+    if found.returncode != 0:
+        raise ConfigError(f"git status failed in {root}: {found.stderr.decode().strip()}")
+    changed = [line[3:] for line in found.stdout.decode().splitlines() if line.strip()]
+    if changed:
+        shown = ", ".join(changed[:SHOWN_CHANGES]) + (
+            f" and {len(changed) - SHOWN_CHANGES} more" if len(changed) > SHOWN_CHANGES
+            else "")
+        raise ConfigError(f"the checkout has uncommitted changes ({shown}): commit them, "
+                          "or stash them to judge HEAD, then run the gate again")
+
+
+def _requirements(pyproject: dict[str, Any]) -> set[str]:
+    project = pyproject.get("project", {})
+    found = set(project.get("dependencies", []))
+    for extra in project.get("optional-dependencies", {}).values():
+        found.update(extra)
+    return found
+
+
+def check_dependencies(root: Path, commit: str) -> None:
+    """Refuse a base whose ``pyproject.toml`` declares a requirement this checkout does
+    not and the installed packages do not satisfy: the base would run on other libraries
+    than it names, so its speed would not be its own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    here_file = root / "pyproject.toml"
+    if not here_file.is_file():
+        return
+    theirs = _git(root, "show", f"{commit}:pyproject.toml")
+    if theirs.returncode != 0:
+        raise ConfigError(f"base {commit[:12]} has no pyproject.toml: its dependencies "
+                          "cannot be checked against the installed ones")
+    try:
+        base = _requirements(tomllib.loads(theirs.stdout.decode()))
+        here = _requirements(tomllib.loads(here_file.read_text()))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, AttributeError) as err:
+        raise ConfigError(f"a pyproject.toml could not be read ({err})") from err
+    unmet = []
+    for text in sorted(base - here):
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as err:
+            raise ConfigError(f"base {commit[:12]}'s pyproject.toml has a requirement that "
+                              f"cannot be read: {quote(text)}") from err
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        try:
+            installed = version(requirement.name)
+        except PackageNotFoundError:
+            unmet.append(f"{text} (not installed)")
+            continue
+        if not requirement.specifier.contains(installed, prereleases=True):
+            unmet.append(f"{text} (installed: {installed})")
+    if unmet:
+        raise ConfigError(
+            f"base {commit[:12]} needs other dependencies than the installed ones: "
+            f"{'; '.join(unmet)}. The gate runs both sides on one environment: install "
+            "them, or choose a base with the dependencies of this checkout")
+
+
+@contextmanager
+def base_tree(root: Path, commit: str, directory: Path) -> Iterator[Path]:
+    """The tree of ``commit`` written into ``directory/base`` (removed afterwards)."""
+    archive = _git(root, "archive", "--format=tar", commit)
+    if archive.returncode != 0:
+        raise ConfigError(f"git archive {commit[:12]} failed: "
+                          f"{archive.stderr.decode().strip()}")
+    tree = directory / "base"
+    tree.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tree, filter="data")
+    try:
+        yield tree
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+
+
+class WorkerError(RuntimeError):
+    """A side's pytest process stopped talking or broke the protocol."""
+
+
+class _Worker:
+    """One side's pytest process and the two pipes the gate talks to it through."""
+
+    def __init__(self, label: str, root: Path, tests: str, marker: str, plugin_dir: Path,
+                 log: Path, cpu: int | None) -> None:
+        self.label, self.log = label, log
+        to_worker_read, to_worker_write = os.pipe()
+        from_worker_read, from_worker_write = os.pipe()
+        source = [str(root / "src")] if (root / "src").is_dir() else []
+        path = os.pathsep.join([*source, str(root), str(plugin_dir)])
+        env = {**os.environ, "PYTHONPATH": path,
+               "RLBENCH_PAIRED_FDS": f"{to_worker_read},{from_worker_write}",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        env.pop("RLBENCH_BENCH_SLOWDOWN", None)
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                   "-p", "no:benchmark", "-p", WORKER_PLUGIN, "-m", marker, tests]
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, pass_fds=(to_worker_read, from_worker_write))
+        os.close(to_worker_read)
+        os.close(from_worker_write)
+        if cpu is not None:
+            os.sched_setaffinity(self.process.pid, {cpu})
+        self._out = os.fdopen(to_worker_write, "w", encoding="utf-8", buffering=1)
+        self._in_fd = from_worker_read
+        self._buffer = b""
+
+    def send(self, **message: Any) -> None:
+        try:
+            self._out.write(json.dumps(message) + "\n")
+        except BrokenPipeError as err:
+            raise self._broken("closed its pipe") from err
+
+    def receive(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self._in_fd], [], [], SILENCE_LIMIT)
+            if not ready:
+                raise self._broken(f"said nothing for {SILENCE_LIMIT:.0f} s")
+            chunk = os.read(self._in_fd, 65536)
+            if not chunk:
+                raise self._broken("stopped")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def _broken(self, what: str) -> WorkerError:
+        with suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+        tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+        return WorkerError(f"the {self.label} side's pytest {what} (exit "
+                           f"{self.process.returncode}); its output ends:\n{tail}")
+
+    def close(self) -> None:
+        with suppress(BrokenPipeError):
+            self._out.close()
+        os.close(self._in_fd)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class Measurement:
+    """What one paired run found: per benchmark its rounds' times (seconds per call,
+    ``{"base": [...], "candidate": [...]}``), the benchmarks one side lacks, and each
+    side's failures and skips (``{side: {benchmark: text}}``)."""
+
+    times: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    calls: dict[str, dict[str, int]] = field(default_factory=dict)
+    only: dict[str, list[str]] = field(default_factory=dict)
+    failed: dict[str, dict[str, str]] = field(default_factory=dict)
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def _until_ready(worker: _Worker, nodeid: str, measurement: Measurement) -> bool:
+    """Read ``worker``'s messages until its test of ``nodeid`` reaches the benchmark call
+    (True) or ends without reaching it (False, its failure or skip recorded)."""
+    while True:
+        message = worker.receive()
+        if message.get("ready") == nodeid:
+            return True
+        if "ready" in message:
+            raise WorkerError(f"the {worker.label} side ran {message['ready']} where "
+                              f"{nodeid} was due")
+        if message.get("report") == nodeid:
+            _record(worker.label, message, measurement)
+            if message["when"] == "teardown":
+                return False
+
+
+def _record(label: str, message: dict[str, Any], measurement: Measurement) -> None:
+    outcome = message["outcome"]
+    if outcome == "failed":
+        measurement.failed.setdefault(label, {})[message["report"]] = message["text"]
+    elif outcome == "skipped":
+        measurement.skipped.setdefault(label, {})[message["report"]] = message["text"]
+
+
+def _until_finished(worker: _Worker, nodeid: str, measurement: Measurement) -> None:
+    while True:
+        message = worker.receive()
+        if message.get("report") == nodeid:
+            _record(worker.label, message, measurement)
+            if message["when"] == "teardown":
+                return
+
+
+def _shared_cpu() -> int | None:
+    """The one processor both sides run on, where the OS lets a process be pinned: on a
+    VM each virtual core can run at its own speed for minutes (a busy neighbour on its
+    host core), which would favour the side that happened to land on the faster one."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    return max(os.sched_getaffinity(0))
+
+
+def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, rounds: int,
+            slot: float, warmup: float, plugin_dir: Path, logs: Path,
+            progress: Any = None) -> Measurement:
+    """Time the benchmarks ``marker`` selects under ``tests`` on both sides, ``rounds``
+    alternating rounds of slots of about ``slot`` seconds each, after ``warmup``
+    seconds of calls per side."""
+    measurement = Measurement()
+    cpu = _shared_cpu()
+    workers = {"base": _Worker("base", base_root, tests, marker, plugin_dir,
+                               logs / "base.log", cpu),
+               "candidate": _Worker("candidate", candidate_root, tests, marker, plugin_dir,
+                                    logs / "candidate.log", cpu)}
+    try:
+        collected = {label: worker.receive().get("collected")
+                     for label, worker in workers.items()}
+        for label, names in collected.items():
+            if not isinstance(names, list):
+                raise WorkerError(f"the {label} side did not say what it collected")
+        common = [name for name in collected["candidate"] if name in set(collected["base"])]
+        measurement.only = {label: sorted(set(names) - set(common))
+                            for label, names in collected.items()}
+        for worker in workers.values():
+            worker.send(run=common)
+        for index, nodeid in enumerate(common):
+            if progress is not None:
+                progress(index, len(common), nodeid)
+            ready = {label: _until_ready(worker, nodeid, measurement)
+                     for label, worker in workers.items()}
+            if all(ready.values()):
+                measurement.calls[nodeid] = {}
+                for label, worker in workers.items():
+                    worker.send(do="warmup", seconds=warmup, slot=slot)
+                    measurement.calls[nodeid][label] = int(worker.receive()["calls"])
+                times: dict[str, list[float]] = {"base": [], "candidate": []}
+                for round_index in range(rounds):
+                    order = ("base", "candidate") if round_index % 2 == 0 else (
+                        "candidate", "base")
+                    for label in order:
+                        workers[label].send(do="slot")
+                        times[label].append(float(workers[label].receive()["seconds"]))
+                measurement.times[nodeid] = times
+            for label, worker in workers.items():
+                if ready[label]:
+                    worker.send(do="done")
+                    _until_finished(worker, nodeid, measurement)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    return measurement

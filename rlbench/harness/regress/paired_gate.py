@@ -1,0 +1,192 @@
+"""``rlbench regress bench base=<revision>``: the throughput gate against a commit.
+
+    rlbench regress bench base=<git revision or a file naming one> [rounds=30] [slot=0.1]
+        [delta=0.10] [alpha=0.05] [tests=tests/bench] [marker=throughput_gate] [report=DIR]
+
+No stored time is compared: the base commit's benchmarks and this checkout's run on this
+machine in the same minutes, interleaved (``paired.py``), and each benchmark is judged on
+its rounds' paired ratios (``paired_statistics.py``): SLOWER, FASTER, PASS, or NOISY when
+the rounds could not have caught a slowdown of ``delta``. So the gate judges on any
+machine, a drifting 2-core VM included, without a reference made on one like it.
+
+The base is the commit whose speed is accepted; ``base=`` may name a file that holds it
+(``results/reference/regress_bench/BASE``), and moving that file's commit is how a change
+accepts a new speed. Exit 1 when a benchmark is SLOWER or fails on the candidate, 2 for
+bad input, else 0.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from rlbench.errors import ConfigError
+from rlbench.harness.regress import paired_worker
+from rlbench.harness.regress.junit import Case, junit_xml
+from rlbench.harness.regress.paired import (
+    WORKER_PLUGIN,
+    Measurement,
+    base_tree,
+    check_clean,
+    check_dependencies,
+    head_commit,
+    measure,
+    repository_root,
+    resolve_revision,
+)
+from rlbench.harness.regress.paired_statistics import POWER, PairedVerdict, judge_pairs
+from rlbench.harness.regress.report import write_files
+from rlbench.harness.render import TextTable, to_markdown, to_rich
+from rlbench.harness.store.sqlite import check_out_dir
+from rlbench.untrusted_files import path_is
+
+__all__ = ["judge_measurement", "read_base", "run_paired_gate"]
+
+WARMUP_SECONDS = 0.3
+MAX_BASE_FILE_BYTES = 4096
+
+
+def read_base(text: str) -> tuple[str, Path | None]:
+    """The revision ``base=`` names, and the file it was read from: a path to a file is
+    read (its first word), anything else is a revision."""
+    path = Path(text)
+    if not path_is(path, "file"):
+        return text, None
+    if path.stat().st_size > MAX_BASE_FILE_BYTES:
+        raise ConfigError(f"base= file {path} is larger than a revision's name")
+    words = path.read_text(errors="replace").split()
+    if not words:
+        raise ConfigError(f"base= file {path} names no revision")
+    return words[0], path
+
+
+def judge_measurement(measurement: Measurement, *, delta: float, alpha: float
+                      ) -> list[PairedVerdict]:
+    """A verdict per benchmark timed on both sides, at ``alpha`` shared among them."""
+    judged = sorted(measurement.times)
+    level = alpha / max(1, len(judged))
+    return [judge_pairs(name, np.array(measurement.times[name]["base"]),
+                        np.array(measurement.times[name]["candidate"]), delta=delta,
+                        alpha=level)
+            for name in judged]
+
+
+def _ratio(verdict: PairedVerdict) -> str:
+    return (f"{verdict.speed_ratio:.3f} [{verdict.speed_low:.3f}, "
+            f"{verdict.speed_high:.3f}]")
+
+
+def _needs(verdict: PairedVerdict) -> str:
+    if verdict.rounds_needed is None:
+        return ""
+    return f"{verdict.rounds_needed:,}"
+
+
+def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str,
+           candidate: str, base_file: Path | None, delta: float, alpha: float,
+           seconds: float) -> TextTable:
+    rows = [[v.name, f"{v.base_seconds * 1e3:.4g}", f"{v.candidate_seconds * 1e3:.4g}",
+             _ratio(v), f"{v.detectable:.1%}", _needs(v), v.verdict] for v in verdicts]
+    for label in ("candidate", "base"):
+        for name in sorted(measurement.failed.get(label, {})):
+            rows.append([name, "", "", "", "", "", f"FAILED on the {label}"])
+        for name in sorted(measurement.skipped.get(label, {})):
+            if name not in measurement.times:
+                rows.append([name, "", "", "", "", "", f"skipped on the {label}"])
+    rounds = verdicts[0].rounds if verdicts else 0
+    notes = [
+        f"Base {base[:12]}" + (f" (from {base_file}: the commit whose speed is accepted; "
+                               "moving it is how a change accepts a new speed)"
+                               if base_file else "")
+        + f", candidate {candidate[:12]}; {rounds} rounds per benchmark, each timing the "
+        f"two sides one after the other, the order alternating; {seconds:.0f} s in all.",
+        "Times: medians over the rounds, ms per call. Speed ratio: base time over candidate "
+        "time (Hodges-Lehmann estimate over the rounds' ratios, 95% interval); under 1 the "
+        "candidate is slower.",
+        f"SLOWER: a one-sided Wilcoxon signed-rank test of the rounds' log-ratios at "
+        f"{alpha:g} over the {len(verdicts)} benchmarks (Bonferroni), and a slowdown of "
+        f"more than half the minimal effect of {delta:.0%}; FASTER alike. Detectable: the "
+        f"smallest slowdown these rounds catch with probability {POWER}; NOISY where that "
+        f"is over {delta:.0%}, with the rounds that would catch it.",
+    ]
+    for label, names in measurement.only.items():
+        if names:
+            notes.append(f"Only the {label} has {', '.join(names)}: not judged.")
+    return TextTable(title="rlbench regress bench (paired)", headers=[
+        "benchmark", "base ms", "candidate ms", "speed ratio", "detectable",
+        "rounds needed", "verdict"], rows=rows, notes=notes, align="lrrrrrl")
+
+
+def run_paired_gate(words: dict[str, Any], console: Console) -> int:
+    """The command with ``base=``; returns its exit code."""
+    for key in ("candidate", "reference"):
+        if words[key]:
+            raise ConfigError(f"base= runs both sides itself; {key}= compares stored runs: "
+                              "give one or the other")
+    if words["update"]:
+        raise ConfigError("update=true stores a candidate run as a reference; with base= "
+                          "the reference is the base commit: move it instead")
+    report = words["report"]
+    if report is not None:
+        check_out_dir(report, "report")
+    revision, base_file = read_base(words["base"])
+    root = repository_root(Path.cwd())
+    tests = words["tests"]
+    if not (root / tests).exists():
+        raise ConfigError(f"tests= {tests} is not in {root}")
+    base = resolve_revision(root, revision)
+    check_clean(root)
+    check_dependencies(root, base)
+    candidate = head_commit(root)
+    console.print(f"regress bench: base {base[:12]} against candidate {candidate[:12]}, "
+                  f"{words['rounds']} rounds of each benchmark marked {words['marker']}",
+                  highlight=False, markup=False)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="rlbench-paired-") as scratch:
+        scratch_dir = Path(scratch)
+        plugin_dir = scratch_dir / "plugin"
+        plugin_dir.mkdir()
+        shutil.copyfile(paired_worker.__file__, plugin_dir / f"{WORKER_PLUGIN}.py")
+        with base_tree(root, base, scratch_dir) as base_root:
+            measurement = measure(
+                base_root, root, tests=tests, marker=words["marker"],
+                rounds=words["rounds"], slot=words["slot"], warmup=WARMUP_SECONDS,
+                plugin_dir=plugin_dir, logs=scratch_dir,
+                progress=lambda i, n, name: console.print(
+                    f"  [{i + 1}/{n}] {name}", highlight=False, markup=False))
+    seconds = time.perf_counter() - started
+    if not measurement.times and not measurement.failed:
+        raise ConfigError(f"no benchmark marked {words['marker']} under {tests} ran on both "
+                          "sides")
+    verdicts = judge_measurement(measurement, delta=words["delta"], alpha=words["alpha"])
+    table = _table(verdicts, measurement, base=base, candidate=candidate,
+                   base_file=base_file, delta=words["delta"], alpha=words["alpha"],
+                   seconds=seconds)
+    console.print(to_rich(table))
+    candidate_failed = measurement.failed.get("candidate", {})
+    if report is not None:
+        cases = [Case(v.name, v.verdict, f"speed ratio {_ratio(v)}, detectable "
+                      f"{v.detectable:.1%}", v.verdict == "SLOWER",
+                      skipped=v.verdict == "NOISY") for v in verdicts]
+        cases += [Case(name, "FAILED", text, True)
+                  for name, text in sorted(candidate_failed.items())]
+        write_files(report, {
+            "regress_bench.md": to_markdown(table),
+            "regress_bench.json": json.dumps({
+                "base": base, "candidate": candidate, "delta": words["delta"],
+                "alpha": words["alpha"], "rounds": words["rounds"], "slot": words["slot"],
+                "seconds": seconds, "verdicts": [v.to_dict() for v in verdicts],
+                "times": measurement.times, "calls": measurement.calls,
+                "failed": measurement.failed, "only": measurement.only},
+                indent=1, allow_nan=False) + "\n",
+            "regress_bench.xml": junit_xml("rlbench regress bench", "rlbench.regress.bench",
+                                           cases)})
+    slower = any(v.verdict == "SLOWER" for v in verdicts)
+    return 1 if slower or candidate_failed else 0

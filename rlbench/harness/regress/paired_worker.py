@@ -1,0 +1,153 @@
+"""The pytest plugin each side of the paired throughput gate runs its benchmarks under.
+
+The gate (``rlbench regress bench base=...``) starts one pytest process for the base
+revision and one for the candidate, each on its own source, and loads this file into both
+as the plugin ``rlbench_paired_worker``; it replaces pytest-benchmark's ``benchmark``
+fixture. A test sets up as it always does (an env, a policy, its inputs) and then hands
+its callable to ``benchmark(fn, ...)`` or ``benchmark.pedantic(fn, ...)``; from there the
+gate decides when the callable runs: it tells one side to time a slot of calls while the
+other waits on its pipe, then the other, alternating, so that both are timed within a
+fraction of a second of each other.
+
+It imports nothing but the standard library and pytest: the base's process loads it from a
+copy beside the gate's code, whatever its own rlbench holds.
+
+Messages are JSON lines on two pipes whose descriptors ``RLBENCH_PAIRED_FDS`` names
+(``"<read>,<write>"``). To the gate: ``collected`` (the benchmarks found), ``ready`` (a
+test reached its benchmark call), ``calls`` (calls per slot, after the warm-up),
+``seconds`` (a slot's time per call), ``report`` (each test phase's outcome). From the
+gate: ``run`` (which benchmarks, in order), ``warmup``, ``slot`` and ``done``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+FDS_VARIABLE = "RLBENCH_PAIRED_FDS"
+
+
+class _Link:
+    def __init__(self, descriptors: str) -> None:
+        read_fd, write_fd = (int(fd) for fd in descriptors.split(","))
+        self._in = os.fdopen(read_fd, "r", encoding="utf-8")
+        self._out = os.fdopen(write_fd, "w", encoding="utf-8", buffering=1)
+
+    def send(self, **message: Any) -> None:
+        self._out.write(json.dumps(message) + "\n")
+
+    def receive(self) -> dict[str, Any]:
+        line = self._in.readline()
+        if not line:
+            raise RuntimeError("the throughput gate closed its pipe")
+        return json.loads(line)
+
+
+_link: _Link | None = None
+
+
+def _the_link() -> _Link:
+    if _link is None:
+        raise RuntimeError(f"rlbench_paired_worker runs only under the throughput gate "
+                           f"({FDS_VARIABLE} is not set)")
+    return _link
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _link
+    if os.environ.get(FDS_VARIABLE):
+        _link = _Link(os.environ[FDS_VARIABLE])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    link = _the_link()
+    link.send(collected=[item.nodeid for item in items])
+    order = link.receive()["run"]
+    by_id = {item.nodeid: item for item in items}
+    chosen = set(order)
+    config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in chosen])
+    items[:] = [by_id[nodeid] for nodeid in order]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _link is not None:
+        text = "" if report.passed else str(report.longrepr)[-4000:]
+        _link.send(report=report.nodeid, when=report.when, outcome=report.outcome, text=text)
+
+
+def _timed(fn: Callable[..., Any], args: tuple, kwargs: dict,
+           setup: Callable[[], Any] | None, calls: int) -> tuple[float, Any]:
+    """Seconds spent in ``calls`` calls of ``fn``, and its last result. A ``setup``
+    (pytest-benchmark's ``pedantic`` argument) runs before each call, untimed."""
+    result = None
+    if setup is None:
+        start = time.perf_counter()
+        for _ in range(calls):
+            result = fn(*args, **kwargs)
+        return time.perf_counter() - start, result
+    spent = 0.0
+    for _ in range(calls):
+        prepared = setup()
+        call_args, call_kwargs = prepared if prepared is not None else (args, kwargs)
+        start = time.perf_counter()
+        result = fn(*call_args, **call_kwargs)
+        spent += time.perf_counter() - start
+    return spent, result
+
+
+class PairedBenchmark:
+    """What a test's ``benchmark`` fixture is under the gate: the callable runs when the
+    gate says, a slot at a time. ``extra_info`` is kept for the tests that set it."""
+
+    def __init__(self, nodeid: str) -> None:
+        self.nodeid = nodeid
+        self.extra_info: dict[str, Any] = {}
+        self._used = False
+
+    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._serve(fn, args, kwargs, None)
+
+    def pedantic(self, target: Callable[..., Any], args: tuple = (),
+                 kwargs: dict | None = None, setup: Callable[[], Any] | None = None,
+                 rounds: int = 1, warmup_rounds: int = 0, iterations: int = 1) -> Any:
+        """pytest-benchmark's signature; the gate chooses rounds and warm-up itself."""
+        return self._serve(target, tuple(args), dict(kwargs or {}), setup)
+
+    def _serve(self, fn: Callable[..., Any], args: tuple, kwargs: dict,
+               setup: Callable[[], Any] | None) -> Any:
+        if self._used:
+            raise RuntimeError(f"{self.nodeid} calls benchmark twice: the throughput gate "
+                               "times one callable per test")
+        self._used = True
+        link = _the_link()
+        link.send(ready=self.nodeid)
+        calls, result = 1, None
+        while True:
+            command = link.receive()
+            what = command["do"]
+            if what == "warmup":
+                spent, made = 0.0, 0
+                while made == 0 or spent < command["seconds"]:
+                    seconds, result = _timed(fn, args, kwargs, setup, 1)
+                    spent, made = spent + seconds, made + 1
+                calls = max(1, round(command["slot"] / max(spent / made, 1e-9)))
+                link.send(calls=calls)
+            elif what == "slot":
+                seconds, result = _timed(fn, args, kwargs, setup, calls)
+                link.send(seconds=seconds / calls)
+            elif what == "done":
+                return result
+            else:
+                raise RuntimeError(f"the throughput gate sent an unknown command {what!r}")
+
+
+@pytest.fixture
+def benchmark(request: pytest.FixtureRequest) -> PairedBenchmark:
+    return PairedBenchmark(request.node.nodeid)

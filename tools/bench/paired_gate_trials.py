@@ -1,0 +1,148 @@
+"""Repeat the paired throughput gate on unchanged code or a planted slowdown, and count its
+verdicts: its false alarms, its catch rate, its NOISY rate, on this machine.
+
+    python -m tools.bench.paired_gate_trials --repeats 20 [--plant SPEC] [--busy]
+        [--out results/reference/regress_bench/trials_unchanged.json] [gate keys ...]
+
+The trials run in a scratch clone of this checkout's HEAD. With ``--plant`` (the
+``RLBENCH_BENCH_SLOWDOWN`` syntax of ``tests/bench/conftest.py``, e.g.
+``rlbench.returns:gae:1.3``), the clone gets one commit that plants that slowdown in its
+benchmarks' conftest, and the gate judges it against HEAD; without it, HEAD against itself.
+``--busy`` keeps a PPO training run going beside the trials (the other core busy). Each
+trial's report (with every round's times) is kept under ``--keep``; ``--rejudge DIR``
+reads kept reports again under other gate settings instead of running anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from rlbench.harness.regress.paired_statistics import judge_pairs
+
+CONFTEST = "tests/bench/conftest.py"
+PLANT_LINE = 'os.environ.get("RLBENCH_BENCH_SLOWDOWN", "")'
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def scratch_clone(source: Path, into: Path, plant: str | None) -> str:
+    """Clone ``source``'s HEAD into ``into``; with ``plant``, commit the slowdown there.
+    Returns the base commit (``source``'s HEAD)."""
+    head = _git(source, "rev-parse", "HEAD")
+    subprocess.run(["git", "clone", "-q", str(source), str(into)], check=True)
+    _git(into, "checkout", "-q", head)
+    if plant:
+        conftest = into / CONFTEST
+        text = conftest.read_text()
+        if PLANT_LINE not in text:
+            raise SystemExit(f"{CONFTEST} does not read RLBENCH_BENCH_SLOWDOWN as expected")
+        conftest.write_text(text.replace(PLANT_LINE, repr(plant)))
+        _git(into, "-c", "user.name=trials", "-c", "user.email=trials@localhost", "commit",
+             "-qam", f"planted slowdown {plant}")
+    return head
+
+
+def rejudge(reports: list[Path], delta: float, alpha: float) -> list[dict[str, str]]:
+    """Each kept report's verdicts under ``delta`` and ``alpha``."""
+    found = []
+    for report in reports:
+        times = json.loads(report.read_text())["times"]
+        level = alpha / len(times)
+        found.append({name: judge_pairs(name, np.array(t["base"]), np.array(t["candidate"]),
+                                        delta=delta, alpha=level).verdict
+                      for name, t in times.items()})
+    return found
+
+
+def summary(verdicts: list[dict[str, str]]) -> dict[str, dict[str, int]]:
+    """Per benchmark, how many trials gave each verdict."""
+    counts: dict[str, Counter] = {}
+    for trial in verdicts:
+        for name, verdict in trial.items():
+            counts.setdefault(name, Counter())[verdict] += 1
+    return {name: dict(sorted(c.items())) for name, c in sorted(counts.items())}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--plant", default=None)
+    parser.add_argument("--busy", action="store_true")
+    parser.add_argument("--keep", type=Path, default=None, help="where the reports go")
+    parser.add_argument("--rejudge", type=Path, default=None)
+    parser.add_argument("--delta", type=float, default=0.10)
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--out", type=Path, default=None)
+    options, gate_keys = parser.parse_known_args(argv)
+    if options.rejudge is not None:
+        reports = sorted(options.rejudge.glob("*/regress_bench.json"))
+        verdicts = rejudge(reports, options.delta, options.alpha)
+        result = {"reports": str(options.rejudge), "delta": options.delta,
+                  "alpha": options.alpha, "trials": len(verdicts),
+                  "verdicts": summary(verdicts)}
+    else:
+        result = _run(options, gate_keys)
+    text = json.dumps(result, indent=1) + "\n"
+    print(text)
+    if options.out is not None:
+        options.out.write_text(text)
+    return 0
+
+
+def _run(options: argparse.Namespace, gate_keys: list[str]) -> dict:
+    source = Path(_git(Path.cwd(), "rev-parse", "--show-toplevel"))
+    keep = options.keep or Path(tempfile.mkdtemp(prefix="rlbench-trials-"))
+    keep.mkdir(parents=True, exist_ok=True)
+    rlbench = Path(sys.executable).with_name("rlbench")
+    busy = None
+    with tempfile.TemporaryDirectory(prefix="rlbench-trials-clone-") as scratch:
+        clone = Path(scratch) / "clone"
+        base = scratch_clone(source, clone, options.plant)
+        if options.busy:
+            busy = subprocess.Popen(
+                [str(rlbench), "run", "algo=ppo", "env=Hopper-v5", "frames=100000000",
+                 f"out_dir={scratch}/busy"], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            time.sleep(20)
+        codes, seconds = [], []
+        try:
+            for trial in range(options.repeats):
+                started = time.perf_counter()
+                done = subprocess.run([str(rlbench), "regress", "bench", f"base={base}",
+                                       f"report={keep / f'{trial:02d}'}", *gate_keys],
+                                      cwd=clone, capture_output=True, text=True)
+                seconds.append(time.perf_counter() - started)
+                codes.append(done.returncode)
+                if done.returncode not in (0, 1):
+                    raise SystemExit(f"trial {trial} exited {done.returncode}:\n"
+                                     f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
+                print(f"trial {trial}: exit {done.returncode}, {seconds[-1]:.0f} s",
+                      flush=True)
+        finally:
+            if busy is not None:
+                busy.kill()
+                busy.wait()
+    reports = sorted(keep.glob("*/regress_bench.json"))
+    verdicts = [{v["name"]: v["verdict"] for v in json.loads(r.read_text())["verdicts"]}
+                for r in reports]
+    return {"base": base, "plant": options.plant, "busy": options.busy,
+            "gate_keys": gate_keys, "trials": len(verdicts), "exit_codes": codes,
+            "seconds": [round(s) for s in seconds], "reports": str(keep),
+            "verdicts": summary(verdicts)}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
