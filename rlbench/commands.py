@@ -233,19 +233,23 @@ COMMANDS = {command.name: command for command in (
         _regress,
         REGRESS_TABLE.help_text() + "      and every key of rlbench run (algo=, env=, "
         "dataset=, seeds=, base_seed=, jobs=,\n        ppo.gamma=...)\n\n"
-        "bench: the throughput gate, pytest-benchmark JSON runs against stored ones. Each\n"
-        "benchmark's time is divided by the calibration workloads of its own run\n"
-        "(test_calibrate_*: a matrix product, a raw MuJoCo loop); SLOWER when that cost "
-        "grew by\nmore than threshold; a benchmark measured beside a peer (extra_info "
-        "side_by_side) also\nhas that ratio compared. With several runs of a side, each "
-        "benchmark's best counts, and\nruns that disagree by more than threshold make every "
-        "verdict NOISY (not judged).\nExit 1 when a benchmark is SLOWER.\n\n"
+        "bench: the throughput gate. With base=<revision>, the base commit's gated "
+        "benchmarks\nand this checkout's run here, each side in its own pytest process on "
+        "one core,\ninterleaved round by round; each benchmark is judged on its rounds' "
+        "paired ratios\n(Wilcoxon signed-rank test, alpha over the benchmarks, Bonferroni): "
+        "SLOWER when\nsignificantly slower by more than half of delta, FASTER alike, NOISY "
+        "when the rounds\ncould not catch a slowdown of delta with power 0.8 (with the "
+        "rounds that would),\nelse PASS. The checkout must be committed; the base must need "
+        "no other dependencies\nthan the installed ones. Without base=, pytest-benchmark "
+        "JSON runs are compared with\nstored runs of the same machine (SLOWER when a time "
+        "grew by more than threshold).\nExit 1 when a benchmark is SLOWER (or fails on the "
+        "candidate).\n\n"
         + BENCH_TABLE.help_text(),
         ("rlbench regress suite=regress reference=results/reference/regress.json jobs=2",
          "rlbench regress suite=regress reference=my_ref.json update=true seeds=20 "
          "base_seed=100",
-         "rlbench regress bench candidate=b1.json,b2.json "
-         "reference=results/reference/regress_bench")),
+         "rlbench regress bench base=results/reference/regress_bench/BASE",
+         "rlbench regress bench base=origin/main rounds=60")),
     Command(
         "eval", "rlbench eval run=<MLflow run id or run directory> [key=value ...]",
         "Rebuild a finished run's policy from its saved config, weights and observation\n"

@@ -84,12 +84,23 @@ def test_the_example_project_runs_under_the_harness_and_its_gate(tmp_path: Path)
     shutil.copytree(EXAMPLE_PROJECT, project, ignore=shutil.ignore_patterns(
         "__pycache__", "*.egg-info", ".venv"))
     env = _venv(project)
+    # a checkout with history, as actions/checkout fetches it: the throughput gate's base
+    # is the previous commit
+    git = {**env, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost"}
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"],
+                    ["commit", "-q", "--allow-empty", "-m", "change"]):
+        subprocess.run(["git", *command], cwd=project, env=git, check=True)
 
     steps = _run_steps(project, env)
     failed = {name: result.stderr[-3000:] for name, result in steps.items()
               if result.returncode != 0}
     assert not failed, failed
-    assert list(steps) == ["This project's recipes", "The recipes rlbench sees", "Learning gate"]
+    assert list(steps) == ["This project's recipes", "The recipes rlbench sees", "Learning gate",
+                           "Throughput gate"]
+    speed = json.loads((project / "gate" / "report" / "regress_bench.json").read_text())
+    assert [(v["name"], v["verdict"] != "SLOWER") for v in speed["verdicts"]] == [
+        ("benchmarks/test_losses_speed.py::test_value_loss_step", True)]
     listed = steps["The recipes rlbench sees"].stdout
     assert re.search(r"^vpg +online +discrete, box actions +installed from my-recipes 0\.1\.0$",
                      listed, re.M), listed

@@ -25,9 +25,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-
-from rlbench.harness.regress.paired_statistics import judge_pairs
+from rlbench.harness.regress.paired import Measurement
+from rlbench.harness.regress.paired_gate import judge_measurement
 
 CONFTEST = "tests/bench/conftest.py"
 PLANT_LINE = 'os.environ.get("RLBENCH_BENCH_SLOWDOWN", "")'
@@ -59,11 +58,11 @@ def rejudge(reports: list[Path], delta: float, alpha: float) -> list[dict[str, s
     """Each kept report's verdicts under ``delta`` and ``alpha``."""
     found = []
     for report in reports:
-        times = json.loads(report.read_text())["times"]
-        level = alpha / len(times)
-        found.append({name: judge_pairs(name, np.array(t["base"]), np.array(t["candidate"]),
-                                        delta=delta, alpha=level).verdict
-                      for name, t in times.items()})
+        data = json.loads(report.read_text())
+        measurement = Measurement(times=data["times"], pairs=data.get("pairs") or {
+            name: [0] * len(t["base"]) for name, t in data["times"].items()})
+        found.append({v.name: v.verdict for v in judge_measurement(
+            measurement, delta=delta, alpha=alpha)})
     return found
 
 

@@ -6,12 +6,13 @@ so nothing is reinstalled. The base is refused when its ``pyproject.toml`` asks 
 dependencies the installed ones do not satisfy, and the candidate when its tree holds
 uncommitted changes (the report names it by its commit).
 
-Each side is one pytest process with the plugin ``rlbench_paired_worker``
-(``paired_worker.py``), kept for the whole measurement: a benchmark's setup (an env, its
-inputs) is paid once per side, as a long run pays it, and only the calls are timed. For
-each benchmark both sides warm up, then ``rounds`` rounds each time a slot of calls on one
-side and then on the other, the order alternating (base first, then candidate first, ...)
-so that a steady drift of the machine's speed favours neither.
+Each side is a few pytest processes with the plugin ``rlbench_paired_worker``
+(``paired_worker.py``), kept for the whole measurement and all pinned to one processor: a
+benchmark's setup (an env, its inputs) is paid once per process, as a long run pays it,
+and only the calls are timed. For each benchmark every process warms up, then ``rounds``
+rounds each time a slot of calls on one side and then on the other, taking the pairs of
+processes in turn and alternating which side goes first, so that a steady drift of the
+machine's speed favours neither.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class _Worker:
     """One side's pytest process and the two pipes the gate talks to it through."""
 
     def __init__(self, label: str, root: Path, tests: str, marker: str, plugin_dir: Path,
-                 log: Path, cpu: int | None) -> None:
+                 log: Path) -> None:
         self.label, self.log = label, log
         to_worker_read, to_worker_write = os.pipe()
         from_worker_read, from_worker_write = os.pipe()
@@ -192,6 +193,8 @@ class _Worker:
                "RLBENCH_PAIRED_FDS": f"{to_worker_read},{from_worker_write}",
                "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("RLBENCH_BENCH_SLOWDOWN", None)
+        # one core: more threads would only take turns on it
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "-p", "no:benchmark", "-p", WORKER_PLUGIN, "-m", marker, tests]
         with log.open("wb") as out:
@@ -200,8 +203,6 @@ class _Worker:
                 stderr=subprocess.STDOUT, pass_fds=(to_worker_read, from_worker_write))
         os.close(to_worker_read)
         os.close(from_worker_write)
-        if cpu is not None:
-            os.sched_setaffinity(self.process.pid, {cpu})
         self._out = os.fdopen(to_worker_write, "w", encoding="utf-8", buffering=1)
         self._in_fd = from_worker_read
         self._buffer = b""
@@ -245,10 +246,12 @@ class _Worker:
 @dataclass
 class Measurement:
     """What one paired run found: per benchmark its rounds' times (seconds per call,
-    ``{"base": [...], "candidate": [...]}``), the benchmarks one side lacks, and each
+    ``{"base": [...], "candidate": [...]}``) and the pair of processes each round ran in,
+    the benchmarks one side lacks, and each
     side's failures and skips (``{side: {benchmark: text}}``)."""
 
     times: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    pairs: dict[str, list[int]] = field(default_factory=dict)
     calls: dict[str, dict[str, int]] = field(default_factory=dict)
     only: dict[str, list[str]] = field(default_factory=dict)
     failed: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -297,52 +300,78 @@ def _shared_cpu() -> int | None:
     return max(os.sched_getaffinity(0))
 
 
+def _pin(pid: int, cpu: int) -> None:
+    """Every thread of process ``pid`` onto processor ``cpu``."""
+    try:
+        threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        threads = [pid]
+    for tid in threads:
+        with suppress(ProcessLookupError):
+            os.sched_setaffinity(tid, {cpu})
+
+
 def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, rounds: int,
-            slot: float, warmup: float, plugin_dir: Path, logs: Path,
+            processes: int, slot: float, warmup: float, plugin_dir: Path, logs: Path,
             progress: Any = None) -> Measurement:
-    """Time the benchmarks ``marker`` selects under ``tests`` on both sides, ``rounds``
-    alternating rounds of slots of about ``slot`` seconds each, after ``warmup``
-    seconds of calls per side."""
+    """Time the benchmarks ``marker`` selects under ``tests`` on both sides: ``processes``
+    pytest processes per side, ``rounds`` rounds per benchmark taking the process pairs in
+    turn, each round a slot of about ``slot`` seconds on one side and then the other
+    (alternating which goes first), after ``warmup`` seconds of calls in every process.
+
+    Several processes per side because a process's own memory layout moves a benchmark's
+    speed by a few percent for as long as it lives (the same code read 0.94 to 1.06 from
+    one pair of processes to the next, against intervals of +-0.03 within a pair): the
+    rounds of a few pairs average that out and show it as noise rather than as a change.
+    """
     measurement = Measurement()
     cpu = _shared_cpu()
-    workers = {"base": _Worker("base", base_root, tests, marker, plugin_dir,
-                               logs / "base.log", cpu),
-               "candidate": _Worker("candidate", candidate_root, tests, marker, plugin_dir,
-                                    logs / "candidate.log", cpu)}
+    roots = {"base": base_root, "candidate": candidate_root}
+    workers = {label: [_Worker(label, root, tests, marker, plugin_dir,
+                               logs / f"{label}{index}.log")
+                       for index in range(processes)]
+               for label, root in roots.items()}
+    everyone = [worker for side in workers.values() for worker in side]
     try:
-        collected = {label: worker.receive().get("collected")
-                     for label, worker in workers.items()}
-        for label, names in collected.items():
-            if not isinstance(names, list):
-                raise WorkerError(f"the {label} side did not say what it collected")
+        collected: dict[str, list[str]] = {}
+        for label, side in workers.items():
+            for worker in side:
+                names = worker.receive().get("collected")
+                if not isinstance(names, list) or collected.get(label, names) != names:
+                    raise WorkerError(f"the {label} side's processes did not agree on what "
+                                      "they collected")
+                collected[label] = names
+                if cpu is not None:  # pinned once imported: they started side by side
+                    _pin(worker.process.pid, cpu)
         common = [name for name in collected["candidate"] if name in set(collected["base"])]
         measurement.only = {label: sorted(set(names) - set(common))
                             for label, names in collected.items()}
-        for worker in workers.values():
+        for worker in everyone:
             worker.send(run=common)
         for index, nodeid in enumerate(common):
             if progress is not None:
                 progress(index, len(common), nodeid)
-            ready = {label: _until_ready(worker, nodeid, measurement)
-                     for label, worker in workers.items()}
+            ready = {worker: _until_ready(worker, nodeid, measurement) for worker in everyone}
             if all(ready.values()):
                 measurement.calls[nodeid] = {}
-                for label, worker in workers.items():
-                    worker.send(do="warmup", seconds=warmup, slot=slot)
-                    measurement.calls[nodeid][label] = int(worker.receive()["calls"])
+                for label, side in workers.items():
+                    for worker in side:
+                        worker.send(do="warmup", seconds=warmup, slot=slot)
+                        measurement.calls[nodeid][label] = int(worker.receive()["calls"])
                 times: dict[str, list[float]] = {"base": [], "candidate": []}
                 for round_index in range(rounds):
-                    order = ("base", "candidate") if round_index % 2 == 0 else (
-                        "candidate", "base")
+                    pair, turn = round_index % processes, round_index // processes
+                    order = ("base", "candidate") if turn % 2 == 0 else ("candidate", "base")
                     for label in order:
-                        workers[label].send(do="slot")
-                        times[label].append(float(workers[label].receive()["seconds"]))
+                        workers[label][pair].send(do="slot")
+                        times[label].append(float(workers[label][pair].receive()["seconds"]))
                 measurement.times[nodeid] = times
-            for label, worker in workers.items():
-                if ready[label]:
+                measurement.pairs[nodeid] = [r % processes for r in range(rounds)]
+            for worker in everyone:
+                if ready[worker]:
                     worker.send(do="done")
                     _until_finished(worker, nodeid, measurement)
     finally:
-        for worker in workers.values():
+        for worker in everyone:
             worker.close()
     return measurement

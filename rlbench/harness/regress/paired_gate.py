@@ -1,6 +1,7 @@
 """``rlbench regress bench base=<revision>``: the throughput gate against a commit.
 
-    rlbench regress bench base=<git revision or a file naming one> [rounds=30] [slot=0.1]
+    rlbench regress bench base=<git revision or a file naming one> [rounds=32] [processes=4]
+        [slot=0.1]
         [delta=0.10] [alpha=0.05] [tests=tests/bench] [marker=throughput_gate] [report=DIR]
 
 No stored time is compared: the base commit's benchmarks and this checkout's run on this
@@ -41,7 +42,12 @@ from rlbench.harness.regress.paired import (
     repository_root,
     resolve_revision,
 )
-from rlbench.harness.regress.paired_statistics import POWER, PairedVerdict, judge_pairs
+from rlbench.harness.regress.paired_statistics import (
+    POWER,
+    PairedVerdict,
+    judge_pairs,
+    judge_processes,
+)
 from rlbench.harness.regress.report import write_files
 from rlbench.harness.render import TextTable, to_markdown, to_rich
 from rlbench.harness.store.sqlite import check_out_dir
@@ -49,7 +55,7 @@ from rlbench.untrusted_files import path_is
 
 __all__ = ["judge_measurement", "read_base", "run_paired_gate"]
 
-WARMUP_SECONDS = 0.3
+WARMUP_SECONDS = 0.2
 MAX_BASE_FILE_BYTES = 4096
 
 
@@ -69,13 +75,20 @@ def read_base(text: str) -> tuple[str, Path | None]:
 
 def judge_measurement(measurement: Measurement, *, delta: float, alpha: float
                       ) -> list[PairedVerdict]:
-    """A verdict per benchmark timed on both sides, at ``alpha`` shared among them."""
+    """A verdict per benchmark timed on both sides, at ``alpha`` shared among them: the
+    pairs of processes are the units where there were several, else the rounds."""
     judged = sorted(measurement.times)
     level = alpha / max(1, len(judged))
-    return [judge_pairs(name, np.array(measurement.times[name]["base"]),
-                        np.array(measurement.times[name]["candidate"]), delta=delta,
-                        alpha=level)
-            for name in judged]
+    verdicts = []
+    for name in judged:
+        times, pairs = measurement.times[name], measurement.pairs[name]
+        base, candidate = np.array(times["base"]), np.array(times["candidate"])
+        if len(set(pairs)) > 1:
+            verdicts.append(judge_processes(name, base, candidate, np.array(pairs),
+                                            delta=delta, alpha=level))
+        else:
+            verdicts.append(judge_pairs(name, base, candidate, delta=delta, alpha=level))
+    return verdicts
 
 
 def _ratio(verdict: PairedVerdict) -> str:
@@ -84,14 +97,14 @@ def _ratio(verdict: PairedVerdict) -> str:
 
 
 def _needs(verdict: PairedVerdict) -> str:
-    if verdict.rounds_needed is None:
+    if verdict.needed is None:
         return ""
-    return f"{verdict.rounds_needed:,}"
+    return f"{verdict.needed:,} {verdict.needed_unit}"
 
 
 def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str,
            candidate: str, base_file: Path | None, delta: float, alpha: float,
-           seconds: float) -> TextTable:
+           processes: int, seconds: float) -> TextTable:
     rows = [[v.name, f"{v.base_seconds * 1e3:.4g}", f"{v.candidate_seconds * 1e3:.4g}",
              _ratio(v), f"{v.detectable:.1%}", _needs(v), v.verdict] for v in verdicts]
     for label in ("candidate", "base"):
@@ -106,22 +119,26 @@ def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str
                                "moving it is how a change accepts a new speed)"
                                if base_file else "")
         + f", candidate {candidate[:12]}; {rounds} rounds per benchmark, each timing the "
-        f"two sides one after the other, the order alternating; {seconds:.0f} s in all.",
+        f"two sides one after the other (the order alternating) in one of {processes} pairs "
+        f"of processes on one core; {seconds:.0f} s in all.",
         "Times: medians over the rounds, ms per call. Speed ratio: base time over candidate "
         "time (Hodges-Lehmann estimate over the rounds' ratios, 95% interval); under 1 the "
         "candidate is slower.",
-        f"SLOWER: a one-sided Wilcoxon signed-rank test of the rounds' log-ratios at "
-        f"{alpha:g} over the {len(verdicts)} benchmarks (Bonferroni), and a slowdown of "
-        f"more than half the minimal effect of {delta:.0%}; FASTER alike. Detectable: the "
-        f"smallest slowdown these rounds catch with probability {POWER}; NOISY where that "
-        f"is over {delta:.0%}, with the rounds that would catch it.",
+        (f"SLOWER: a one-sided t-test over the {processes} pairs of processes, each pair's "
+         "slowdown the Hodges-Lehmann centre of its rounds' log-ratios"
+         if processes > 1 else
+         "SLOWER: a one-sided Wilcoxon signed-rank test of the rounds' log-ratios")
+        + f", at {alpha:g} over the {len(verdicts)} benchmarks (Bonferroni), and a slowdown "
+        f"of more than half the minimal effect of {delta:.0%}; FASTER alike. Detectable: "
+        f"the smallest slowdown this measurement catches with probability {POWER}; NOISY "
+        f"where that is over {delta:.0%}, with what would catch it.",
     ]
     for label, names in measurement.only.items():
         if names:
             notes.append(f"Only the {label} has {', '.join(names)}: not judged.")
     return TextTable(title="rlbench regress bench (paired)", headers=[
         "benchmark", "base ms", "candidate ms", "speed ratio", "detectable",
-        "rounds needed", "verdict"], rows=rows, notes=notes, align="lrrrrrl")
+        "needed", "verdict"], rows=rows, notes=notes, align="lrrrrrl")
 
 
 def run_paired_gate(words: dict[str, Any], console: Console) -> int:
@@ -157,7 +174,8 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
         with base_tree(root, base, scratch_dir) as base_root:
             measurement = measure(
                 base_root, root, tests=tests, marker=words["marker"],
-                rounds=words["rounds"], slot=words["slot"], warmup=WARMUP_SECONDS,
+                rounds=words["rounds"], processes=words["processes"], slot=words["slot"],
+                warmup=WARMUP_SECONDS,
                 plugin_dir=plugin_dir, logs=scratch_dir,
                 progress=lambda i, n, name: console.print(
                     f"  [{i + 1}/{n}] {name}", highlight=False, markup=False))
@@ -168,7 +186,7 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
     verdicts = judge_measurement(measurement, delta=words["delta"], alpha=words["alpha"])
     table = _table(verdicts, measurement, base=base, candidate=candidate,
                    base_file=base_file, delta=words["delta"], alpha=words["alpha"],
-                   seconds=seconds)
+                   processes=words["processes"], seconds=seconds)
     console.print(to_rich(table))
     candidate_failed = measurement.failed.get("candidate", {})
     if report is not None:
@@ -181,9 +199,11 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
             "regress_bench.md": to_markdown(table),
             "regress_bench.json": json.dumps({
                 "base": base, "candidate": candidate, "delta": words["delta"],
-                "alpha": words["alpha"], "rounds": words["rounds"], "slot": words["slot"],
+                "alpha": words["alpha"], "rounds": words["rounds"],
+                "processes": words["processes"], "slot": words["slot"],
                 "seconds": seconds, "verdicts": [v.to_dict() for v in verdicts],
-                "times": measurement.times, "calls": measurement.calls,
+                "times": measurement.times, "pairs": measurement.pairs,
+                "calls": measurement.calls,
                 "failed": measurement.failed, "only": measurement.only},
                 indent=1, allow_nan=False) + "\n",
             "regress_bench.xml": junit_xml("rlbench regress bench", "rlbench.regress.bench",

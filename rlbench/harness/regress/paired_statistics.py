@@ -30,13 +30,15 @@ from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
 import numpy as np
+from scipy import stats
 
 __all__ = ["POWER", "VERDICTS", "PairedVerdict", "hodges_lehmann", "judge_pairs",
-           "robust_scale", "wilcoxon_greater"]
+           "judge_processes", "robust_scale", "wilcoxon_greater"]
 
 POWER = 0.8
 VERDICTS = ("SLOWER", "FASTER", "NOISY", "PASS")
 MAX_ROUNDS_NEEDED = 100_000  # past this the report says "more than" instead of a count
+MAX_PAIRS_NEEDED = 1_000
 _NORMAL = NormalDist()
 
 
@@ -103,12 +105,13 @@ def robust_scale(d: np.ndarray) -> float:
 class PairedVerdict:
     """One benchmark's judgement. Times are medians over the rounds, in seconds per call;
     ``speed_ratio`` is base time over candidate time (above 1: the candidate is faster),
-    with its 95% interval; ``detectable`` is the smallest slowdown (a fraction) these
-    rounds catch with probability ``POWER``; ``rounds_needed`` is how many would catch
-    ``delta`` (``None`` when these did)."""
+    with its 95% interval; ``detectable`` is the smallest slowdown (a fraction) this
+    measurement catches with probability ``POWER``; ``needed`` is how many ``needed_unit``
+    (rounds, or pairs of processes) would catch ``delta`` (``None`` when these did)."""
 
     name: str
     rounds: int
+    processes: int
     base_seconds: float
     candidate_seconds: float
     speed_ratio: float
@@ -117,11 +120,21 @@ class PairedVerdict:
     p_slower: float
     p_faster: float
     detectable: float
-    rounds_needed: int | None
+    needed: int | None
+    needed_unit: str
     verdict: str
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _decide(centre: float, p_slower: float, p_faster: float, alpha: float, bar: float,
+            detectable: float, effect: float) -> str:
+    if p_slower < alpha and centre > bar:
+        return "SLOWER"
+    if p_faster < alpha and centre < -bar:
+        return "FASTER"
+    return "NOISY" if detectable > effect else "PASS"
 
 
 def _rounds_needed(sigma: float, bar: float, z_crit: float, effect: float) -> int:
@@ -135,17 +148,23 @@ def _rounds_needed(sigma: float, bar: float, z_crit: float, effect: float) -> in
                max(2, math.ceil(math.pi / 3 * (sigma / se_allowed) ** 2)))
 
 
-def judge_pairs(name: str, base: np.ndarray, candidate: np.ndarray, *, delta: float,
-                alpha: float) -> PairedVerdict:
-    """Judge one benchmark from its rounds' times (``base[i]`` and ``candidate[i]`` timed
-    in round ``i``) at level ``alpha`` (already divided among the benchmarks) and minimal
-    effect ``delta`` (a fractional slowdown)."""
+def _times(base: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     base = np.asarray(base, dtype=np.float64)
     candidate = np.asarray(candidate, dtype=np.float64)
     if base.shape != candidate.shape or base.ndim != 1 or base.size < 2:
-        raise ValueError("judge_pairs needs two rounds or more, one time of each side each")
+        raise ValueError("the gate needs two rounds or more, one time of each side each")
     if not (np.all(base > 0) and np.all(candidate > 0)):
         raise ValueError("times must be positive")
+    return base, candidate
+
+
+def judge_pairs(name: str, base: np.ndarray, candidate: np.ndarray, *, delta: float,
+                alpha: float) -> PairedVerdict:
+    """Judge one benchmark from its rounds' times (``base[i]`` and ``candidate[i]`` timed
+    in round ``i``, all in one process per side) at level ``alpha`` (already divided among
+    the benchmarks) and minimal effect ``delta`` (a fractional slowdown): the rounds are the
+    units, Wilcoxon's test on their log-ratios."""
+    base, candidate = _times(base, candidate)
     d = np.log(candidate / base)
     n = d.size
     centre = hodges_lehmann(d)
@@ -157,18 +176,58 @@ def judge_pairs(name: str, base: np.ndarray, candidate: np.ndarray, *, delta: fl
     se = sigma * math.sqrt(math.pi / (3 * n))
     z_crit, z_power = _NORMAL.inv_cdf(1 - alpha), _NORMAL.inv_cdf(POWER)
     detectable = max(bar, z_crit * se) + z_power * se
-    if p_slower < alpha and centre > bar:
-        verdict = "SLOWER"
-    elif p_faster < alpha and centre < -bar:
-        verdict = "FASTER"
-    elif detectable > effect:
-        verdict = "NOISY"
-    else:
-        verdict = "PASS"
     needed = None if detectable <= effect else _rounds_needed(sigma, bar, z_crit, effect)
     return PairedVerdict(
-        name=name, rounds=n, base_seconds=float(np.median(base)),
+        name=name, rounds=n, processes=1, base_seconds=float(np.median(base)),
         candidate_seconds=float(np.median(candidate)), speed_ratio=math.exp(-centre),
         speed_low=math.exp(-high), speed_high=math.exp(-low), p_slower=p_slower,
-        p_faster=p_faster, detectable=math.expm1(detectable), rounds_needed=needed,
-        verdict=verdict)
+        p_faster=p_faster, detectable=math.expm1(detectable), needed=needed,
+        needed_unit="rounds",
+        verdict=_decide(centre, p_slower, p_faster, alpha, bar, detectable, effect))
+
+
+def _t_detectable(se: float, pairs: int, alpha: float, bar: float) -> float:
+    t_crit = stats.t.ppf(1 - alpha, pairs - 1)
+    return max(bar, t_crit * se) + stats.t.ppf(POWER, pairs - 1) * se
+
+
+def judge_processes(name: str, base: np.ndarray, candidate: np.ndarray, pairs: np.ndarray,
+                    *, delta: float, alpha: float) -> PairedVerdict:
+    """Judge one benchmark whose rounds ran in several pairs of processes (``pairs[i]``,
+    the pair of round ``i``): the pairs are the units. Each pair's slowdown is the
+    Hodges-Lehmann centre of its rounds' log-ratios; a one-sided t-test on the pairs'
+    centres (their spread holds each process's own speed, which rounds within one pair
+    cannot show) and the minimal effect decide, as in ``judge_pairs``."""
+    base, candidate = _times(base, candidate)
+    pairs = np.asarray(pairs)
+    d = np.log(candidate / base)
+    labels = np.unique(pairs)
+    k = labels.size
+    if k < 2 or pairs.shape != d.shape:
+        raise ValueError("judge_processes needs the rounds of two pairs of processes or more")
+    centres = np.array([hodges_lehmann(d[pairs == label]) for label in labels])
+    centre = float(centres.mean())
+    se = float(centres.std(ddof=1) / math.sqrt(k))
+    if se > 0:
+        t_value = centre / se
+        p_slower, p_faster = (float(stats.t.sf(t_value, k - 1)),
+                              float(stats.t.cdf(t_value, k - 1)))
+    else:
+        p_slower, p_faster = float(centre <= 0), float(centre >= 0)
+    half_width = stats.t.ppf(0.975, k - 1) * se
+    effect = math.log1p(delta)
+    bar = effect / 2
+    detectable = _t_detectable(se, k, alpha, bar)
+    needed = None
+    if detectable > effect:
+        spread = se * math.sqrt(k)
+        needed = next((n for n in range(k + 1, MAX_PAIRS_NEEDED + 1)
+                       if _t_detectable(spread / math.sqrt(n), n, alpha, bar) <= effect),
+                      MAX_PAIRS_NEEDED + 1)
+    return PairedVerdict(
+        name=name, rounds=d.size, processes=k, base_seconds=float(np.median(base)),
+        candidate_seconds=float(np.median(candidate)), speed_ratio=math.exp(-centre),
+        speed_low=math.exp(-centre - half_width), speed_high=math.exp(-centre + half_width),
+        p_slower=p_slower, p_faster=p_faster, detectable=math.expm1(detectable),
+        needed=needed, needed_unit="process pairs",
+        verdict=_decide(centre, p_slower, p_faster, alpha, bar, detectable, effect))

@@ -1,30 +1,22 @@
-"""``rlbench regress bench``: the throughput gate, a pytest-benchmark run against a stored one.
+"""``rlbench regress bench``: the throughput gate.
 
-    rlbench regress bench candidate=<json>[,<json>...] reference=<json>[,<json>...]|<dir>
-        [threshold=0.15] [statistic=min|median] [calibration=<names>] [report=DIR]
-        [update=true]
+With ``base=<revision>`` (``paired_gate.py``) it times the base commit's benchmarks and
+this checkout's side by side and needs nothing stored: the gate CI runs on any machine.
+Without it, this module compares pytest-benchmark runs with stored ones of the *same
+machine*, for a user who keeps a quiet benchmark machine and its numbers:
 
-CI machines differ in speed, so no time is compared as it is. Each run also times fixed
-calibration workloads (``test_calibrate_*``: a matrix product, a raw MuJoCo step loop);
-a benchmark's cost is its time divided by the geometric mean of those, measured in the
-same run. A benchmark is SLOWER when its speed fell by more than ``threshold``: its speed
-ratio (reference cost / candidate cost) is under ``1 - threshold``; FASTER when the ratio
-is over ``1 + threshold``; else PASS. A benchmark that records
-``extra_info["side_by_side"]`` (the peer it is measured beside, as ours against the raw
-simulator loop) also has that ratio compared: it needs no calibration, both sides shared
-the machine at the same moment. With several candidate runs, each benchmark's shortest
-time over them is taken (``best_of``), so a moment of load in one run is no slowdown; the
-same for several reference runs.
+    rlbench regress bench candidate=<json>[,<json>...] reference=<json>[,<json>...]
+        [threshold=0.15] [statistic=min|median] [report=DIR] [update=true]
 
-Several runs of one side also show whether the machine held its speed: when two of them
-disagree on a calibrated cost or a side-by-side ratio by more than ``threshold``
-(``spread``), a change of that size cannot be told from the machine's own drift, and every
-verdict is NOISY: nothing is judged, as a learning task with too few seeds is UNDERPOWERED.
-
-A reference that is a directory holds one run per processor vendor, ``<vendor>.json``
-(``AuthenticAMD.json``, ``GenuineIntel.json``): the calibration workloads stand for a
-machine's speed only among processors of one kind (on an Intel Xeon, MKL's products ran as
-fast as on an AMD EPYC or faster while MuJoCo's steps took about 1.5 times as long).
+A benchmark is SLOWER when its time grew by more than ``threshold``: its speed ratio
+(reference time / candidate time) is under ``1 - threshold``; FASTER when the ratio is
+over ``1 + threshold``; else PASS. A benchmark that records ``extra_info["side_by_side"]``
+(the peer it is measured beside, as ours against the raw simulator loop) also has that
+ratio compared. With several runs of a side, each benchmark's shortest time over them is
+taken (``best_of``), so a moment of load in one run is no slowdown. Several runs also show
+whether the machine held its speed: when two of them disagree on a time or a side-by-side
+ratio by more than ``threshold`` (``spread``), a change of that size cannot be told from
+the machine's own drift, and every verdict is NOISY.
 
 Exit 1 when a benchmark is SLOWER, 2 for bad input, else 0.
 """
@@ -32,7 +24,6 @@ Exit 1 when a benchmark is SLOWER, 2 for bad input, else 0.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
@@ -47,13 +38,10 @@ from rlbench.harness.regress.junit import Case, junit_xml
 from rlbench.harness.regress.report import write_files
 from rlbench.harness.render import TextTable, to_markdown, to_rich
 from rlbench.harness.store.sqlite import check_out_dir
-from rlbench.modules.onednn import cpu_vendor
 from rlbench.untrusted_files import path_is, read_json
 
-__all__ = ["BenchVerdict", "compare_benchmarks", "load_benchmarks", "machine_vendor",
-           "reference_for_vendor", "run_bench_gate", "spread"]
+__all__ = ["BenchVerdict", "compare_benchmarks", "load_benchmarks", "run_bench_gate", "spread"]
 
-CALIBRATION_PREFIX = "test_calibrate"
 MAX_JSON_BYTES = 64 * 2**20
 SHORTEST = 1e-9  # seconds: no benchmark round is shorter; a stat under it is not a time
 LONGEST = 1e6
@@ -108,38 +96,30 @@ def best_of(runs: Sequence[dict[str, dict[str, Any]]], side: str = "candidate"
             for name in names}
 
 
-def _calibration(benchmarks: dict[str, dict[str, Any]], names: Sequence[str], where: str
-                 ) -> float:
-    missing = [n for n in names if n not in benchmarks]
-    if missing:
-        raise ConfigError(f"{where} has no calibration benchmark {', '.join(missing)}: run "
-                          "tests/bench/test_calibration.py in the same pytest run")
-    return math.exp(sum(math.log(benchmarks[n]["time"]) for n in names) / len(names))
-
-
-def _measures(benchmarks: dict[str, dict[str, Any]], judged: Collection[str],
-              calibration: Sequence[str], side: str) -> dict[str, float]:
-    """What the gate compares in one run: each judged benchmark's calibrated cost and
-    side-by-side ratio, keyed as the report names them."""
-    scale = _calibration(benchmarks, calibration, f"a {side} run")
+def _measures(benchmarks: dict[str, dict[str, Any]], judged: Collection[str]
+              ) -> dict[str, float]:
+    """What the gate compares in one run: each judged benchmark's time and side-by-side
+    ratio, keyed as the report names them."""
     found = {}
-    for name in sorted(set(judged) - set(calibration)):
-        found[f"{name} (calibrated cost)"] = benchmarks[name]["time"] / scale
+    for name in sorted(judged):
+        if name not in benchmarks:
+            continue
+        found[f"{name} (time)"] = benchmarks[name]["time"]
         peer = benchmarks[name]["side_by_side"]
         if peer and peer in benchmarks:
             found[f"{name} (beside {peer})"] = benchmarks[peer]["time"] / benchmarks[name]["time"]
     return found
 
 
-def spread(runs: Sequence[dict[str, dict[str, Any]]], judged: Collection[str],
-           calibration: Sequence[str], side: str = "candidate") -> tuple[float, str]:
+def spread(runs: Sequence[dict[str, dict[str, Any]]], judged: Collection[str]
+           ) -> tuple[float, str]:
     """The largest disagreement between runs of the same code on one machine: over the
-    calibrated cost and side-by-side ratio of every ``judged`` benchmark, the highest
+    time and side-by-side ratio of every ``judged`` benchmark, the highest
     max/min across the runs, with what it was measured on. 1.0 for a single run, which
     cannot show it."""
     if len(runs) < 2:
         return 1.0, ""
-    measured = [_measures(run, judged, calibration, side) for run in runs]
+    measured = [_measures(run, judged) for run in runs]
     worst, where = 1.0, ""
     for key in measured[0]:
         values = [m[key] for m in measured if key in m]
@@ -149,38 +129,11 @@ def spread(runs: Sequence[dict[str, dict[str, Any]]], judged: Collection[str],
     return worst, where
 
 
-def machine_vendor() -> str:
-    """This processor's vendor as a reference directory names its run: ``cpu_vendor()``,
-    or ``unknown`` where it cannot be read."""
-    return cpu_vendor() or "unknown"
-
-
-def _to_make_as_directory(reference: Path) -> bool:
-    """Where ``update=true`` stores: in a directory of per-vendor runs when ``reference``
-    is one, or does not exist yet and its name has no ``.json``; else in that file."""
-    return path_is(reference, "dir") or (reference.suffix.lower() != ".json"
-                                         and not reference.exists())
-
-
-def reference_for_vendor(directory: Path, vendor: str | None = None) -> Path:
-    """``<directory>/<vendor>.json`` for this processor's vendor (or ``vendor``); a
-    ``ConfigError`` naming the vendors the directory holds when it has none for this one."""
-    vendor = vendor or machine_vendor()
-    path = directory / f"{vendor}.json"
-    if not path_is(path, "file"):
-        held = sorted(p.stem for p in directory.glob("*.json") if path_is(p, "file"))
-        raise ConfigError(
-            f"reference directory {directory} holds no run for {vendor} processors (it holds "
-            f"{', '.join(held) or 'none'}): store one made on a machine of that kind with "
-            f"update=true reference={directory}")
-    return path
-
-
 @dataclass(frozen=True)
 class BenchVerdict:
     name: str
-    what: str  # "calibrated cost" or "beside <peer>"
-    reference: float  # calibrated cost, or the speed ratio beside the peer
+    what: str  # "time" or "beside <peer>"
+    reference: float  # seconds, or the speed ratio beside the peer
     candidate: float
     speed_ratio: float  # > 1: the candidate is faster
     verdict: str  # SLOWER, FASTER or PASS
@@ -193,20 +146,18 @@ def _verdict(ratio: float, threshold: float) -> str:
 
 
 def compare_benchmarks(candidate: dict[str, dict[str, Any]],
-                       reference: dict[str, dict[str, Any]], *, calibration: Sequence[str],
-                       threshold: float) -> list[BenchVerdict]:
+                       reference: dict[str, dict[str, Any]], *, threshold: float
+                       ) -> list[BenchVerdict]:
     """A verdict per benchmark of the reference (and per side-by-side ratio)."""
     missing = sorted(set(reference) - set(candidate))
     if missing:
         raise ConfigError(f"the candidate run lacks benchmark(s) of the reference: "
                           f"{', '.join(missing)}")
-    scale_c = _calibration(candidate, calibration, "the candidate run")
-    scale_r = _calibration(reference, calibration, "the reference run")
     verdicts = []
-    for name in sorted(set(reference) - set(calibration)):
-        cost_c, cost_r = candidate[name]["time"] / scale_c, reference[name]["time"] / scale_r
-        ratio = cost_r / cost_c
-        verdicts.append(BenchVerdict(name, "calibrated cost", cost_r, cost_c, ratio,
+    for name in sorted(reference):
+        time_c, time_r = candidate[name]["time"], reference[name]["time"]
+        ratio = time_r / time_c
+        verdicts.append(BenchVerdict(name, "time", time_r, time_c, ratio,
                                      _verdict(ratio, threshold)))
         peer = reference[name]["side_by_side"]
         if peer and peer in reference and peer in candidate:
@@ -219,13 +170,12 @@ def compare_benchmarks(candidate: dict[str, dict[str, Any]],
 
 
 def _table(verdicts: list[BenchVerdict], threshold: float, statistic: str,
-           calibration: Sequence[str], paths: tuple[str, str], noise: list[str]
-           ) -> TextTable:
+           paths: tuple[str, str], noise: list[str]) -> TextTable:
     rows = [[v.name, v.what, f"{v.reference:.4g}", f"{v.candidate:.4g}",
              f"{v.speed_ratio:.3f}", v.verdict] for v in verdicts]
     notes = [
-        f"Calibrated cost: the benchmark's {statistic} time over the geometric mean of "
-        f"{', '.join(calibration)} in the same run. Beside <peer>: the benchmark's speed "
+        f"Time: the benchmark's {statistic} time in seconds, the reference's from this "
+        "machine. Beside <peer>: the benchmark's speed "
         "over its peer's, both timed in the same run. Speed ratio: candidate speed over "
         f"reference speed. SLOWER below {1 - threshold:.2f}, FASTER above "
         f"{1 + threshold:.2f}.",
@@ -238,6 +188,29 @@ def _table(verdicts: list[BenchVerdict], threshold: float, statistic: str,
         rows=rows, notes=notes, align="llrrrl")
 
 
+def _store_reference(candidate_paths: Sequence[Path], reference_paths: Sequence[Path],
+                     console: Console) -> int:
+    if len(candidate_paths) != 1:
+        raise ConfigError("update=true stores one candidate run as the reference")
+    if len(reference_paths) != 1:
+        raise ConfigError("update=true stores the reference in one file")
+    candidate_path, reference_path = candidate_paths[0], reference_paths[0]
+    if path_is(reference_path, "dir"):
+        raise ConfigError(f"reference= {reference_path} is a directory: name the file to "
+                          "store the run in")
+    if reference_path.exists() and reference_path.samefile(candidate_path):
+        raise ConfigError("reference= and candidate= are the same file")
+    check_out_dir(reference_path.parent, "reference's directory")
+    try:
+        reference_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(candidate_path, reference_path)
+    except OSError as err:
+        raise ConfigError(f"the reference could not be written to {reference_path} "
+                          f"({err.strerror or err})") from err
+    console.print(f"reference written: {reference_path}", highlight=False, markup=False)
+    return 0
+
+
 def run_bench_gate(args: Sequence[str], console: Console) -> int:
     """The command; returns its exit code."""
     words = BENCH_TABLE.parse(args)
@@ -248,55 +221,32 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
     candidate_paths, reference_paths = words["candidate"], words["reference"]
     for key, paths in (("candidate", candidate_paths), ("reference", reference_paths)):
         if not paths:
-            raise ConfigError(f"{key}= names no file")
-    statistic, threshold, update = words["statistic"], words["threshold"], words["update"]
+            raise ConfigError(f"regress bench needs base=<git revision> (both sides run "
+                              f"here), or candidate= and reference= (stored runs): {key}= "
+                              "names no file")
+    statistic, threshold = words["statistic"], words["threshold"]
     candidate_runs = [load_benchmarks(path, statistic) for path in candidate_paths]
     candidate = best_of(candidate_runs)
-    calibration = words["calibration"] or sorted(
-        n for n in candidate if n.startswith(CALIBRATION_PREFIX))
-    if not calibration:
-        raise ConfigError("the candidate run has no calibration benchmark (test_calibrate_*): "
-                          "run tests/bench/test_calibration.py in the same pytest run")
-    _calibration(candidate, calibration, "the candidate run")
     report = words["report"]
     if report is not None:
         check_out_dir(report, "report")
-    if update:
-        if len(candidate_paths) != 1:
-            raise ConfigError("update=true stores one candidate run as the reference")
-        if len(reference_paths) != 1:
-            raise ConfigError("update=true stores the reference in one file or directory")
-        candidate_path, reference_path = candidate_paths[0], reference_paths[0]
-        if _to_make_as_directory(reference_path):
-            reference_path = reference_path / f"{machine_vendor()}.json"
-        if reference_path.exists() and reference_path.samefile(candidate_path):
-            raise ConfigError("reference= and candidate= are the same file")
-        check_out_dir(reference_path.parent, "reference's directory")
-        try:
-            reference_path.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(candidate_path, reference_path)
-        except OSError as err:
-            raise ConfigError(f"the reference could not be written to {reference_path} "
-                              f"({err.strerror or err})") from err
-        console.print(f"reference written: {reference_path}", highlight=False, markup=False)
-        return 0
-    if len(reference_paths) == 1 and path_is(reference_paths[0], "dir"):
-        reference_paths = [reference_for_vendor(reference_paths[0])]
+    if words["update"]:
+        return _store_reference(candidate_paths, reference_paths, console)
     reference_runs = [load_benchmarks(path, statistic) for path in reference_paths]
     reference = best_of(reference_runs, "reference")
-    verdicts = compare_benchmarks(candidate, reference, calibration=calibration,
-                                  threshold=threshold)
-    spreads = {side: spread(runs, reference, calibration, side) for side, runs in
+    verdicts = compare_benchmarks(candidate, reference, threshold=threshold)
+    spreads = {side: spread(runs, reference) for side, runs in
                (("candidate", candidate_runs), ("reference", reference_runs))}
     unsteady = {side: s for side, s in spreads.items() if s[0] > 1 + threshold}
     noise = [f"The {side} runs disagree by up to {ratio:.2f}x ({where}), more than the "
              f"threshold of {threshold:g}: the machine's speed drifted during the "
              "measurement, so a change of that size cannot be told from it and nothing is "
-             "judged (NOISY). Give the benchmarks a machine of their own."
+             "judged (NOISY). Give the benchmarks a machine of their own, or judge against "
+             "a commit with base=, which needs no steady machine."
              for side, (ratio, where) in unsteady.items()]
     if unsteady:
         verdicts = [replace(v, verdict="NOISY") for v in verdicts]
-    table = _table(verdicts, threshold, statistic, calibration,
+    table = _table(verdicts, threshold, statistic,
                    (",".join(map(str, candidate_paths)), ",".join(map(str, reference_paths))),
                    noise)
     console.print(to_rich(table))
@@ -309,7 +259,7 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
         write_files(report, {
             "regress_bench.md": to_markdown(table),
             "regress_bench.json": json.dumps(
-                {"threshold": threshold, "statistic": statistic, "calibration": calibration,
+                {"threshold": threshold, "statistic": statistic,
                  "spread": {side: {"ratio": r, "where": w} for side, (r, w) in spreads.items()},
                  "verdicts": [v.__dict__ for v in verdicts]}, indent=1, allow_nan=False) + "\n",
             "regress_bench.xml": junit_xml("rlbench regress bench", "rlbench.regress.bench",

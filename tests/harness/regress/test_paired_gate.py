@@ -1,0 +1,200 @@
+"""``rlbench regress bench base=<revision>`` on a small git repository of its own: a commit
+that slows a function is SLOWER against its parent, the same commit against itself is
+not, and a base that does not exist, a base with other dependencies and a dirty tree are
+refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from rlbench.cli import main
+from rlbench.harness.regress.paired_gate import read_base
+
+PYPROJECT = """\
+[project]
+name = "toy"
+version = "0.1"
+dependencies = [{dependencies}]
+
+[tool.pytest.ini_options]
+markers = ["throughput_gate: gated", "other: not gated"]
+filterwarnings = ["error"]
+"""
+
+WORK = """\
+def work(n):
+    total = 0
+    for i in range({loops} * n):
+        total += i % 7
+    return total
+"""
+
+BENCH = """\
+import pytest
+
+from toy import work
+
+
+@pytest.mark.throughput_gate
+def test_work(benchmark):
+    assert benchmark(work, 200) >= 0
+
+
+@pytest.mark.throughput_gate
+def test_sum(benchmark):
+    data = list(range(2000))
+    benchmark.pedantic(sum, args=(data,), rounds=5)
+{extra}
+
+@pytest.mark.other
+def test_not_gated(benchmark):
+    raise AssertionError("only the gated benchmarks run")
+"""
+
+FAST = ["rounds=12", "processes=2", "slot=0.01"]
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost"}
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                          text=True, env=env).stdout.strip()
+
+
+def _commit(repo: Path, *, loops: int = 1, dependencies: str = '"numpy"', extra: str = ""
+            ) -> str:
+    (repo / "toy").mkdir(parents=True, exist_ok=True)
+    (repo / "toy" / "__init__.py").write_text(WORK.format(loops=loops))
+    (repo / "tests" / "bench").mkdir(parents=True, exist_ok=True)
+    (repo / "tests" / "bench" / "test_toy.py").write_text(BENCH.format(extra=extra))
+    (repo / "pyproject.toml").write_text(PYPROJECT.format(dependencies=dependencies))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", f"{loops} loops")
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _commit(repo)
+    monkeypatch.chdir(repo)
+    return repo
+
+
+def _report(report: Path) -> dict:
+    return json.loads((report / "regress_bench.json").read_text())
+
+
+def test_a_slower_commit_is_slower_against_its_parent_and_nothing_else(
+        repo: Path, tmp_path: Path) -> None:
+    base = _git(repo, "rev-parse", "HEAD")
+    _commit(repo, loops=2)  # test_work takes twice as long; test_sum is unchanged
+    report = tmp_path / "report"
+    assert main(["regress", "bench", f"base={base}", f"report={report}", *FAST]) == 1
+    data = _report(report)
+    verdicts = {v["name"]: v for v in data["verdicts"]}
+    assert set(verdicts) == {"tests/bench/test_toy.py::test_work",
+                             "tests/bench/test_toy.py::test_sum"}
+    work = verdicts["tests/bench/test_toy.py::test_work"]
+    assert work["verdict"] == "SLOWER" and 0.4 < work["speed_ratio"] < 0.6
+    assert verdicts["tests/bench/test_toy.py::test_sum"]["verdict"] != "SLOWER"
+    assert data["base"] == base and len(data["times"]["tests/bench/test_toy.py::test_work"][
+        "base"]) == 12
+    junit = ET.parse(report / "regress_bench.xml").getroot()
+    assert [c.get("name") for c in junit.iter("testcase") if c.find("failure") is not None] \
+        == ["tests/bench/test_toy.py::test_work"]
+    # the other way round, the base is the slower side: FASTER, exit 0
+    _git(repo, "checkout", "-q", base)
+    slower = _git(repo, "rev-parse", "main") if _git(repo, "branch", "--list", "main") \
+        else _git(repo, "rev-parse", "master")
+    assert main(["regress", "bench", f"base={slower}", f"report={report}", *FAST]) == 0
+    assert {v["name"]: v["verdict"] for v in _report(report)["verdicts"]}[
+        "tests/bench/test_toy.py::test_work"] == "FASTER"
+
+
+def test_a_commit_against_itself_is_not_slower_and_the_base_may_be_a_file(
+        repo: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "BASE").write_text(_git(repo, "rev-parse", "HEAD") + "\n")
+    report = tmp_path / "report"
+    assert main(["regress", "bench", f"base={tmp_path / 'BASE'}", f"report={report}",
+                 *FAST]) == 0
+    assert all(v["verdict"] != "SLOWER" for v in _report(report)["verdicts"])
+    assert "moving it is how a change accepts a new speed" in " ".join(
+        capsys.readouterr().out.split())
+
+
+def test_a_benchmark_of_one_side_is_named_and_one_failing_on_the_candidate_fails(
+        repo: Path, tmp_path: Path, capsys) -> None:
+    base = _git(repo, "rev-parse", "HEAD")
+    extra = ("\n\n@pytest.mark.throughput_gate\ndef test_new(benchmark):\n"
+             "    benchmark(lambda: 1 / 0)\n")
+    _commit(repo, extra=extra)
+    report = tmp_path / "report"
+    assert main(["regress", "bench", f"base={base}", f"report={report}", *FAST]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Only the candidate has tests/bench/test_toy.py::test_new: not judged." in out
+    (base_only,) = _report(report)["only"]["candidate"]
+    assert base_only.endswith("test_new")
+
+    broken = "\n\n@pytest.fixture(autouse=True)\ndef _broken():\n    raise RuntimeError('x')\n"
+    _commit(repo, extra=broken)
+    assert main(["regress", "bench", f"base={base}", f"report={report}", *FAST]) == 1
+    failed = _report(report)["failed"]["candidate"]
+    assert set(failed) == {"tests/bench/test_toy.py::test_work",
+                           "tests/bench/test_toy.py::test_sum"}
+    assert "RuntimeError" in failed["tests/bench/test_toy.py::test_work"]
+    assert "FAILED on the candidate" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("setup", "words", "message"), [
+    (None, ["base=no-such-branch"], "base= names no commit of"),
+    (None, ["base=--upload-pack=x"], "is an option, not a revision"),
+    ("dirty", ["base=HEAD"], "the checkout has uncommitted changes (toy/__init__.py)"),
+    ("dependencies", ["base=HEAD~1"], "needs other dependencies than the installed ones: "
+     "numpy<1 (installed: "),
+    ("missing", ["base=HEAD~1"], "no-such-package-of-rlbench>=1 (not installed)"),
+    (None, ["base=HEAD", "tests=nowhere"], "tests= nowhere is not in"),
+    (None, ["base=HEAD", "candidate=a.json"], "base= runs both sides itself"),
+    (None, ["base=HEAD", "update=true"], "update=true stores a candidate run"),
+    (None, ["base=HEAD", "rounds=1"], "rounds must be between 2 and 10,000"),
+    (None, ["base=HEAD", "delta=0"], "delta must be"),
+])
+def test_bad_input_is_refused_before_anything_runs(repo: Path, tmp_path: Path, capsys,
+                                                    setup: str | None, words: list[str],
+                                                    message: str) -> None:
+    if setup == "dirty":
+        (repo / "toy" / "__init__.py").write_text(WORK.format(loops=3))
+    elif setup == "dependencies":
+        _commit(repo, dependencies='"numpy<1"')
+        _commit(repo)
+    elif setup == "missing":
+        _commit(repo, dependencies='"numpy", "no-such-package-of-rlbench>=1"')
+        _commit(repo)
+    report = tmp_path / "report"
+    assert main(["regress", "bench", *words, f"report={report}"]) == 2
+    assert message in capsys.readouterr().err
+    assert not report.exists()
+
+
+def test_a_base_file_names_its_first_word_and_must_name_one(tmp_path: Path) -> None:
+    (tmp_path / "BASE").write_text("abc123  the commit whose speed is accepted\n")
+    assert read_base(str(tmp_path / "BASE")) == ("abc123", tmp_path / "BASE")
+    assert read_base("main") == ("main", None)
+    (tmp_path / "EMPTY").write_text("\n")
+    with pytest.raises(ValueError, match="names no revision"):
+        read_base(str(tmp_path / "EMPTY"))
+
+
+def test_outside_a_git_repository_the_gate_says_so(tmp_path: Path, capsys,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["regress", "bench", "base=HEAD"]) == 2
+    assert "compares two commits of a git repository" in capsys.readouterr().err
