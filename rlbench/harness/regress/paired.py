@@ -7,7 +7,7 @@ dependencies the installed ones do not satisfy, and the candidate when its tree 
 uncommitted changes (the report names it by its commit).
 
 Each side is a few pytest processes with the plugin ``rlbench_paired_worker``
-(``paired_worker.py``), kept for the whole measurement and all pinned to one processor: a
+(``paired_worker.py``), kept for the whole measurement and all timed on one processor: a
 benchmark's setup (an env, its inputs) is paid once per process, as a long run pays it,
 and only the calls are timed. For each benchmark every process warms up, then ``rounds``
 rounds each time a slot of calls on one side and then on the other, taking the pairs of
@@ -300,17 +300,6 @@ def _shared_cpu() -> int | None:
     return max(os.sched_getaffinity(0))
 
 
-def _pin(pid: int, cpu: int) -> None:
-    """Every thread of process ``pid`` onto processor ``cpu``."""
-    try:
-        threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        threads = [pid]
-    for tid in threads:
-        with suppress(ProcessLookupError):
-            os.sched_setaffinity(tid, {cpu})
-
-
 def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, rounds: int,
             processes: int, slot: float, warmup: float, plugin_dir: Path, logs: Path,
             progress: Any = None) -> Measurement:
@@ -341,8 +330,6 @@ def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, r
                     raise WorkerError(f"the {label} side's processes did not agree on what "
                                       "they collected")
                 collected[label] = names
-                if cpu is not None:  # pinned once imported: they started side by side
-                    _pin(worker.process.pid, cpu)
         common = [name for name in collected["candidate"] if name in set(collected["base"])]
         measurement.only = {label: sorted(set(names) - set(common))
                             for label, names in collected.items()}
@@ -356,14 +343,14 @@ def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, r
                 measurement.calls[nodeid] = {}
                 for label, side in workers.items():
                     for worker in side:
-                        worker.send(do="warmup", seconds=warmup, slot=slot)
+                        worker.send(do="warmup", seconds=warmup, slot=slot, cpu=cpu)
                         measurement.calls[nodeid][label] = int(worker.receive()["calls"])
                 times: dict[str, list[float]] = {"base": [], "candidate": []}
                 for round_index in range(rounds):
                     pair, turn = round_index % processes, round_index // processes
                     order = ("base", "candidate") if turn % 2 == 0 else ("candidate", "base")
                     for label in order:
-                        workers[label][pair].send(do="slot")
+                        workers[label][pair].send(do="slot", cpu=cpu)
                         times[label].append(float(workers[label][pair].receive()["seconds"]))
                 measurement.times[nodeid] = times
                 measurement.pairs[nodeid] = [r % processes for r in range(rounds)]

@@ -82,6 +82,25 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _link.send(report=report.nodeid, when=report.when, outcome=report.outcome, text=text)
 
 
+_everywhere: set[int] | None = None
+
+
+def _pin(cpu: int) -> None:
+    """Run this thread (the only one that computes: the gate sets one thread for OpenMP
+    and MKL) on processor ``cpu`` while it is timed; between benchmarks it may run on any,
+    so the processes' setups go on side by side."""
+    global _everywhere
+    if hasattr(os, "sched_setaffinity"):
+        if _everywhere is None:
+            _everywhere = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})
+
+
+def _unpin() -> None:
+    if _everywhere is not None:
+        os.sched_setaffinity(0, _everywhere)
+
+
 def _timed(fn: Callable[..., Any], args: tuple, kwargs: dict,
            setup: Callable[[], Any] | None, calls: int) -> tuple[float, Any]:
     """Seconds spent in ``calls`` calls of ``fn``, and its last result. A ``setup``
@@ -132,6 +151,8 @@ class PairedBenchmark:
         while True:
             command = link.receive()
             what = command["do"]
+            if what in ("warmup", "slot") and command.get("cpu") is not None:
+                _pin(command["cpu"])
             if what == "warmup":
                 spent, made = 0.0, 0
                 while made == 0 or spent < command["seconds"]:
@@ -143,6 +164,7 @@ class PairedBenchmark:
                 seconds, result = _timed(fn, args, kwargs, setup, calls)
                 link.send(seconds=seconds / calls)
             elif what == "done":
+                _unpin()
                 return result
             else:
                 raise RuntimeError(f"the throughput gate sent an unknown command {what!r}")
