@@ -42,6 +42,7 @@ from rlbench.modules import (
     StateDependentNormalParams,
     TanhNormal,
 )
+from rlbench.modules.compiler import cpu_compiler_available
 from rlbench.modules.onednn import onednn_outruns_mkl
 from rlbench.objectives import (
     CQLLoss,
@@ -79,7 +80,8 @@ class Config:
     onednn: bool = onednn_hp()
     compile: bool = hp(False, "run the critics and their targets as torch.compile graphs "
                               "(the bias, the ReLU and their backward passes fused around "
-                              "each product) where they do not multiply through oneDNN")
+                              "each product) where they do not multiply through oneDNN and "
+                              "a C++ compiler is at hand")
     hidden_sizes: tuple[int, ...] = hp((256, 256, 256), "hidden layer widths of actor and "
                                                         "critics", ge=1)
     normalize_states: bool = hp(True, "normalise observations by the dataset's mean and std")
@@ -171,7 +173,8 @@ def train(spec: RunSpec, logger: RunLogger) -> None:
                           learn_alpha=cfg.learn_alpha,
                           target_entropy=scaled_target_entropy(low, high))
         loss_fn.to(spec.device)
-        if cfg.compile and not (cfg.onednn and onednn_outruns_mkl()):
+        if (cfg.compile and not (cfg.onednn and onednn_outruns_mkl())
+                and (spec.device != "cpu" or cpu_compiler_available())):
             for network in (critic, loss_fn.target_critic):
                 network.onednn = False  # it would not run there: nothing to trace
                 network.compile(dynamic=False)

@@ -73,3 +73,20 @@ def test_compiled_critics_train_as_the_eager_ones(pendulum_file: Path,  # noqa: 
 def test_the_mujoco_family_compiles_and_the_others_do_not() -> None:
     assert cql.FAMILY_DEFAULTS["mujoco"]["compile"] is True
     assert cql.Config().compile is False
+
+
+def test_without_a_cpp_compiler_the_critics_stay_eager(
+        pendulum_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    from rlbench.modules import compiler
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("CXX", raising=False)
+    assert compiler.cpu_compiler_available() is False
+    monkeypatch.setenv("CXX", "/bin/sh")
+    assert compiler.cpu_compiler_available() is True
+    monkeypatch.delenv("CXX")
+    calls = []
+    monkeypatch.setattr(EnsembleMLP, "compile", lambda self, *a, **k: calls.append(self))
+    _losses(True, pendulum_file, tmp_path / "run")
+    assert calls == []

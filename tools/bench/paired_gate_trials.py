@@ -10,7 +10,9 @@ The trials run in a scratch clone of this checkout's HEAD. With ``--plant`` (the
 benchmarks' conftest, and the gate judges it against HEAD; without it, HEAD against itself.
 ``--busy`` keeps a PPO training run going beside the trials (the other core busy). Each
 trial's report (with every round's times) is kept under ``--keep``; ``--rejudge DIR``
-reads kept reports again under other gate settings instead of running anything.
+reads the reports under DIR (``results/reference/regress_bench/trials/<scenario>/``
+keeps them as ``<trial>.json``) again under other gate settings instead of running
+anything.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=None)
     options, gate_keys = parser.parse_known_args(argv)
     if options.rejudge is not None:
-        reports = sorted(options.rejudge.glob("*/regress_bench.json"))
+        reports = sorted(options.rejudge.rglob("*.json"))
         verdicts = rejudge(reports, options.delta, options.alpha)
         result = {"reports": str(options.rejudge), "delta": options.delta,
                   "alpha": options.alpha, "trials": len(verdicts),

@@ -213,7 +213,7 @@ BENCH_TABLE = KeyTable("regress bench", (
         "one (results/reference/regress_bench/BASE); its benchmarks and this checkout's "
         "run side by side, interleaved", placeholder="<git revision or file>"),
     Key("rounds", "with base=: rounds per benchmark, each timing one slot of calls on each "
-        "side", kind="int", default=32, low=2, high=10_000),
+        "side", kind="int", default=32, low=2, high=1_000),
     Key("processes", "with base=: pytest processes per side, taking the rounds in turn; "
         "the pairs of processes are what the test counts (a process's memory layout moves a "
         "benchmark's speed for as long as it lives); 1: the rounds are",

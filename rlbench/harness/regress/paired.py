@@ -93,12 +93,17 @@ def resolve_revision(root: Path, revision: str) -> str:
 
 
 def check_clean(root: Path) -> None:
-    """Refuse a checkout whose tracked files differ from its commit: the candidate is
-    judged and reported as that commit."""
+    """Refuse a checkout whose tracked files differ from its commit, or that holds Python
+    files git does not track and does not ignore: the candidate is judged and reported as
+    that commit."""
     found = _git(root, "status", "--porcelain", "--untracked-files=no")
-    if found.returncode != 0:
-        raise ConfigError(f"git status failed in {root}: {found.stderr.decode().strip()}")
+    untracked = _git(root, "ls-files", "--others", "--exclude-standard", "--", "*.py")
+    if found.returncode != 0 or untracked.returncode != 0:
+        raise ConfigError(f"git status failed in {root}: "
+                          f"{(found.stderr or untracked.stderr).decode().strip()}")
     changed = [line[3:] for line in found.stdout.decode().splitlines() if line.strip()]
+    changed += [f"{line} (untracked)" for line in untracked.stdout.decode().splitlines()
+                if line.strip()]
     if changed:
         shown = ", ".join(changed[:SHOWN_CHANGES]) + (
             f" and {len(changed) - SHOWN_CHANGES} more" if len(changed) > SHOWN_CHANGES
@@ -158,6 +163,26 @@ def check_dependencies(root: Path, commit: str) -> None:
             "them, or choose a base with the dependencies of this checkout")
 
 
+def package_dirs(root: Path) -> dict[str, str]:
+    """The packages ``root``'s ``pyproject.toml`` maps to folders of their own
+    (``[tool.setuptools.package-dir]``: ``rlbench.algorithms`` is ``algorithms/``), as
+    absolute folders: an editable install finds them in the checkout it was made from, so
+    each side's worker is told where its own are."""
+    try:
+        pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return {}
+    mapping = pyproject.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    found = {}
+    for name, folder in mapping.items() if isinstance(mapping, dict) else ():
+        where = (root / str(folder)).resolve()
+        if (name and isinstance(folder, str) and where != (root / name.replace(".", "/"))
+                .resolve() and (where / "__init__.py").is_file()
+                and where.is_relative_to(root.resolve())):
+            found[name] = str(where)
+    return found
+
+
 @contextmanager
 def base_tree(root: Path, commit: str, directory: Path) -> Iterator[Path]:
     """The tree of ``commit`` written into ``directory/base`` (removed afterwards)."""
@@ -168,7 +193,21 @@ def base_tree(root: Path, commit: str, directory: Path) -> Iterator[Path]:
     tree = directory / "base"
     tree.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(tree, filter="data")
+        try:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tree, filter="data")
+            else:  # Python 3.10 before 3.10.12: refuse what the data filter would
+                for member in tar.getmembers():
+                    name = Path(member.name)
+                    if name.is_absolute() or ".." in name.parts or member.islnk() or (
+                            member.issym() and (Path(member.linkname).is_absolute()
+                                                or ".." in Path(member.linkname).parts)):
+                        raise ConfigError(f"base {commit[:12]} holds {member.name}, which "
+                                          "points out of its tree")
+                tar.extractall(tree)
+        except (tarfile.TarError, OSError) as err:
+            raise ConfigError(f"base {commit[:12]}'s tree could not be written out: "
+                              f"{err}") from err
     try:
         yield tree
     finally:
@@ -191,12 +230,14 @@ class _Worker:
         path = os.pathsep.join([*source, str(root), str(plugin_dir)])
         env = {**os.environ, "PYTHONPATH": path,
                "RLBENCH_PAIRED_FDS": f"{to_worker_read},{from_worker_write}",
+               "RLBENCH_PAIRED_PACKAGES": json.dumps(package_dirs(root)),
                "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("RLBENCH_BENCH_SLOWDOWN", None)
         # one core: more threads would only take turns on it
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   "-p", "no:benchmark", "-p", WORKER_PLUGIN, "-m", marker, tests]
+                   "-p", "no:benchmark", "-p", WORKER_PLUGIN,
+                   "--continue-on-collection-errors", "-m", marker, tests]
         with log.open("wb") as out:
             self.process = subprocess.Popen(
                 command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out,
@@ -232,15 +273,27 @@ class _Worker:
         return WorkerError(f"the {self.label} side's pytest {what} (exit "
                            f"{self.process.returncode}); its output ends:\n{tail}")
 
-    def close(self) -> None:
-        with suppress(BrokenPipeError):
+    def hang_up(self) -> None:
+        """Close the pipes: a worker between benchmarks then ends its session."""
+        with suppress(BrokenPipeError, OSError):
             self._out.close()
-        os.close(self._in_fd)
+        with suppress(OSError):
+            os.close(self._in_fd)
+
+    def wait(self, seconds: float) -> None:
         try:
-            self.process.wait(timeout=60)
+            self.process.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def _close(workers: list[_Worker]) -> None:
+    """Hang up on every worker, then give them a few seconds together to end."""
+    for worker in workers:
+        worker.hang_up()
+    for worker in workers:
+        worker.wait(10.0)
 
 
 @dataclass
@@ -252,7 +305,7 @@ class Measurement:
 
     times: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     pairs: dict[str, list[int]] = field(default_factory=dict)
-    calls: dict[str, dict[str, int]] = field(default_factory=dict)
+    calls: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     only: dict[str, list[str]] = field(default_factory=dict)
     failed: dict[str, dict[str, str]] = field(default_factory=dict)
     skipped: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -300,6 +353,34 @@ def _shared_cpu() -> int | None:
     return max(os.sched_getaffinity(0))
 
 
+class _SideFailed(Exception):
+    """The benchmark's callable raised in one of the processes."""
+
+
+def _reply(worker: _Worker, key: str) -> Any:
+    """The worker's answer to a warm-up or a slot: ``key``'s value, or ``_SideFailed``
+    when the callable raised."""
+    message = worker.receive()
+    if "failed" in message:
+        raise _SideFailed(message["failed"])
+    if key not in message:
+        raise WorkerError(f"the {worker.label} side answered {sorted(message)} where "
+                          f"{key} was due")
+    return message[key]
+
+
+def _check_sources(modules: list[str], label: str, roots: dict[str, Path]) -> None:
+    """Refuse a side that imported a module from the other side's tree (and not from its
+    own, which may lie inside the other's)."""
+    own = roots[label]
+    for other, root in roots.items():
+        inside = [m for m in modules if other != label and Path(m).is_relative_to(root)
+                  and not Path(m).is_relative_to(own)]
+        if inside:
+            raise WorkerError(f"the {label} side imported {inside[0]} from the {other}'s "
+                              f"tree ({root}): it would time the {other}'s code")
+
+
 def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, rounds: int,
             processes: int, slot: float, warmup: float, plugin_dir: Path, logs: Path,
             progress: Any = None) -> Measurement:
@@ -311,24 +392,29 @@ def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, r
     Several processes per side because a process's own memory layout moves a benchmark's
     speed by a few percent for as long as it lives (the same code read 0.94 to 1.06 from
     one pair of processes to the next, against intervals of +-0.03 within a pair): the
-    rounds of a few pairs average that out and show it as noise rather than as a change.
+    pairs, not the rounds, are what the test counts.
     """
     measurement = Measurement()
     cpu = _shared_cpu()
-    roots = {"base": base_root, "candidate": candidate_root}
-    workers = {label: [_Worker(label, root, tests, marker, plugin_dir,
-                               logs / f"{label}{index}.log")
-                       for index in range(processes)]
-               for label, root in roots.items()}
-    everyone = [worker for side in workers.values() for worker in side]
+    roots = {"base": base_root.resolve(), "candidate": candidate_root.resolve()}
+    workers: dict[str, list[_Worker]] = {"base": [], "candidate": []}
+    everyone: list[_Worker] = []
     try:
+        for index in range(processes):
+            for label, root in roots.items():
+                worker = _Worker(label, root, tests, marker, plugin_dir,
+                                 logs / f"{label}{index}.log")
+                workers[label].append(worker)
+                everyone.append(worker)
         collected: dict[str, list[str]] = {}
         for label, side in workers.items():
             for worker in side:
-                names = worker.receive().get("collected")
+                message = worker.receive()
+                names = message.get("collected")
                 if not isinstance(names, list) or collected.get(label, names) != names:
                     raise WorkerError(f"the {label} side's processes did not agree on what "
                                       "they collected")
+                _check_sources(message.get("modules", []), label, roots)
                 collected[label] = names
         common = [name for name in collected["candidate"] if name in set(collected["base"])]
         measurement.only = {label: sorted(set(names) - set(common))
@@ -338,27 +424,46 @@ def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, r
         for index, nodeid in enumerate(common):
             if progress is not None:
                 progress(index, len(common), nodeid)
-            ready = {worker: _until_ready(worker, nodeid, measurement) for worker in everyone}
-            if all(ready.values()):
-                measurement.calls[nodeid] = {}
-                for label, side in workers.items():
-                    for worker in side:
-                        worker.send(do="warmup", seconds=warmup, slot=slot, cpu=cpu)
-                        measurement.calls[nodeid][label] = int(worker.receive()["calls"])
-                times: dict[str, list[float]] = {"base": [], "candidate": []}
-                for round_index in range(rounds):
-                    pair, turn = round_index % processes, round_index // processes
-                    order = ("base", "candidate") if turn % 2 == 0 else ("candidate", "base")
-                    for label in order:
-                        workers[label][pair].send(do="slot", cpu=cpu)
-                        times[label].append(float(workers[label][pair].receive()["seconds"]))
-                measurement.times[nodeid] = times
-                measurement.pairs[nodeid] = [r % processes for r in range(rounds)]
-            for worker in everyone:
-                if ready[worker]:
-                    worker.send(do="done")
-                    _until_finished(worker, nodeid, measurement)
+            _time_one(nodeid, workers, everyone, measurement, rounds=rounds,
+                      processes=processes, slot=slot, warmup=warmup, cpu=cpu)
     finally:
-        for worker in everyone:
-            worker.close()
+        _close(everyone)
     return measurement
+
+
+def _time_one(nodeid: str, workers: dict[str, list[_Worker]], everyone: list[_Worker],
+              measurement: Measurement, *, rounds: int, processes: int, slot: float,
+              warmup: float, cpu: int | None) -> None:
+    """One benchmark on every process: warm-ups, then the rounds; a benchmark one process
+    does not reach, or whose callable raises, is abandoned everywhere (skipped where it
+    was waiting), its failure recorded from the tests' reports."""
+    reached = [worker for worker in everyone if _until_ready(worker, nodeid, measurement)]
+    serving = set(reached)  # in their benchmark call, waiting for a command
+    if len(reached) == len(everyone):
+        try:
+            calls: dict[str, list[int]] = {"base": [], "candidate": []}
+            for label, side in workers.items():
+                for worker in side:
+                    worker.send(do="warmup", seconds=warmup, slot=slot, cpu=cpu)
+                    calls[label].append(int(_reply(worker, "calls")))
+            times: dict[str, list[float]] = {"base": [], "candidate": []}
+            for round_index in range(rounds):
+                pair, turn = round_index % processes, round_index // processes
+                order = ("base", "candidate") if turn % 2 == 0 else ("candidate", "base")
+                for label in order:
+                    worker = workers[label][pair]
+                    worker.send(do="slot", cpu=cpu)
+                    times[label].append(float(_reply(worker, "seconds")))
+        except _SideFailed:
+            serving.discard(worker)  # it raised out of its benchmark call
+        else:
+            measurement.times[nodeid] = times
+            measurement.pairs[nodeid] = [r % processes for r in range(rounds)]
+            measurement.calls[nodeid] = calls
+            for other in serving:
+                other.send(do="done")
+            serving.clear()
+    for other in serving:
+        other.send(do="abandon")
+    for worker in reached:
+        _until_finished(worker, nodeid, measurement)

@@ -1,6 +1,6 @@
 """``rlbench regress bench base=<revision>``: the throughput gate against a commit.
 
-    rlbench regress bench base=<git revision or a file naming one> [rounds=32] [processes=4]
+    rlbench regress bench base=<git revision or a file naming one> [rounds=32] [processes=8]
         [slot=0.1]
         [delta=0.10] [alpha=0.05] [tests=tests/bench] [marker=throughput_gate] [report=DIR]
 
@@ -34,6 +34,7 @@ from rlbench.harness.regress.junit import Case, junit_xml
 from rlbench.harness.regress.paired import (
     WORKER_PLUGIN,
     Measurement,
+    WorkerError,
     base_tree,
     check_clean,
     check_dependencies,
@@ -43,6 +44,8 @@ from rlbench.harness.regress.paired import (
     resolve_revision,
 )
 from rlbench.harness.regress.paired_statistics import (
+    MAX_PAIRS_NEEDED,
+    MAX_ROUNDS_NEEDED,
     POWER,
     PairedVerdict,
     judge_pairs,
@@ -56,6 +59,7 @@ from rlbench.untrusted_files import path_is
 __all__ = ["judge_measurement", "read_base", "run_paired_gate"]
 
 WARMUP_SECONDS = 0.2
+ABANDONED = "not timed: the other side"  # a skip the gate asked for
 MAX_BASE_FILE_BYTES = 4096
 
 
@@ -99,6 +103,9 @@ def _ratio(verdict: PairedVerdict) -> str:
 def _needs(verdict: PairedVerdict) -> str:
     if verdict.needed is None:
         return ""
+    cap = MAX_PAIRS_NEEDED if verdict.needed_unit == "process pairs" else MAX_ROUNDS_NEEDED
+    if verdict.needed > cap:
+        return f"more than {cap:,} {verdict.needed_unit}"
     return f"{verdict.needed:,} {verdict.needed_unit}"
 
 
@@ -110,8 +117,8 @@ def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str
     for label in ("candidate", "base"):
         for name in sorted(measurement.failed.get(label, {})):
             rows.append([name, "", "", "", "", "", f"FAILED on the {label}"])
-        for name in sorted(measurement.skipped.get(label, {})):
-            if name not in measurement.times:
+        for name, text in sorted(measurement.skipped.get(label, {}).items()):
+            if name not in measurement.times and ABANDONED not in text:
                 rows.append([name, "", "", "", "", "", f"skipped on the {label}"])
     rounds = verdicts[0].rounds if verdicts else 0
     notes = [
@@ -122,8 +129,7 @@ def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str
         f"two sides one after the other (the order alternating) in one of {processes} pairs "
         f"of processes on one core; {seconds:.0f} s in all.",
         "Times: medians over the rounds, ms per call. Speed ratio: base time over candidate "
-        "time (Hodges-Lehmann estimate over the rounds' ratios, 95% interval); under 1 the "
-        "candidate is slower.",
+        "time, 95% interval; under 1 the candidate is slower.",
         (f"SLOWER: a one-sided t-test over the {processes} pairs of processes, each pair's "
          "slowdown the Hodges-Lehmann centre of its rounds' log-ratios"
          if processes > 1 else
@@ -172,13 +178,19 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
         plugin_dir.mkdir()
         shutil.copyfile(paired_worker.__file__, plugin_dir / f"{WORKER_PLUGIN}.py")
         with base_tree(root, base, scratch_dir) as base_root:
-            measurement = measure(
-                base_root, root, tests=tests, marker=words["marker"],
-                rounds=words["rounds"], processes=words["processes"], slot=words["slot"],
-                warmup=WARMUP_SECONDS,
-                plugin_dir=plugin_dir, logs=scratch_dir,
-                progress=lambda i, n, name: console.print(
-                    f"  [{i + 1}/{n}] {name}", highlight=False, markup=False))
+            if not (base_root / tests).exists():
+                raise ConfigError(f"base {base[:12]} has no {tests}: the gate times the "
+                                  "benchmarks of both sides (choose a later base, or move "
+                                  "its commit past the one that adds them)")
+            try:
+                measurement = measure(
+                    base_root, root, tests=tests, marker=words["marker"],
+                    rounds=words["rounds"], processes=words["processes"],
+                    slot=words["slot"], warmup=WARMUP_SECONDS, plugin_dir=plugin_dir,
+                    logs=scratch_dir, progress=lambda i, n, name: console.print(
+                        f"  [{i + 1}/{n}] {name}", highlight=False, markup=False))
+            except WorkerError as err:  # pytest could not run the benchmarks of a side
+                raise ConfigError(f"regress bench could not measure: {err}") from err
     seconds = time.perf_counter() - started
     if not measurement.times and not measurement.failed:
         raise ConfigError(f"no benchmark marked {words['marker']} under {tests} ran on both "

@@ -32,20 +32,23 @@ from statistics import NormalDist
 import numpy as np
 from scipy import stats
 
-__all__ = ["POWER", "VERDICTS", "PairedVerdict", "hodges_lehmann", "judge_pairs",
-           "judge_processes", "robust_scale", "wilcoxon_greater"]
+__all__ = ["MAX_PAIRS_NEEDED", "MAX_ROUNDS_NEEDED", "POWER", "VERDICTS", "PairedVerdict",
+           "hodges_lehmann", "judge_pairs", "judge_processes", "robust_scale",
+           "wilcoxon_greater"]
 
 POWER = 0.8
 VERDICTS = ("SLOWER", "FASTER", "NOISY", "PASS")
 MAX_ROUNDS_NEEDED = 100_000  # past this the report says "more than" instead of a count
 MAX_PAIRS_NEEDED = 1_000
+EXACT_UP_TO = 100  # rounds; beyond, the exact distribution costs more than it tells
 _NORMAL = NormalDist()
 
 
 def wilcoxon_greater(d: np.ndarray) -> float:
-    """The exact one-sided p-value of Wilcoxon's signed-rank test that ``d`` is centred
-    above 0. Zeros are dropped (Wilcoxon's rule); tied magnitudes get their mean rank,
-    and the null distribution is computed for those ranks, so ties stay exact."""
+    """The one-sided p-value of Wilcoxon's signed-rank test that ``d`` is centred above 0,
+    exact up to ``EXACT_UP_TO`` values. Zeros are dropped (Wilcoxon's rule); tied
+    magnitudes get their mean rank, and the null distribution is computed for those
+    ranks, so ties stay exact."""
     d = np.asarray(d, dtype=np.float64)
     d = d[d != 0]
     if d.size == 0:
@@ -61,6 +64,12 @@ def wilcoxon_greater(d: np.ndarray) -> float:
             end += 1
         ranks[order[start:end + 1]] = (start + end) / 2 + 1
         start = end + 1
+    if d.size > EXACT_UP_TO:  # the normal approximation, with the ties' correction
+        n = d.size
+        _, counts = np.unique(magnitude, return_counts=True)
+        variance = n * (n + 1) * (2 * n + 1) / 24 - float((counts**3 - counts).sum()) / 48
+        statistic = float(ranks[d > 0].sum()) - n * (n + 1) / 4
+        return float(_NORMAL.cdf(-(statistic - 0.5) / math.sqrt(variance)))
     doubled = np.rint(2 * ranks).astype(np.int64)  # mean ranks are whole or halves
     observed = int(doubled[d > 0].sum())
     # the null: each rank's sign is a fair coin; the distribution of the doubled sum
@@ -176,13 +185,17 @@ def judge_pairs(name: str, base: np.ndarray, candidate: np.ndarray, *, delta: fl
     se = sigma * math.sqrt(math.pi / (3 * n))
     z_crit, z_power = _NORMAL.inv_cdf(1 - alpha), _NORMAL.inv_cdf(POWER)
     detectable = max(bar, z_crit * se) + z_power * se
-    needed = None if detectable <= effect else _rounds_needed(sigma, bar, z_crit, effect)
+    fewest = math.floor(math.log2(1 / alpha)) + 1  # the exact test's p is at least 2^-n
+    if n < fewest:
+        detectable = math.inf
+    needed = None if detectable <= effect else max(
+        fewest, _rounds_needed(sigma, bar, z_crit, effect))
     return PairedVerdict(
         name=name, rounds=n, processes=1, base_seconds=float(np.median(base)),
         candidate_seconds=float(np.median(candidate)), speed_ratio=math.exp(-centre),
         speed_low=math.exp(-high), speed_high=math.exp(-low), p_slower=p_slower,
-        p_faster=p_faster, detectable=math.expm1(detectable), needed=needed,
-        needed_unit="rounds",
+        p_faster=p_faster, detectable=math.expm1(detectable) if detectable < 700 else math.inf,
+        needed=needed, needed_unit="rounds",
         verdict=_decide(centre, p_slower, p_faster, alpha, bar, detectable, effect))
 
 

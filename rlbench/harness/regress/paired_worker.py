@@ -1,8 +1,8 @@
 """The pytest plugin each side of the paired throughput gate runs its benchmarks under.
 
-The gate (``rlbench regress bench base=...``) starts one pytest process for the base
-revision and one for the candidate, each on its own source, and loads this file into both
-as the plugin ``rlbench_paired_worker``; it replaces pytest-benchmark's ``benchmark``
+The gate (``rlbench regress bench base=...``) starts pytest processes for the base
+revision and for the candidate, each on its own source, and loads this file into all of
+them as the plugin ``rlbench_paired_worker``; it replaces pytest-benchmark's ``benchmark``
 fixture. A test sets up as it always does (an env, a policy, its inputs) and then hands
 its callable to ``benchmark(fn, ...)`` or ``benchmark.pedantic(fn, ...)``; from there the
 gate decides when the callable runs: it tells one side to time a slot of calls while the
@@ -13,16 +13,21 @@ It imports nothing but the standard library and pytest: the base's process loads
 copy beside the gate's code, whatever its own rlbench holds.
 
 Messages are JSON lines on two pipes whose descriptors ``RLBENCH_PAIRED_FDS`` names
-(``"<read>,<write>"``). To the gate: ``collected`` (the benchmarks found), ``ready`` (a
-test reached its benchmark call), ``calls`` (calls per slot, after the warm-up),
-``seconds`` (a slot's time per call), ``report`` (each test phase's outcome). From the
-gate: ``run`` (which benchmarks, in order), ``warmup``, ``slot`` and ``done``.
+(``"<read>,<write>"``). To the gate: ``collected`` (the benchmarks found, and the files of
+the modules imported from outside the Python installation), ``ready`` (a test reached its
+benchmark call), ``calls`` (calls per slot, after the warm-up), ``seconds`` (a slot's
+time per call), ``failed`` (the callable raised), ``report`` (each test phase's
+outcome). From the gate: ``run`` (which benchmarks, in order), ``warmup``, ``slot``,
+``done``, and ``abandon`` (the other side did not reach the benchmark: skip it).
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,11 +35,14 @@ from typing import Any
 import pytest
 
 FDS_VARIABLE = "RLBENCH_PAIRED_FDS"
+PACKAGES_VARIABLE = "RLBENCH_PAIRED_PACKAGES"
 
 
 class _Link:
     def __init__(self, descriptors: str) -> None:
         read_fd, write_fd = (int(fd) for fd in descriptors.split(","))
+        for fd in (read_fd, write_fd):  # a process a test starts must not hold them open
+            os.set_inheritable(fd, False)
         self._in = os.fdopen(read_fd, "r", encoding="utf-8")
         self._out = os.fdopen(write_fd, "w", encoding="utf-8", buffering=1)
 
@@ -58,6 +66,27 @@ def _the_link() -> _Link:
     return _link
 
 
+class _PackageDirs(importlib.abc.MetaPathFinder):
+    """The side's own ``[tool.setuptools.package-dir]`` packages (``rlbench.algorithms`` is
+    ``algorithms/``), which its tree holds outside their parent's folder: found there, not
+    where an editable install of another checkout points."""
+
+    def __init__(self, packages: dict[str, str]) -> None:
+        self.packages = packages
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        folder = self.packages.get(fullname)
+        if folder is None:
+            return None
+        return importlib.util.spec_from_file_location(
+            fullname, os.path.join(folder, "__init__.py"),
+            submodule_search_locations=[folder])
+
+
+if os.environ.get(PACKAGES_VARIABLE):
+    sys.meta_path.insert(0, _PackageDirs(json.loads(os.environ[PACKAGES_VARIABLE])))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _link
     if os.environ.get(FDS_VARIABLE):
@@ -68,7 +97,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     link = _the_link()
-    link.send(collected=[item.nodeid for item in items])
+    prefixes = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    modules = sorted({file for module in list(sys.modules.values())
+                      if isinstance(file := getattr(module, "__file__", None), str)
+                      and not file.startswith(prefixes)})
+    link.send(collected=[item.nodeid for item in items], modules=modules)
     order = link.receive()["run"]
     by_id = {item.nodeid: item for item in items}
     chosen = set(order)
@@ -153,20 +186,28 @@ class PairedBenchmark:
             what = command["do"]
             if what in ("warmup", "slot") and command.get("cpu") is not None:
                 _pin(command["cpu"])
-            if what == "warmup":
-                spent, made = 0.0, 0
-                while made == 0 or spent < command["seconds"]:
-                    seconds, result = _timed(fn, args, kwargs, setup, 1)
-                    spent, made = spent + seconds, made + 1
-                calls = max(1, round(command["slot"] / max(spent / made, 1e-9)))
-                link.send(calls=calls)
-            elif what == "slot":
-                seconds, result = _timed(fn, args, kwargs, setup, calls)
-                link.send(seconds=seconds / calls)
-            elif what == "done":
+            try:
+                if what == "warmup":
+                    spent, made = 0.0, 0
+                    while made == 0 or spent < command["seconds"]:
+                        seconds, result = _timed(fn, args, kwargs, setup, 1)
+                        spent, made = spent + seconds, made + 1
+                    calls = max(1, round(command["slot"] / max(spent / made, 1e-9)))
+                    link.send(calls=calls)
+                elif what == "slot":
+                    seconds, result = _timed(fn, args, kwargs, setup, calls)
+                    link.send(seconds=seconds / calls)
+            except BaseException as error:
+                _unpin()
+                link.send(failed=f"{type(error).__name__}: {error}")
+                raise
+            if what == "done":
                 _unpin()
                 return result
-            else:
+            if what == "abandon":
+                pytest.skip("not timed: the other side of the throughput gate did not reach "
+                            "this benchmark")
+            if what not in ("warmup", "slot"):
                 raise RuntimeError(f"the throughput gate sent an unknown command {what!r}")
 
 

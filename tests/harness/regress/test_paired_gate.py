@@ -22,6 +22,10 @@ name = "toy"
 version = "0.1"
 dependencies = [{dependencies}]
 
+[tool.setuptools.package-dir]
+"toy" = "toy"
+"toy.extra" = "extra"
+
 [tool.pytest.ini_options]
 markers = ["throughput_gate: gated", "other: not gated"]
 filterwarnings = ["error"]
@@ -35,10 +39,21 @@ def work(n):
     return total
 """
 
+EXTRA = """\
+def spin(n):
+    return sum(i * i for i in range({loops} * n))
+"""
+
 BENCH = """\
 import pytest
 
 from toy import work
+from toy.extra import spin
+
+
+@pytest.mark.throughput_gate
+def test_spin(benchmark):
+    benchmark(spin, 300)
 
 
 @pytest.mark.throughput_gate
@@ -57,7 +72,7 @@ def test_not_gated(benchmark):
     raise AssertionError("only the gated benchmarks run")
 """
 
-FAST = ["rounds=12", "processes=2", "slot=0.01"]
+FAST = ["rounds=16", "processes=4", "slot=0.01"]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -67,10 +82,12 @@ def _git(repo: Path, *args: str) -> str:
                           text=True, env=env).stdout.strip()
 
 
-def _commit(repo: Path, *, loops: int = 1, dependencies: str = '"numpy"', extra: str = ""
-            ) -> str:
+def _commit(repo: Path, *, loops: int = 1, dependencies: str = '"numpy"', extra: str = "",
+            spin_loops: int = 1, work: str | None = None) -> str:
     (repo / "toy").mkdir(parents=True, exist_ok=True)
-    (repo / "toy" / "__init__.py").write_text(WORK.format(loops=loops))
+    (repo / "toy" / "__init__.py").write_text(work or WORK.format(loops=loops))
+    (repo / "extra").mkdir(exist_ok=True)
+    (repo / "extra" / "__init__.py").write_text(EXTRA.format(loops=spin_loops))
     (repo / "tests" / "bench").mkdir(parents=True, exist_ok=True)
     (repo / "tests" / "bench" / "test_toy.py").write_text(BENCH.format(extra=extra))
     (repo / "pyproject.toml").write_text(PYPROJECT.format(dependencies=dependencies))
@@ -102,12 +119,13 @@ def test_a_slower_commit_is_slower_against_its_parent_and_nothing_else(
     data = _report(report)
     verdicts = {v["name"]: v for v in data["verdicts"]}
     assert set(verdicts) == {"tests/bench/test_toy.py::test_work",
-                             "tests/bench/test_toy.py::test_sum"}
+                             "tests/bench/test_toy.py::test_sum",
+                             "tests/bench/test_toy.py::test_spin"}
     work = verdicts["tests/bench/test_toy.py::test_work"]
     assert work["verdict"] == "SLOWER" and 0.4 < work["speed_ratio"] < 0.6
     assert verdicts["tests/bench/test_toy.py::test_sum"]["verdict"] != "SLOWER"
     assert data["base"] == base and len(data["times"]["tests/bench/test_toy.py::test_work"][
-        "base"]) == 12
+        "base"]) == 16
     junit = ET.parse(report / "regress_bench.xml").getroot()
     assert [c.get("name") for c in junit.iter("testcase") if c.find("failure") is not None] \
         == ["tests/bench/test_toy.py::test_work"]
@@ -149,22 +167,63 @@ def test_a_benchmark_of_one_side_is_named_and_one_failing_on_the_candidate_fails
     assert main(["regress", "bench", f"base={base}", f"report={report}", *FAST]) == 1
     failed = _report(report)["failed"]["candidate"]
     assert set(failed) == {"tests/bench/test_toy.py::test_work",
-                           "tests/bench/test_toy.py::test_sum"}
+                           "tests/bench/test_toy.py::test_sum",
+                           "tests/bench/test_toy.py::test_spin"}
     assert "RuntimeError" in failed["tests/bench/test_toy.py::test_work"]
-    assert "FAILED on the candidate" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "FAILED on the candidate" in out and "on the base" not in out
+    assert "base" not in _report(report)["failed"]  # abandoned there, not failed
+
+
+def test_a_callable_that_raises_while_timed_fails_that_benchmark_alone(
+        repo: Path, tmp_path: Path, capsys) -> None:
+    base = _git(repo, "rev-parse", "HEAD")
+    _commit(repo, work="def work(n):\n    raise ValueError('broken work')\n")
+    report = tmp_path / "report"
+    assert main(["regress", "bench", f"base={base}", f"report={report}", *FAST]) == 1
+    data = _report(report)
+    assert set(data["failed"]) == {"candidate"}
+    (failed,) = data["failed"]["candidate"]
+    assert failed.endswith("test_work") and "broken work" in data["failed"]["candidate"][failed]
+    assert {v["name"].split("::")[1] for v in data["verdicts"]} == {"test_sum", "test_spin"}
+
+
+def test_each_side_imports_its_own_package_dirs(repo: Path, tmp_path: Path) -> None:
+    # toy.extra lives in extra/ ([tool.setuptools.package-dir]): each side finds its own
+    base = _git(repo, "rev-parse", "HEAD")
+    _commit(repo, spin_loops=2)
+    report = tmp_path / "report"
+    assert main(["regress", "bench", f"base={base}", f"report={report}", *FAST]) == 1
+    verdicts = {v["name"].split("::")[1]: v["verdict"] for v in _report(report)["verdicts"]}
+    assert verdicts["test_spin"] == "SLOWER" and verdicts["test_work"] != "SLOWER"
+
+
+def test_a_base_without_the_benchmarks_or_a_module_that_does_not_import(
+        repo: Path, tmp_path: Path, capsys) -> None:
+    base = _git(repo, "rev-parse", "HEAD")
+    (repo / "tests" / "bench" / "test_broken.py").write_text("import no_such_module\n")
+    _commit(repo)  # an ungated module that cannot be collected stops nothing
+    report = tmp_path / "report"
+    assert main(["regress", "bench", f"base={base}", f"report={report}", *FAST]) == 0
+    assert len(_report(report)["verdicts"]) == 3
+    _git(repo, "mv", "tests/bench", "tests/speed")
+    _git(repo, "commit", "-qm", "moved")
+    assert main(["regress", "bench", f"base={base}", "tests=tests/speed", *FAST]) == 2
+    assert f"base {base[:12]} has no tests/speed" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("setup", "words", "message"), [
     (None, ["base=no-such-branch"], "base= names no commit of"),
     (None, ["base=--upload-pack=x"], "is an option, not a revision"),
     ("dirty", ["base=HEAD"], "the checkout has uncommitted changes (toy/__init__.py)"),
+    ("untracked", ["base=HEAD"], "uncommitted changes (toy/new.py (untracked))"),
     ("dependencies", ["base=HEAD~1"], "needs other dependencies than the installed ones: "
      "numpy<1 (installed: "),
     ("missing", ["base=HEAD~1"], "no-such-package-of-rlbench>=1 (not installed)"),
     (None, ["base=HEAD", "tests=nowhere"], "tests= nowhere is not in"),
     (None, ["base=HEAD", "candidate=a.json"], "base= runs both sides itself"),
     (None, ["base=HEAD", "update=true"], "update=true stores a candidate run"),
-    (None, ["base=HEAD", "rounds=1"], "rounds must be between 2 and 10,000"),
+    (None, ["base=HEAD", "rounds=1"], "rounds must be between 2 and 1,000"),
     (None, ["base=HEAD", "delta=0"], "delta must be"),
 ])
 def test_bad_input_is_refused_before_anything_runs(repo: Path, tmp_path: Path, capsys,
@@ -172,6 +231,8 @@ def test_bad_input_is_refused_before_anything_runs(repo: Path, tmp_path: Path, c
                                                     message: str) -> None:
     if setup == "dirty":
         (repo / "toy" / "__init__.py").write_text(WORK.format(loops=3))
+    elif setup == "untracked":
+        (repo / "toy" / "new.py").write_text("")
     elif setup == "dependencies":
         _commit(repo, dependencies='"numpy<1"')
         _commit(repo)

@@ -123,10 +123,16 @@ def test_the_detectable_slowdown_matches_the_catch_rate() -> None:
 
 
 def test_identical_times_pass_and_bad_rounds_are_refused() -> None:
-    same = np.full(5, 0.01)
+    same = np.full(12, 0.01)
     verdict = judge_pairs("b", same, same, delta=DELTA, alpha=ALPHA)
     assert (verdict.verdict, verdict.speed_ratio, verdict.p_slower) == ("PASS", 1.0, 1.0)
     assert verdict.detectable == pytest.approx(math.expm1(math.log1p(DELTA) / 2))
+    # 7 rounds: the exact test's p is at least 2^-7 > ALPHA, so even a doubling is not
+    # seen; 8 rounds can see it
+    doubled = judge_pairs("b", same[:7], 2 * same[:7], delta=DELTA, alpha=ALPHA)
+    assert (doubled.verdict, doubled.detectable, doubled.needed) == ("NOISY", math.inf, 8)
+    assert judge_pairs("b", same[:8], 2 * same[:8], delta=DELTA, alpha=ALPHA).verdict == (
+        "SLOWER")
     with pytest.raises(ValueError, match="two rounds or more"):
         judge_pairs("b", same[:1], same[:1], delta=DELTA, alpha=ALPHA)
     with pytest.raises(ValueError, match="positive"):
