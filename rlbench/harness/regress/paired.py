@@ -28,8 +28,11 @@ import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from rlbench.errors import ConfigError, quote
 
@@ -124,10 +127,6 @@ def check_dependencies(root: Path, commit: str) -> None:
     """Refuse a base whose ``pyproject.toml`` declares a requirement this checkout does
     not and the installed packages do not satisfy: the base would run on other libraries
     than it names, so its speed would not be its own."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from packaging.requirements import InvalidRequirement, Requirement
-
     here_file = root / "pyproject.toml"
     if not here_file.is_file():
         return

@@ -215,6 +215,7 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
     """The command; returns its exit code."""
     words = BENCH_TABLE.parse(args)
     if words["base"] is not None:
+        # the paired gate (git, subprocesses, scipy's t) loads only when base= asks for it
         from rlbench.harness.regress.paired_gate import run_paired_gate
 
         return run_paired_gate(words, console)
