@@ -5,15 +5,19 @@ format and write a report.
 ``.tex``, ``.html`` (tables), ``compare.csv`` (one row per group, plain numbers),
 ``compare.json`` (everything), ``runs.csv`` (one row per run, its final score),
 ``curves`` (learning curves) and, per comparison ``k`` (entries that ran the same envs or
-datasets at the same budget), ``aggregates-k`` and ``profiles-k``. ``frames=`` picks online
+datasets at the same budget), ``aggregates-k`` and ``profiles-k``, and per settings study
+(configs of one algorithm that differ in a hyperparameter, ``sensitivity.py``)
+``sensitivity-<algo>-<setting>``. ``frames=`` picks online
 runs by their budget in env frames, ``steps=`` offline runs by theirs in gradient steps; the
 CSV and JSON name each group's budget the same way.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sys
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +40,7 @@ from rlbench.harness.analysis.comparison import (
 )
 from rlbench.harness.analysis.comparison_data import groups_frame, runs_frame, to_json
 from rlbench.harness.analysis.ranking import RANK_RULE
+from rlbench.harness.analysis.sensitivity import SensitivityPoint, SettingStudy, setting_studies
 from rlbench.harness.analysis.statistics import AGGREGATES, Interval
 from rlbench.harness.plan.algorithms import list_algorithms
 from rlbench.harness.plan.command_keys import COMPARE_TABLE, Filters
@@ -46,7 +51,8 @@ from rlbench.harness.store.sqlite import check_out_dir
 __all__ = ["CompareRequest", "build_tables", "parse_compare_args", "run_compare",
            "terminal_table", "write_report"]
 # The plots a report writes: learning curves, and per comparison its aggregates and profiles
-_PLOT_FILE = re.compile(r"(curves|aggregates(-\d+)?|profiles(-\d+)?)\.(png|svg)")
+_PLOT_FILE = re.compile(
+    r"(curves|aggregates(-\d+)?|profiles(-\d+)?|sensitivity-[\w.-]+)\.(png|svg)")
 SUFFIXES = {"markdown": ".md", "csv": ".csv", "json": ".json", "latex": ".tex", "html": ".html"}
 
 KEYS = COMPARE_TABLE.names
@@ -178,6 +184,8 @@ def build_tables(comparison: Comparison) -> list[TextTable]:
             align="llrrlrll"))
     for number, cohort in enumerate(comparison.cohorts, 1):
         tables += _cohort_tables(suite, number, cohort)
+    tables += [_study_table(suite, study, words) for study in setting_studies(
+        comparison.summaries)]
     if comparison.aggregate_notes:
         target = next((t for t in tables if ": normalized scores" in t.title), tables[0])
         target.notes += comparison.aggregate_notes
@@ -223,6 +231,25 @@ def _cohort_tables(suite: str, number: int, cohort: Cohort) -> list[TextTable]:
                      for note in p.notes)],
             align="llrr"))
     return tables
+
+
+def _study_table(suite: str, study: SettingStudy, words: dict[str, str]) -> TextTable:
+    """A settings study: each config's final score at its value of the setting, per task
+    and budget (and, in a grid over several settings, the others' values)."""
+    others = any(point.others for point in study.points)
+    return TextTable(
+        title=f"{suite}: sensitivity of {study.algo} to {study.setting}",
+        headers=[words["task"], words["budget"], *(["other settings"] if others else []),
+                 study.setting, "seeds", "IQM [95% bootstrap CI]", "mean [95% t-CI]"],
+        rows=[[p.env, f"{p.budget:,}", *([p.others] if others else []), p.value,
+               _seeds_cell(p.summary.group), _ci(p.summary.iqm, 1), _ci(p.summary.mean_ci, 1)]
+              for p in study.points],
+        notes=[f"each row is one config of {study.algo}: the final deterministic eval "
+               f"{words['score']} of each of its seeds, as in the first table; the plot "
+               f"sensitivity-{study.algo}-{study.setting} draws them against the value",
+               f"an IQM CI needs {MIN_BOOTSTRAP_SEEDS} seeds, the t-CI 2: with few seeds "
+               "two values whose intervals overlap are not told apart"],
+        align="lr" + ("l" if others else "") + "lrrr")
 
 
 def _rank(rank: int | None) -> str:
@@ -298,6 +325,8 @@ def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
             caption="lines: the mean over seeds of each deterministic evaluation; bands: 95% "
                     f"percentile bootstrap CI of that mean ({reps:,} resamples of the seeds; "
                     "none for one seed, and few seeds make it narrow)")
+    for study in setting_studies(comparison.summaries):
+        written += _plot_study(plots, comparison.suite, study, output)
     for number, cohort in enumerate(comparison.cohorts, 1):
         head = f"{comparison.suite}: comparison {number}, {cohort.title}"
         written += plots.plot_aggregate_intervals(
@@ -317,6 +346,30 @@ def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
             caption=f"bands: 95% percentile stratified bootstrap CIs ({reps:,} resamples; "
                     "few seeds make them narrow)")
     return written
+
+
+def _plot_study(plots: types.ModuleType, suite: str, study: SettingStudy, output: Path
+                ) -> list[Path]:
+    """A settings study's sensitivity curves: a panel per task and budget."""
+    curves: dict[tuple[str, int, str], list[SensitivityPoint]] = {}
+    for point in study.points:
+        curves.setdefault(point.curve, []).append(point)
+    panels: dict[str, dict[str, plots.SensitivityCurve]] = {}
+    y_labels = {}
+    for (env, budget, others), points in curves.items():
+        panel = f"{env}, {budget:,} {points[0].unit}"
+        y_labels[panel] = f"final {_curve_score(points[0].summary.group)}"
+        intervals = [p.summary.mean_ci for p in points]
+        panels.setdefault(panel, {})[others] = plots.SensitivityCurve(
+            values=[p.value for p in points], iqm=[p.summary.iqm.value for p in points],
+            mean=[p.summary.mean for p in points],
+            low=[math.nan if i is None else i.low for i in intervals],
+            high=[math.nan if i is None else i.high for i in intervals])
+    return plots.plot_sensitivity(
+        panels, output / f"sensitivity-{study.algo}-{study.setting}", setting=study.setting,
+        title=f"{suite}: sensitivity of {study.algo} to {study.setting}", y_labels=y_labels,
+        caption="dots and bars: the mean over seeds of the final evaluation and its 95% "
+                "t-CI; open diamonds: the IQM over seeds")
 
 
 def _curve_score(group: Group) -> str:

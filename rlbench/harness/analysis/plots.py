@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -25,6 +26,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from rlbench.harness.analysis.sensitivity import numeric_value
 from rlbench.harness.analysis.statistics import (
     AGGREGATES,
     Interval,
@@ -35,9 +37,11 @@ from rlbench.harness.analysis.statistics import (
 )
 
 __all__ = [
+    "SensitivityCurve",
     "plot_aggregate_intervals",
     "plot_learning_curves",
     "plot_performance_profiles",
+    "plot_sensitivity",
 ]
 
 _RC = {"svg.fonttype": "none", "svg.hashsalt": "rlbench"}
@@ -212,6 +216,77 @@ def plot_performance_profiles(
     ax.grid(alpha=0.3)
     ax.legend()
     _caption(fig, caption)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, stem)
+
+
+@dataclass(frozen=True)
+class SensitivityCurve:
+    """One curve of a settings study: the values of the setting (text as stored), the IQM
+    at each, and the mean with its 95% interval (NaN bounds: none, fewer than 2 seeds)."""
+
+    values: Sequence[str]
+    iqm: Sequence[float]
+    mean: Sequence[float]
+    low: Sequence[float]
+    high: Sequence[float]
+
+
+def plot_sensitivity(
+    panels: Mapping[str, Mapping[str, SensitivityCurve]],
+    stem: Path,
+    *,
+    setting: str,
+    title: str | None = None,
+    caption: str | None = None,
+    y_labels: Mapping[str, str] | None = None,
+) -> list[Path]:
+    """Final scores against one setting's values: a subplot per panel (an env at a
+    budget), a curve per combination of the other settings (``panels[panel][curve]``; an
+    empty curve name for a one-setting grid). The mean is drawn with its interval as error
+    bars and the IQM as an open marker. Numbers go on a log axis when they are all
+    positive and span a factor of 10 or more, else a linear one; other values (lists,
+    names) are placed in order, one tick each. Writes ``stem.png`` and ``stem.svg``."""
+    if not panels or not all(panels.values()):
+        raise ValueError("no sensitivity curves to plot")
+    values = [v for curves in panels.values() for c in curves.values() for v in c.values]
+    numbers = [numeric_value(v) for v in values]
+    numeric = all(n is not None for n in numbers)
+    categories = list(dict.fromkeys(values))
+    log = numeric and min(numbers) > 0 and max(numbers) >= 10 * min(numbers)
+    names = sorted({name for curves in panels.values() for name in curves})
+    colours = {name: f"C{i % 10}" for i, name in enumerate(names)}
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig = Figure(figsize=(4.5 * ncols, 3.2 * nrows + 0.8), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, (panel, curves) in zip(axes, sorted(panels.items()), strict=False):
+        for name, curve in sorted(curves.items()):
+            x = np.array([numeric_value(v) if numeric else categories.index(v)
+                          for v in curve.values], dtype=np.float64)
+            mean = np.asarray(curve.mean, dtype=np.float64)
+            low, high = (np.asarray(b, dtype=np.float64) for b in (curve.low, curve.high))
+            bars = np.where(np.isfinite(low), [mean - low, high - mean], 0.0)
+            ax.errorbar(x, mean, yerr=bars, color=colours[name], marker="o", ms=4,
+                        capsize=3, label=name or setting)
+            ax.plot(x, curve.iqm, ls="none", marker="D", mfc="none", ms=6,
+                    color=colours[name])
+        if log:
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(range(len(categories)), categories, rotation=30, fontsize=7)
+        ax.set_title(textwrap.fill(panel, _TITLE_WIDTH, break_on_hyphens=False,
+                                   break_long_words=False), fontsize=9)
+        ax.set_xlabel(setting)
+        ax.set_ylabel((y_labels or {}).get(panel, "final eval return"))
+        ax.grid(alpha=0.3)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    if names != [""]:
+        _shared_legend(fig, colours, caption)
+    else:
+        _caption(fig, caption)
     if title:
         fig.suptitle(title)
     return _save(fig, stem)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.errors import ConfigError, quote
+from rlbench.harness.plan.grid import budget_values
 from rlbench.harness.plan.keys import Key, KeyTable, Parsed
 from rlbench.harness.plan.suites import SUITE_SETTINGS
 
@@ -62,8 +63,10 @@ RUN_TABLE = KeyTable("run", (
     _setting("seeds", "seeds per algorithm and env", high=10**5),
     _setting("base_seed", "the first seed; run i's seed derives from base_seed and i",
              high=MAX_SEED),
-    _setting("frames", "an online run's budget of env frames", high=10**12),
-    _setting("steps", "an offline run's budget of gradient steps", high=10**12),
+    _setting("frames", "an online run's budget of env frames; a comma list runs each budget",
+             high=10**12, convert=budget_values),
+    _setting("steps", "an offline run's budget of gradient steps; a comma list runs each "
+             "budget", high=10**12, convert=budget_values),
     _setting("eval_every", "frames (offline: gradient steps) between evaluations",
              high=10**12),
     _setting("eval_episodes", "episodes per evaluation", high=10**4),
@@ -105,7 +108,8 @@ RUN_TABLE = KeyTable("run", (
         default=120, high=10**6),
     Key("slurm.folder", "submitit's files and the tasks' logs", shown_default="<out_dir>/slurm"),
     Key("<algo>", "a recipe's hyperparameter, e.g. ppo.learning_rate=5e-4, "
-        "td3.hidden_sizes=[64,64] (a list in brackets); rlbench show algo=<algo> lists "
+        "td3.hidden_sizes=[64,64] (a list in brackets); a comma list runs each value "
+        "(ppo.learning_rate=1e-4,3e-4); rlbench show algo=<algo> lists "
         "them with their help", kind="value", family=True, member="hyperparameter",
         listed_only=True),
 ), what="override key")

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
@@ -36,6 +37,16 @@ from rlbench.harness.plan.algorithms import (
 from rlbench.harness.plan.command_keys import CHECKPOINT_EVERY, RUN_TABLE
 from rlbench.harness.plan.datasets import MadeFamily, PlannedDataset, dataset_label, plan_dataset
 from rlbench.harness.plan.fingerprint import code_fingerprint
+from rlbench.harness.plan.grid import (
+    BUDGET_AXES,
+    Axis,
+    GridLevel,
+    grid_axes,
+    grid_points,
+    read_grid_section,
+    split_values,
+    variant_label,
+)
 from rlbench.harness.plan.keys import scalar_word, split_words
 from rlbench.harness.plan.recipe_sources import name_recipe, recipe_sources
 from rlbench.harness.plan.suites import SUITE_SETTINGS, Suite, load_suite
@@ -62,11 +73,14 @@ DEVICE_PATTERN = re.compile(r"(cpu|mps)(:0)?|cuda(:\d+)?")
 
 @dataclass
 class Overrides:
-    """Parsed ``key=value`` arguments: harness settings and per-algorithm hyperparameters."""
+    """Parsed ``key=value`` arguments: harness settings and per-algorithm hyperparameters,
+    and the settings given a comma list of values (``plan.grid``)."""
 
     sweep: dict[str, Any]
     settings: dict[str, Any]
     algo_params: dict[str, dict[str, Any]]
+    algo_grids: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    budget_grids: dict[str, list[Any]] = field(default_factory=dict)
 
 
 def _loadable_recipes() -> dict[str, types.ModuleType]:
@@ -113,7 +127,10 @@ def parse_overrides(args: Sequence[str]) -> Overrides:
     sweep = {key: parsed[key] for key in parsed.given if key not in SUITE_SETTINGS}
     if "algos" in settings:  # recipes named by module or file, for their keys below
         settings["algos"] = [name_recipe(word) for word in settings["algos"]]
+    budget_grids = {key: settings.pop(key) for key in BUDGET_AXES
+                    if isinstance(settings.get(key), list)}
     algo_params: dict[str, dict[str, Any]] = {}
+    algo_grids: dict[str, dict[str, list[Any]]] = {}
     for key, text in split_words(parsed.rest, {}):
         algo, dot, param = key.partition(".")
         if not dot or algo not in list_algorithms():
@@ -123,8 +140,22 @@ def parse_overrides(args: Sequence[str]) -> Overrides:
             raise UnknownNameError(f"{algo} hyperparameter", key, [],
                                    [f"{algo}.{name}" for name in
                                     field_suggestions(param, list(fields))])
-        algo_params.setdefault(algo, {})[param] = scalar_word(key, text)
-    return Overrides(sweep, settings, algo_params)
+        values = split_values(key, text)
+        if len(values) > 1 and _takes_a_list(algo, param) and not any(
+                value.startswith("[") for value in values):
+            raise ConfigError(f"{key} is a list, written in brackets: {key}=[{text}] (a comma "
+                              f"list of lists runs each: {key}=[64,64],[256,256])")
+        if len(values) > 1:
+            algo_grids.setdefault(algo, {})[param] = [scalar_word(key, v) for v in values]
+        else:
+            algo_params.setdefault(algo, {})[param] = scalar_word(key, text)
+    return Overrides(sweep, settings, algo_params, algo_grids, budget_grids)
+
+
+def _takes_a_list(algo: str, param: str) -> bool:
+    """Whether hyperparameter ``param`` of ``algo`` is a list (``hidden_sizes``)."""
+    hint = typing.get_type_hints(load_algorithm(algo).Config)[param]
+    return any(typing.get_origin(arg) is tuple for arg in (hint, *typing.get_args(hint)))
 
 
 @dataclass(frozen=True)
@@ -162,6 +193,9 @@ class RunConfig:
     # a recipe named on the command line by module or file: where other processes import
     # it from (``recipe_sources``); its code is in ``code``, wherever it lies
     recipe: str = field(default="", compare=False)
+    # the settings a grid varies at this point (``learning_rate=0.001``), for its name: what
+    # they are set to is in ``algo_params`` and the budget, so not part of its identity
+    variant: str = field(default="", compare=False)
 
     @property
     def offline(self) -> bool:
@@ -173,8 +207,13 @@ class RunConfig:
         return (self.dataset_label or self.env) if self.offline else self.env
 
     @property
+    def entry(self) -> str:
+        """The algorithm, with the settings its grid varies: ``ppo[learning_rate=0.001]``."""
+        return f"{self.algo}[{self.variant}]" if self.variant else self.algo
+
+    @property
     def name(self) -> str:
-        return f"{self.algo}/{self.task}/seed{self.seed_index}"
+        return f"{self.entry}/{self.task}/seed{self.seed_index}"
 
     @property
     def budget(self) -> int:
@@ -213,6 +252,7 @@ class RunConfig:
         if not fields["code"]:
             del fields["code"]
         del fields["checkpoint_every"], fields["checkpoint_store"], fields["recipe"]
+        del fields["variant"]
         return fields
 
     @functools.cached_property
@@ -350,22 +390,27 @@ def _names(settings: dict[str, Any], key: str) -> list[str]:
 
 
 def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list[str],
-                                  runs: list[RunConfig], eval_envs: dict[str, str]) -> None:
+                                  runs: list[RunConfig], eval_envs: dict[str, str],
+                                  suite_grids: Mapping[str, Mapping[str, list[Any]]]) -> None:
     """Hyperparameters given for an algorithm on an env where nothing runs (``sac.tau=abc``
     with ``algo=ppo``, a suite's ``per_env`` entry for an algorithm that env does not take)
-    are checked all the same: a typo must not wait for the day its algorithm runs.
-    ``eval_envs`` maps each dataset (source and name) to its eval env."""
+    are checked all the same, each value of a grid too: a typo must not wait for the day
+    its algorithm runs. ``eval_envs`` maps each dataset (source and name) to its eval env."""
     ran = {(run.algo, run.env) for run in runs} | {(run.algo, run.task) for run in runs}
     ran |= {(run.algo, run.dataset) for run in runs if run.offline}
-    given = set(overrides.algo_params) | set(suite.per_algo)
+    given = {*overrides.algo_params, *overrides.algo_grids, *suite.per_algo, *suite_grids}
     for algo in sorted(given):
+        grids = {**suite_grids.get(algo, {}), **overrides.algo_grids.get(algo, {})}
         for env in envs:
             if (algo, env) in ran:
                 continue
             per_env = suite.per_env.get(env, {}).get(algo, {})
-            resolve_algo_config(algo, env_family(env), suite.per_algo.get(algo, {}),
-                                per_env if isinstance(per_env, dict) else {},
-                                overrides.algo_params.get(algo, {}), env=env)
+            layers = (suite.per_algo.get(algo, {}), per_env if isinstance(per_env, dict) else {},
+                      overrides.algo_params.get(algo, {}))
+            resolve_algo_config(algo, env_family(env), *layers, env=env)
+            for name, values in grids.items():
+                for value in values:
+                    resolve_algo_config(algo, env_family(env), *layers, {name: value}, env=env)
     for env, env_settings in suite.per_env.items():
         for algo, params in env_settings.items():
             if algo in list_algorithms() and (algo, env) not in ran:
@@ -374,6 +419,50 @@ def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list
                                       f"mapping of hyperparameters, got {quote(params)}")
                 resolve_algo_config(algo, env_family(eval_envs.get(env, env)),
                                     suite.per_algo.get(algo, {}), params, env=env)
+
+
+def _grid_section(section: Any, where: str
+                  ) -> tuple[dict[str, list[Any]], dict[str, dict[str, list[Any]]]]:
+    """A suite's ``grid:`` section (suite-wide or of one ``per_env`` entry), read."""
+    if section is None:
+        return {}, {}
+    return read_grid_section(section, where, list_algorithms())
+
+
+def _only(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
+    return {key: mapping[key]} if key in mapping else {}
+
+
+def _checked_axes(algo: str, family: str, env: str, layers: list[tuple[str, Mapping[str, Any]]],
+                  axes: Sequence[Axis]) -> list[Axis]:
+    """Each value of each hyperparameter axis checked as the recipe checks a single value
+    (its type, its range), converted as a single value is, and listed once."""
+    checked = []
+    for axis in axes:
+        values: dict[str, Any] = {}
+        for value in axis.values:
+            resolved = resolve_with_sources(
+                algo, family, [*layers, (f"{axis.source} grid", {axis.field: value})], env=env)
+            converted = resolved[axis.field][0]
+            values.setdefault(repr(converted), converted)
+        checked.append(replace(axis, values=tuple(values.values())))
+    return checked
+
+
+def _checked_budgets(axes: Sequence[Axis]) -> list[Axis]:
+    """Each value of a budget axis checked as a single budget is, and listed once."""
+    return [replace(axis, values=tuple(dict.fromkeys(
+        _positive_int({axis.field: value}, axis.field) for value in axis.values)))
+        for axis in axes]
+
+
+def _point_layers(axes: Sequence[Axis], point: Mapping[str, Any]
+                  ) -> list[tuple[str, dict[str, Any]]]:
+    """A grid point as override layers, one per place that gave its axes."""
+    layers: dict[str, dict[str, Any]] = {}
+    for axis in axes:
+        layers.setdefault(f"{axis.source} grid", {})[axis.field] = point[axis.field]
+    return list(layers.items())
 
 
 def _artifact_options(settings: dict[str, Any], algo: str, params: dict[str, Any]
@@ -452,7 +541,8 @@ def _check_offline_settings(algo: str, settings: dict[str, Any], overrides: Over
                             grid_has_online: bool) -> None:
     """Refuse what an offline run cannot use: a frame budget given for an offline-only grid,
     and ``save_transitions`` (it collects none)."""
-    if "frames" in overrides.settings and not grid_has_online:
+    if ("frames" in overrides.settings or "frames" in overrides.budget_grids) and (
+            not grid_has_online):
         raise ConfigError(f"frames= is not used by offline algorithms ({algo}): their budget "
                           "is gradient steps, steps=...")
     if settings.get("save_transitions"):
@@ -621,6 +711,7 @@ def resolve_sweep(args: Sequence[str], *, check_here: bool = True) -> SweepConfi
     task_names |= {*suite_datasets, *map(dataset_label, suite_datasets)}
     _check_suite(suite, algos, task_names)
     kinds = _kinds(algos)
+    suite_budget_grids, suite_algo_grids = _grid_section(suite.grid, f"suite {suite.name}: grid")
     tasks = {"online": [_Task(env, env) for env in envs],
              "offline": [_Task(source, p.env, p) for source, p in planned.items()]}
     runs: list[RunConfig] = []
@@ -635,57 +726,88 @@ def resolve_sweep(args: Sequence[str], *, check_here: bool = True) -> SweepConfi
             if not isinstance(env_algo_params, dict):
                 raise ConfigError(f"suite {suite.name}: per_env {task.name}.{algo} must be a "
                                   f"mapping of hyperparameters, got {quote(env_algo_params)}")
+            env_budget_grids, env_algo_grids = _grid_section(
+                per_env.pop("grid", None), f"suite {suite.name}: per_env {task.name}.grid")
             for other in list(per_env):
                 if other in known_algos:
                     per_env.pop(other)
                 elif other not in SUITE_SETTINGS:
                     raise UnknownNameError(f"per_env key for {task.name}", other,
-                                           [*SUITE_SETTINGS, *known_algos])
+                                           [*SUITE_SETTINGS, "grid", *known_algos])
             settings = {**base, **per_env, **overrides.settings}
             family = env_family(task.env)
-            resolved = resolve_with_sources(algo, family, [
-                (f"suite {suite.name} per_algo", suite.per_algo.get(algo, {})),
-                (f"suite {suite.name} per_env", env_algo_params),
-                ("command line", overrides.algo_params.get(algo, {}))], env=task.label)
-            params = {key: value for key, (value, _) in resolved.items()}
-            sources[(algo, task.label)] = {key: source for key, (_, source) in resolved.items()}
+            layers = [(f"suite {suite.name} per_algo", suite.per_algo.get(algo, {})),
+                      (f"suite {suite.name} per_env", env_algo_params),
+                      ("command line", overrides.algo_params.get(algo, {}))]
+            param_axes = _checked_axes(algo, family, task.label, layers, grid_axes([
+                GridLevel(f"suite {suite.name}", suite.per_algo.get(algo, {}),
+                          suite_algo_grids.get(algo, {})),
+                GridLevel(f"suite {suite.name} per_env {task.name}", env_algo_params,
+                          env_algo_grids.get(algo, {})),
+                GridLevel("command line", overrides.algo_params.get(algo, {}),
+                          overrides.algo_grids.get(algo, {}))]))
+            unit = "steps" if task.dataset else "frames"
+            budget_axes = _checked_budgets(grid_axes([
+                GridLevel(f"suite {suite.name}", {}, _only(suite_budget_grids, unit)),
+                GridLevel(f"suite {suite.name} per_env {task.name}", _only(per_env, unit),
+                          _only(env_budget_grids, unit)),
+                GridLevel("command line", _only(overrides.settings, unit),
+                          _only(overrides.budget_grids, unit))]))
             note = missing_defaults(algo, family, task.label)
             if note and note not in notes:
                 notes.append(note)
-            artifacts = _artifact_options(settings, algo, params)
             if task.dataset:
                 _check_offline_settings(algo, settings, overrides,
                                         grid_has_online="online" in kinds.values())
-            budget = task.budget(settings)
             seeds = _positive_int(settings, "seeds")
-            if len(runs) + seeds > MAX_RUNS:
+            points = [(budget_point, param_point) for budget_point in grid_points(budget_axes)
+                      for param_point in grid_points(param_axes)]
+            if len(runs) + seeds * len(points) > MAX_RUNS:
                 raise ConfigError(f"the grid has more than {MAX_RUNS:,} runs ({len(algos)} "
                                   f"algorithms × {len(envs) + len(datasets)} envs and datasets "
-                                  f"× {seeds:,} seeds): split it")
-            for seed_index in range(seeds):
-                runs.append(RunConfig(
-                    suite=suite.name,
-                    algo=algo,
-                    env=task.env,
-                    env_family=family,
-                    seed_index=seed_index,
-                    base_seed=_positive_int(settings, "base_seed", minimum=0),
-                    eval_every=_positive_int(settings, "eval_every"),
-                    eval_episodes=_positive_int(settings, "eval_episodes"),
-                    threads=_positive_int(settings, "threads"),
-                    device=_check_device(settings["device"]),
-                    algo_params=params,
-                    code=code_fingerprint(algo),
-                    recipe=recipe_sources()[algo].location,
-                    **budget,
-                    **artifacts,
-                ))
+                                  f"× {seeds:,} seeds" + (f" × {len(points):,} grid points"
+                                                          if len(points) > 1 else "")
+                                  + "): split it")
+            varied = {axis.field for axis in (*budget_axes, *param_axes)
+                      if len(axis.values) > 1}
+            for budget_point, param_point in points:
+                resolved = resolve_with_sources(
+                    algo, family, [*layers, *_point_layers(param_axes, param_point)],
+                    env=task.label)
+                params = {key: value for key, (value, _) in resolved.items()}
+                sources.setdefault((algo, task.label),
+                                   {key: source for key, (_, source) in resolved.items()})
+                artifacts = _artifact_options(settings, algo, params)
+                budget = task.budget({**settings, **budget_point})
+                variant = variant_label({key: value for key, value in
+                                         {**budget_point, **param_point}.items()
+                                         if key in varied})
+                for seed_index in range(seeds):
+                    runs.append(RunConfig(
+                        suite=suite.name,
+                        algo=algo,
+                        env=task.env,
+                        env_family=family,
+                        seed_index=seed_index,
+                        base_seed=_positive_int(settings, "base_seed", minimum=0),
+                        eval_every=_positive_int(settings, "eval_every"),
+                        eval_episodes=_positive_int(settings, "eval_episodes"),
+                        threads=_positive_int(settings, "threads"),
+                        device=_check_device(settings["device"]),
+                        algo_params=params,
+                        code=code_fingerprint(algo),
+                        recipe=recipe_sources()[algo].location,
+                        variant=variant,
+                        **budget,
+                        **artifacts,
+                    ))
     to_make = sorted({p.family for p in planned.values() if p.family is not None},
                      key=lambda f: f.env)
     notes += [f"{p.source} is not made yet: `rlbench run` makes it first (about "
               f"{p.family.minutes} min for its family)" for p in planned.values() if p.family]
     eval_envs = {name: p.env for p in planned.values() for name in (p.source, p.label)}
-    _check_unused_hyperparameters(suite, overrides, list(action_spaces), runs, eval_envs)
+    _check_unused_hyperparameters(suite, overrides, list(action_spaces), runs, eval_envs,
+                                  suite_algo_grids)
     if not runs:
         named = [f"envs {', '.join(envs)}"] if envs else []
         named += [f"datasets {', '.join(datasets)}"] if datasets else []

@@ -7,7 +7,8 @@ from rich.table import Table
 from rich.text import Text
 
 from rlbench.harness.plan.algorithms import algorithm_fields
-from rlbench.harness.plan.config import SweepConfig
+from rlbench.harness.plan.config import RunConfig, SweepConfig
+from rlbench.harness.plan.grid import value_word
 from rlbench.harness.render import counted
 from rlbench.recipe import help_of
 
@@ -40,21 +41,26 @@ def grid_table(sweep: SweepConfig) -> Table:
 
 def hyperparameter_tables(sweep: SweepConfig) -> list[Table | Text]:
     """With one algorithm in the grid: its resolved hyperparameters per env, each with the
-    layer it came from and its help; else a line saying how to ask for them."""
+    layer it came from and its help (a setting a grid varies, with each of its values);
+    else a line saying how to ask for them."""
     algos = sorted({run.algo for run in sweep.runs})
     if len(algos) != 1:
         return [Text(f"(hyperparameters: add algo=<one of {', '.join(algos)}>)")]
     fields = algorithm_fields(algos[0])
     tables: list[Table | Text] = []
-    for run in {(run.algo, run.task): run for run in sweep.runs}.values():
-        sources = sweep.sources[(run.algo, run.task)]
+    by_task: dict[tuple[str, str], list[RunConfig]] = {}
+    for run in sweep.runs:
+        by_task.setdefault((run.algo, run.task), []).append(run)
+    for (algo, task), runs in by_task.items():
+        run = runs[0]
+        sources = sweep.sources[(algo, task)]
         on = f"{run.task} (evaluated in {run.env}, " if run.offline else f"{run.env} ("
         table = Table(title=Text(f"{run.algo} on {on}env family {run.env_family})"))
         for header in ("hyperparameter", "value", "from", "help"):
             table.add_column(header)
-        for name, value in run.algo_params.items():
-            shown = list(value) if isinstance(value, tuple) else value
+        for name in run.algo_params:
+            values = dict.fromkeys(value_word(other.algo_params[name]) for other in runs)
             table.add_row(*(Text(cell) for cell in (
-                name, str(shown), sources[name], help_of(fields[name]))))
+                name, ", ".join(values), sources[name], help_of(fields[name]))))
         tables.append(table)
     return tables

@@ -4,8 +4,9 @@ A suite file holds the harness settings (``algos``, ``envs`` or ``datasets``, ``
 ``base_seed``, ``frames`` (online) or ``steps`` (offline), ``eval_every``,
 ``eval_episodes``, ``threads``, ``device``), an optional
 ``description``, ``per_algo: {algo: {hyperparameter: value}}`` and
-``per_env: {env: {setting: value, algo: {hyperparameter: value}}}``. A gate suite adds
-``gate:`` (the regression gate's level and minimal effects, read by ``rlbench regress``).
+``per_env: {env: {setting: value, algo: {hyperparameter: value}}}``, and ``grid:`` (suite-wide
+or in a ``per_env`` entry: the values each setting ranges over, ``plan.grid``). A gate suite
+adds ``gate:`` (the regression gate's level and minimal effects, read by ``rlbench regress``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ SUITE_SETTINGS: dict[str, Any] = {
     "save_snapshots": False,  # keep the policy at every evaluation (snapshots/<frames>/)
     "save_transitions": False,  # keep every collected transition (transitions/)
 }
-_SUITE_KEYS = {*SUITE_SETTINGS, "description", "per_algo", "per_env", "gate"}
+_SUITE_KEYS = {*SUITE_SETTINGS, "description", "per_algo", "per_env", "grid", "gate"}
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Suite:
     per_algo: dict[str, dict[str, Any]] = field(default_factory=dict)
     per_env: dict[str, dict[str, Any]] = field(default_factory=dict)
     gate: dict[str, Any] | None = None  # ``rlbench regress``'s settings; runs ignore them
+    grid: dict[str, Any] | None = None  # suite-wide grids over settings (``plan.grid``)
 
 
 class _SuiteLoader(yaml.SafeLoader):
@@ -214,6 +216,8 @@ def load_suite(name_or_path: str) -> Suite:
             raise ConfigError(f"suite {path}: {key} must map names to mappings of settings, "
                               f"got {quote(value)}")
         _check_names(value, key, path)
+    if isinstance(raw.get("grid"), dict):
+        _check_names(raw["grid"], "grid", path)
     settings = {k: raw.get(k, default) for k, default in SUITE_SETTINGS.items()}
     return Suite(
         name=path.stem,
@@ -223,4 +227,5 @@ def load_suite(name_or_path: str) -> Suite:
         per_algo=raw.get("per_algo") or {},
         per_env=raw.get("per_env") or {},
         gate=raw.get("gate"),
+        grid=raw.get("grid"),
     )

@@ -84,9 +84,11 @@ def parse_gate_args(args: Sequence[str]) -> GateRequest:
 
 
 def _tasks(runs: Sequence[RunConfig]) -> dict[tuple[str, str, int], list[RunConfig]]:
+    """The runs of each (entry, task, budget): an entry is the algorithm, with the settings
+    its grid varies (``ppo[learning_rate=0.001]``), each point judged on its own."""
     tasks: dict[tuple[str, str, int], list[RunConfig]] = {}
     for run in runs:
-        tasks.setdefault((run.algo, run.task, run.budget), []).append(run)
+        tasks.setdefault((run.entry, run.task, run.budget), []).append(run)
     return tasks
 
 

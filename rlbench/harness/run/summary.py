@@ -32,10 +32,12 @@ class SummaryRow:
 
 
 def summarize(results: Sequence[RunResult]) -> list[SummaryRow]:
-    """One row per (env, algo): mean and sample std (n-1) of final returns over seeds."""
+    """One row per (env, algo): mean and sample std (n-1) of final returns over seeds. A
+    grid's points are rows of their own, the algorithm named with the settings its grid
+    varies (``ppo[learning_rate=0.001]``)."""
     groups: dict[tuple[str, str], list[RunResult]] = {}
     for result in results:
-        groups.setdefault((result.config.task, result.config.algo), []).append(result)
+        groups.setdefault((result.config.task, result.config.entry), []).append(result)
     rows = []
     for (env, algo), group in sorted(groups.items()):
         finals = [r.final_return for r in group if r.status == "FINISHED"

@@ -42,9 +42,11 @@ def _refused(capsys: pytest.CaptureFixture, *args: str) -> str:
     ("sac.tau=0", "tau must be > 0"),
     ("dqn.exploration_fraction=2", "exploration_fraction must be <= 1"),
     ("td3.policy_delay=0", "policy_delay must be >= 1"),
-    ("td3.hidden_sizes=64,64", "td3.hidden_sizes must be a list, written in brackets: "
-                               "td3.hidden_sizes=[64,64] (in a suite file, a YAML list), got "
-                               "'64,64'"),
+    ("td3.hidden_sizes=64,64", "td3.hidden_sizes is a list, written in brackets: "
+                               "td3.hidden_sizes=[64,64] (a comma list of lists runs each: "
+                               "td3.hidden_sizes=[64,64],[256,256])"),
+    ("td3.hidden_sizes=64", "td3.hidden_sizes must be a list, written in brackets: "
+                            "td3.hidden_sizes=[64,64] (in a suite file, a YAML list), got 64"),
     ("ppo.num_envs=1e30", "ppo.num_envs=1e+30 is beyond what rlbench runs"),
     ("frames=1e30", "frames=1e+30 is beyond what rlbench runs"),
     ("seeds=1e20", "seeds=1e+20 is beyond what rlbench runs"),
