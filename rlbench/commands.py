@@ -22,6 +22,7 @@ from rlbench.harness.plan.command_keys import (
     PUBLISH_TABLE,
     REGRESS_TABLE,
     RUN_TABLE,
+    TUNE_TABLE,
 )
 
 __all__ = ["COMMANDS", "HELP", "LISTABLE", "USAGE", "Command"]
@@ -98,6 +99,16 @@ def _regress(args: Sequence[str], console: Console) -> int:
     from rlbench.harness.regress.gate import run_regress
 
     return run_regress(args, console)
+
+
+def _tune(args: Sequence[str], console: Console) -> int:
+    try:  # deferred: a command's modules (torch, MLflow, Optuna) load only when it runs
+        from rlbench.harness.tune.study import run_tune
+    except ModuleNotFoundError as err:
+        if err.name != "optuna":
+            raise
+        raise ConfigError("rlbench tune needs Optuna: pip install 'rlbench[tune]'") from err
+    return run_tune(args, console)
 
 
 def _eval(args: Sequence[str], console: Console) -> int:
@@ -251,6 +262,21 @@ COMMANDS = {command.name: command for command in (
          "base_seed=100",
          "rlbench regress bench base=results/reference/regress_bench/BASE",
          "rlbench regress bench base=origin/main rounds=60")),
+    Command(
+        "tune", "rlbench tune algo=<algo> env=<id> space=<space> trials=<n> [key=value ...]",
+        "An Optuna study (TPE, a median pruner) whose trials are rlbench runs: each trial "
+        "one\nconfiguration on seeds= seeds, its value the objective of their final "
+        "evaluations. The\nruns are tracked in the store under the study's name; the study "
+        "lives in storage= and\ncontinues where it was when run again (a finished trial's "
+        "runs are never rerun); several\nprocesses, on one machine or many, share it. "
+        "Writes tune.md, trials.csv and best.yaml\n(a suite of the best configuration on "
+        "fresh seeds) under report=. Needs the tune extra.\n",
+        _tune, TUNE_TABLE.help_text() + "      and the keys of rlbench run that shape a "
+        "run (frames=, steps=, eval_every=, jobs=,\n        launcher=, <algo>.<field>=...)\n",
+        ("rlbench tune algo=ppo env=CartPole-v1 trials=30 frames=50000 "
+         "space='learning_rate=log(1e-4,3e-3);clip_epsilon=float(0.1,0.3)'",
+         "rlbench tune algo=ppo env=Hopper-v5 space=my_space.yaml trials=100 seeds=5 "
+         "storage=postgresql://db/optuna")),
     Command(
         "eval", "rlbench eval run=<MLflow run id or run directory> [key=value ...]",
         "Rebuild a finished run's policy from its saved config, weights and observation\n"

@@ -19,6 +19,7 @@ from rlbench.harness.plan.suites import SUITE_SETTINGS
 
 __all__ = ["BENCH_TABLE", "CHECKPOINT_EVERY", "COMPARE_TABLE", "EVAL_TABLE", "FILTER_KEYS",
            "MAKE_TABLE", "PUBLISH_TABLE", "QUALITIES", "REGRESS_TABLE", "RUN_TABLE", "TABLES",
+           "TUNE_TABLE",
            "Filters", "key_reference", "suite_name"]
 
 # frames or gradient steps between a run's checkpoints: at SAC's CPU speed a few minutes,
@@ -283,8 +284,40 @@ MAKE_TABLE = KeyTable("dataset make", (
     Key("out_dir", "the store to find a run id in", shown_default="rlbench_runs"),
 ))
 
+TUNE_TABLE = KeyTable("tune", (
+    Key("algos", "the recipe to tune", aliases=("algo",), many=True, required=True,
+        placeholder="<algorithm>"),
+    Key("envs", "the env it learns in (one)", aliases=("env",), many=True),
+    Key("datasets", "or the dataset it learns from (one)", aliases=("dataset",), many=True),
+    Key("space", "the search space: field=kind(...) parts separated by ';' (kinds float, "
+        "log, int, logint, choice), or a .yaml file mapping fields to them", required=True,
+        placeholder="'learning_rate=log(1e-5,1e-2);epochs=int(3,20)'"),
+    Key("trials", "trials to complete or prune (a rerun continues the study to this "
+        "count)", kind="int", low=1, high=10**5, required=True),
+    Key("seeds", "seeds per trial; the objective is over them", kind="int", default=3,
+        low=1, high=1000),
+    Key("objective", "the statistic of the seeds' final evaluations, maximised",
+        kind="choice", default="iqm", choices=("iqm", "mean", "median")),
+    Key("sampler", "tpe: Optuna's TPE after 5 random trials; random", kind="choice",
+        default="tpe", choices=("tpe", "random")),
+    Key("pruner", "median: prune a trial whose seed-0 evaluation falls below the median "
+        "of earlier trials' at that point, past a quarter of the budget", kind="choice",
+        default="median", choices=("median", "none")),
+    Key("seed", "the study's seed: every trial's base_seed, and its sampler's seeds",
+        kind="int", default=0, high=MAX_SEED),
+    Key("study", "the study's name, also its runs' suite in the store",
+        shown_default="<algo>-<env or dataset>"),
+    Key("storage", "the study's database (an SQLAlchemy URL: sqlite:///path, "
+        "postgresql://...): every process of one study names the same",
+        shown_default="sqlite:///<out_dir>/optuna.db"),
+    Key("report", "where the report, best.yaml and trials.csv go", kind="path",
+        shown_default="<out_dir>/tune/<study>"),
+    Key("out_dir", "the store and the runs' files; MLFLOW_TRACKING_URI overrides its store",
+        default="rlbench_runs"),
+))
+
 TABLES = (RUN_TABLE, COMPARE_TABLE, PUBLISH_TABLE, REGRESS_TABLE, BENCH_TABLE, EVAL_TABLE,
-          MAKE_TABLE)
+          MAKE_TABLE, TUNE_TABLE)
 
 
 def key_reference() -> str:

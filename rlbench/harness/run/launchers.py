@@ -28,7 +28,7 @@ from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, execute_run,
 from rlbench.harness.signals import deliver_deferred_signal, interrupt_worker_once
 from rlbench.harness.store.tracking import Tracker
 
-__all__ = ["Listener", "mark_dead", "not_started", "run_local_pool", "run_sequential"]
+__all__ = ["Listener", "Listeners", "mark_dead", "not_started", "run_local_pool", "run_sequential"]
 
 _JOIN_SECONDS = 30.0
 
@@ -41,6 +41,25 @@ class Listener(Protocol):
     def update(self, run: RunConfig, values: dict[str, float]) -> None: ...
 
     def finished(self, result: RunResult) -> None: ...
+
+
+class Listeners:
+    """Several listeners heard as one, in order."""
+
+    def __init__(self, *listeners: Listener):
+        self._listeners = listeners
+
+    def started(self, run: RunConfig) -> None:
+        for listener in self._listeners:
+            listener.started(run)
+
+    def update(self, run: RunConfig, values: dict[str, float]) -> None:
+        for listener in self._listeners:
+            listener.update(run, values)
+
+    def finished(self, result: RunResult) -> None:
+        for listener in self._listeners:
+            listener.finished(result)
 
 
 def not_started(run: RunConfig, cause: RunResult) -> RunResult:

@@ -13,7 +13,7 @@ from rich.text import Text
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.config import SweepConfig
 from rlbench.harness.render import TextTable, counted, render, to_rich
-from rlbench.harness.run.launchers import run_local_pool, run_sequential
+from rlbench.harness.run.launchers import Listener, Listeners, run_local_pool, run_sequential
 from rlbench.harness.run.locks import SweepLock, planning
 from rlbench.harness.run.progress import SweepProgress
 from rlbench.harness.run.ray_launcher import check_store_shared, connect, run_on_ray
@@ -59,14 +59,17 @@ def _launcher_name(sweep: SweepConfig) -> str:
     return "sequential" if sweep.jobs == 1 else f"local pool of {sweep.jobs}"
 
 
-def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult:
+def run_sweep(sweep: SweepConfig, console: Console | None = None,
+              listener: Listener | None = None) -> SweepResult:
     """Run every run of ``sweep`` not finished earlier; failed runs are recorded, the rest
     go on. ``sweep.jobs > 1`` runs that many at a time, each in its own process;
     ``launcher=ray`` makes each run a Ray task, ``launcher=slurm`` a Slurm array task. Bad
     input (a device this machine lacks, an out dir that cannot be written, a damaged store,
     an unreachable server, an unknown partition) raises
     ``ConfigError`` before anything is written. Ctrl-C and SIGTERM mark the runs in
-    progress KILLED, write the summary and raise ``KeyboardInterrupt`` (``Terminated``)."""
+    progress KILLED, write the summary and raise ``KeyboardInterrupt`` (``Terminated``).
+    ``listener`` hears what the progress display hears (``rlbench tune`` reads the
+    evaluations as they come)."""
     console = console or Console()
     # absolute before a worker sees it: Ray tasks start in their raylet's directory
     sweep = replace(sweep, out_dir=sweep.out_dir.absolute())
@@ -96,13 +99,14 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None) -> SweepResult
         for death in plan.deaths:
             console.print(Text.assemble(("died earlier", "red"), f": {death}"))
         try:
-            return _run_planned(sweep, plan, tracker, experiment_id, parent_id, console)
+            return _run_planned(sweep, plan, tracker, experiment_id, parent_id, console,
+                                listener)
         finally:
             lock.release()
 
 
 def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experiment_id: str,
-                 parent_id: str, console: Console) -> SweepResult:
+                 parent_id: str, console: Console, listener: Listener | None) -> SweepResult:
     suite = sweep.suite.name
     tracker.log_params(parent_id, {"runs": len(sweep.runs), "suite_file": str(sweep.suite.path),
                                    "jobs": sweep.jobs})
@@ -128,20 +132,21 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
         console.print(Text(f"reuse=code: {len(plan.reused)} finished runs made by other code "
                            f"count as done ({shown}); each is tagged reused_for"))
     progress = SweepProgress(plan.to_run, console)
+    hears = progress if listener is None else Listeners(progress, listener)
     order = {run.identity: index for index, run in enumerate(plan.to_run)}
     status = "KILLED"
     try:
         with progress:
             if sweep.launcher == "ray":
-                run_on_ray(plan.to_run, tracker, experiment_id, parent_id, progress,
+                run_on_ray(plan.to_run, tracker, experiment_id, parent_id, hears,
                            sweep.ray_address)
             elif sweep.launcher == "slurm":
-                run_on_slurm(plan.to_run, tracker, experiment_id, parent_id, progress,
+                run_on_slurm(plan.to_run, tracker, experiment_id, parent_id, hears,
                              sweep.slurm)
             elif sweep.jobs == 1:
-                run_sequential(plan.to_run, tracker, experiment_id, parent_id, progress)
+                run_sequential(plan.to_run, tracker, experiment_id, parent_id, hears)
             else:
-                run_local_pool(plan.to_run, tracker, experiment_id, parent_id, progress,
+                run_local_pool(plan.to_run, tracker, experiment_id, parent_id, hears,
                                sweep.jobs)
         status = ("FINISHED" if all(r.status in ("FINISHED", ELSEWHERE)
                                     for r in progress.results) else "FAILED")

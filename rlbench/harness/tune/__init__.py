@@ -1,0 +1,1 @@
+"""Studies: Optuna searches whose trials are rlbench runs (``rlbench tune``)."""

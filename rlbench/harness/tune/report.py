@@ -1,0 +1,152 @@
+"""What a study leaves: ``tune.md`` (its trials, the settings' importances, the best with
+its interval), ``trials.csv`` (one row per trial) and ``best.yaml``, a suite file that runs
+the best configuration on fresh seeds: ``rlbench run suite=<report>/best.yaml``."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+
+from rlbench.harness.analysis.statistics import iqm, mean_ci_t
+from rlbench.harness.plan.config import parse_overrides
+from rlbench.harness.plan.grid import value_word
+from rlbench.harness.render import TextTable, render
+from rlbench.harness.tune.study import TuneRequest
+
+__all__ = ["CONFIRM_SEED_OFFSET", "best_suite", "write_report"]
+
+# best.yaml's base_seed: the study's seed plus this, so its seeds are not the study's
+CONFIRM_SEED_OFFSET = 1_000_000
+
+
+def _settings(request: TuneRequest, trial: FrozenTrial) -> dict[str, Any]:
+    by_field = {d.field: d for d in request.dimensions}
+    return {name: by_field[name].value(value) for name, value in trial.params.items()}
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else value_word(value)
+
+
+def best_suite(request: TuneRequest, best: FrozenTrial) -> dict[str, Any]:
+    """A suite that runs the best trial's configuration: the study's settings, its
+    command-line hyperparameters and the best draws, on as many fresh seeds."""
+    first = request.base.runs[0]
+    fixed = parse_overrides(request.run_words).algo_params.get(request.algo, {})
+    params = {**fixed, **_settings(request, best)}
+    task_key = "datasets" if first.offline else "envs"
+    suite: dict[str, Any] = {
+        "description": f"{request.algo} on {request.task}: the best configuration of study "
+                       f"{request.study} (trial {best.number}, {request.objective} "
+                       f"{best.value:.4g} over {request.seeds} seeds), on fresh seeds",
+        "algos": [request.algo],
+        task_key: [first.dataset if first.offline else first.env],
+        "seeds": request.seeds,
+        "base_seed": request.seed + CONFIRM_SEED_OFFSET,
+        ("steps" if first.offline else "frames"): first.budget,
+        "eval_every": first.eval_every,
+        "eval_episodes": first.eval_episodes,
+        "threads": first.threads,
+        "device": first.device,
+        "per_algo": {request.algo: {k: list(v) if isinstance(v, tuple) else v
+                                    for k, v in sorted(params.items())}},
+    }
+    return suite
+
+
+def _trial_rows(request: TuneRequest, trials: list[FrozenTrial]) -> list[list[str]]:
+    rows = []
+    for trial in trials:
+        finals = trial.user_attrs.get("finals")
+        steps = sorted(trial.intermediate_values)
+        rows.append([
+            str(trial.number), trial.state.name.lower(),
+            "—" if trial.value is None else f"{trial.value:,.2f}",
+            ", ".join(f"{k}={_shown(v)}" for k, v in _settings(request, trial).items()),
+            "—" if not finals else ", ".join(f"{f:,.1f}" for f in finals),
+            f"{steps[-1]:,}" if trial.state == TrialState.PRUNED and steps else "",
+            str(trial.user_attrs.get("error", "") or trial.user_attrs.get("why", ""))])
+    return rows
+
+
+def _importances(study: optuna.Study, complete: list[FrozenTrial]) -> list[list[str]]:
+    """Each setting's share of the objective's variance over the completed trials (Optuna's
+    default evaluator); none below 2 completed trials, where there is nothing to share."""
+    if len(complete) < 2:
+        return []
+    values = optuna.importance.get_param_importances(study)
+    return [[name, f"{share:.3f}"] for name, share in values.items()]
+
+
+def write_report(request: TuneRequest, study: optuna.Study) -> list[Path]:
+    """``tune.md``, ``trials.csv`` and, once a trial completed, ``best.yaml`` under the
+    request's report directory."""
+    request.report.mkdir(parents=True, exist_ok=True)
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    counts = {state.name.lower(): sum(t.state == state for t in trials)
+              for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+    first = request.base.runs[0]
+    tables = [TextTable(
+        title=f"study {request.study}: {request.algo} on {request.task}, {first.budget:,} "
+              f"{first.unit}, {request.objective} of {request.seeds} seeds' final evaluation",
+        headers=["trial", "state", request.objective, "settings", "finals", "pruned at",
+                 "note"],
+        rows=_trial_rows(request, trials), align="rlrlrrl",
+        notes=[f"space: {'; '.join(d.field + '=' + d.describe() for d in request.dimensions)}",
+               ", ".join(f"{n} {state}" for state, n in counts.items()),
+               f"every trial ran base_seed={request.seed} (seed indices 0 to "
+               f"{request.seeds - 1}): trials differ in their settings, not their seeds",
+               "pruned: seed 0's evaluation fell below the median of the earlier trials' "
+               "seed-0 evaluations at that point; failed: a run failed, or a stopped trial "
+               "(queued again with its settings)"])]
+    importances = _importances(study, complete)
+    if importances:
+        tables.append(TextTable(
+            title=f"study {request.study}: importance of each setting",
+            headers=["setting", "importance"], rows=importances,
+            notes=[f"over the {len(complete)} completed trials (Optuna's default evaluator, "
+                   "PED-ANOVA): the share of the objective's spread each setting explains"]))
+    written = []
+    if complete:
+        best = study.best_trial
+        finals = np.asarray(best.user_attrs.get("finals", []), dtype=np.float64)
+        interval = mean_ci_t(finals)
+        mean = f"{finals.mean():,.1f}" + ("" if interval is None else
+                                          f" [{interval.low:,.1f}, {interval.high:,.1f}]")
+        tables.append(TextTable(
+            title=f"study {request.study}: the best trial",
+            headers=["trial", request.objective, "IQM", "mean [95% t-CI]", "seeds",
+                     "settings"],
+            rows=[[str(best.number), f"{best.value:,.2f}", f"{iqm(finals):,.1f}", mean,
+                   str(finals.size), ", ".join(f"{k}={_shown(v)}" for k, v in
+                                               _settings(request, best).items())]],
+            notes=["the best of many trials is chosen for its score, which then overstates "
+                   "it (the winner's curse): best.yaml runs it on fresh seeds to confirm "
+                   f"(rlbench run suite={request.report / 'best.yaml'})"]))
+        best_file = request.report / "best.yaml"
+        best_file.write_text(yaml.safe_dump(best_suite(request, best), sort_keys=False))
+        written.append(best_file)
+    report = request.report / "tune.md"
+    report.write_text(render(tables, "markdown"))
+    rows = request.report / "trials.csv"
+    with rows.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        names = [d.field for d in request.dimensions]
+        writer.writerow(["trial", "state", "value", *names, "finals", "run_ids"])
+        for trial in trials:
+            settings = _settings(request, trial)
+            writer.writerow([trial.number, trial.state.name, "" if trial.value is None
+                             or not math.isfinite(trial.value) else trial.value,
+                             *(value_word(settings[n]) if n in settings else ""
+                               for n in names),
+                             " ".join(map(str, trial.user_attrs.get("finals", []))),
+                             " ".join(trial.user_attrs.get("run_ids", []))])
+    return [report, rows, *written]

@@ -1,0 +1,429 @@
+"""``rlbench tune``: an Optuna study whose trials are rlbench runs.
+
+A trial is one configuration (the space's draws on top of the command's settings) run on
+``seeds`` seeds, ``base_seed`` the study's ``seed`` for every trial, so trials differ in
+their settings and not in their luck. Its runs are ordinary runs: seeded, tracked in the
+same MLflow store (under the study's name as their suite, tagged with the study and the
+trial), resumed from their checkpoints when stopped, and never run twice: a trial that
+draws a configuration already run reads its runs back. Its value is the ``objective``
+(IQM by default) of the seeds' final evaluations, maximised.
+
+Pruning with several seeds: seed 0 runs first, alone, and its evaluations are reported as
+the trial's intermediate values, so the pruner (Optuna's median pruner) compares seed 0's
+curve with the seed-0 curves of the trials before it, which ran the same seed. A trial it
+prunes stops there: its seed-0 run checkpoints and stops (in this process; under Ray the
+run finishes first) and the other seeds never start. A trial that passes runs the other
+seeds with the sweep's launcher (``jobs=``, ``launcher=ray``).
+
+The study lives in an Optuna RDB storage beside the tracking store (``<out_dir>/optuna.db``;
+Optuna's and MLflow's schemas cannot share one SQLite file, both keeping an
+``alembic_version`` table), or in any database ``storage=`` names, so processes on several
+machines share one study. It stops when ``trials`` trials have completed or been pruned.
+A trial stopped by Ctrl-C or SIGTERM, or whose process died (on this host: its process is
+gone; elsewhere: no heartbeat for ``STALE_SECONDS``), is failed and queued again with the
+same settings, so its runs resume where they stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+import threading
+import time
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, Trial, TrialState
+from rich.console import Console
+from rich.text import Text
+from sqlalchemy.exc import SQLAlchemyError
+
+from rlbench.checkpoint import RunStopped, clear_stop, request_stop
+from rlbench.errors import ConfigError, UnknownNameError, one_line
+from rlbench.harness.analysis.statistics import iqm
+from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
+from rlbench.harness.plan.command_keys import TUNE_TABLE
+from rlbench.harness.plan.config import RunConfig, SweepConfig, parse_overrides, resolve_sweep
+from rlbench.harness.plan.grid import value_word
+from rlbench.harness.run.runner import RunResult
+from rlbench.harness.run.sweep import run_sweep
+from rlbench.harness.store.sqlite import check_out_dir
+from rlbench.harness.store.tracking import Tracker
+from rlbench.harness.tune.space import Dimension, fixed_fields, read_space, space_key
+
+__all__ = ["OBJECTIVES", "STALE_SECONDS", "TuneRequest", "parse_tune_args", "run_tune"]
+
+OBJECTIVES = {"iqm": iqm, "mean": lambda x: float(np.mean(x)),
+              "median": lambda x: float(np.median(x))}
+HEARTBEAT_SECONDS = 20.0
+STALE_SECONDS = 120.0  # a trial elsewhere without a heartbeat this long is taken over
+_HOST = socket.gethostname()
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+_SAMPLER_KEY = 0x74756E65  # the samplers' seeds are a stream apart from the runs' seeds
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """A checked ``rlbench tune`` command: the study, and the sweep of one trial's runs
+    before the space's draws."""
+
+    study: str
+    storage: str
+    dimensions: list[Dimension]
+    trials: int
+    objective: str
+    sampler: str
+    pruner: str
+    seed: int
+    report: Path
+    run_words: list[str]
+    base: SweepConfig
+
+    @property
+    def algo(self) -> str:
+        return self.base.runs[0].algo
+
+    @property
+    def task(self) -> str:
+        return self.base.runs[0].task
+
+    @property
+    def seeds(self) -> int:
+        return len(self.base.runs)
+
+    def attributes(self) -> dict[str, Any]:
+        """What the study records of the command: a later command on the same study must
+        ask the same (the trials would not be one sample otherwise)."""
+        first = self.base.runs[0]
+        return {"algo": self.algo, "task": self.task, "space": space_key(self.dimensions),
+                "objective": self.objective, "seeds": self.seeds, "seed": self.seed,
+                "budget": first.budget, "unit": first.unit,
+                "fixed": sorted(w for w in self.run_words if "." in w.partition("=")[0]
+                                and not w.startswith(("ray.", "slurm.")))}
+
+
+def parse_tune_args(args: Sequence[str]) -> TuneRequest:
+    """The command's words, checked: the run keys as ``rlbench run`` checks them, one
+    algorithm on one env or dataset, the space against the recipe. Creates nothing."""
+    words = TUNE_TABLE.parse(args, rest=True)
+    algos = words["algos"]
+    if len(algos) != 1:
+        raise ConfigError(f"rlbench tune studies one algorithm, got algo={','.join(algos)}")
+    tasks = [*(words["envs"] or []), *(words["datasets"] or [])]
+    if len(tasks) != 1:
+        raise ConfigError("rlbench tune studies one env or one dataset: give env=<id> or "
+                          f"dataset=<source> once, got {len(tasks)}")
+    out_dir = Path(words["out_dir"])
+    task_key = "env" if words["envs"] else "dataset"
+    run_words = [f"algo={algos[0]}", f"{task_key}={tasks[0]}", f"seeds={words['seeds']}",
+                 f"base_seed={words['seed']}", f"out_dir={out_dir}", *words.rest]
+    for word in words.rest:
+        key = word.partition("=")[0]
+        if key in ("seeds", "base_seed", "dry_run", "reuse") or key.startswith("slurm"):
+            raise ConfigError(f"rlbench tune sets {key} itself: "
+                              + ("seeds=k and seed=n are tune's keys" if "seed" in key else
+                                 f"{key}= is not used by a study"))
+    base = resolve_sweep(run_words)
+    grids = {**parse_overrides(run_words).algo_grids}
+    if grids or len({run.variant for run in base.runs}) > 1:
+        raise ConfigError("rlbench tune samples settings from space=; a comma list of "
+                          "values is a grid, for rlbench run")
+    first = base.runs[0]
+
+    def check(field: str, value: Any) -> None:
+        fields = first.algo_params
+        if field not in fields:
+            raise UnknownNameError(f"{first.algo} hyperparameter in space", field, fields)
+        resolve_algo_config(first.algo, first.env_family, first.algo_params, {field: value},
+                            env=first.task)
+
+    dimensions = read_space(words["space"], check)
+    hints = typing.get_type_hints(load_algorithm(first.algo).Config)
+    for dimension in dimensions:
+        kinds = {arg for arg in (typing.get_args(hints[dimension.field])
+                                 or (hints[dimension.field],)) if arg is not type(None)}
+        if dimension.kind in ("float", "log") and kinds == {int}:
+            raise ConfigError(f"space: {first.algo}.{dimension.field} is an integer: sample it "
+                              f"with int(...) or logint(...)")
+    given = parse_overrides(run_words).algo_params.get(first.algo, {})
+    both = fixed_fields(dimensions, given)
+    if both:
+        raise ConfigError(f"{first.algo}.{both[0]} is given a value and sampled by space=: "
+                          "give it one way")
+    check_out_dir(out_dir)
+    storage = words["storage"] or f"sqlite:///{(out_dir / 'optuna.db').absolute()}"
+    study = words["study"] or f"{first.algo}-{first.task.replace('/', '-')}"
+    report = words["report"] or out_dir / "tune" / study
+    return TuneRequest(study=study, storage=storage, dimensions=dimensions,
+                       trials=words["trials"], objective=words["objective"],
+                       sampler=words["sampler"], pruner=words["pruner"], seed=words["seed"],
+                       report=Path(report), run_words=run_words, base=base)
+
+
+def _sampler(request: TuneRequest, number: int) -> optuna.samplers.BaseSampler:
+    """The sampler of trial ``number``, seeded from the study's seed and the trial's
+    number: one process gives the same draws every time, and processes sharing a study
+    draw apart."""
+    seed = int(np.random.SeedSequence(entropy=request.seed, spawn_key=(_SAMPLER_KEY, number))
+               .generate_state(1)[0])
+    if request.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
+
+
+def _pruner(request: TuneRequest) -> optuna.pruners.BasePruner:
+    if request.pruner == "none":
+        return optuna.pruners.NopPruner()
+    first = request.base.runs[0]
+    return optuna.pruners.MedianPruner(n_startup_trials=5,
+                                       n_warmup_steps=first.budget // 4)
+
+
+def open_study(request: TuneRequest) -> tuple[optuna.Study, optuna.storages.RDBStorage]:
+    """The study and its storage, made on first use; a later command must ask what its
+    maker asked."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    request.base.out_dir.mkdir(parents=True, exist_ok=True)  # the default storage's home
+    try:
+        storage = optuna.storages.RDBStorage(request.storage)
+    except (SQLAlchemyError, ImportError, ValueError, RuntimeError) as err:
+        raise ConfigError(f"storage={request.storage}: the study's database cannot be opened "
+                          f"({one_line(err)})") from err
+    study = optuna.create_study(study_name=request.study, storage=storage,
+                                direction="maximize", load_if_exists=True,
+                                pruner=_pruner(request))
+    wanted = request.attributes()
+    if not study.user_attrs:
+        for key, value in wanted.items():
+            study.set_user_attr(key, value)
+        return study, storage
+    for key, value in wanted.items():
+        if study.user_attrs.get(key) != value:
+            raise ConfigError(f"study {request.study} in {request.storage} was made with "
+                              f"{key}={study.user_attrs.get(key)!r}, this command gives "
+                              f"{value!r}: its trials would not be one sample; name a new "
+                              "study=")
+    return study, storage
+
+
+def finished_trials(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=_FINISHED))
+
+
+class _Pruning:
+    """Reports seed 0's evaluations to its trial and asks the pruner after each one; a
+    prune stops the run at its next iteration when it runs in this process."""
+
+    def __init__(self, trial: Trial, in_process: bool):
+        self.trial, self.in_process = trial, in_process
+        self.reported: set[int] = set()
+        self.pruned = False
+
+    def report(self, step: int, value: float) -> None:
+        if step in self.reported or not math.isfinite(value):
+            return
+        self.reported.add(step)
+        self.trial.report(value, step)
+        if not self.pruned and self.trial.should_prune():
+            self.pruned = True
+            if self.in_process:
+                request_stop()
+
+    def started(self, run: RunConfig) -> None:
+        pass
+
+    def update(self, run: RunConfig, values: dict[str, float]) -> None:
+        if "eval/return_mean" in values:
+            self.report(int(values["frames"]), values["eval/return_mean"])
+
+    def finished(self, result: RunResult) -> None:
+        pass
+
+
+class _Heartbeat:
+    """While a trial runs: its host, process and a time stamp every ``HEARTBEAT_SECONDS``
+    in its user attributes, which other processes read to tell a dead trial."""
+
+    def __init__(self, trial: Trial):
+        self.trial = trial
+        self._stop = threading.Event()
+        trial.set_user_attr("host", _HOST)
+        trial.set_user_attr("pid", os.getpid())
+        trial.set_user_attr("alive", time.time())
+        self._thread = threading.Thread(target=self._beat, daemon=True,
+                                        name=f"rlbench tune heartbeat {trial.number}")
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            self.trial.set_user_attr("alive", time.time())
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _dead(trial: FrozenTrial) -> bool:
+    attrs = trial.user_attrs
+    if attrs.get("host") == _HOST and isinstance(attrs.get("pid"), int):
+        if attrs["pid"] == os.getpid():
+            return False
+        try:
+            os.kill(attrs["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    return time.time() - float(attrs.get("alive", time.time())) > STALE_SECONDS
+
+
+def requeue_dead_trials(study: optuna.Study, storage: optuna.storages.RDBStorage,
+                        console: Console) -> None:
+    """Fail the RUNNING trials whose process is gone and queue their settings again, once
+    (the process that fails a trial queues it; another finds it finished)."""
+    study_id = storage.get_study_id_from_name(study.study_name)
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not _dead(trial):
+            continue
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        try:
+            storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            continue
+        _requeue(study, trial, "its process died")
+        console.print(Text(f"trial {trial.number}: its process died; queued again with the "
+                           "same settings (its runs resume from their checkpoints)"))
+
+
+def _requeue(study: optuna.Study, trial: FrozenTrial | Trial, why: str) -> None:
+    study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number, "why": why},
+                        skip_if_exists=False)
+
+
+def _suggest(trial: Trial, dimension: Dimension) -> Any:
+    if dimension.kind == "choice":
+        return trial.suggest_categorical(dimension.field, list(dimension.choices))
+    if dimension.kind in ("int", "logint"):
+        return trial.suggest_int(dimension.field, int(dimension.low), int(dimension.high),
+                                 log=dimension.kind == "logint")
+    return trial.suggest_float(dimension.field, dimension.low, dimension.high,
+                               log=dimension.kind == "log")
+
+
+def _trial_sweep(request: TuneRequest, settings: dict[str, Any]) -> SweepConfig:
+    """The trial's runs: the command's sweep with the drawn settings, stored under the
+    study's name as their suite."""
+    words = [*request.run_words,
+             *(f"{request.algo}.{name}={value_word(value)}" for name, value in settings.items())]
+    sweep = resolve_sweep(words)
+    return replace(sweep, suite=replace(sweep.suite, name=request.study),
+                   runs=[replace(run, suite=request.study) for run in sweep.runs])
+
+
+def _run_trial(request: TuneRequest, study: optuna.Study, trial: Trial,
+               console: Console) -> None:
+    """Run one trial and tell the study how it ended."""
+    settings = {d.field: d.value(_suggest(trial, d)) for d in request.dimensions}
+    console.print(Text(f"trial {trial.number}: " + ", ".join(
+        f"{name}={value_word(value)}" for name, value in settings.items())))
+    try:
+        sweep = _trial_sweep(request, settings)
+    except ConfigError as err:  # a combination the recipe refuses
+        trial.set_user_attr("error", str(err))
+        study.tell(trial, state=TrialState.FAIL)
+        console.print(Text(f"trial {trial.number}: FAILED, {err}"))
+        return
+    trial.set_user_attr("identities", [run.identity for run in sweep.runs])
+    pruning = _Pruning(trial, in_process=sweep.launcher == "local")
+    results: list[RunResult] = []
+    tracker = Tracker(sweep.out_dir)
+    with _Heartbeat(trial):
+        try:
+            first = run_sweep(replace(sweep, runs=sweep.runs[:1], jobs=1), console,
+                              listener=pruning)
+        except RunStopped:
+            if not pruning.pruned:
+                raise
+            return _prune(study, trial, console, pruning)
+        finally:
+            clear_stop()  # a prune asked for after the run's last look at it
+        results += first.results
+        _report_history(tracker, first.results[0], pruning)
+        if pruning.pruned:
+            return _prune(study, trial, console, pruning)
+        if len(sweep.runs) > 1:
+            results += run_sweep(replace(sweep, runs=sweep.runs[1:]), console).results
+    for result in results:
+        if result.run_id:
+            tracker.set_tags(result.run_id, {"tune.study": request.study,
+                                             "tune.trial": str(trial.number)})
+    trial.set_user_attr("run_ids", [result.run_id for result in results])
+    failed = [r for r in results if r.status != "FINISHED" or r.final_return is None]
+    if failed:
+        trial.set_user_attr("error", f"{failed[0].config.name}: {failed[0].error}")
+        study.tell(trial, state=TrialState.FAIL)
+        console.print(Text(f"trial {trial.number}: FAILED, {failed[0].config.name} "
+                           f"{failed[0].status.lower()}"))
+        return
+    finals = [float(r.final_return) for r in results]
+    trial.set_user_attr("finals", finals)
+    value = OBJECTIVES[request.objective](np.asarray(finals))
+    study.tell(trial, value)
+    console.print(Text(f"trial {trial.number}: {request.objective} {value:,.2f} over "
+                       f"{len(finals)} seeds"))
+
+
+def _report_history(tracker: Tracker, result: RunResult, pruning: _Pruning) -> None:
+    """Seed 0's evaluations from the store, where this process did not watch them (a run
+    finished earlier, or run by Ray)."""
+    if not result.run_id:
+        return
+    for metric in tracker.client.get_metric_history(result.run_id, "eval/return_mean"):
+        pruning.report(int(metric.step), float(metric.value))
+
+
+def _prune(study: optuna.Study, trial: Trial, console: Console, pruning: _Pruning) -> None:
+    step = max(pruning.reported)
+    study.tell(trial, state=TrialState.PRUNED)
+    console.print(Text(f"trial {trial.number}: pruned at {step:,} (seed 0 below the median "
+                       "of the trials before it there)"))
+
+
+def run_tune(args: Sequence[str], console: Console) -> int:
+    """The command; returns the exit code. Bad input raises ``ConfigError`` (exit 2)."""
+    request = parse_tune_args(args)
+    # deferred: the report loads matplotlib-free writers only when a study has trials
+    from rlbench.harness.tune.report import write_report
+
+    study, storage = open_study(request)
+    console.print(Text(f"rlbench: study {request.study} ({request.storage}): "
+                       f"{finished_trials(study)} of {request.trials} trials done"))
+    while finished_trials(study) < request.trials:
+        requeue_dead_trials(study, storage, console)
+        trial = study.ask()
+        study.sampler = _sampler(request, trial.number)
+        try:
+            _run_trial(request, study, trial, console)
+        except KeyboardInterrupt:
+            with contextlib.suppress(UpdateFinishedTrialError):  # stopped after its end
+                trial.set_user_attr("error", "stopped by Ctrl-C or SIGTERM")
+                study.tell(trial, state=TrialState.FAIL)
+                _requeue(study, trial, "stopped")
+            raise
+    written = write_report(request, study)
+    console.print(Text(f"rlbench: study {request.study}: {finished_trials(study)} trials; "
+                       f"report, best configuration and trials under {request.report} "
+                       f"({', '.join(p.name for p in written)})"))
+    return 0
