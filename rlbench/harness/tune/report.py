@@ -5,7 +5,6 @@ the best configuration on fresh seeds: ``rlbench run suite=<report>/best.yaml``.
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +67,7 @@ def _trial_rows(request: TuneRequest, trials: list[FrozenTrial]) -> list[list[st
         steps = sorted(trial.intermediate_values)
         rows.append([
             str(trial.number), trial.state.name.lower(),
-            "—" if trial.value is None else f"{trial.value:,.2f}",
+            f"{trial.value:,.2f}" if trial.state == TrialState.COMPLETE else "—",
             ", ".join(f"{k}={_shown(v)}" for k, v in _settings(request, trial).items()),
             "—" if not finals else ", ".join(f"{f:,.1f}" for f in finals),
             f"{steps[-1]:,}" if trial.state == TrialState.PRUNED and steps else "",
@@ -121,13 +120,15 @@ def write_report(request: TuneRequest, study: optuna.Study) -> list[Path]:
         interval = mean_ci_t(finals)
         mean = f"{finals.mean():,.1f}" + ("" if interval is None else
                                           f" [{interval.low:,.1f}, {interval.high:,.1f}]")
+        extra = {} if request.objective == "iqm" else {"IQM": f"{iqm(finals):,.1f}"}
         tables.append(TextTable(
             title=f"study {request.study}: the best trial",
-            headers=["trial", request.objective, "IQM", "mean [95% t-CI]", "seeds",
+            headers=["trial", request.objective, *extra, "mean [95% t-CI]", "seeds",
                      "settings"],
-            rows=[[str(best.number), f"{best.value:,.2f}", f"{iqm(finals):,.1f}", mean,
+            rows=[[str(best.number), f"{best.value:,.2f}", *extra.values(), mean,
                    str(finals.size), ", ".join(f"{k}={_shown(v)}" for k, v in
                                                _settings(request, best).items())]],
+            align="rr" + "r" * len(extra) + "rrl",
             notes=["the best of many trials is chosen for its score, which then overstates "
                    "it (the winner's curse): best.yaml runs it on fresh seeds to confirm "
                    f"(rlbench run suite={request.report / 'best.yaml'})"]))
@@ -143,8 +144,8 @@ def write_report(request: TuneRequest, study: optuna.Study) -> list[Path]:
         writer.writerow(["trial", "state", "value", *names, "finals", "run_ids"])
         for trial in trials:
             settings = _settings(request, trial)
-            writer.writerow([trial.number, trial.state.name, "" if trial.value is None
-                             or not math.isfinite(trial.value) else trial.value,
+            done = trial.state == TrialState.COMPLETE
+            writer.writerow([trial.number, trial.state.name, trial.value if done else "",
                              *(value_word(settings[n]) if n in settings else ""
                                for n in names),
                              " ".join(map(str, trial.user_attrs.get("finals", []))),
