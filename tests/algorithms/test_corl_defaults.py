@@ -145,7 +145,7 @@ def test_sources_name_corls_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     capsys.readouterr()
     assert main(["show", "suite=d4rl", "algo=iql", "dataset=d4rl:hopper-medium-v2"]) == 0
     shown = " ".join(capsys.readouterr().out.split())
-    assert "medium_v2.yaml" in shown and "deterministic_actor │ True" in shown
+    assert "medium_v2.yaml" in shown and "deterministic_actor │ true" in shown
 
 
 def _hopper_file(path: Path) -> None:

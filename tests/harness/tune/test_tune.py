@@ -204,3 +204,15 @@ def test_a_study_stopped_half_way_finishes_with_no_run_twice(tmp_path: Path) -> 
     assert retry.params == trials[1].params and retry.state.name == "COMPLETE"
     identities = [r.data.tags["identity"] for r in _finished_runs(out)]
     assert len(identities) == len(set(identities)) == 6, "no run finished twice"
+
+
+def test_without_optuna_tune_says_what_to_install(tmp_path: Path) -> None:
+    script = ("import sys; sys.modules['optuna'] = None\n"
+              "from rlbench.cli import main\n"
+              f"sys.exit(main(['tune', 'algo=ppo', 'env=CartPole-v1', 'trials=1', "
+              f"'space=learning_rate=log(1e-4,1e-3)', 'out_dir={tmp_path / 'x'}']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2
+    assert "rlbench tune needs Optuna: pip install 'rlbench[tune]'" in done.stderr
+    assert not (tmp_path / "x").exists()
