@@ -103,7 +103,7 @@ def _regress(args: Sequence[str], console: Console) -> int:
 
 def _tune(args: Sequence[str], console: Console) -> int:
     try:  # deferred: a command's modules (torch, MLflow, Optuna) load only when it runs
-        from rlbench.harness.tune.study import run_tune
+        from rlbench.harness.tune.command import run_tune
     except ModuleNotFoundError as err:
         if err.name != "optuna":
             raise

@@ -59,7 +59,8 @@ from rlbench.harness.store.sqlite import check_out_dir
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.tune.space import Dimension, fixed_fields, read_space, space_key
 
-__all__ = ["OBJECTIVES", "STALE_SECONDS", "TuneRequest", "parse_tune_args", "run_tune"]
+__all__ = ["OBJECTIVES", "STALE_SECONDS", "TuneRequest", "finished_trials", "open_study",
+           "parse_tune_args", "requeue_dead_trials", "run_trials"]
 
 OBJECTIVES = {"iqm": iqm, "mean": lambda x: float(np.mean(x)),
               "median": lambda x: float(np.median(x))}
@@ -401,15 +402,10 @@ def _prune(study: optuna.Study, trial: Trial, console: Console, pruning: _Prunin
                        "of the trials before it there)"))
 
 
-def run_tune(args: Sequence[str], console: Console) -> int:
-    """The command; returns the exit code. Bad input raises ``ConfigError`` (exit 2)."""
-    request = parse_tune_args(args)
-    # deferred: the report loads matplotlib-free writers only when a study has trials
-    from rlbench.harness.tune.report import write_report
-
-    study, storage = open_study(request)
-    console.print(Text(f"rlbench: study {request.study} ({request.storage}): "
-                       f"{finished_trials(study)} of {request.trials} trials done"))
+def run_trials(request: TuneRequest, study: optuna.Study, storage: optuna.storages.RDBStorage,
+               console: Console) -> None:
+    """Ask, run and tell trials until ``request.trials`` are complete or pruned, counting
+    every process's; a stop in a trial queues its settings again and propagates."""
     while finished_trials(study) < request.trials:
         requeue_dead_trials(study, storage, console)
         trial = study.ask()
@@ -422,8 +418,3 @@ def run_tune(args: Sequence[str], console: Console) -> int:
                 study.tell(trial, state=TrialState.FAIL)
                 _requeue(study, trial, "stopped")
             raise
-    written = write_report(request, study)
-    console.print(Text(f"rlbench: study {request.study}: {finished_trials(study)} trials; "
-                       f"report, best configuration and trials under {request.report} "
-                       f"({', '.join(p.name for p in written)})"))
-    return 0

@@ -1,0 +1,27 @@
+"""The ``rlbench tune`` command: read the words, run the study's trials, write its report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.text import Text
+
+from rlbench.harness.tune.report import write_report
+from rlbench.harness.tune.study import finished_trials, open_study, parse_tune_args, run_trials
+
+__all__ = ["run_tune"]
+
+
+def run_tune(args: Sequence[str], console: Console) -> int:
+    """The command; returns the exit code. Bad input raises ``ConfigError`` (exit 2)."""
+    request = parse_tune_args(args)
+    study, storage = open_study(request)
+    console.print(Text(f"rlbench: study {request.study} ({request.storage}): "
+                       f"{finished_trials(study)} of {request.trials} trials done"))
+    run_trials(request, study, storage, console)
+    written = write_report(request, study)
+    console.print(Text(f"rlbench: study {request.study}: {finished_trials(study)} trials; "
+                       f"report, best configuration and trials under {request.report} "
+                       f"({', '.join(p.name for p in written)})"))
+    return 0
