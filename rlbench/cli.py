@@ -67,9 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "ones are marked KILLED: the same command again runs what is left",
                   file=sys.stderr)
         elif command == "tune":
-            print(f"rlbench: {what}; the trial in progress is queued again with its "
-                  "settings and its runs are marked KILLED: the same command again "
-                  "continues the study", file=sys.stderr)
+            print(f"rlbench: {what}; a trial in progress is queued again with its settings "
+                  "and its runs are marked KILLED: the same command again continues the "
+                  "study", file=sys.stderr)
         else:
             print(f"rlbench: {what}", file=sys.stderr)
         return 143 if isinstance(stop, Terminated) else 130

@@ -13,6 +13,7 @@ import copy
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import types
@@ -412,13 +413,24 @@ def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list
                 for value in values:
                     resolve_algo_config(algo, env_family(env), *layers, {name: value}, env=env)
     for env, env_settings in suite.per_env.items():
+        _, env_grids = _grid_section(env_settings.get("grid"),
+                                     f"suite {suite.name}: per_env {env}.grid")
+        family = env_family(eval_envs.get(env, env))
         for algo, params in env_settings.items():
             if algo in list_algorithms() and (algo, env) not in ran:
                 if not isinstance(params, dict):
                     raise ConfigError(f"suite {suite.name}: per_env {env}.{algo} must be a "
                                       f"mapping of hyperparameters, got {quote(params)}")
-                resolve_algo_config(algo, env_family(eval_envs.get(env, env)),
-                                    suite.per_algo.get(algo, {}), params, env=env)
+                resolve_algo_config(algo, family, suite.per_algo.get(algo, {}), params, env=env)
+        for algo, grids in env_grids.items():
+            if (algo, env) in ran:
+                continue
+            params = env_settings.get(algo, {})
+            for name, values in grids.items():
+                for value in values:
+                    resolve_algo_config(algo, family, suite.per_algo.get(algo, {}),
+                                        params if isinstance(params, dict) else {},
+                                        {name: value}, env=env)
 
 
 def _grid_section(section: Any, where: str
@@ -431,6 +443,11 @@ def _grid_section(section: Any, where: str
 
 def _only(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
     return {key: mapping[key]} if key in mapping else {}
+
+
+def _given(settings: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``key`` of a suite's settings when the suite gives it (the unset ones are None)."""
+    return {key: settings[key]} if settings.get(key) is not None else {}
 
 
 def _checked_axes(algo: str, family: str, env: str, layers: list[tuple[str, Mapping[str, Any]]],
@@ -748,7 +765,8 @@ def resolve_sweep(args: Sequence[str], *, check_here: bool = True) -> SweepConfi
                           overrides.algo_grids.get(algo, {}))]))
             unit = "steps" if task.dataset else "frames"
             budget_axes = _checked_budgets(grid_axes([
-                GridLevel(f"suite {suite.name}", {}, _only(suite_budget_grids, unit)),
+                GridLevel(f"suite {suite.name}", _given(suite.settings, unit),
+                          _only(suite_budget_grids, unit)),
                 GridLevel(f"suite {suite.name} per_env {task.name}", _only(per_env, unit),
                           _only(env_budget_grids, unit)),
                 GridLevel("command line", _only(overrides.settings, unit),
@@ -760,14 +778,15 @@ def resolve_sweep(args: Sequence[str], *, check_here: bool = True) -> SweepConfi
                 _check_offline_settings(algo, settings, overrides,
                                         grid_has_online="online" in kinds.values())
             seeds = _positive_int(settings, "seeds")
-            points = [(budget_point, param_point) for budget_point in grid_points(budget_axes)
-                      for param_point in grid_points(param_axes)]
-            if len(runs) + seeds * len(points) > MAX_RUNS:
+            size = math.prod(len(axis.values) for axis in (*budget_axes, *param_axes))
+            if len(runs) + seeds * size > MAX_RUNS:
                 raise ConfigError(f"the grid has more than {MAX_RUNS:,} runs ({len(algos)} "
                                   f"algorithms × {len(envs) + len(datasets)} envs and datasets "
-                                  f"× {seeds:,} seeds" + (f" × {len(points):,} grid points"
-                                                          if len(points) > 1 else "")
+                                  f"× {seeds:,} seeds" + (f" × {size:,} grid points"
+                                                          if size > 1 else "")
                                   + "): split it")
+            points = [(budget_point, param_point) for budget_point in grid_points(budget_axes)
+                      for param_point in grid_points(param_axes)]
             varied = {axis.field for axis in (*budget_axes, *param_axes)
                       if len(axis.values) > 1}
             for budget_point, param_point in points:

@@ -6,12 +6,12 @@ values). In a suite file, a ``grid:`` section, suite-wide or in a ``per_env`` en
 fields each list their values::
 
     grid:
-      ppo: {learning_rate: [1.0e-4, 3.0e-4], clip_range: [0.1, 0.2]}
+      ppo: {learning_rate: [1.0e-4, 3.0e-4], clip_epsilon: [0.1, 0.2]}
       frames: [100_000, 1_000_000]
 
 The grid of one algorithm on one task is the product of its fields' values, and each point
 of it is a configuration of its own: its own identity and store entry, and a run name that
-names the point (``ppo[clip_range=0.1,learning_rate=0.0001]/CartPole-v1/seed0``). A field
+names the point (``ppo[clip_epsilon=0.1,learning_rate=0.0001]/CartPole-v1/seed0``). A field
 takes its values from the most specific place that names it, as any setting does: the
 command line over ``per_env`` over the suite-wide section, a single value there replacing a
 grid given further down (``ppo.learning_rate=3e-4`` runs one learning rate whatever the

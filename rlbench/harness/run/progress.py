@@ -110,4 +110,3 @@ def _done_of(progress: float, budget: int) -> dict[str, float]:
     last batch overshoots it: 10,240 frames of 512 for a budget of 10,000) shows what it
     did, 10,240/10,240."""
     return {"completed": progress, "total": max(progress, budget)}
-

@@ -1,14 +1,22 @@
-"""The ``rlbench tune`` command: read the words, run the study's trials, write its report."""
+"""The ``rlbench tune`` command: read the words, run the study's trials, write its report.
+Exit 0 when the study has its trials, 1 when trials kept failing, 2 for bad input."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from rich.console import Console
 from rich.text import Text
 
 from rlbench.harness.tune.report import write_report
-from rlbench.harness.tune.study import finished_trials, open_study, parse_tune_args, run_trials
+from rlbench.harness.tune.study import (
+    TrialsFailing,
+    finished_trials,
+    open_study,
+    parse_tune_args,
+    run_trials,
+)
 
 __all__ = ["run_tune"]
 
@@ -19,9 +27,16 @@ def run_tune(args: Sequence[str], console: Console) -> int:
     study, storage = open_study(request)
     console.print(Text(f"rlbench: study {request.study} ({request.storage}): "
                        f"{finished_trials(study)} of {request.trials} trials done"))
-    run_trials(request, study, storage, console)
+    failing = None
+    try:
+        run_trials(request, study, storage, console)
+    except TrialsFailing as err:
+        failing = err
     written = write_report(request, study)
     console.print(Text(f"rlbench: study {request.study}: {finished_trials(study)} trials; "
                        f"report, best configuration and trials under {request.report} "
                        f"({', '.join(p.name for p in written)})"))
+    if failing is not None:
+        print(f"rlbench: {failing}", file=sys.stderr)
+        return 1
     return 0

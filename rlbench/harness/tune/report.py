@@ -14,10 +14,9 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from rlbench.harness.analysis.statistics import iqm, mean_ci_t
-from rlbench.harness.plan.config import parse_overrides
 from rlbench.harness.plan.grid import value_word
 from rlbench.harness.render import TextTable, render
-from rlbench.harness.tune.study import TuneRequest
+from rlbench.harness.tune.study import TuneRequest, trial_sweep
 
 __all__ = ["CONFIRM_SEED_OFFSET", "best_suite", "write_report"]
 
@@ -35,17 +34,17 @@ def _shown(value: Any) -> str:
 
 
 def best_suite(request: TuneRequest, best: FrozenTrial) -> dict[str, Any]:
-    """A suite that runs the best trial's configuration: the study's settings, its
-    command-line hyperparameters and the best draws, on as many fresh seeds."""
-    first = request.base.runs[0]
-    fixed = parse_overrides(request.run_words).algo_params.get(request.algo, {})
-    params = {**fixed, **_settings(request, best)}
+    """A suite that runs the best trial's configuration on as many fresh seeds: the
+    study's settings and every hyperparameter as the trial's runs resolved it (its suite's
+    and command line's included, whatever their defaults become)."""
+    first = trial_sweep(request, _settings(request, best)).runs[0]
+    params = first.algo_params
     task_key = "datasets" if first.offline else "envs"
     suite: dict[str, Any] = {
         "description": f"{request.algo} on {request.task}: the best configuration of study "
                        f"{request.study} (trial {best.number}, {request.objective} "
                        f"{best.value:.4g} over {request.seeds} seeds), on fresh seeds",
-        "algos": [request.algo],
+        "algos": [first.recipe or request.algo],
         task_key: [first.dataset if first.offline else first.env],
         "seeds": request.seeds,
         "base_seed": request.seed + CONFIRM_SEED_OFFSET,
@@ -77,8 +76,8 @@ def _trial_rows(request: TuneRequest, trials: list[FrozenTrial]) -> list[list[st
 
 def _importances(study: optuna.Study, complete: list[FrozenTrial]) -> list[list[str]]:
     """Each setting's share of the objective's variance over the completed trials (Optuna's
-    default evaluator); none below 2 completed trials, where there is nothing to share."""
-    if len(complete) < 2:
+    default evaluator); none until two completed trials differ, with nothing to share."""
+    if len({t.value for t in complete}) < 2:  # nothing to share: every value the same
         return []
     values = optuna.importance.get_param_importances(study)
     return [[name, f"{share:.3f}"] for name, share in values.items()]

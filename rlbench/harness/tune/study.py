@@ -59,8 +59,9 @@ from rlbench.harness.store.sqlite import check_out_dir
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.tune.space import Dimension, fixed_fields, read_space, space_key
 
-__all__ = ["OBJECTIVES", "STALE_SECONDS", "TuneRequest", "finished_trials", "open_study",
-           "parse_tune_args", "requeue_dead_trials", "run_trials"]
+__all__ = ["MAX_FAILURES_IN_A_ROW", "OBJECTIVES", "STALE_SECONDS", "TrialsFailing",
+           "TuneRequest", "default_storage", "finished_trials", "open_study", "parse_tune_args",
+           "requeue_dead_trials", "run_trials", "trial_sweep"]
 
 OBJECTIVES = {"iqm": iqm, "mean": lambda x: float(np.mean(x)),
               "median": lambda x: float(np.median(x))}
@@ -68,7 +69,12 @@ HEARTBEAT_SECONDS = 20.0
 STALE_SECONDS = 120.0  # a trial elsewhere without a heartbeat this long is taken over
 _HOST = socket.gethostname()
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+MAX_FAILURES_IN_A_ROW = 5  # a space or env where every trial fails stops, not loops
 _SAMPLER_KEY = 0x74756E65  # the samplers' seeds are a stream apart from the runs' seeds
+
+
+class TrialsFailing(RuntimeError):
+    """Too many trials in a row failed: the study stops (exit 1) with its report written."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,9 @@ class TuneRequest:
         first = self.base.runs[0]
         return {"algo": self.algo, "task": self.task, "space": space_key(self.dimensions),
                 "objective": self.objective, "seeds": self.seeds, "seed": self.seed,
-                "budget": first.budget, "unit": first.unit,
+                "budget": first.budget, "unit": first.unit, "eval_every": first.eval_every,
+                "eval_episodes": first.eval_episodes, "device": first.device,
+                "threads": first.threads,
                 "fixed": sorted(w for w in self.run_words if "." in w.partition("=")[0]
                                 and not w.startswith(("ray.", "slurm.")))}
 
@@ -132,6 +140,10 @@ def parse_tune_args(args: Sequence[str]) -> TuneRequest:
             raise ConfigError(f"rlbench tune sets {key} itself: "
                               + ("seeds=k and seed=n are tune's keys" if "seed" in key else
                                  f"{key}= is not used by a study"))
+        if word == "launcher=slurm":
+            raise ConfigError("rlbench tune runs its trials on the local pool or Ray "
+                              "(launcher=local or ray); with Slurm, start one rlbench tune per "
+                              "node on one storage= instead")
     base = resolve_sweep(run_words)
     grids = {**parse_overrides(run_words).algo_grids}
     if grids or len({run.variant for run in base.runs}) > 1:
@@ -160,13 +172,19 @@ def parse_tune_args(args: Sequence[str]) -> TuneRequest:
         raise ConfigError(f"{first.algo}.{both[0]} is given a value and sampled by space=: "
                           "give it one way")
     check_out_dir(out_dir)
-    storage = words["storage"] or f"sqlite:///{(out_dir / 'optuna.db').absolute()}"
+    storage = words["storage"] or default_storage(out_dir)
     study = words["study"] or f"{first.algo}-{first.task.replace('/', '-')}"
     report = words["report"] or out_dir / "tune" / study
     return TuneRequest(study=study, storage=storage, dimensions=dimensions,
                        trials=words["trials"], objective=words["objective"],
                        sampler=words["sampler"], pruner=words["pruner"], seed=words["seed"],
                        report=Path(report), run_words=run_words, base=base)
+
+
+def default_storage(out_dir: Path) -> str:
+    """The study's database beside the tracking store (its own file: Optuna's and MLflow's
+    schemas both keep an ``alembic_version`` table)."""
+    return f"sqlite:///{(out_dir / 'optuna.db').absolute()}"
 
 
 def _sampler(request: TuneRequest, number: int) -> optuna.samplers.BaseSampler:
@@ -192,7 +210,8 @@ def open_study(request: TuneRequest) -> tuple[optuna.Study, optuna.storages.RDBS
     """The study and its storage, made on first use; a later command must ask what its
     maker asked."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    request.base.out_dir.mkdir(parents=True, exist_ok=True)  # the default storage's home
+    if request.storage == default_storage(request.base.out_dir):
+        request.base.out_dir.mkdir(parents=True, exist_ok=True)
     try:
         storage = optuna.storages.RDBStorage(request.storage)
     except (SQLAlchemyError, ImportError, ValueError, RuntimeError) as err:
@@ -202,12 +221,10 @@ def open_study(request: TuneRequest) -> tuple[optuna.Study, optuna.storages.RDBS
                                 direction="maximize", load_if_exists=True,
                                 pruner=_pruner(request))
     wanted = request.attributes()
-    if not study.user_attrs:
-        for key, value in wanted.items():
+    for key, value in wanted.items():  # those another process has not set yet are set
+        if key not in study.user_attrs:
             study.set_user_attr(key, value)
-        return study, storage
-    for key, value in wanted.items():
-        if study.user_attrs.get(key) != value:
+        elif study.user_attrs[key] != value:
             raise ConfigError(f"study {request.study} in {request.storage} was made with "
                               f"{key}={study.user_attrs.get(key)!r}, this command gives "
                               f"{value!r}: its trials would not be one sample; name a new "
@@ -249,22 +266,34 @@ class _Pruning:
         pass
 
 
-class _Heartbeat:
-    """While a trial runs: its host, process and a time stamp every ``HEARTBEAT_SECONDS``
-    in its user attributes, which other processes read to tell a dead trial."""
+def _mark_alive(trial: Trial) -> None:
+    """Who runs ``trial``, and when it was last seen alive: what ``_dead`` reads."""
+    trial.set_user_attr("host", _HOST)
+    trial.set_user_attr("pid", os.getpid())
+    trial.set_user_attr("alive", time.time())
 
-    def __init__(self, trial: Trial):
-        self.trial = trial
+
+class _Heartbeat:
+    """While a trial's runs run: a time stamp every ``HEARTBEAT_SECONDS`` in its user
+    attributes, which other processes read to tell a dead trial. A write that fails (a
+    database busy for a moment) is said once and tried again at the next beat."""
+
+    def __init__(self, trial: Trial, console: Console):
+        self.trial, self.console = trial, console
         self._stop = threading.Event()
-        trial.set_user_attr("host", _HOST)
-        trial.set_user_attr("pid", os.getpid())
-        trial.set_user_attr("alive", time.time())
         self._thread = threading.Thread(target=self._beat, daemon=True,
                                         name=f"rlbench tune heartbeat {trial.number}")
 
     def _beat(self) -> None:
+        said = False
         while not self._stop.wait(HEARTBEAT_SECONDS):
-            self.trial.set_user_attr("alive", time.time())
+            try:
+                self.trial.set_user_attr("alive", time.time())
+            except (SQLAlchemyError, UpdateFinishedTrialError) as err:
+                if not said:
+                    self.console.print(Text(f"trial {self.trial.number}: its heartbeat could "
+                                            f"not be written ({one_line(err)}); trying again"))
+                    said = True
 
     def __enter__(self) -> _Heartbeat:
         self._thread.start()
@@ -287,7 +316,8 @@ def _dead(trial: FrozenTrial) -> bool:
         except PermissionError:
             return False
         return False
-    return time.time() - float(attrs.get("alive", time.time())) > STALE_SECONDS
+    started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
+    return time.time() - float(attrs.get("alive", started)) > STALE_SECONDS
 
 
 def requeue_dead_trials(study: optuna.Study, storage: optuna.storages.RDBStorage,
@@ -323,7 +353,7 @@ def _suggest(trial: Trial, dimension: Dimension) -> Any:
                                log=dimension.kind == "log")
 
 
-def _trial_sweep(request: TuneRequest, settings: dict[str, Any]) -> SweepConfig:
+def trial_sweep(request: TuneRequest, settings: dict[str, Any]) -> SweepConfig:
     """The trial's runs: the command's sweep with the drawn settings, stored under the
     study's name as their suite."""
     words = [*request.run_words,
@@ -335,37 +365,28 @@ def _trial_sweep(request: TuneRequest, settings: dict[str, Any]) -> SweepConfig:
 
 def _run_trial(request: TuneRequest, study: optuna.Study, trial: Trial,
                console: Console) -> None:
-    """Run one trial and tell the study how it ended."""
+    """Run one trial and tell the study how it ended (after its heartbeat stopped, so no
+    write reaches a finished trial)."""
     settings = {d.field: d.value(_suggest(trial, d)) for d in request.dimensions}
     console.print(Text(f"trial {trial.number}: " + ", ".join(
         f"{name}={value_word(value)}" for name, value in settings.items())))
     try:
-        sweep = _trial_sweep(request, settings)
+        sweep = trial_sweep(request, settings)
     except ConfigError as err:  # a combination the recipe refuses
         trial.set_user_attr("error", str(err))
         study.tell(trial, state=TrialState.FAIL)
         console.print(Text(f"trial {trial.number}: FAILED, {err}"))
         return
     trial.set_user_attr("identities", [run.identity for run in sweep.runs])
-    pruning = _Pruning(trial, in_process=sweep.launcher == "local")
-    results: list[RunResult] = []
+    with _Heartbeat(trial, console):
+        results, pruning = _run_seeds(sweep, trial, console)
+    if pruning.pruned:
+        step = max(pruning.reported)
+        study.tell(trial, state=TrialState.PRUNED)
+        console.print(Text(f"trial {trial.number}: pruned at {step:,} (seed 0 below the "
+                           "median of the trials before it there)"))
+        return
     tracker = Tracker(sweep.out_dir)
-    with _Heartbeat(trial):
-        try:
-            first = run_sweep(replace(sweep, runs=sweep.runs[:1], jobs=1), console,
-                              listener=pruning)
-        except RunStopped:
-            if not pruning.pruned:
-                raise
-            return _prune(study, trial, console, pruning)
-        finally:
-            clear_stop()  # a prune asked for after the run's last look at it
-        results += first.results
-        _report_history(tracker, first.results[0], pruning)
-        if pruning.pruned:
-            return _prune(study, trial, console, pruning)
-        if len(sweep.runs) > 1:
-            results += run_sweep(replace(sweep, runs=sweep.runs[1:]), console).results
     for result in results:
         if result.run_id:
             tracker.set_tags(result.run_id, {"tune.study": request.study,
@@ -386,6 +407,27 @@ def _run_trial(request: TuneRequest, study: optuna.Study, trial: Trial,
                        f"{len(finals)} seeds"))
 
 
+def _run_seeds(sweep: SweepConfig, trial: Trial, console: Console
+               ) -> tuple[list[RunResult], _Pruning]:
+    """Seed 0 alone, watched by the pruner, then (unless pruned) the other seeds."""
+    pruning = _Pruning(trial, in_process=sweep.launcher == "local")
+    try:
+        first = run_sweep(replace(sweep, runs=sweep.runs[:1], jobs=1), console,
+                          listener=pruning)
+    except RunStopped:
+        if not pruning.pruned:
+            raise
+        return [], pruning
+    finally:
+        clear_stop()  # a prune asked for after the run's last look at it
+    pruning.in_process = False  # what the store adds ran earlier: nothing left to stop
+    _report_history(Tracker(sweep.out_dir), first.results[0], pruning)
+    if pruning.pruned or len(sweep.runs) == 1:
+        return list(first.results), pruning
+    return [*first.results, *run_sweep(replace(sweep, runs=sweep.runs[1:]), console).results
+            ], pruning
+
+
 def _report_history(tracker: Tracker, result: RunResult, pruning: _Pruning) -> None:
     """Seed 0's evaluations from the store, where this process did not watch them (a run
     finished earlier, or run by Ray)."""
@@ -395,26 +437,29 @@ def _report_history(tracker: Tracker, result: RunResult, pruning: _Pruning) -> N
         pruning.report(int(metric.step), float(metric.value))
 
 
-def _prune(study: optuna.Study, trial: Trial, console: Console, pruning: _Pruning) -> None:
-    step = max(pruning.reported)
-    study.tell(trial, state=TrialState.PRUNED)
-    console.print(Text(f"trial {trial.number}: pruned at {step:,} (seed 0 below the median "
-                       "of the trials before it there)"))
-
-
 def run_trials(request: TuneRequest, study: optuna.Study, storage: optuna.storages.RDBStorage,
                console: Console) -> None:
     """Ask, run and tell trials until ``request.trials`` are complete or pruned, counting
-    every process's; a stop in a trial queues its settings again and propagates."""
+    every process's (each process checks the count before it asks, so N processes may end
+    N - 1 trials past it). A stop in a trial queues its settings again and propagates;
+    ``MAX_FAILURES_IN_A_ROW`` failed trials raise ``TrialsFailing``."""
+    failures = 0
     while finished_trials(study) < request.trials:
         requeue_dead_trials(study, storage, console)
         trial = study.ask()
+        _mark_alive(trial)
         study.sampler = _sampler(request, trial.number)
         try:
             _run_trial(request, study, trial, console)
-        except KeyboardInterrupt:
+        except BaseException as stop:  # Ctrl-C, SIGTERM, a launcher or store that failed
             with contextlib.suppress(UpdateFinishedTrialError):  # stopped after its end
-                trial.set_user_attr("error", "stopped by Ctrl-C or SIGTERM")
+                trial.set_user_attr("error", f"stopped: {one_line(stop) or 'Ctrl-C or SIGTERM'}")
                 study.tell(trial, state=TrialState.FAIL)
                 _requeue(study, trial, "stopped")
             raise
+        failed = study.get_trials(deepcopy=False)[trial.number].state == TrialState.FAIL
+        failures = failures + 1 if failed else 0
+        if failures >= MAX_FAILURES_IN_A_ROW:
+            raise TrialsFailing(f"{failures} trials in a row failed (the last: "
+                                f"{study.trials[trial.number].user_attrs.get('error')}): the "
+                                "study stops; tune.md lists the trials")

@@ -167,6 +167,10 @@ def test_bad_grids_are_refused_with_nothing_created(capsys, tmp_path: Path, word
     ("grid:\n  ppo: {learning_rate: [1.0e-3, 0]}", "learning_rate must be > 0"),
     ("per_algo:\n  ppo: {learning_rate: 1.0e-3}\ngrid:\n  ppo: {learning_rate: [1.0e-3]}",
      "gives learning_rate both a value and a grid"),
+    ("grid:\n  frames: [1024, 2048]", "gives frames both a value and a grid"),
+    ("per_env:\n  CartPole-v1:\n    grid:\n      sac: {tua: [0.1]}", "did you mean tau"),
+    ("per_env:\n  Acrobot-v1:\n    grid:\n      ppo: {lerning_rate: [0.1]}",
+     "did you mean learning_rate"),
 ])
 def test_bad_grid_sections_are_refused(capsys, tmp_path: Path, grid: str, message: str) -> None:
     suite = "algos: [ppo]\nenvs: [CartPole-v1]\nframes: 1024\neval_every: 512\n" + grid

@@ -82,6 +82,7 @@ def test_bad_spaces_are_refused(text: str, message: str) -> None:
     (["trials=2", "space=learning_rate=float(0,1e-3)"], "learning_rate must be > 0"),
     (["trials=2", "space=gamma=float(0.9,1.5)"], "gamma must be <= 1"),
     (["trials=2", "space=epochs=float(1,5)"], "is an integer: sample it with int"),
+    ([SPACE, "trials=2", "launcher=slurm"], "on the local pool or Ray"),
     (["trials=2", "space=activation=int(1,5)"], "ppo.activation must be a string, got 1"),
     (["trials=2", "space=activation=choice(tanh,sigmoid)"], "activation must be one of"),
     ([SPACE, "trials=2", "ppo.learning_rate=1e-3"], "is given a value and sampled"),
@@ -129,6 +130,9 @@ def test_the_pruner_reads_seed_zero_and_stops_its_run() -> None:
     finally:
         clear_stop()
     assert sorted(study.trials[-1].intermediate_values) == [256, 512]
+    read_back = _Pruning(study.ask(), in_process=False)  # evaluations from the store
+    read_back.report(512, 10.0)
+    assert read_back.pruned and not stop_requested(), "nothing left to stop"
 
 
 def _trials(out: Path, study: str = "ppo-CartPole-v1") -> list[optuna.trial.FrozenTrial]:
@@ -158,6 +162,7 @@ def test_a_small_study_its_report_and_its_best_configuration(capsys, tmp_path: P
     winner = max(trials, key=lambda t: t.value)
     assert best["per_algo"]["ppo"]["learning_rate"] == winner.params["learning_rate"]
     assert best["per_algo"]["ppo"]["epochs"] == 2, "the command's own settings come along"
+    assert best["per_algo"]["ppo"]["gamma"] == 0.98, "and every resolved hyperparameter"
     assert best["base_seed"] != 0, "fresh seeds"
     sweep = resolve_sweep([f"suite={report / 'best.yaml'}"])
     assert {r.algo_params["clip_epsilon"] for r in sweep.runs} == {
