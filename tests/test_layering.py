@@ -32,7 +32,7 @@ STACK = ("envs", "data", "returns", "modules", "objectives", "collectors")
 # The harness's packages, lowest first; a package imports only from lower ranks (and from
 # itself). Packages of one rank import nothing of each other.
 HARNESS_RANKS = {"render": 0, "signals": 0, "plan": 1, "store": 2, "run": 3, "analysis": 4,
-                 "policy": 4, "datasets": 5, "publish": 5, "regress": 6}
+                 "policy": 4, "datasets": 5, "publish": 5, "tune": 5, "regress": 6}
 # may import any part of the harness
 TOP = {"rlbench", "rlbench.cli", "rlbench.commands", "rlbench.results"}
 
