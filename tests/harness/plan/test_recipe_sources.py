@@ -99,7 +99,9 @@ def test_a_recipe_file_runs_under_the_harness_by_its_stem(project: Path, tmp_pat
     assert f"mean return {first:.6g}" in capsys.readouterr().out
 
 
-@pytest.mark.slow
+# a Ray instance of its own (minutes): nightly; Ray's workers are checked in every CI run by
+# the launcher and cluster tests, and a recipe file by test_a_recipe_file_runs_under_the_harness
+@pytest.mark.nightly
 def test_ray_workers_import_a_recipe_file_again(project: Path, tmp_path: Path,
                                                 ray_local) -> None:
     """Ray's workers find the recipe where the command line named it, and compute what the

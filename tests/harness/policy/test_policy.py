@@ -283,7 +283,9 @@ def test_video_of_a_mujoco_env_renders_headless(tmp_path: Path,
     assert _video_return(out) == pytest.approx(episode_return, rel=1e-5)
 
 
-@pytest.mark.slow  # a 1000-step episode, rendered in software
+# a 1000-step episode rendered in software (minutes): nightly; the MuJoCo and classic videos
+# run in every CI run
+@pytest.mark.nightly
 def test_video_of_a_dm_control_task(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """dm_control frames come from ``physics.render`` at 480x640, one per control step."""
     run_dir = train_run(tmp_path / "out", "algo=td3", "env=dmc:cartpole-balance",

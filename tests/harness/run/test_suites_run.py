@@ -21,7 +21,8 @@ TINY = ["seeds=1", "frames=400", "eval_every=400", "eval_episodes=1",
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("suite", ["classic", "dmc"])
+# dm_control's tasks step slowly even on a tiny budget: nightly; classic in every CI run
+@pytest.mark.parametrize("suite", ["classic", pytest.param("dmc", marks=pytest.mark.nightly)])
 def test_every_pair_of_the_suite_runs(suite: str, tmp_path: Path) -> None:
     if suite == "dmc":
         pytest.importorskip("dm_control", reason="the rlbench[dmc] extra is needed")
