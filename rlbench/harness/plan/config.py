@@ -18,7 +18,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
@@ -392,11 +392,14 @@ def _names(settings: dict[str, Any], key: str) -> list[str]:
 
 def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list[str],
                                   runs: list[RunConfig], eval_envs: dict[str, str],
+                                  unplanned_datasets: Collection[str],
                                   suite_grids: Mapping[str, Mapping[str, list[Any]]]) -> None:
     """Hyperparameters given for an algorithm on an env where nothing runs (``sac.tau=abc``
     with ``algo=ppo``, a suite's ``per_env`` entry for an algorithm that env does not take)
     are checked all the same, each value of a grid too: a typo must not wait for the day
-    its algorithm runs. ``eval_envs`` maps each dataset (source and name) to its eval env."""
+    its algorithm runs. ``eval_envs`` maps each planned dataset (source and name) to its
+    eval env; a suite dataset a filter left out (``unplanned_datasets``) is not read to
+    learn its env, so its entries wait until it is planned."""
     ran = {(run.algo, run.env) for run in runs} | {(run.algo, run.task) for run in runs}
     ran |= {(run.algo, run.dataset) for run in runs if run.offline}
     given = {*overrides.algo_params, *overrides.algo_grids, *suite.per_algo, *suite_grids}
@@ -415,7 +418,12 @@ def _check_unused_hyperparameters(suite: Suite, overrides: Overrides, envs: list
     for env, env_settings in suite.per_env.items():
         _, env_grids = _grid_section(env_settings.get("grid"),
                                      f"suite {suite.name}: per_env {env}.grid")
-        family = env_family(eval_envs.get(env, env))
+        if env in eval_envs:
+            family = env_family(eval_envs[env])
+        elif env in unplanned_datasets:
+            continue  # left out by a filter (algo=ppo): its eval env is not known unread
+        else:
+            family = env_family(env)
         for algo, params in env_settings.items():
             if algo in list_algorithms() and (algo, env) not in ran:
                 if not isinstance(params, dict):
@@ -825,8 +833,9 @@ def resolve_sweep(args: Sequence[str], *, check_here: bool = True) -> SweepConfi
     notes += [f"{p.source} is not made yet: `rlbench run` makes it first (about "
               f"{p.family.minutes} min for its family)" for p in planned.values() if p.family]
     eval_envs = {name: p.env for p in planned.values() for name in (p.source, p.label)}
+    unplanned = {*suite_datasets, *map(dataset_label, suite_datasets)} - eval_envs.keys()
     _check_unused_hyperparameters(suite, overrides, list(action_spaces), runs, eval_envs,
-                                  suite_algo_grids)
+                                  unplanned, suite_algo_grids)
     if not runs:
         named = [f"envs {', '.join(envs)}"] if envs else []
         named += [f"datasets {', '.join(datasets)}"] if datasets else []
