@@ -6,15 +6,18 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint bench clean regress regress-nightly leaderboard
+.PHONY: run test lint bench clean regress regress-nightly leaderboard docs reference-mujoco
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,dmc,bench,video,minari]"
 	touch $(STAMP)
 
+# The main job's runs go side by side, one per core up to the suite's four: each run keeps
+# its one thread, so its numbers are those of a run made alone.
+RUN_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 run: $(STAMP)  ## the main job: `make run ARGS="seeds=3"` passes overrides
-	$(BIN)/rlbench run suite=smoke $(ARGS)
+	$(BIN)/rlbench run suite=smoke jobs=$(RUN_JOBS) $(ARGS)
 
 test: $(STAMP)  ## lint, every test but the benchmarks (learning tests included), the gate
 	$(BIN)/ruff check .
@@ -51,6 +54,16 @@ regress-nightly: $(STAMP)  ## the gate's MuJoCo tier; MINARI_DATASETS_PATH: the 
 	$(BIN)/rlbench regress suite=regress_nightly reference=results/reference/regress_nightly.json \
 		out_dir=$(REGRESS_DIR)/nightly report=$(REGRESS_DIR)/nightly/report jobs=$(JOBS)
 
+# The MuJoCo v5 reference table (results/reference/mujoco_v5_ppo_1m/ and its store): PPO on
+# the five tasks of suite=mujoco at 1M frames, 5 seeds each. The runs are checkpointed, so a
+# sweep stopped part-way resumes exactly when this is run again.
+REFERENCE_RUNS ?= .reference_runs
+reference-mujoco: $(STAMP)  ## PPO on the five MuJoCo v5 tasks at 1M frames, 5 seeds: hours on 2 cores
+	$(BIN)/rlbench run suite=mujoco algo=ppo jobs=$(JOBS) out_dir=$(REFERENCE_RUNS)/mujoco_v5
+	$(BIN)/rlbench compare suite=mujoco algo=ppo frames=1000000 out_dir=$(REFERENCE_RUNS)/mujoco_v5 \
+		output=results/reference/mujoco_v5_ppo_1m
+	gzip -9nc $(REFERENCE_RUNS)/mujoco_v5/mlflow.db > results/reference/store/mujoco_v5.db.gz
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
@@ -66,15 +79,16 @@ nightly: $(STAMP)  ## hostile-input property tests at 10,000 examples each; the 
 		tests/properties $(ARGS)
 	$(BIN)/python -m pytest -m nightly $(ARGS)
 
-# The leaderboard site: rlbench publish over the committed reference stores, unpacked here.
-LEADERBOARD_STORES ?= .leaderboard
-leaderboard: $(STAMP)  ## results/leaderboard/ from results/reference/store/*.db.gz
-	rm -rf $(LEADERBOARD_STORES)
-	mkdir -p $(LEADERBOARD_STORES)/mujoco $(LEADERBOARD_STORES)/offline
-	gunzip -c results/reference/store/mujoco.db.gz > $(LEADERBOARD_STORES)/mujoco/mlflow.db
-	gunzip -c results/reference/store/offline.db.gz > $(LEADERBOARD_STORES)/offline/mlflow.db
-	$(BIN)/rlbench publish out_dir=$(LEADERBOARD_STORES)/mujoco,$(LEADERBOARD_STORES)/offline \
-		output=results/leaderboard
+# The leaderboard of the reference runs, rlbench publish over the committed stores, on its
+# own; `make docs` builds it into the site as leaderboard/.
+leaderboard: $(STAMP)  ## the reference stores' leaderboard in .leaderboard/ (also part of make docs)
+	rm -rf .leaderboard
+	$(BIN)/python -m tools.docs.leaderboard .leaderboard
+
+# The documentation site in site/, opened from disk or served: docs/, the algorithm pages
+# written from the recipes, the API reference, and the leaderboard.
+docs: $(STAMP)  ## the documentation site (mkdocs build --strict) in site/
+	$(BIN)/python -m mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) rlbench_runs .pytest_cache .ruff_cache $(REGRESS_DIR) $(LEADERBOARD_STORES)
+	rm -rf $(VENV) rlbench_runs .pytest_cache .ruff_cache $(REGRESS_DIR) .leaderboard site

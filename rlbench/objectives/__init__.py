@@ -15,7 +15,7 @@ from rlbench.objectives.cql import CQLLoss
 from rlbench.objectives.ddpg import DDPGLoss, TD3Loss
 from rlbench.objectives.dqn import DQNLoss
 from rlbench.objectives.edac import EDACLoss
-from rlbench.objectives.gradient_step import CompiledStep, EagerStep
+from rlbench.objectives.gradient_step import CompiledStep, EagerStep, cpp_compiler
 from rlbench.objectives.iql import IQLLoss
 from rlbench.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from rlbench.objectives.rebrac import ReBRACLoss
@@ -47,6 +47,7 @@ __all__ = [
     "TD3Loss",
     "backward_and_step",
     "bootstrap_discount",
+    "cpp_compiler",
     "first_member",
     "frozen",
     "make_target",

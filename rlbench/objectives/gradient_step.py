@@ -51,6 +51,17 @@ class EagerStep:
         return losses
 
 
+def cpp_compiler() -> str | None:
+    """The C++ compiler ``torch.compile`` builds CPU kernels with, or None where it finds
+    none: a ``CompiledStep`` needs one."""
+    from torch._inductor import cpp_builder, exc  # deferred: Inductor loads only to compile
+
+    try:
+        return cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        return None
+
+
 class CompiledStep:
     """``step(batch, index)``: one Adam step of ``loss_fn`` on ``batch[index]``, compiled.
 
