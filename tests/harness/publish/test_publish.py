@@ -28,6 +28,7 @@ from rlbench.harness.publish.command import MARKER
 from rlbench.harness.publish.data_files import slug
 from rlbench.harness.publish.stores import public_uri
 from tests.harness.publish.site_store import DATASET, HOSTILE, OFFLINE, ONLINE, make_store
+from tools.docs.leaderboard import publish_reference_stores
 
 
 @pytest.fixture(scope="module")
@@ -193,14 +194,17 @@ def test_every_link_stays_inside_the_site(site: Path) -> None:
     assert pages > 40 and links > 500
 
 
-def test_the_committed_leaderboard_travels_and_compares_like_with_like() -> None:
-    """results/leaderboard (``make leaderboard``): self-contained, its stores named without
-    a build path, and each comparison's P(X > Y) among that comparison's entries only."""
-    leaderboard = Path(__file__).resolve().parents[3] / "results" / "leaderboard"
+def test_the_reference_leaderboard_travels_and_compares_like_with_like(
+        tmp_path: Path) -> None:
+    """The reference stores' leaderboard (``make leaderboard``, and the docs site's):
+    self-contained, its stores named without a build path, and each comparison's P(X > Y)
+    among that comparison's entries only."""
+    leaderboard = tmp_path / "site"
+    publish_reference_stores(tmp_path / "stores", leaderboard)
     pages, links = _check_links(leaderboard)
     assert pages > 100 and links > 1000
     index = (leaderboard / "index.html").read_text()
-    assert "<p>From store 1, a local MLflow store" in index and ".leaderboard" not in index
+    assert "<p>From store 1, a local MLflow store" in index and str(tmp_path) not in index
     for suite in (leaderboard / "suites").iterdir():
         page = (suite / "index.html").read_text()
         headings = re.findall(r'<h3 id="comparison-(\d+)">Comparison \1: ([\d,]+) '

@@ -23,6 +23,7 @@ from rlbench.cli import main
 from rlbench.harness.plan import recipe_sources
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.publish.data_files import slug
+from tests.browser import chromium
 from tests.conftest import EXAMPLE_RECIPE, forget_recipes_named_since
 from tests.harness.publish.site_store import make_store
 
@@ -32,19 +33,6 @@ from selenium.webdriver.support.ui import Select  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 ARTIFACTS = Path(os.environ.get("RLBENCH_ARTIFACTS", REPOSITORY / ".artifacts")) / "site"
-
-
-def _browser_paths() -> tuple[str, str] | str:
-    """(chromium, chromedriver), or why they cannot be used."""
-    browser = next((shutil.which(n) for n in ("chromium", "chromium-browser") if
-                    shutil.which(n)), None)
-    driver = shutil.which("chromedriver")
-    if browser is None or driver is None:
-        missing = [name for name, path in (("chromium", browser), ("chromedriver", driver))
-                   if path is None]
-        return (f"{' and '.join(missing)} not installed (apt-get install chromium "
-                "chromium-driver; .ci/run does it when run as root)")
-    return browser, driver
 
 
 @pytest.fixture(scope="module")
@@ -72,18 +60,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    paths = _browser_paths()
-    if isinstance(paths, str):
-        pytest.skip(f"browser tests not run: {paths}")
-    options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
-                     "--window-size=1300,1800", "--allow-file-access-from-files"):
-        options.add_argument(argument)
-    options.binary_location = paths[0]
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=webdriver.ChromeService(paths[1]), options=options)
-    yield driver
-    driver.quit()
+    with chromium() as driver:
+        yield driver
 
 
 def _open(browser, path: Path, shot: str) -> None:
