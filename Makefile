@@ -88,7 +88,7 @@ leaderboard: $(STAMP)  ## the reference stores' leaderboard in .leaderboard/ (al
 # The documentation site in site/, opened from disk or served: docs/, the algorithm pages
 # written from the recipes, the API reference, and the leaderboard.
 docs: $(STAMP)  ## the documentation site (mkdocs build --strict) in site/
-	$(BIN)/python -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) rlbench_runs .pytest_cache .ruff_cache $(REGRESS_DIR) .leaderboard site

@@ -21,9 +21,10 @@ ARTIFACTS = Path(os.environ.get("RLBENCH_ARTIFACTS", REPOSITORY / ".artifacts"))
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     output = tmp_path_factory.mktemp("docs") / "site"
+    # NO_MKDOCS_2_WARNING: mkdocs-material's banner about its successor, not a build warning
     built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
                             str(output)], cwd=REPOSITORY, capture_output=True, text=True,
-                           timeout=900)
+                           timeout=900, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     log = built.stdout + built.stderr
     assert built.returncode == 0, log[-5000:]
     assert "WARNING" not in log, log[-5000:]
@@ -36,7 +37,7 @@ def test_the_site_builds_every_page_and_the_leaderboard(site: Path) -> None:
                  "stack/ppo-loop.html", "keys.html", "api/objectives.html",
                  "leaderboard/index.html"):
         assert (site / page).is_file(), page
-    built = {path.relative_to(site).as_posix() for path in (site / "algorithms").glob("*.html")}
+    built = {path.name for path in (site / "algorithms").glob("*.html")}
     assert built == {f"{Path(name).stem}.html" for name in algorithm_pages()}
     ppo = (site / "algorithms" / "ppo.html").read_text()
     assert "clip_epsilon" in ppo and "rl-baselines3-zoo" in ppo  # a field, a default's source

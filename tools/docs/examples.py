@@ -3,9 +3,9 @@
 A block is marked by an HTML comment on the line before it, which the rendered page hides:
 
 - ``<!-- example: run -->`` (and any ``bash`` or ``python`` block with no mark): run it.
-- ``<!-- example: scale key=value ... -->``: run it with each ``rlbench`` command given those
-  keys (a smaller budget); in Python, a line ending ``# example: scale A -> B`` runs with
-  ``A`` replaced by ``B``.
+- ``<!-- example: scale key=value ... -->``: run it with each ``rlbench run``, ``tune`` and
+  ``regress`` command given those keys (a smaller budget); in Python, a line ending
+  ``# example: scale A -> B`` runs with ``A`` replaced by ``B``.
 - ``<!-- example: check -->``: it cannot run here (a cluster, a download, hours): its
   ``rlbench`` commands are parsed by the commands' own key tables and its Python is
   compiled and every ``rlbench`` name it imports or reaches must exist.
@@ -31,6 +31,7 @@ _MARK = re.compile(r"^<!--\s*example:\s*(\w+)\s*(.*?)\s*-->\s*$")
 _FENCE = re.compile(r"^(`{3,})(\w*)\s*$")
 _SCALE_LINE = re.compile(r"#\s*example:\s*scale\s+(.+?)\s*->\s*(.+?)\s*$")
 RUNNABLE = ("bash", "python")
+SCALED_COMMANDS = ("run", "tune", "regress")
 
 
 @dataclass
@@ -101,18 +102,20 @@ def rlbench_words(line: str) -> list[str] | None:
 
 
 def scaled_shell(text: str, argument: str) -> str:
-    """``text`` with every ``rlbench`` command given the ``key=value`` words of ``argument``
-    (replacing the command's own value of each such key)."""
+    """``text`` with every ``rlbench`` command that runs a budget (``run``, ``tune``,
+    ``regress``) given the ``key=value`` words of ``argument``, in place of the command's own
+    value of each such key; the rest of the line, shell syntax included, is left as written."""
     overrides = shlex.split(argument)
     keys = {word.partition("=")[0] for word in overrides}
     scaled = []
     for line in shell_lines(text):
         words = rlbench_words(line)
-        if words is None:
-            scaled.append(line)
-            continue
-        kept = [word for word in words if word.partition("=")[0] not in keys]
-        scaled.append(shlex.join(["rlbench", *kept, *overrides]))
+        if words and words[0] in SCALED_COMMANDS:
+            code, _, _ = line.partition(" #")
+            for key in keys:
+                code = re.sub(rf"(?<=\s){re.escape(key)}=\S+", "", code)
+            line = " ".join([*code.split(), *(shlex.quote(word) for word in overrides)])
+        scaled.append(line)
     return "\n".join(scaled) + "\n"
 
 
