@@ -131,9 +131,11 @@ def _uninterrupted(suite: Path, tmp_path: Path) -> dict[str, list[tuple[int, flo
 
 
 @pytest.mark.slow
-# dm_control's case (the same resume path as MuJoCo's, its physics slower): nightly
+# nightly: dm_control's case (the same resume path as MuJoCo's, its physics slower), and the
+# offline one (every offline recipe is killed in real processes nightly, and in-process in CI)
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.nightly)
-                                  if case == "dmc" else case for case in sorted(SUITES)])
+                                  if case in ("dmc", "offline") else case
+                                  for case in sorted(SUITES)])
 def test_sigkill_three_times_then_resume_gives_the_uninterrupted_numbers(
         tmp_path: Path, case: str) -> None:
     suite, out = _suite(tmp_path, case), tmp_path / "out"
