@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from rlbench.harness.plan.command_keys import BENCH_TABLE
 from rlbench.harness.regress.paired import Measurement
 from rlbench.harness.regress.paired_gate import judge_measurement
 
@@ -56,15 +57,16 @@ def scratch_clone(source: Path, into: Path, plant: str | None) -> str:
     return head
 
 
-def rejudge(reports: list[Path], delta: float, alpha: float) -> list[dict[str, str]]:
-    """Each kept report's verdicts under ``delta`` and ``alpha``."""
+def rejudge(reports: list[Path], delta: float, min_effect: float, alpha: float
+            ) -> list[dict[str, str]]:
+    """Each kept report's verdicts under ``delta``, ``min_effect`` and ``alpha``."""
     found = []
     for report in reports:
         data = json.loads(report.read_text())
         measurement = Measurement(times=data["times"], pairs=data.get("pairs") or {
             name: [0] * len(t["base"]) for name, t in data["times"].items()})
         found.append({v.name: v.verdict for v in judge_measurement(
-            measurement, delta=delta, alpha=alpha)})
+            measurement, delta=delta, min_effect=min_effect, alpha=alpha)})
     return found
 
 
@@ -84,15 +86,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--busy", action="store_true")
     parser.add_argument("--keep", type=Path, default=None, help="where the reports go")
     parser.add_argument("--rejudge", type=Path, default=None)
-    parser.add_argument("--delta", type=float, default=0.10)
-    parser.add_argument("--alpha", type=float, default=0.05)
+    gate = BENCH_TABLE.defaults
+    parser.add_argument("--delta", type=float, default=gate["delta"])
+    parser.add_argument("--min-effect", type=float, default=gate["min_effect"])
+    parser.add_argument("--alpha", type=float, default=gate["alpha"])
     parser.add_argument("--out", type=Path, default=None)
     options, gate_keys = parser.parse_known_args(argv)
     if options.rejudge is not None:
         reports = sorted(options.rejudge.rglob("*.json"))
-        verdicts = rejudge(reports, options.delta, options.alpha)
+        verdicts = rejudge(reports, options.delta, options.min_effect, options.alpha)
         result = {"reports": str(options.rejudge), "delta": options.delta,
-                  "alpha": options.alpha, "trials": len(verdicts),
+                  "min_effect": options.min_effect, "alpha": options.alpha,
+                  "trials": len(verdicts),
                   "verdicts": summary(verdicts)}
     else:
         result = _run(options, gate_keys)

@@ -225,9 +225,12 @@ BENCH_TABLE = KeyTable("regress bench", (
         kind="int", default=8, low=1, high=32),
     Key("slot", "with base=: seconds of calls per side per round", kind="float",
         default=0.1, low=0.001, high=60),
-    Key("delta", "with base=: the minimal effect, the smallest slowdown that matters (a "
-        "fraction); SLOWER needs more than half of it", kind="float", default=0.10,
-        low=0.001, high=10),
+    Key("delta", "with base=: the slowdown the gate is sized to catch (a fraction): NOISY "
+        "where the measurement would catch it with probability under 0.8", kind="float",
+        default=0.20, low=0.001, high=10),
+    Key("min_effect", "with base=: the minimal effect (a fraction): SLOWER needs a "
+        "significant slowdown larger than this, FASTER a speed-up alike; below delta",
+        kind="float", default=0.05, low=0.0001, high=10),
     Key("alpha", "with base=: the family-wise false-alarm rate over the benchmarks",
         kind="float", default=0.05, low=1e-6, high=0.5),
     Key("tests", "with base=: where the benchmarks are, relative to the repository's top",

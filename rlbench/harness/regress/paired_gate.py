@@ -2,12 +2,14 @@
 
     rlbench regress bench base=<git revision or a file naming one> [rounds=32] [processes=8]
         [slot=0.1]
-        [delta=0.10] [alpha=0.05] [tests=tests/bench] [marker=throughput_gate] [report=DIR]
+        [delta=0.20] [min_effect=0.05] [alpha=0.05] [tests=tests/bench]
+        [marker=throughput_gate] [report=DIR]
 
 No stored time is compared: the base commit's benchmarks and this checkout's run on this
 machine in the same minutes, interleaved (``paired.py``), and each benchmark is judged on
 its rounds' paired ratios (``paired_statistics.py``): SLOWER, FASTER, PASS, or NOISY when
-the rounds could not have caught a slowdown of ``delta``. So the gate judges on any
+the rounds could not have caught a slowdown of ``delta``; SLOWER needs more than
+``min_effect``. So the gate judges on any
 machine, a drifting 2-core VM included, without a reference made on one like it.
 
 The base is the commit whose speed is accepted; ``base=`` may name a file that holds it
@@ -77,8 +79,8 @@ def read_base(text: str) -> tuple[str, Path | None]:
     return words[0], path
 
 
-def judge_measurement(measurement: Measurement, *, delta: float, alpha: float
-                      ) -> list[PairedVerdict]:
+def judge_measurement(measurement: Measurement, *, delta: float, min_effect: float,
+                      alpha: float) -> list[PairedVerdict]:
     """A verdict per benchmark timed on both sides, at ``alpha`` shared among them: the
     pairs of processes are the units where there were several, else the rounds."""
     judged = sorted(measurement.times)
@@ -89,9 +91,11 @@ def judge_measurement(measurement: Measurement, *, delta: float, alpha: float
         base, candidate = np.array(times["base"]), np.array(times["candidate"])
         if len(set(pairs)) > 1:
             verdicts.append(judge_processes(name, base, candidate, np.array(pairs),
-                                            delta=delta, alpha=level))
+                                            delta=delta, min_effect=min_effect,
+                                            alpha=level))
         else:
-            verdicts.append(judge_pairs(name, base, candidate, delta=delta, alpha=level))
+            verdicts.append(judge_pairs(name, base, candidate, delta=delta,
+                                        min_effect=min_effect, alpha=level))
     return verdicts
 
 
@@ -110,8 +114,8 @@ def _needs(verdict: PairedVerdict) -> str:
 
 
 def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str,
-           candidate: str, base_file: Path | None, delta: float, alpha: float,
-           processes: int, seconds: float) -> TextTable:
+           candidate: str, base_file: Path | None, delta: float, min_effect: float,
+           alpha: float, processes: int, seconds: float) -> TextTable:
     rows = [[v.name, f"{v.base_seconds * 1e3:.4g}", f"{v.candidate_seconds * 1e3:.4g}",
              _ratio(v), f"{v.detectable:.1%}", _needs(v), v.verdict] for v in verdicts]
     for label in ("candidate", "base"):
@@ -135,7 +139,7 @@ def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str
          if processes > 1 else
          "SLOWER: a one-sided Wilcoxon signed-rank test of the rounds' log-ratios")
         + f", at {alpha:g} over the {len(verdicts)} benchmarks (Bonferroni), and a slowdown "
-        f"of more than half the minimal effect of {delta:.0%}; FASTER alike. Detectable: "
+        f"of more than the minimal effect of {min_effect:.0%}; FASTER alike. Detectable: "
         f"the smallest slowdown this measurement catches with probability {POWER}; NOISY "
         f"where that is over {delta:.0%}, with what would catch it.",
     ]
@@ -156,6 +160,10 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
     if words["update"]:
         raise ConfigError("update=true stores a candidate run as a reference; with base= "
                           "the reference is the base commit: move it instead")
+    if words["min_effect"] >= words["delta"]:
+        raise ConfigError(f"min_effect ({words['min_effect']:g}) must be below delta "
+                          f"({words['delta']:g}): the gate is sized to catch delta and flags "
+                          "what exceeds min_effect")
     report = words["report"]
     if report is not None:
         check_out_dir(report, "report")
@@ -195,9 +203,11 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
     if not measurement.times and not measurement.failed:
         raise ConfigError(f"no benchmark marked {words['marker']} under {tests} ran on both "
                           "sides")
-    verdicts = judge_measurement(measurement, delta=words["delta"], alpha=words["alpha"])
+    verdicts = judge_measurement(measurement, delta=words["delta"],
+                                 min_effect=words["min_effect"], alpha=words["alpha"])
     table = _table(verdicts, measurement, base=base, candidate=candidate,
-                   base_file=base_file, delta=words["delta"], alpha=words["alpha"],
+                   base_file=base_file, delta=words["delta"],
+                   min_effect=words["min_effect"], alpha=words["alpha"],
                    processes=words["processes"], seconds=seconds)
     console.print(to_rich(table))
     candidate_failed = measurement.failed.get("candidate", {})
@@ -211,7 +221,8 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
             "regress_bench.md": to_markdown(table),
             "regress_bench.json": json.dumps({
                 "base": base, "candidate": candidate, "delta": words["delta"],
-                "alpha": words["alpha"], "rounds": words["rounds"],
+                "min_effect": words["min_effect"], "alpha": words["alpha"],
+                "rounds": words["rounds"],
                 "processes": words["processes"], "slot": words["slot"],
                 "seconds": seconds, "verdicts": [v.to_dict() for v in verdicts],
                 "times": measurement.times, "pairs": measurement.pairs,

@@ -4,23 +4,28 @@ Each round times a benchmark once on the base and once on the candidate, one rig
 the other on one machine, and gives ``d = log(candidate time / base time)``. The machine's
 drift over minutes (another process, a clock that changes) moves both times of a round
 alike and cancels in ``d``; what is left is the change and the noise of a fraction of a
-second. With ``m`` benchmarks judged at the family-wise level ``alpha`` and the minimal
-effect ``delta`` (a fractional slowdown, 0.10 for 10%):
+second. With ``m`` benchmarks judged at the family-wise level ``alpha``, the slowdown
+``delta`` the gate is sized to catch and the minimal effect ``min_effect`` (fractions:
+0.20 for 20%):
 
 - **SLOWER** when the one-sided exact Wilcoxon signed-rank test finds the ``d`` centred
   above 0 (p < alpha / m, Bonferroni) *and* the Hodges-Lehmann estimate of the slowdown
-  (the median of the Walsh averages of ``d``) is more than half the minimal effect, as the
-  learning gate asks for half of its delta: a tiny but significant difference (a process's
-  memory layout, many rounds) does not fail a build. **FASTER** symmetrically.
+  (the median of the Walsh averages of ``d``) is more than ``min_effect``: a tiny but
+  significant difference (a process's memory layout, many rounds) does not fail a build.
+  **FASTER** symmetrically.
 - **NOISY** when neither holds and the rounds could not have caught a slowdown of
   ``delta`` with probability ``POWER``; the report gives the rounds that would.
 - **PASS** otherwise.
+
+``delta`` and ``min_effect`` are two numbers because a noisy machine separates them: a
+slowdown between the two is flagged when the rounds are quiet enough to show it, and a
+measurement that could not even show ``delta`` says so instead of passing.
 
 Power is a normal approximation with the ``d``'s robust scale taken as the true one: the
 Hodges-Lehmann estimate has standard error ``sigma * sqrt(pi / (3 n))`` for normal ``d``,
 the test rejects about where the estimate exceeds ``z(1 - alpha/m) * se``, so a true
 slowdown ``D`` is flagged with probability ``POWER`` when
-``D >= max(half delta, z_crit * se) + z(POWER) * se``.
+``D >= max(min_effect, z_crit * se) + z(POWER) * se``.
 """
 
 from __future__ import annotations
@@ -137,6 +142,14 @@ class PairedVerdict:
         return asdict(self)
 
 
+def _effects(delta: float, min_effect: float) -> tuple[float, float]:
+    """``delta`` and ``min_effect`` as log-ratios; the minimal effect must be the smaller."""
+    if not 0 < min_effect < delta:
+        raise ValueError(f"min_effect must be above 0 and below delta ({delta:g}), got "
+                         f"{min_effect:g}")
+    return math.log1p(delta), math.log1p(min_effect)
+
+
 def _decide(centre: float, p_slower: float, p_faster: float, alpha: float, bar: float,
             detectable: float, effect: float) -> str:
     if p_slower < alpha and centre > bar:
@@ -168,19 +181,19 @@ def _times(base: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def judge_pairs(name: str, base: np.ndarray, candidate: np.ndarray, *, delta: float,
-                alpha: float) -> PairedVerdict:
+                min_effect: float, alpha: float) -> PairedVerdict:
     """Judge one benchmark from its rounds' times (``base[i]`` and ``candidate[i]`` timed
     in round ``i``, all in one process per side) at level ``alpha`` (already divided among
-    the benchmarks) and minimal effect ``delta`` (a fractional slowdown): the rounds are the
-    units, Wilcoxon's test on their log-ratios."""
+    the benchmarks), sized to catch ``delta`` and flagging more than ``min_effect``
+    (fractional slowdowns): the rounds are the units, Wilcoxon's test on their
+    log-ratios."""
     base, candidate = _times(base, candidate)
     d = np.log(candidate / base)
     n = d.size
     centre = hodges_lehmann(d)
     low, high = _interval(d, 0.95)
     p_slower, p_faster = wilcoxon_greater(d), wilcoxon_greater(-d)
-    effect = math.log1p(delta)
-    bar = effect / 2
+    effect, bar = _effects(delta, min_effect)
     sigma = robust_scale(d)
     se = sigma * math.sqrt(math.pi / (3 * n))
     z_crit, z_power = _NORMAL.inv_cdf(1 - alpha), _NORMAL.inv_cdf(POWER)
@@ -205,7 +218,7 @@ def _t_detectable(se: float, pairs: int, alpha: float, bar: float) -> float:
 
 
 def judge_processes(name: str, base: np.ndarray, candidate: np.ndarray, pairs: np.ndarray,
-                    *, delta: float, alpha: float) -> PairedVerdict:
+                    *, delta: float, min_effect: float, alpha: float) -> PairedVerdict:
     """Judge one benchmark whose rounds ran in several pairs of processes (``pairs[i]``,
     the pair of round ``i``): the pairs are the units. Each pair's slowdown is the
     Hodges-Lehmann centre of its rounds' log-ratios; a one-sided t-test on the pairs'
@@ -228,8 +241,7 @@ def judge_processes(name: str, base: np.ndarray, candidate: np.ndarray, pairs: n
     else:
         p_slower, p_faster = float(centre <= 0), float(centre >= 0)
     half_width = stats.t.ppf(0.975, k - 1) * se
-    effect = math.log1p(delta)
-    bar = effect / 2
+    effect, bar = _effects(delta, min_effect)
     detectable = _t_detectable(se, k, alpha, bar)
     needed = None
     if detectable > effect:

@@ -225,6 +225,7 @@ def test_a_base_without_the_benchmarks_or_a_module_that_does_not_import(
     (None, ["base=HEAD", "update=true"], "update=true stores a candidate run"),
     (None, ["base=HEAD", "rounds=1"], "rounds must be between 2 and 1,000"),
     (None, ["base=HEAD", "delta=0"], "delta must be"),
+    (None, ["base=HEAD", "min_effect=0.2"], "min_effect (0.2) must be below delta (0.2)"),
 ])
 def test_bad_input_is_refused_before_anything_runs(repo: Path, tmp_path: Path, capsys,
                                                     setup: str | None, words: list[str],
