@@ -56,13 +56,18 @@ regress-nightly: $(STAMP)  ## the gate's MuJoCo tier; MINARI_DATASETS_PATH: the 
 
 # The MuJoCo v5 reference table (results/reference/mujoco_v5_ppo_1m/ and its store): PPO on
 # the five tasks of suite=mujoco at 1M frames, 5 seeds each. The runs are checkpointed, so a
-# sweep stopped part-way resumes exactly when this is run again.
+# sweep stopped part-way resumes exactly when this is run again; a checkout without the
+# sweep's directory starts from the committed store, whose finished runs are not run again.
 REFERENCE_RUNS ?= .reference_runs
+REFERENCE_STORE := results/reference/store/mujoco_v5.db.gz
 reference-mujoco: $(STAMP)  ## PPO on the five MuJoCo v5 tasks at 1M frames, 5 seeds: hours on 2 cores
+	test -f $(REFERENCE_RUNS)/mujoco_v5/mlflow.db || ! test -f $(REFERENCE_STORE) || \
+		{ mkdir -p $(REFERENCE_RUNS)/mujoco_v5 && \
+		  gunzip -c $(REFERENCE_STORE) > $(REFERENCE_RUNS)/mujoco_v5/mlflow.db; }
 	$(BIN)/rlbench run suite=mujoco algo=ppo jobs=$(JOBS) out_dir=$(REFERENCE_RUNS)/mujoco_v5
 	$(BIN)/rlbench compare suite=mujoco algo=ppo frames=1000000 out_dir=$(REFERENCE_RUNS)/mujoco_v5 \
 		output=results/reference/mujoco_v5_ppo_1m
-	gzip -9nc $(REFERENCE_RUNS)/mujoco_v5/mlflow.db > results/reference/store/mujoco_v5.db.gz
+	gzip -9nc $(REFERENCE_RUNS)/mujoco_v5/mlflow.db > $(REFERENCE_STORE)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -110,7 +110,8 @@ def main(argv: list[str]) -> int:
 
 def _run(options: argparse.Namespace, gate_keys: list[str]) -> dict:
     source = Path(_git(Path.cwd(), "rev-parse", "--show-toplevel"))
-    keep = options.keep or Path(tempfile.mkdtemp(prefix="rlbench-trials-"))
+    # absolute: the trials run in the scratch clone, and their reports must outlive it
+    keep = (options.keep or Path(tempfile.mkdtemp(prefix="rlbench-trials-"))).resolve()
     keep.mkdir(parents=True, exist_ok=True)
     rlbench = Path(sys.executable).with_name("rlbench")
     busy = None
