@@ -36,6 +36,7 @@ from rlbench.harness.analysis.comparison import (
     Group,
     compare,
     load_runs,
+    short_numbers,
     stored_algorithms,
 )
 from rlbench.harness.analysis.comparison_data import groups_frame, runs_frame, to_json
@@ -241,7 +242,8 @@ def _study_table(suite: str, study: SettingStudy, words: dict[str, str]) -> Text
         title=f"{suite}: sensitivity of {study.algo} to {study.setting}",
         headers=[words["task"], words["budget"], *(["other settings"] if others else []),
                  study.setting, "seeds", "IQM [95% bootstrap CI]", "mean [95% t-CI]"],
-        rows=[[p.env, f"{p.budget:,}", *([p.others] if others else []), p.value,
+        rows=[[p.env, f"{p.budget:,}", *([short_numbers(p.others)] if others else []),
+               short_numbers(p.value),
                _seeds_cell(p.summary.group), _ci(p.summary.iqm, 1), _ci(p.summary.mean_ci, 1)]
               for p in study.points],
         notes=[f"each row is one config of {study.algo}: the final deterministic eval "

@@ -12,6 +12,7 @@ probability that one beats the other. Every bootstrap draws from a generator see
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,8 +48,8 @@ from rlbench.harness.store import results
 from rlbench.harness.store.results import RUN_COLUMNS, SEED_PARAMS, budget_unit, latest_attempts
 
 __all__ = ["MIN_BOOTSTRAP_SEEDS", "Comparison", "Group", "GroupSummary", "Improvement",
-           "RunRecord", "compare", "group_runs", "load_runs", "stored_algorithms",
-           "summarize_group"]
+           "RunRecord", "compare", "group_runs", "load_runs", "short_numbers",
+           "stored_algorithms", "summarize_group"]
 
 _SEED_PARAMS = SEED_PARAMS
 # Below this many seeds a percentile bootstrap "95%" CI covers far less than 95%: in
@@ -250,7 +251,17 @@ def _label_part(param: str, value: str) -> str:
         return f"data={value[:7]}"
     if param == "code":  # the fingerprint of the code the run executes
         return f"code={value[:7]}"
-    return f"{_short(param)}={value}"
+    return f"{_short(param)}={short_numbers(value)}"
+
+
+_LONG_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d{5,}(?:[eE][-+]?\d+)?(?![\w.])")
+
+
+def short_numbers(text: str) -> str:
+    """Each decimal number of more than 4 significant digits in ``text`` (a value a study
+    drew) to 4; two configs whose labels then read alike get their keys added, as configs
+    alike in every param do."""
+    return _LONG_NUMBER.sub(lambda match: f"{float(match[0]):.4g}", text)
 
 
 def _config_labels(groups: Sequence[Group], records: Sequence[RunRecord]) -> list[str]:

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
 from rlbench.harness.analysis.compare import build_tables, write_report
-from rlbench.harness.analysis.comparison import compare, load_runs
+from rlbench.harness.analysis.comparison import compare, load_runs, short_numbers
 from rlbench.harness.analysis.sensitivity import setting_studies
 from rlbench.harness.store.uri import tracking_uri
 
@@ -117,3 +117,29 @@ def test_a_grid_runs_each_point_once_and_compare_draws_it(tmp_path: Path, capsys
     text = (report / "compare.md").read_text()
     assert "sensitivity of ppo to learning_rate" in text
     assert (report / "sensitivity-ppo-learning_rate.png").stat().st_size > 0
+
+
+def test_drawn_values_read_to_4_digits_and_labels_alike_after_it_keep_apart(
+        tmp_path: Path) -> None:
+    assert short_numbers("clip_epsilon=0.21815754401270204,epochs=19") == (
+        "clip_epsilon=0.2182,epochs=19")
+    assert short_numbers("0.0006866460863008692") == "0.0006866"
+    assert short_numbers("lr=1.2345678e-05") == "lr=1.235e-05"
+    for kept in ("0.001", "1e-05", "123456", "[64,64]", "v1.23456", "0.2"):
+        assert short_numbers(kept) == kept
+    client = MlflowClient(tracking_uri(tmp_path))
+    experiment = client.create_experiment("unit")
+    for rate, final in (("0.00031234567", 10.0), ("0.00031234999", 20.0),
+                        ("0.001", 30.0)):
+        run = client.create_run(experiment, run_name="ppo/CartPole-v1/seed0", tags={
+            "kind": "run", "suite": "unit", "algorithm": "ppo", "env": "CartPole-v1",
+            "seed": "0", "config_hash": f"cfg-{rate}"})
+        for key, value in (("frames", "1000"), ("algo_params.learning_rate", rate)):
+            client.log_param(run.info.run_id, key, value)
+        client.log_batch(run.info.run_id, metrics=[Metric("eval/return_mean", final, 0, 1000)])
+        client.set_terminated(run.info.run_id, "FINISHED")
+    labels = sorted(s.group.label for s in _comparison(tmp_path).summaries)
+    assert labels[2] == "ppo[learning_rate=0.001]"
+    # the two drawn rates read alike to 4 digits: each label gets its config's key
+    assert labels[0].startswith("ppo[learning_rate=0.0003123] #")
+    assert labels[1].startswith("ppo[learning_rate=0.0003123] #") and labels[0] != labels[1]
