@@ -221,7 +221,7 @@ BENCH_TABLE = KeyTable("regress bench", (
         "side", kind="int", default=32, low=2, high=1_000),
     Key("processes", "with base=: pytest processes per side, taking the rounds in turn; "
         "the pairs of processes are what the test counts (a process's memory layout moves a "
-        "benchmark's speed for as long as it lives); 1: the rounds are",
+        "benchmark's speed for as long as it lives); 1: the rounds are, under Wilcoxon's test",
         kind="int", default=8, low=1, high=32),
     Key("slot", "with base=: seconds of calls per side per round", kind="float",
         default=0.1, low=0.001, high=60),
