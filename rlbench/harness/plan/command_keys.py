@@ -211,7 +211,9 @@ REGRESS_TABLE = KeyTable("regress", (
     Key("report", "a directory: regress.md, regress.json and regress.xml (JUnit)",
         kind="path", shown_default="<out_dir>/regress-report"),
     Key("bootstrap_seed", "the bootstrap's seed", kind="int", default=0, high=2**32 - 1),
-), what="regress key")
+), what="regress key", more=(
+    "It also takes the keys of `rlbench run` that shape the candidate runs (`seeds=`, "
+    "`base_seed=`, `jobs=`, `algo=`, `<algo>.<field>=`, ...)."))
 
 BENCH_TABLE = KeyTable("regress bench", (
     Key("base", "the commit whose speed is accepted: a git revision, or a file that names "
@@ -317,7 +319,9 @@ TUNE_TABLE = KeyTable("tune", (
         shown_default="<out_dir>/tune/<study>"),
     Key("out_dir", "the store and the runs' files; MLFLOW_TRACKING_URI overrides its store",
         default="rlbench_runs"),
-))
+), more=("It also takes the keys of `rlbench run` that shape a run (`frames=`, `steps=`, "
+         "`eval_every=`, `jobs=`, `launcher=`, `<algo>.<field>=`, ...): every trial runs "
+         "with them."))
 
 TABLES = (RUN_TABLE, COMPARE_TABLE, PUBLISH_TABLE, REGRESS_TABLE, BENCH_TABLE, EVAL_TABLE,
           MAKE_TABLE, TUNE_TABLE)

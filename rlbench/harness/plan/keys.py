@@ -207,6 +207,7 @@ class KeyTable:
     command: str  # as typed: ``regress bench``
     keys: tuple[Key, ...]
     what: str = ""  # what an unknown key is called in errors; default ``<command> key``
+    more: str = ""  # what else the command takes, said under its table in the docs
 
     def __post_init__(self) -> None:
         names = [name for key in self.keys for name in (key.name, *key.aliases)]
@@ -296,6 +297,8 @@ class KeyTable:
             rows.append(" | ".join([
                 f"| `{key.shown}`", ", ".join(f"`{a}`" for a in key.aliases), _cell(value),
                 "required" if key.required else _cell(default), _cell(key.help)]) + " |")
+        if self.more:
+            rows += ["", self.more]
         return "\n".join(rows) + "\n"
 
 
