@@ -59,7 +59,7 @@ regress-nightly: $(STAMP)  ## the gate's MuJoCo tier; MINARI_DATASETS_PATH: the 
 # sweep stopped part-way resumes exactly when this is run again; a checkout without the
 # sweep's directory starts from the committed store, whose finished runs are not run again.
 REFERENCE_RUNS ?= .reference_runs
-REFERENCE_STORE := results/reference/store/mujoco_v5.db.gz
+REFERENCE_STORE := results/reference/mujoco_v5_ppo_1m/store.db.gz
 reference-mujoco: $(STAMP)  ## PPO on the five MuJoCo v5 tasks at 1M frames, 5 seeds: hours on 2 cores
 	test -f $(REFERENCE_RUNS)/mujoco_v5/mlflow.db || ! test -f $(REFERENCE_STORE) || \
 		{ mkdir -p $(REFERENCE_RUNS)/mujoco_v5 && \
