@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint bench clean regress regress-nightly leaderboard docs reference-mujoco
+.PHONY: run test lint bench clean regress regress-nightly leaderboard docs reference-mujoco \
+	reference-offline
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,16 +59,59 @@ regress-nightly: $(STAMP)  ## the gate's MuJoCo tier; MINARI_DATASETS_PATH: the 
 # the five tasks of suite=mujoco at 1M frames, 5 seeds each. The runs are checkpointed, so a
 # sweep stopped part-way resumes exactly when this is run again; a checkout without the
 # sweep's directory starts from the committed store, whose finished runs are not run again.
+# REFERENCE_FROM=scratch runs all 25 again in a directory of their own and writes the
+# report and the store from those runs alone. Stop it with Ctrl-C, or SIGTERM to the
+# rlbench process: make does not pass SIGTERM on to the command it runs.
 REFERENCE_RUNS ?= .reference_runs
-REFERENCE_STORE := results/reference/mujoco_v5_ppo_1m/store.db.gz
+REFERENCE_STORE := results/reference/store/mujoco_v5.db.gz
+REFERENCE_FROM ?= store
+ifeq ($(filter store scratch,$(REFERENCE_FROM)),)
+$(error REFERENCE_FROM is store or scratch, not '$(REFERENCE_FROM)')
+endif
+REFERENCE_OUT := $(REFERENCE_RUNS)/mujoco_v5$(if $(filter scratch,$(REFERENCE_FROM)),_scratch)
 reference-mujoco: $(STAMP)  ## PPO on the five MuJoCo v5 tasks at 1M frames, 5 seeds: hours on 2 cores
-	test -f $(REFERENCE_RUNS)/mujoco_v5/mlflow.db || ! test -f $(REFERENCE_STORE) || \
-		{ mkdir -p $(REFERENCE_RUNS)/mujoco_v5 && \
-		  gunzip -c $(REFERENCE_STORE) > $(REFERENCE_RUNS)/mujoco_v5/mlflow.db; }
-	$(BIN)/rlbench run suite=mujoco algo=ppo jobs=$(JOBS) out_dir=$(REFERENCE_RUNS)/mujoco_v5
-	$(BIN)/rlbench compare suite=mujoco algo=ppo frames=1000000 out_dir=$(REFERENCE_RUNS)/mujoco_v5 \
+	test $(REFERENCE_FROM) = scratch || test -f $(REFERENCE_OUT)/mlflow.db || \
+		{ mkdir -p $(REFERENCE_OUT) && gunzip -c $(REFERENCE_STORE) > $(REFERENCE_OUT)/mlflow.db; }
+	$(BIN)/rlbench run suite=mujoco algo=ppo jobs=$(JOBS) out_dir=$(REFERENCE_OUT)
+	$(BIN)/rlbench compare suite=mujoco algo=ppo frames=1000000 out_dir=$(REFERENCE_OUT) \
 		output=results/reference/mujoco_v5_ppo_1m
-	gzip -9nc $(REFERENCE_RUNS)/mujoco_v5/mlflow.db > $(REFERENCE_STORE)
+	gzip -9nc $(REFERENCE_OUT)/mlflow.db > $(REFERENCE_STORE)
+
+# The offline reference table (results/reference/offline_hopper_100k/ and its store): bc,
+# td3_bc, iql and rebrac on the Hopper-v5 datasets made here (medium, medium-replay,
+# medium-expert), 100k gradient steps, 3 seeds each, then d3rlpy 2.8.1 on the same grid with
+# the same hyperparameters, transitions and evaluation. Datasets not made yet are made first
+# (results/reference/hopper_datasets/README.md: a 300k-frame SAC run, about an hour on 2
+# cores, then rlbench dataset make). Our runs are checkpointed and resume where they stopped;
+# a stopped d3rlpy run starts again; a checkout without the runs' directory starts from the
+# committed store, whose finished runs are not run again. JOBS processes of each
+# library; d3rlpy's environment (.d3rlpy-venv) is made before they start.
+OFFLINE_DATASETS := $(REFERENCE_RUNS)/hopper_datasets
+OFFLINE_OUT := $(REFERENCE_RUNS)/offline_hopper_100k
+OFFLINE_STORE := results/reference/store/offline_hopper_100k.db.gz
+OFFLINE_GRID := suite=offline algo=bc,td3_bc,iql,rebrac steps=100000 eval_every=10000
+HOPPER_SAC := $(REFERENCE_RUNS)/hopper_sac
+reference-offline: $(STAMP)  ## bc, td3_bc, iql, rebrac and d3rlpy on the Hopper-v5 datasets, 100k steps: many hours on 2 cores
+	test -d $(OFFLINE_DATASETS)/minari/rlbench/hopper/medium-expert-v0 || { \
+		$(BIN)/rlbench run suite=mujoco algo=sac env=Hopper-v5 seeds=1 frames=300000 \
+			eval_every=20000 save_snapshots=true save_transitions=true sac.onednn=false \
+			out_dir=$(HOPPER_SAC) && \
+		$(BIN)/rlbench dataset make policy=$$(ls -d $(HOPPER_SAC)/runs/mujoco/sac-Hopper-v5-seed0-*) \
+			quality=random,medium,expert,medium-replay,medium-expert steps=100000 \
+			out=$(OFFLINE_DATASETS); }
+	test -f $(OFFLINE_OUT)/mlflow.db || ! test -f $(OFFLINE_STORE) || \
+		{ mkdir -p $(OFFLINE_OUT) && gunzip -c $(OFFLINE_STORE) > $(OFFLINE_OUT)/mlflow.db; }
+	MINARI_DATASETS_PATH=$(CURDIR)/$(OFFLINE_DATASETS)/minari \
+		$(BIN)/rlbench run $(OFFLINE_GRID) jobs=$(JOBS) out_dir=$(OFFLINE_OUT)
+	$(BIN)/python -c 'from tools.peers.d3rlpy_reference import peer_python; peer_python()'
+	MINARI_DATASETS_PATH=$(CURDIR)/$(OFFLINE_DATASETS)/minari; export MINARI_DATASETS_PATH; \
+	pids=; for i in $$(seq $(JOBS)); do \
+		$(BIN)/python -m tools.peers.d3rlpy_reference $(OFFLINE_GRID) out_dir=$(OFFLINE_OUT) & \
+		pids="$$pids $$!"; sleep 5; done; \
+	status=0; for pid in $$pids; do wait $$pid || status=$$?; done; exit $$status
+	$(BIN)/rlbench compare suite=offline steps=100000 out_dir=$(OFFLINE_OUT) \
+		output=results/reference/offline_hopper_100k
+	gzip -9nc $(OFFLINE_OUT)/mlflow.db > $(OFFLINE_STORE)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

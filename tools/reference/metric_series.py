@@ -3,6 +3,10 @@
     python -m tools.reference.metric_series dump before.json     # on the old code
     python -m tools.reference.metric_series dump after.json      # on the new code
     python -m tools.reference.metric_series diff before.json after.json
+    python -m tools.reference.metric_series stored <out_dir> <run name> run.json
+
+``stored`` writes the series of one run already in a store (its latest finished attempt):
+a reference run rerun into another store is diffed against the one committed.
 
 Each config is small (a few seconds) but goes through every branch its recipe has for the
 options given (normalisation, gSDE, OU noise, discrete SAC, double dueling n-step DQN). The
@@ -66,9 +70,19 @@ def series(words: list[str], out: Path) -> dict[str, list[list[float]]]:
     """Run ``words`` into ``out``; its metric series but the wall-clock ones."""
     if main(["run", *words, f"out_dir={out}"]) != 0:
         raise SystemExit(f"{' '.join(words)}: the run failed")
+    return stored_series(out, "tags.kind = 'run'")
+
+
+def stored_series(out: Path, search: str) -> dict[str, list[list[float]]]:
+    """The metric series but the wall-clock ones of the latest finished run of the store in
+    ``out`` that MLflow's ``search`` filter finds."""
     client = rlbench.results.open_store(out)
-    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                                "tags.kind = 'run'")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              f"{search} and attributes.status = 'FINISHED'",
+                              order_by=["attributes.start_time DESC"])
+    if not runs:
+        raise SystemExit(f"{out}: no finished run where {search}")
+    run = runs[0]
     return {key: [[m.step, m.value] for m in sorted(
                 client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
             for key in sorted(run.data.metrics) if key not in WALL_CLOCK}
@@ -111,6 +125,10 @@ def diff(before: Path, after: Path) -> int:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "dump":
         dump(Path(sys.argv[2]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "stored":
+        found = {sys.argv[3]: stored_series(Path(sys.argv[2]),
+                                            f"attributes.run_name = '{sys.argv[3]}'")}
+        Path(sys.argv[4]).write_text(json.dumps(found, indent=1))
     elif len(sys.argv) == 4 and sys.argv[1] == "diff":
         sys.exit(diff(Path(sys.argv[2]), Path(sys.argv[3])))
     else:

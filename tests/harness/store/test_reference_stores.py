@@ -1,7 +1,7 @@
-"""The committed reference stores, written by rlbench 0.1.0 to 0.3.0 (the identity in the
-tag ``config_hash``; the later offline runs with a ``config_identity`` tag too), read as
-the reports committed beside them were made from them: the same runs, the same identities,
-the same config groups."""
+"""The committed reference stores, read as the reports committed beside them were made from
+them: the same runs, the same identities, the same config groups. The older stores were
+written by rlbench 0.1.0 to 0.3.0 (the identity in the tag ``config_hash``; the later
+offline runs with a ``config_identity`` tag too), the MuJoCo v5 table's by 0.4.0."""
 
 from __future__ import annotations
 
@@ -17,10 +17,9 @@ import rlbench.results
 from tools.docs.leaderboard import publish_reference_stores
 
 RESULTS = Path(__file__).resolve().parents[3] / "results"
-STORES = ("mujoco", "offline")  # results/reference/store/<name>.db.gz, suite <name>
-# the stores of reference sweeps under way, beside their reports and out of the leaderboard
-# until they are whole: name -> (file under results/reference, suite)
-SWEEPS = {"mujoco_v5": ("mujoco_v5_ppo_1m/store.db.gz", "mujoco")}
+# results/reference/store/<name>.db.gz -> the suite its runs ran in
+STORES = {"mujoco": "mujoco", "offline": "offline", "mujoco_v5": "mujoco"}
+OLDER = ("mujoco", "offline")  # identities in the tag config_hash
 
 
 def _unpack(packed_path: Path, out: Path) -> Path:
@@ -39,19 +38,8 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def loaded(stores: dict[str, Path]) -> pd.DataFrame:
     """Every run ``rlbench.results.load`` gives of the reference stores."""
-    return pd.concat([rlbench.results.load(stores[name], suite=name) for name in STORES],
-                     ignore_index=True)
-
-
-@pytest.fixture(scope="module")
-def sweeping(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    """Every run ``rlbench.results.load`` gives of the stores of sweeps under way."""
-    frames = [rlbench.results.load(_unpack(RESULTS / "reference" / file,
-                                           tmp_path_factory.mktemp(name)), suite=suite)
-              for name, (file, suite) in SWEEPS.items()
-              if (RESULTS / "reference" / file).exists()]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["run_id", "config"])
+    return pd.concat([rlbench.results.load(stores[name], suite=suite)
+                      for name, suite in STORES.items()], ignore_index=True)
 
 
 def _tag(out_dir: Path, key: str) -> dict[str, str]:
@@ -61,7 +49,12 @@ def _tag(out_dir: Path, key: str) -> dict[str, str]:
                                        (key,)).fetchall())
 
 
-@pytest.mark.parametrize("name", STORES)
+def test_the_committed_stores_are_every_store_there_is() -> None:
+    assert {path.name.removesuffix(".db.gz") for path in
+            (RESULTS / "reference" / "store").glob("*.db.gz")} == set(STORES)
+
+
+@pytest.mark.parametrize("name", OLDER)
 def test_the_identity_of_an_older_run_is_its_config_hash_tag(
         name: str, stores: dict[str, Path]) -> None:
     frame = rlbench.results.load(stores[name], suite=name)
@@ -81,12 +74,19 @@ def test_the_offline_runs_keep_their_config_identity_tag(stores: dict[str, Path]
     assert list(tagged["tag.config_identity"]) == [stored[r] for r in tagged.run_id]
 
 
-def test_the_committed_reports_group_the_runs_as_they_did(loaded: pd.DataFrame,
-                                                          sweeping: pd.DataFrame) -> None:
+def test_the_identity_of_a_run_is_its_identity_tag(stores: dict[str, Path]) -> None:
+    frame = rlbench.results.load(stores["mujoco_v5"], suite="mujoco")
+    stored = _tag(stores["mujoco_v5"], "identity")
+    assert len(frame) == 25
+    assert dict(zip(frame.run_id, frame.identity, strict=True)) == {
+        run_id: stored[run_id] for run_id in frame.run_id}
+    assert frame.identity.is_unique
+
+
+def test_the_committed_reports_group_the_runs_as_they_did(loaded: pd.DataFrame) -> None:
     """Each run of a committed ``rlbench compare`` report (runs.csv) has the config column
     it had there: the same groups."""
-    every = pd.concat([loaded, sweeping], ignore_index=True)
-    config = dict(zip(every.run_id, every.config, strict=True))
+    config = dict(zip(loaded.run_id, loaded.config, strict=True))
     reports = [path for path in sorted((RESULTS / "reference").glob("*/runs.csv"))
                if "run_id" in pd.read_csv(path, nrows=0).columns]
     assert len(reports) >= 5
