@@ -79,37 +79,44 @@ reference-mujoco: $(STAMP)  ## PPO on the five MuJoCo v5 tasks at 1M frames, 5 s
 
 # The offline reference table (results/reference/offline_hopper_100k/ and its store): bc,
 # td3_bc, iql and rebrac on the Hopper-v5 datasets made here (medium, medium-replay,
-# medium-expert), 100k gradient steps, 3 seeds each, then d3rlpy 2.8.1 on the same grid with
-# the same hyperparameters, transitions and evaluation. Datasets not made yet are made first
+# medium-expert), 3 seeds each, then d3rlpy 2.8.1 on the same grid with the same
+# hyperparameters, transitions and evaluation, one algorithm at a time. Budgets: 100k
+# gradient steps; ReBRAC's batch is 1024, so its 25k steps sample as many transitions as
+# the others' 100k at 256. Ten evaluations a run. Datasets not made yet are made first
 # (results/reference/hopper_datasets/README.md: a 300k-frame SAC run, about an hour on 2
-# cores, then rlbench dataset make). Our runs are checkpointed and resume where they stopped;
-# a stopped d3rlpy run starts again; a checkout without the runs' directory starts from the
-# committed store, whose finished runs are not run again. JOBS processes of each
-# library; d3rlpy's environment (.d3rlpy-venv) is made before they start.
+# cores, then rlbench dataset make from its run directory). Our runs are checkpointed and
+# resume where they stopped; a stopped d3rlpy run starts again; a checkout without the runs'
+# directory starts from the committed store, whose finished runs are not run again. JOBS
+# processes of each library; d3rlpy's environment (.d3rlpy-venv) is made before they start.
 OFFLINE_DATASETS := $(REFERENCE_RUNS)/hopper_datasets
 OFFLINE_OUT := $(REFERENCE_RUNS)/offline_hopper_100k
 OFFLINE_STORE := results/reference/store/offline_hopper_100k.db.gz
-OFFLINE_GRID := suite=offline algo=bc,td3_bc,iql,rebrac steps=100000 eval_every=10000
+OFFLINE_BUDGETS := bc:100000 td3_bc:100000 iql:100000 rebrac:25000
 HOPPER_SAC := $(REFERENCE_RUNS)/hopper_sac
-reference-offline: $(STAMP)  ## bc, td3_bc, iql, rebrac and d3rlpy on the Hopper-v5 datasets, 100k steps: many hours on 2 cores
+reference-offline: $(STAMP)  ## bc, td3_bc, iql, rebrac and d3rlpy's on the Hopper-v5 datasets, 100k steps: about 13 hours on 2 cores
 	test -d $(OFFLINE_DATASETS)/minari/rlbench/hopper/medium-expert-v0 || { \
 		$(BIN)/rlbench run suite=mujoco algo=sac env=Hopper-v5 seeds=1 frames=300000 \
 			eval_every=20000 save_snapshots=true save_transitions=true sac.onednn=false \
 			out_dir=$(HOPPER_SAC) && \
-		$(BIN)/rlbench dataset make policy=$$(ls -d $(HOPPER_SAC)/runs/mujoco/sac-Hopper-v5-seed0-*) \
+		$(BIN)/rlbench dataset make \
+			policy=$$(ls -td $(HOPPER_SAC)/runs/mujoco/sac-Hopper-v5-seed0-* | head -1) \
 			quality=random,medium,expert,medium-replay,medium-expert steps=100000 \
 			out=$(OFFLINE_DATASETS); }
 	test -f $(OFFLINE_OUT)/mlflow.db || ! test -f $(OFFLINE_STORE) || \
 		{ mkdir -p $(OFFLINE_OUT) && gunzip -c $(OFFLINE_STORE) > $(OFFLINE_OUT)/mlflow.db; }
-	MINARI_DATASETS_PATH=$(CURDIR)/$(OFFLINE_DATASETS)/minari \
-		$(BIN)/rlbench run $(OFFLINE_GRID) jobs=$(JOBS) out_dir=$(OFFLINE_OUT)
 	$(BIN)/python -c 'from tools.peers.d3rlpy_reference import peer_python; peer_python()'
-	MINARI_DATASETS_PATH=$(CURDIR)/$(OFFLINE_DATASETS)/minari; export MINARI_DATASETS_PATH; \
-	pids=; for i in $$(seq $(JOBS)); do \
-		$(BIN)/python -m tools.peers.d3rlpy_reference $(OFFLINE_GRID) out_dir=$(OFFLINE_OUT) & \
-		pids="$$pids $$!"; sleep 5; done; \
-	status=0; for pid in $$pids; do wait $$pid || status=$$?; done; exit $$status
-	$(BIN)/rlbench compare suite=offline steps=100000 out_dir=$(OFFLINE_OUT) \
+	export MINARI_DATASETS_PATH=$(CURDIR)/$(OFFLINE_DATASETS)/minari; \
+	for budget in $(OFFLINE_BUDGETS); do \
+		steps=$${budget#*:}; \
+		grid="suite=offline algo=$${budget%%:*} steps=$$steps eval_every=$$((steps / 10))"; \
+		$(BIN)/rlbench run $$grid jobs=$(JOBS) out_dir=$(OFFLINE_OUT) || exit $$?; \
+		pids=; for i in $$(seq $(JOBS)); do \
+			$(BIN)/python -m tools.peers.d3rlpy_reference $$grid out_dir=$(OFFLINE_OUT) & \
+			pids="$$pids $$!"; sleep 5; done; \
+		status=0; for pid in $$pids; do wait $$pid || status=$$?; done; \
+		test $$status = 0 || exit $$status; \
+	done
+	$(BIN)/rlbench compare suite=offline out_dir=$(OFFLINE_OUT) \
 		output=results/reference/offline_hopper_100k
 	gzip -9nc $(OFFLINE_OUT)/mlflow.db > $(OFFLINE_STORE)
 
