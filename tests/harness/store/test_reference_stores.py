@@ -1,7 +1,8 @@
 """The committed reference stores, read as the reports committed beside them were made from
 them: the same runs, the same identities, the same config groups. The older stores were
 written by rlbench 0.1.0 to 0.3.0 (the identity in the tag ``config_hash``; the later
-offline runs with a ``config_identity`` tag too), the MuJoCo v5 table's by 0.4.0."""
+offline runs with a ``config_identity`` tag too), the MuJoCo v5 table's and the 100k offline
+table's by 0.4.0."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from tools.docs.leaderboard import publish_reference_stores
 
 RESULTS = Path(__file__).resolve().parents[3] / "results"
 # results/reference/store/<name>.db.gz -> the suite its runs ran in
-STORES = {"mujoco": "mujoco", "offline": "offline", "mujoco_v5": "mujoco"}
+STORES = {"mujoco": "mujoco", "offline": "offline", "mujoco_v5": "mujoco",
+          "offline_hopper_100k": "offline"}
 OLDER = ("mujoco", "offline")  # identities in the tag config_hash
+NEWER = tuple(name for name in STORES if name not in OLDER)  # in the tag identity
 
 
 def _unpack(packed_path: Path, out: Path) -> Path:
@@ -74,13 +77,23 @@ def test_the_offline_runs_keep_their_config_identity_tag(stores: dict[str, Path]
     assert list(tagged["tag.config_identity"]) == [stored[r] for r in tagged.run_id]
 
 
-def test_the_identity_of_a_run_is_its_identity_tag(stores: dict[str, Path]) -> None:
-    frame = rlbench.results.load(stores["mujoco_v5"], suite="mujoco")
-    stored = _tag(stores["mujoco_v5"], "identity")
-    assert len(frame) == 25
+@pytest.mark.parametrize("name", NEWER)
+def test_the_identity_of_a_run_is_its_identity_tag(name: str,
+                                                   stores: dict[str, Path]) -> None:
+    frame = rlbench.results.load(stores[name], suite=STORES[name])
+    stored = _tag(stores[name], "identity")
+    assert len(frame) > 0
     assert dict(zip(frame.run_id, frame.identity, strict=True)) == {
         run_id: stored[run_id] for run_id in frame.run_id}
     assert frame.identity.is_unique
+
+
+def test_the_mujoco_v5_table_is_five_seeds_of_five_tasks(stores: dict[str, Path]) -> None:
+    frame = rlbench.results.load(stores["mujoco_v5"], suite="mujoco")
+    assert sorted(frame.groupby("env").seed.nunique().items()) == [
+        (env, 5) for env in ("Ant-v5", "HalfCheetah-v5", "Hopper-v5", "Humanoid-v5",
+                             "Walker2d-v5")]
+    assert (frame.frames >= 1_000_000).all()
 
 
 def test_the_committed_reports_group_the_runs_as_they_did(loaded: pd.DataFrame) -> None:
