@@ -14,10 +14,12 @@ finished exactly as rlbench's own runs are, so ``rlbench compare`` puts it besid
                           suite=sweep.suite.name, library="mylib 1.0")
 
 Each config runs at most once per identity (its resolved config's hash): a config that
-finished earlier in the same store is skipped, one that another process is running (here, or
-on any host sharing the tracking store) is left to it, attempts a killed process left are
-replaced. Python, numpy and torch are seeded
-from the run's (base seed, seed index) before ``train`` is called. A ``train`` that raises
+finished earlier in the same store is skipped, one that another process runs into the same
+tracking store from another out dir (on this host or any other) is left to it, attempts a
+killed process left are replaced; a live run into the same out dir refuses the call. Several
+processes share a grid by sharing the store (``MLFLOW_TRACKING_URI``), each with its own out
+dir. Python, numpy and torch are seeded from the run's (base seed, seed index) before
+``train`` is called. A ``train`` that raises
 is recorded FAILED with its traceback and the other configs go on; Ctrl-C and SIGTERM mark
 the run KILLED and stop the sweep, so the same call later runs what is left.
 """

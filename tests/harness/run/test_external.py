@@ -3,7 +3,11 @@ tracked, failures recorded, its runs read back through ``rlbench.results``."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +18,7 @@ import rlbench.results
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.run.external import ExternalRun, renamed, run_external
 from rlbench.harness.store.tracking import Tracker
+from rlbench.harness.store.uri import tracking_uri
 
 WORDS = ["suite=classic", "algo=ppo", "env=CartPole-v1", "seeds=3", "frames=300",
          "eval_every=100", "eval_episodes=2"]
@@ -142,3 +147,58 @@ def test_a_killed_run_is_marked_killed_and_the_sweep_stops(
                         library="mylib 1.0", log=lambda line: None).exit_code == 0
     assert len(resumed) == 3
     assert sorted(rlbench.results.load(tmp_path, suite=suite).status) == ["FINISHED"] * 3
+
+
+# One process of a grid shared through the store: it trains its first run only once the
+# other process trains one too, so both are seen to share it; prints the runs it trained.
+_SHARER = """
+import json, sys, time
+from pathlib import Path
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.run.external import renamed, run_external
+
+out_dir, meeting, me = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+sweep = resolve_sweep([*json.loads(sys.argv[4]), f"out_dir={out_dir}"])
+trained = []
+
+def train(run):
+    (meeting / me).touch()
+    deadline = time.monotonic() + 120
+    while len(list(meeting.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    trained.append(run.config.name)
+    run.log_eval(run.config.frames, [float(run.config.seed_index)])
+
+result = run_external(renamed(sweep.runs, "mylib"), train, out_dir=out_dir,
+                      suite=sweep.suite.name, library="mylib 1.0",
+                      log=lambda line: print(line, file=sys.stderr))
+print(json.dumps(trained))
+sys.exit(result.exit_code)
+"""
+
+
+@pytest.mark.slow
+def test_processes_sharing_the_store_from_their_own_out_dirs_split_the_grid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes of one grid, each into its own out dir, one tracking store: every
+    config runs exactly once, and both run some (the store's claims split the grid)."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    store = tmp_path / "store"
+    Tracker(store)  # made before the two start: neither makes it while the other does
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri(store)}
+    words = json.dumps([w for w in WORDS if not w.startswith("seeds=")] + ["seeds=4"])
+    sharers = [subprocess.Popen([sys.executable, "-c", _SHARER, str(tmp_path / name),
+                                 str(meeting), name, words], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for name in ("one", "two")]
+    outputs = [sharer.communicate(timeout=300) for sharer in sharers]
+    assert [sharer.returncode for sharer in sharers] == [0, 0], outputs
+    trained = [json.loads(stdout) for stdout, _ in outputs]
+    assert all(trained), trained  # each process trained at least one run
+    assert sorted(trained[0] + trained[1]) == [f"mylib-ppo/CartPole-v1/seed{i}"
+                                                for i in range(4)]
+    runs = rlbench.results.load(store, suite="classic")
+    assert sorted(runs.seed.astype(int)) == [0, 1, 2, 3]
+    assert set(runs.status) == {"FINISHED"}
