@@ -5,7 +5,6 @@ offline dataset, under the sequential launcher and the local pool."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -21,6 +20,7 @@ from mlflow.tracking import MlflowClient
 from rlbench.cli import main
 from rlbench.harness.store.uri import tracking_uri
 from tests.algorithms.pendulum_d4rl import write_pendulum_d4rl
+from tests.processes import kill_group
 
 TIMINGS = ("train/fps", "train/steps_per_s")
 CHECKPOINT_EVERY = 300
@@ -90,13 +90,6 @@ def _start(command: list[str]) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def _kill(process: subprocess.Popen) -> None:
-    """SIGKILL to the process and its children (it may have ended)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.communicate()
-
-
 def _checkpointed(out: Path) -> int:
     """The progress of the newest checkpoint in ``out`` (0 for none)."""
     manifests = list((out / "checkpoints").glob("*/*/*/checkpoint.json"))
@@ -148,7 +141,7 @@ def test_sigkill_three_times_then_resume_gives_the_uninterrupted_numbers(
             time.sleep(draw.uniform(0.0, 0.4))  # anywhere in the iterations that follow
             assert process.poll() is None, "the run finished before the kill: a bigger budget"
         finally:
-            _kill(process)
+            kill_group(process)
         progress = _checkpointed(out)
         kills.append(progress)
 
@@ -183,7 +176,7 @@ def test_sigterm_and_ctrl_c_checkpoint_before_the_run_stops(
         _, stderr = process.communicate(timeout=120)
     finally:
         if process.returncode is None:
-            _kill(process)
+            kill_group(process)
     assert process.returncode in (130, 143, -stop), stderr
     stopped_at = _checkpointed(out)
     assert 0 < stopped_at < 2400, "the stop wrote the checkpoint"
@@ -244,7 +237,7 @@ def test_every_recipe_killed_three_times_resumes_exactly(tmp_path: Path, algo: s
             time.sleep(draw.uniform(0.0, 0.4))
             assert process.poll() is None, "the run finished before the kill: a bigger budget"
         finally:
-            _kill(process)
+            kill_group(process)
         progress = _checkpointed(out)
     resumed = subprocess.run(_command(suite, out), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr

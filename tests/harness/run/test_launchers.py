@@ -3,7 +3,6 @@ unreachable tracking servers and Ray clusters are clear errors before anything s
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -17,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from rlbench.cli import main
 from rlbench.harness.signals import checkpoint_on_signals, deliver_deferred_signal
 from rlbench.harness.store.uri import tracking_uri
+from tests.processes import kill_group
 
 SUITE = """
 algos: [ppo]
@@ -124,8 +124,7 @@ def test_runs_killed_in_the_local_pool_resume_under_ray(tmp_path: Path, ray_loca
             assert sweep.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
     finally:
-        os.killpg(sweep.pid, signal.SIGKILL)
-        sweep.wait()
+        kill_group(sweep)
     assert main(["run", f"suite={suite}", f"out_dir={killed}", "launcher=ray",
                  "checkpoint_every=256"]) == 0
     client = MlflowClient(tracking_uri(killed))

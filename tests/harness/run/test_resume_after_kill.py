@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
 from rlbench.harness.store.uri import tracking_uri
+from tests.processes import kill_group
 
 SUITE = """
 algos: [ppo]
@@ -65,14 +66,12 @@ def _sweep_past_its_first_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen
         yield sweep, suite, out
     finally:
         if sweep.returncode is None:
-            os.killpg(sweep.pid, signal.SIGKILL)
-            sweep.communicate()
+            kill_group(sweep)
 
 
 def test_sigkill_then_rerun_finishes_every_run_once(tmp_path: Path) -> None:
     with _sweep_past_its_first_run(tmp_path) as (sweep, suite, out):
-        os.killpg(sweep.pid, signal.SIGKILL)
-        sweep.communicate()
+        kill_group(sweep)
 
     killed = _active_runs(out)
     finished_before = {r.info.run_id for r in killed if r.info.status == "FINISHED"}

@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
 from rlbench.harness.store.uri import tracking_uri
+from tests.processes import kill_group
 
 pytestmark = pytest.mark.slow
 
@@ -67,8 +68,7 @@ def _sweep(suite: Path, out: Path, *extra: str) -> Iterator[subprocess.Popen]:
         yield sweep
     finally:
         if sweep.returncode is None:
-            os.killpg(sweep.pid, signal.SIGKILL)
-            sweep.communicate()
+            kill_group(sweep)
 
 
 def _wait(condition: Callable[[], bool], sweep: subprocess.Popen, what: str,
