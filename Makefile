@@ -89,7 +89,8 @@ reference-mujoco: $(STAMP)  ## PPO on the five MuJoCo v5 tasks at 1M frames, 5 s
 # directory starts from the committed store, whose finished runs are not run again. JOBS
 # processes of each library; d3rlpy's environment (.d3rlpy-venv) is made before they start.
 # The d3rlpy processes share the store, each from its own out dir: the store's claims give
-# each run to one of them (a second process into one out dir would be refused).
+# each run to one of them (a second process into one out dir would be refused). They run in
+# the background, where the shell leaves Ctrl-C ignored: a trap stops them with the make.
 OFFLINE_DATASETS := $(REFERENCE_RUNS)/hopper_datasets
 OFFLINE_OUT := $(REFERENCE_RUNS)/offline_hopper_100k
 OFFLINE_STORE := results/reference/store/offline_hopper_100k.db.gz
@@ -112,13 +113,14 @@ reference-offline: $(STAMP)  ## bc, td3_bc, iql, rebrac and d3rlpy's on the Hopp
 		steps=$${budget#*:}; \
 		grid="suite=offline algo=$${budget%%:*} steps=$$steps eval_every=$$((steps / 10))"; \
 		$(BIN)/rlbench run $$grid jobs=$(JOBS) out_dir=$(OFFLINE_OUT) || exit $$?; \
-		pids=; for i in $$(seq $(JOBS)); do \
+		pids=; trap 'kill $$pids 2>/dev/null' INT TERM; \
+		for i in $$(seq $(JOBS)); do \
 			MLFLOW_TRACKING_URI=sqlite:///$(CURDIR)/$(OFFLINE_OUT)/mlflow.db \
 			$(BIN)/python -m tools.peers.d3rlpy_reference $$grid \
 				out_dir=$(OFFLINE_OUT)_peers/$$i & \
 			pids="$$pids $$!"; sleep 5; done; \
 		status=0; for pid in $$pids; do wait $$pid || status=$$?; done; \
-		test $$status = 0 || exit $$status; \
+		trap - INT TERM; test $$status = 0 || exit $$status; \
 	done
 	$(BIN)/rlbench compare suite=offline out_dir=$(OFFLINE_OUT) \
 		output=results/reference/offline_hopper_100k
