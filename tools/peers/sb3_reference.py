@@ -99,6 +99,7 @@ def train(run: ExternalRun) -> None:
     import gymnasium as gym
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
@@ -117,6 +118,9 @@ def train(run: ExternalRun) -> None:
         env = VecNormalize(env, gamma=cfg["gamma"], norm_reward=cfg["normalize_reward"])
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
     model = sb3_model(algo, cfg, env, run.seeds.torch)
+    # the run's metrics go to its MLflow run; SB3's default logger would leave an empty
+    # folder in the system's temporary directory for every run
+    model.set_logger(Logger(folder=None, output_formats=[]))
     start = time.perf_counter()
 
     class Evaluate(BaseCallback):
