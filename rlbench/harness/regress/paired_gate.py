@@ -21,6 +21,7 @@ bad input, else 0.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -104,6 +105,12 @@ def _ratio(verdict: PairedVerdict) -> str:
             f"{verdict.speed_high:.3f}]")
 
 
+def _detectable(verdict: PairedVerdict) -> str:
+    if math.isinf(verdict.detectable):
+        return "none (too few rounds)"
+    return f"{verdict.detectable:.1%}"
+
+
 def _needs(verdict: PairedVerdict) -> str:
     if verdict.needed is None:
         return ""
@@ -117,7 +124,7 @@ def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str
            candidate: str, base_file: Path | None, delta: float, min_effect: float,
            alpha: float, processes: int, seconds: float) -> TextTable:
     rows = [[v.name, f"{v.base_seconds * 1e3:.4g}", f"{v.candidate_seconds * 1e3:.4g}",
-             _ratio(v), f"{v.detectable:.1%}", _needs(v), v.verdict] for v in verdicts]
+             _ratio(v), _detectable(v), _needs(v), v.verdict] for v in verdicts]
     for label in ("candidate", "base"):
         for name in sorted(measurement.failed.get(label, {})):
             rows.append([name, "", "", "", "", "", f"FAILED on the {label}"])
@@ -213,7 +220,7 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
     candidate_failed = measurement.failed.get("candidate", {})
     if report is not None:
         cases = [Case(v.name, v.verdict, f"speed ratio {_ratio(v)}, detectable "
-                      f"{v.detectable:.1%}", v.verdict == "SLOWER",
+                      f"{_detectable(v)}", v.verdict == "SLOWER",
                       skipped=v.verdict == "NOISY") for v in verdicts]
         cases += [Case(name, "FAILED", text, True)
                   for name, text in sorted(candidate_failed.items())]

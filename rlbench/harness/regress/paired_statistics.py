@@ -121,7 +121,8 @@ class PairedVerdict:
     ``speed_ratio`` is base time over candidate time (above 1: the candidate is faster),
     with its 95% interval; ``detectable`` is the smallest slowdown (a fraction) this
     measurement catches with probability ``POWER``; ``needed`` is how many ``needed_unit``
-    (rounds, or pairs of processes) would catch ``delta`` (``None`` when these did)."""
+    (rounds, or pairs of processes) would catch ``delta`` (``None`` when these did).
+    ``detectable`` is infinite where too few rounds ran to catch a slowdown of any size."""
 
     name: str
     rounds: int
@@ -139,7 +140,11 @@ class PairedVerdict:
     verdict: str
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As JSON holds it, which has no infinity: an infinite ``detectable`` is null."""
+        data = asdict(self)
+        if math.isinf(self.detectable):
+            data["detectable"] = None
+        return data
 
 
 def _effects(delta: float, min_effect: float) -> tuple[float, float]:

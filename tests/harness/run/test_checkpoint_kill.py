@@ -155,16 +155,30 @@ def test_sigkill_three_times_then_resume_gives_the_uninterrupted_numbers(
     assert not list((out / "checkpoints").glob("*/*/*/checkpoint.json"))  # done: removed
 
 
+RARE_CHECKPOINTS = ["checkpoint_every=100000", "save_snapshots=true"]
+
+
+@pytest.fixture(scope="module")
+def never_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
+    """The series of the single-env run with rare checkpoints, never stopped: one run serves
+    every launcher, whose numbers are the same (``test_launchers.py``)."""
+    root = tmp_path_factory.mktemp("never_stopped")
+    out = root / "out"
+    assert main(["run", f"suite={_suite(root, 'single')}", f"out_dir={out}", "jobs=1",
+                 *RARE_CHECKPOINTS]) == 0
+    return _series(out)[1]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("stop", "jobs"), [(signal.SIGTERM, 2), (signal.SIGINT, 1),
                                            (signal.SIGINT, 2)])
 def test_sigterm_and_ctrl_c_checkpoint_before_the_run_stops(
-        tmp_path: Path, stop: signal.Signals, jobs: int) -> None:
+        tmp_path: Path, stop: signal.Signals, jobs: int, never_stopped: dict[str, list]) -> None:
     """With checkpoints far apart, the only checkpoint is the one the stop writes; the run is
     KILLED, and resumed from exactly there it gives the uninterrupted numbers (and keeps
     the policy snapshot it saved before the stop)."""
     suite, out = _suite(tmp_path, "single"), tmp_path / "out"
-    rare = [f"jobs={jobs}", "checkpoint_every=100000", "save_snapshots=true"]
+    rare = [f"jobs={jobs}", *RARE_CHECKPOINTS]
     process = _start(_command(suite, out, *rare))
     try:
         deadline = time.monotonic() + 300
@@ -190,9 +204,7 @@ def test_sigterm_and_ctrl_c_checkpoint_before_the_run_stops(
     assert run.data.tags["resumed_from"] == f"{stopped_at} frames"
     snapshots = {a.path for a in client.list_artifacts(run.info.run_id, "snapshots")}
     assert snapshots == {"snapshots/800", "snapshots/1600", "snapshots/2400"}
-    reference = tmp_path / "reference"
-    assert main(["run", f"suite={suite}", f"out_dir={reference}", *rare]) == 0
-    assert series == _series(reference)[1]
+    assert series == never_stopped
 
 
 # Every recipe, killed three times by SIGKILL at random moments in real processes (nightly:

@@ -71,6 +71,9 @@ SlurmUser=root
 AuthType=auth/munge
 # a requeued job waits this long plus a second before it may start again (120 s by default)
 AuthInfo=cred_expire=10
+# a requeued job starts once it may, on the main scheduler's next pass: each second here,
+# each minute by default (the backfill scheduler's pass, 30 s by default, leaves it be)
+SchedulerParameters=sched_interval=1,bf_interval=1
 StateSaveLocation={root / 'state'}
 SlurmdSpoolDir={root / 'spool'}
 SlurmctldPidFile={root / 'slurmctld.pid'}
