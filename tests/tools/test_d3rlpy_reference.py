@@ -62,8 +62,9 @@ def test_the_grid_is_the_suites_and_only_offline_algorithms_have_a_peer(
         tmp_path: Path) -> None:
     source = write_pendulum_d4rl(tmp_path / "pendulum_random.hdf5", episodes=2)
     script = d3rlpy_reference
-    out_dir, suite, runs = script.plan(["suite=offline_smoke", f"dataset={source}",
-                                        "algo=bc,td3_bc", f"out_dir={tmp_path}"])
+    out_dir, suite, runs, left_out = script.plan(["suite=offline_smoke", f"dataset={source}",
+                                                  "algo=bc,td3_bc", f"out_dir={tmp_path}"])
+    assert left_out == []
     smoke = load_suite("offline_smoke").settings
     assert (out_dir, suite) == (tmp_path, "offline_smoke")
     assert {(r.algo, r.steps, r.eval_every, r.seed_index) for r in runs} == {
@@ -80,6 +81,39 @@ def test_the_grid_is_the_suites_and_only_offline_algorithms_have_a_peer(
         script.plan([f"dataset={source}", "algo=iqll"])
     with pytest.raises(UnknownNameError, match="unknown key 'frames'"):
         script.plan(["frames=100"])
+
+
+def test_a_peer_that_exits_with_an_error_fails_its_run_with_its_message(
+        tmp_path: Path) -> None:
+    """What ``run_external`` records as the run's error when d3rlpy stops part-way."""
+    peer = [sys.executable, "-c", "print('{\"step\": 1}', flush=True); input(); "
+            "import sys; print('warming up', file=sys.stderr); raise SystemExit('out of memory')"]
+    log = tmp_path / "d3rlpy.log"
+    got = []
+    with pytest.raises(RuntimeError, match=r"d3rlpy exited with 1: out of memory \(all it "):
+        got.extend(d3rlpy_reference.snapshots(peer, log))
+    assert got == [{"step": 1}]
+    assert log.read_text() == "warming up\nout of memory\n"
+
+
+def test_runs_whose_settings_d3rlpy_cannot_take_are_left_out_with_the_reason(
+        tmp_path: Path) -> None:
+    """IQL's deterministic actor (CORL's on hopper medium and medium-replay) has no d3rlpy
+    counterpart: those runs are named and left out, the rest of the grid is planned; a grid
+    of nothing else is refused before anything starts."""
+    source = write_pendulum_d4rl(tmp_path / "pendulum_random.hdf5", episodes=2)
+    grid = ["suite=offline_smoke", f"dataset={source}", "seeds=2"]
+    _, _, runs, left_out = d3rlpy_reference.plan(
+        [*grid, "algo=bc,iql", "iql.deterministic_actor=true"])
+    assert [r.algo for r in runs] == ["d3rlpy-bc"] * 2
+    assert left_out == [f"d3rlpy-iql/pendulum-random/seed{i}: not run, d3rlpy's iql cannot "
+                        "take deterministic_actor=True (only False)" for i in range(2)]
+    store = tmp_path / "store"
+    with pytest.raises(ConfigError, match=r"d3rlpy can run none of this grid: "
+                                          r"d3rlpy-iql/.*seed0: not run.*\(and 1 more alike\)"):
+        d3rlpy_reference.main([*grid, "algo=iql", "iql.deterministic_actor=true",
+                               f"out_dir={store}"])
+    assert not store.exists()
 
 
 @pytest.mark.slow
@@ -168,19 +202,17 @@ def test_d3rlpy_runs_are_scored_tracked_resumed_and_compared(
     assert first.stdout.count("final return") == 2
     again = subprocess.run(args, capture_output=True, text=True, check=True, cwd=ROOT)
     assert again.stdout.count("finished earlier, skipped") == 2
-    # a run d3rlpy cannot do is recorded failed with its reason; the others go on
-    failing = [*args[:3], "algo=iql,bc", "iql.value_lr=0.001", *args[4:]]
-    mixed = subprocess.run(failing, capture_output=True, text=True, cwd=ROOT)
-    assert mixed.returncode == 1 and "d3rlpy-iql/pendulum-random/seed0: FAILED" in mixed.stdout
-    assert "cannot take value_lr=0.001" in mixed.stderr
+    # a run d3rlpy cannot do is named with its reason and left out; the others go on
+    mixed = subprocess.run([*args[:3], "algo=iql,bc", "iql.value_lr=0.001", *args[4:]],
+                           capture_output=True, text=True, check=True, cwd=ROOT)
+    assert ("d3rlpy-iql/pendulum-random/seed0: not run, d3rlpy's iql cannot take "
+            "value_lr=0.001") in mixed.stdout
+    assert "d3rlpy-bc/pendulum-random/seed0: finished earlier, skipped" in mixed.stdout
 
     tracker = Tracker(tmp_path / "store")
     experiment = tracker.experiment("offline_smoke")
     runs = tracker.runs(experiment, "tags.kind = 'run'")
-    (failed,) = [r for r in runs if r.data.tags["algorithm"] == "d3rlpy-iql"]
-    assert failed.info.status == "FAILED" and "d3rlpy exited with 1" in failed.data.tags["error"]
-    runs = [r for r in runs if r is not failed]
-    assert {r.data.tags["algorithm"] for r in runs} == {"d3rlpy-td3_bc", "d3rlpy-bc"}
+    assert sorted(r.data.tags["algorithm"] for r in runs) == ["d3rlpy-bc", "d3rlpy-td3_bc"]
     for run in runs:
         tags = run.data.tags
         assert run.info.status == "FINISHED" and tags["library"] == "d3rlpy 2.8.1"

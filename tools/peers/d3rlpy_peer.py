@@ -34,6 +34,7 @@ from typing import Any
 import d3rlpy
 import numpy as np
 import torch
+from d3rlpy_limits import refusal  # beside this script, which runs by its path
 
 QUIET = {"show_progress": False, "logger_adapter": d3rlpy.logging.NoopAdapterFactory(),
          "save_interval": 10**9}
@@ -51,18 +52,14 @@ def load(path: str) -> d3rlpy.dataset.MDPDataset:
             timeouts=arrays["timeouts"].astype(np.float32))
 
 
-def _refuse(algo: str, params: dict[str, Any], allowed: dict[str, Any]) -> None:
-    """Stop on a setting d3rlpy's algorithm cannot take, rather than run something else."""
-    for key, value in allowed.items():
-        if params.get(key, value) != value:
-            raise SystemExit(f"d3rlpy's {algo} cannot take {key}={params[key]!r} "
-                             f"(only {value!r})")
-
-
 def config(algo: str, params: dict[str, Any], steps: int,
            bounds: tuple[list[float], list[float]] | None = None) -> Any:
     """The d3rlpy config of ``algo`` with rlbench's resolved hyperparameters ``params``;
-    actions in ``bounds`` (low, high) other than [-1, 1] are scaled to d3rlpy's [-1, 1]."""
+    actions in ``bounds`` (low, high) other than [-1, 1] are scaled to d3rlpy's [-1, 1].
+    Exits on a setting d3rlpy cannot take, rather than train something else."""
+    why = refusal(algo, params)
+    if why is not None:
+        raise SystemExit(why)
     net = d3rlpy.models.VectorEncoderFactory(hidden_units=list(params["hidden_sizes"]))
     scaler = (d3rlpy.preprocessing.StandardObservationScaler()
               if params["normalize_states"] else None)
@@ -98,7 +95,6 @@ def config(algo: str, params: dict[str, Any], steps: int,
         # d3rlpy always scales the Q term by 1 / E|min Q|; its penalties are on scaled
         # actions, so their weights are ours times half_range^2. Its networks start from
         # PyTorch's default initialisation where ours use EDAC's (CORL's).
-        _refuse(algo, params, {"normalize_q": True})
         critic_net = d3rlpy.models.VectorEncoderFactory(
             hidden_units=list(params["hidden_sizes"]),
             use_layer_norm=params["critic_layer_norm"])
@@ -116,7 +112,6 @@ def config(algo: str, params: dict[str, Any], steps: int,
                if params.get("normalize_reward") else None)  # 1000 / (max - min return)
     if algo == "iql":
         # one optimizer for value and critics; a Gaussian actor only
-        _refuse(algo, params, {"value_lr": params["critic_lr"], "deterministic_actor": False})
         schedule = (d3rlpy.optimizers.CosineAnnealingLRFactory(T_max=steps)
                     if params["cosine_schedule"] else None)
         return d3rlpy.algos.IQLConfig(
@@ -130,8 +125,6 @@ def config(algo: str, params: dict[str, Any], steps: int,
     if algo == "cql":
         # d3rlpy always weighs sampled actions by their density, with temperature 1, and
         # learns the temperature towards -action_dim
-        _refuse(algo, params, {"importance_sample": True, "temperature": 1.0,
-                               "learn_alpha": True})
         return d3rlpy.algos.CQLConfig(
             batch_size=params["batch_size"], actor_learning_rate=params["actor_lr"],
             critic_learning_rate=params["critic_lr"], temp_learning_rate=params["actor_lr"],

@@ -23,7 +23,8 @@ last next observation, which d3rlpy reads as that transition's next state and ne
 on. What differs, and cannot be set in d3rlpy:
 - IQL's value and critics share one optimizer (``value_lr`` must equal ``critic_lr``), its
   actor's log-std is clamped to [-5, 2] (ours is free), and its actor is Gaussian only
-  (``deterministic_actor``, CORL's on hopper medium and medium-replay, is refused);
+  (``deterministic_actor``, CORL's on hopper medium and medium-replay: those runs are left
+  out, each named with the reason, before anything starts);
 - CQL's target takes the policy's mean action at the next state (ours samples one; both
   when ``backup_entropy`` is on), d3rlpy steps the critics before the actor (ours the actor
   first), and under ``lagrange`` its multiplier's loss lacks our factor 0.5;
@@ -60,6 +61,7 @@ from rlbench.envs import make
 from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.plan.config import RunConfig, resolve_sweep
 from rlbench.harness.run.external import ExternalRun, renamed, run_external
+from tools.peers.d3rlpy_limits import refusal
 
 ROOT = Path(__file__).resolve().parents[2]
 PEER_VENV = ROOT / ".d3rlpy-venv"
@@ -105,11 +107,12 @@ def write_d4rl_arrays(source: str, path: Path) -> Path:
     return path
 
 
-def snapshots(command: list[str]) -> Iterator[dict[str, Any]]:
-    """The JSON lines the peer prints as it trains, each yielded while the peer waits;
-    raises if it fails."""
-    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          text=True) as process:
+def snapshots(command: list[str], log: Path) -> Iterator[dict[str, Any]]:
+    """The JSON lines the peer prints as it trains, each yielded while the peer waits; its
+    stderr goes to ``log``. Raises if it fails, quoting the last line it wrote there."""
+    with log.open("w") as errors, subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+            text=True) as process:
         assert process.stdin is not None and process.stdout is not None
         read_all = False
         try:
@@ -123,7 +126,9 @@ def snapshots(command: list[str]) -> Iterator[dict[str, Any]]:
             if not read_all:  # the caller stopped (an error, a kill): so does d3rlpy
                 process.kill()
     if process.returncode != 0:
-        raise RuntimeError(f"d3rlpy exited with {process.returncode}: {' '.join(command)}")
+        last = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        raise RuntimeError(f"d3rlpy exited with {process.returncode}: {last[0]} (all it "
+                           f"wrote: {log}; the command: {' '.join(command)})")
 
 
 def trainer(arrays_dir: Path) -> Callable[[ExternalRun], None]:
@@ -149,7 +154,7 @@ def trainer(arrays_dir: Path) -> Callable[[ExternalRun], None]:
                        "--seed", str(run.seeds.torch), "--steps", str(config.steps),
                        "--eval-every", str(config.eval_every),
                        "--out", str(run.run_dir / "policies")]
-            for snapshot in snapshots(command):
+            for snapshot in snapshots(command, run.run_dir / "d3rlpy.log"):
                 policy = torch.jit.load(snapshot["policy"])
 
                 def act(state: TensorDict, policy: torch.jit.ScriptModule = policy
@@ -170,9 +175,11 @@ def trainer(arrays_dir: Path) -> Callable[[ExternalRun], None]:
     return train
 
 
-def plan(argv: list[str]) -> tuple[Path, str, list[RunConfig]]:
+def plan(argv: list[str]) -> tuple[Path, str, list[RunConfig], list[str]]:
     """The out dir, suite and d3rlpy runs of the command line, planned as ``rlbench run``
-    plans the same grid; raises ``ConfigError`` on any bad input."""
+    plans the same grid, and a line for each run of the grid left out because d3rlpy cannot
+    take its settings (IQL's deterministic actor, CORL's on hopper medium); raises
+    ``ConfigError`` on any bad input, and when d3rlpy can take none of the grid."""
     given: dict[str, str] = {}
     for arg in argv:
         key, sep, value = arg.partition("=")
@@ -189,12 +196,23 @@ def plan(argv: list[str]) -> tuple[Path, str, list[RunConfig]]:
         raise ConfigError(f"{', '.join(family.env for family in sweep.to_make)}: the suite's "
                           "datasets are not made yet; `rlbench run` with the same suite "
                           "makes them")
-    runs = [dataclasses.replace(config, threads=1) for config in renamed(sweep.runs, "d3rlpy")]
-    return sweep.out_dir, sweep.suite.name, runs
+    runs, left_out = [], []
+    for config in renamed(sweep.runs, "d3rlpy"):
+        why = refusal(config.algo.removeprefix("d3rlpy-"), config.algo_params)
+        if why is None:
+            runs.append(dataclasses.replace(config, threads=1))
+        else:
+            left_out.append(f"{config.name}: not run, {why}")
+    if not runs:
+        more = f" (and {len(left_out) - 1} more alike)" if len(left_out) > 1 else ""
+        raise ConfigError(f"d3rlpy can run none of this grid: {left_out[0]}{more}")
+    return sweep.out_dir, sweep.suite.name, runs, left_out
 
 
 def main(argv: list[str]) -> int:
-    out_dir, suite, configs = plan(argv)
+    out_dir, suite, configs, left_out = plan(argv)
+    for line in left_out:
+        print(line, flush=True)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as scratch:
         return run_external(configs, trainer(Path(scratch)), out_dir=out_dir, suite=suite,
