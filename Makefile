@@ -80,7 +80,8 @@ reference-mujoco: $(STAMP)  ## PPO on the five MuJoCo v5 tasks at 1M frames, 5 s
 # The offline reference table (results/reference/offline_hopper_100k/ and its store): bc,
 # td3_bc, iql and rebrac on the Hopper-v5 datasets made here (medium, medium-replay,
 # medium-expert), 3 seeds each, then d3rlpy 2.8.1 on the same grid with the same
-# hyperparameters, transitions and evaluation, one algorithm at a time. Budgets: 100k
+# hyperparameters, transitions and evaluation, one algorithm at a time (d3rlpy's IQL has no
+# deterministic actor, CORL's on medium and medium-replay: it runs on medium-expert). Budgets: 100k
 # gradient steps; ReBRAC's batch is 1024, so its 25k steps sample as many transitions as
 # the others' 100k at 256. Ten evaluations a run. Datasets not made yet are made first
 # (results/reference/hopper_datasets/README.md: a 300k-frame SAC run, about an hour on 2
