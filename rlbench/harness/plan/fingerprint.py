@@ -32,14 +32,15 @@ import functools
 import hashlib
 import importlib
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.recipe_sources import RecipeSource, recipe_sources
 
-__all__ = ["LIBRARIES", "code_files", "code_fingerprint", "executed_source", "fingerprint_of"]
+__all__ = ["LIBRARIES", "code_files", "code_fingerprint", "executed_source", "fingerprint_of",
+           "module_tree", "reached_modules"]
 
 # What a run's numbers depend on, beside our code
 LIBRARIES = ("torch", "tensordict", "gymnasium", "mujoco")
@@ -109,7 +110,7 @@ def _source_of(files: Mapping[str, Path], package: str, name: str) -> str | None
     return None
 
 
-def _tree(base: Path, prefix: str) -> dict[str, Path]:
+def module_tree(base: Path, prefix: str) -> dict[str, Path]:
     """The modules of the package at ``base`` (named ``prefix``), by name."""
     found = {}
     for path in sorted(base.rglob("*.py")):
@@ -128,14 +129,14 @@ def _own_modules(source: RecipeSource) -> dict[str, Path]:
         directory = source.file.parent
         own = {path.stem: path for path in directory.glob("*.py") if path.stem.isidentifier()}
         for init in directory.glob("*/__init__.py"):
-            own.update(_tree(init.parent, init.parent.name))
+            own.update(module_tree(init.parent, init.parent.name))
         return own
     top = source.module.partition(".")[0]
     spec = importlib.util.find_spec(top)
     if spec is not None and spec.submodule_search_locations:  # a package, namespace ones too
         own: dict[str, Path] = {}
         for location in spec.submodule_search_locations:
-            own.update(_tree(Path(location), top))
+            own.update(module_tree(Path(location), top))
         return own
     if spec is None or spec.origin is None:
         raise ConfigError(f"the recipe {source.name}'s module {source.module} has no file "
@@ -152,8 +153,17 @@ def code_files(algo: str) -> dict[str, Path]:
     source = recipe_sources()[algo]
     own = {} if source.module.startswith("rlbench.") else _own_modules(source)
     files = {**own, **_module_files()}
+    return reached_modules(files, [name for name in (source.module, *PROTOCOL) if name in files],
+                           lambda module: _followed(module) or module in own)
+
+
+def reached_modules(files: Mapping[str, Path], start: Iterable[str],
+                    followed: Callable[[str], bool]) -> dict[str, Path]:
+    """The modules of ``files`` (by name) that ``start``'s modules reach through their
+    imports, any depth, deferred ones included, entering only the modules ``followed``
+    accepts; a name taken from a package's ``__init__`` reaches the module it comes from."""
     reached: dict[str, Path] = {}
-    stack = [name for name in (source.module, *PROTOCOL) if name in files]
+    stack = list(start)
     while stack:
         name = stack.pop()
         if name in reached:
@@ -162,7 +172,7 @@ def code_files(algo: str) -> dict[str, Path]:
         for module, imported in _imports(files[name], name):
             while module and module not in files:  # an attribute path: its module
                 module = module.rpartition(".")[0]
-            if not module or not (_followed(module) or module in own):
+            if not module or not followed(module):
                 continue
             submodule = f"{module}.{imported}"
             if imported is not None and submodule in files:

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -299,13 +299,14 @@ def _close(workers: list[_Worker]) -> None:
 class Measurement:
     """What one paired run found: per benchmark its rounds' times (seconds per call,
     ``{"base": [...], "candidate": [...]}``) and the pair of processes each round ran in,
-    the benchmarks one side lacks, and each
-    side's failures and skips (``{side: {benchmark: text}}``)."""
+    the benchmarks one side lacks, those not timed because their code is the same on both
+    sides, and each side's failures and skips (``{side: {benchmark: text}}``)."""
 
     times: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     pairs: dict[str, list[int]] = field(default_factory=dict)
     calls: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     only: dict[str, list[str]] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
     failed: dict[str, dict[str, str]] = field(default_factory=dict)
     skipped: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -382,8 +383,10 @@ def _check_sources(modules: list[str], label: str, roots: dict[str, Path]) -> No
 
 def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, rounds: int,
             processes: int, slot: float, warmup: float, plugin_dir: Path, logs: Path,
+            unchanged: Callable[[str], bool] = lambda nodeid: False,
             progress: Any = None) -> Measurement:
-    """Time the benchmarks ``marker`` selects under ``tests`` on both sides: ``processes``
+    """Time the benchmarks ``marker`` selects under ``tests`` on both sides but those
+    ``unchanged`` says run the same code on both (by node id): ``processes``
     pytest processes per side, ``rounds`` rounds per benchmark taking the process pairs in
     turn, each round a slot of about ``slot`` seconds on one side and then the other
     (alternating which goes first), after ``warmup`` seconds of calls in every process.
@@ -400,8 +403,10 @@ def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, r
     everyone: list[_Worker] = []
     try:
         for index in range(processes):
-            for label, root in roots.items():
-                worker = _Worker(label, root, tests, marker, plugin_dir,
+            # the side started first alternates: the earlier processes set up on a quieter
+            # machine and may be laid out in memory otherwise
+            for label in _sides(index):
+                worker = _Worker(label, roots[label], tests, marker, plugin_dir,
                                  logs / f"{label}{index}.log")
                 workers[label].append(worker)
                 everyone.append(worker)
@@ -418,6 +423,8 @@ def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, r
         common = [name for name in collected["candidate"] if name in set(collected["base"])]
         measurement.only = {label: sorted(set(names) - set(common))
                             for label, names in collected.items()}
+        measurement.unchanged = [nodeid for nodeid in common if unchanged(nodeid)]
+        common = [nodeid for nodeid in common if nodeid not in set(measurement.unchanged)]
         for worker in everyone:
             worker.send(run=common)
         for index, nodeid in enumerate(common):
@@ -428,6 +435,12 @@ def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, r
     finally:
         _close(everyone)
     return measurement
+
+
+def _sides(turn: int) -> tuple[str, str]:
+    """The two sides in the order they go on ``turn``: alternating, so that neither is
+    always first to start its processes, warm up or be timed."""
+    return ("base", "candidate") if turn % 2 == 0 else ("candidate", "base")
 
 
 def _time_one(nodeid: str, workers: dict[str, list[_Worker]], everyone: list[_Worker],
@@ -441,15 +454,15 @@ def _time_one(nodeid: str, workers: dict[str, list[_Worker]], everyone: list[_Wo
     if len(reached) == len(everyone):
         try:
             calls: dict[str, list[int]] = {"base": [], "candidate": []}
-            for label, side in workers.items():
-                for worker in side:
+            for pair in range(processes):
+                for label in _sides(pair):
+                    worker = workers[label][pair]
                     worker.send(do="warmup", seconds=warmup, slot=slot, cpu=cpu)
                     calls[label].append(int(_reply(worker, "calls")))
             times: dict[str, list[float]] = {"base": [], "candidate": []}
             for round_index in range(rounds):
                 pair, turn = round_index % processes, round_index // processes
-                order = ("base", "candidate") if turn % 2 == 0 else ("candidate", "base")
-                for label in order:
+                for label in _sides(pair + turn):
                     worker = workers[label][pair]
                     worker.send(do="slot", cpu=cpu)
                     times[label].append(float(_reply(worker, "seconds")))

@@ -3,7 +3,7 @@
     rlbench regress bench base=<git revision or a file naming one> [rounds=32] [processes=8]
         [slot=0.1]
         [delta=0.20] [min_effect=0.05] [alpha=0.05] [tests=tests/bench]
-        [marker=throughput_gate] [report=DIR]
+        [marker=throughput_gate] [unchanged=skip] [report=DIR]
 
 No stored time is compared: the base commit's benchmarks and this checkout's run on this
 machine in the same minutes, interleaved (``paired.py``), and each benchmark is judged on
@@ -11,6 +11,11 @@ its rounds' paired ratios (``paired_statistics.py``): SLOWER, FASTER, PASS, or N
 the rounds could not have caught a slowdown of ``delta``; SLOWER needs more than
 ``min_effect``. So the gate judges on any
 machine, a drifting 2-core VM included, without a reference made on one like it.
+
+A benchmark whose code is the same on both sides (``benchmark_code.py``: its test module,
+conftest files and the modules of the checkout they import) runs the same instructions on
+the same libraries: it is not timed, and its verdict is SAME (``unchanged=time`` times it
+all the same, which is how the gate's false alarms are measured).
 
 The base is the commit whose speed is accepted; ``base=`` may name a file that holds it
 (``results/reference/regress_bench/BASE``), and moving that file's commit is how a change
@@ -20,6 +25,7 @@ bad input, else 0.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -33,6 +39,7 @@ from rich.console import Console
 
 from rlbench.errors import ConfigError
 from rlbench.harness.regress import paired_worker
+from rlbench.harness.regress.benchmark_code import same_code
 from rlbench.harness.regress.junit import Case, junit_xml
 from rlbench.harness.regress.paired import (
     WORKER_PLUGIN,
@@ -125,6 +132,7 @@ def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str
            alpha: float, processes: int, seconds: float) -> TextTable:
     rows = [[v.name, f"{v.base_seconds * 1e3:.4g}", f"{v.candidate_seconds * 1e3:.4g}",
              _ratio(v), _detectable(v), _needs(v), v.verdict] for v in verdicts]
+    rows += [[name, "", "", "", "", "", "SAME"] for name in measurement.unchanged]
     for label in ("candidate", "base"):
         for name in sorted(measurement.failed.get(label, {})):
             rows.append([name, "", "", "", "", "", f"FAILED on the {label}"])
@@ -150,6 +158,10 @@ def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str
         f"the smallest slowdown this measurement catches with probability {POWER}; NOISY "
         f"where that is over {delta:.0%}, with what would catch it.",
     ]
+    if measurement.unchanged:
+        notes.append("SAME: the benchmark's code (its test module, its conftest files and the "
+                      "modules of the checkout they import) is the same on both sides: not "
+                      "timed.")
     for label, names in measurement.only.items():
         if names:
             notes.append(f"Only the {label} has {', '.join(names)}: not judged.")
@@ -197,17 +209,22 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
                 raise ConfigError(f"base {base[:12]} has no {tests}: the gate times the "
                                   "benchmarks of both sides (choose a later base, or move "
                                   "its commit past the one that adds them)")
+            same_module = functools.cache(
+                lambda test_file: same_code(base_root, root, test_file))
             try:
                 measurement = measure(
                     base_root, root, tests=tests, marker=words["marker"],
                     rounds=words["rounds"], processes=words["processes"],
                     slot=words["slot"], warmup=WARMUP_SECONDS, plugin_dir=plugin_dir,
-                    logs=scratch_dir, progress=lambda i, n, name: console.print(
+                    logs=scratch_dir,
+                    unchanged=lambda nodeid: words["unchanged"] == "skip" and same_module(
+                        nodeid.partition("::")[0]),
+                    progress=lambda i, n, name: console.print(
                         f"  [{i + 1}/{n}] {name}", highlight=False, markup=False))
             except WorkerError as err:  # pytest could not run the benchmarks of a side
                 raise ConfigError(f"regress bench could not measure: {err}") from err
     seconds = time.perf_counter() - started
-    if not measurement.times and not measurement.failed:
+    if not measurement.times and not measurement.failed and not measurement.unchanged:
         raise ConfigError(f"no benchmark marked {words['marker']} under {tests} ran on both "
                           "sides")
     verdicts = judge_measurement(measurement, delta=words["delta"],
@@ -222,6 +239,8 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
         cases = [Case(v.name, v.verdict, f"speed ratio {_ratio(v)}, detectable "
                       f"{_detectable(v)}", v.verdict == "SLOWER",
                       skipped=v.verdict == "NOISY") for v in verdicts]
+        cases += [Case(name, "SAME", "the same code on both sides: not timed", False)
+                  for name in measurement.unchanged]
         cases += [Case(name, "FAILED", text, True)
                   for name, text in sorted(candidate_failed.items())]
         write_files(report, {
@@ -234,7 +253,8 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
                 "seconds": seconds, "verdicts": [v.to_dict() for v in verdicts],
                 "times": measurement.times, "pairs": measurement.pairs,
                 "calls": measurement.calls,
-                "failed": measurement.failed, "only": measurement.only},
+                "failed": measurement.failed, "only": measurement.only,
+                "unchanged": measurement.unchanged},
                 indent=1, allow_nan=False) + "\n",
             "regress_bench.xml": junit_xml("rlbench regress bench", "rlbench.regress.bench",
                                            cases)})

@@ -1,7 +1,7 @@
 """``rlbench regress bench base=<revision>`` on a small git repository of its own: a commit
 that slows a function is SLOWER against its parent, the same commit against itself is
-not, and a base that does not exist, a base with other dependencies and a dirty tree are
-refused before anything runs."""
+not (timed, or not timed at all: its code is the same), and a base that does not exist, a
+base with other dependencies and a dirty tree are refused before anything runs."""
 
 from __future__ import annotations
 
@@ -146,10 +146,46 @@ def test_a_commit_against_itself_is_not_slower_and_the_base_may_be_a_file(
     (tmp_path / "BASE").write_text(_git(repo, "rev-parse", "HEAD") + "\n")
     report = tmp_path / "report"
     assert main(["regress", "bench", f"base={tmp_path / 'BASE'}", f"report={report}",
-                 *FAST]) == 0
-    assert all(v["verdict"] != "SLOWER" for v in _report(report)["verdicts"])
+                 "unchanged=time", *FAST]) == 0
+    verdicts = _report(report)["verdicts"]
+    assert len(verdicts) == 3 and all(v["verdict"] != "SLOWER" for v in verdicts)
     assert "moving it is how a change accepts a new speed" in " ".join(
         capsys.readouterr().out.split())
+
+
+WORK_ONLY = """\
+import pytest
+
+from toy import work
+
+
+@pytest.mark.throughput_gate
+def test_work_only(benchmark):
+    benchmark(work, 100)
+"""
+
+
+def test_only_the_benchmarks_whose_code_changed_are_timed(repo: Path, tmp_path: Path,
+                                                         capsys) -> None:
+    (repo / "tests" / "bench" / "test_work_only.py").write_text(WORK_ONLY)
+    base = _commit(repo)
+    _commit(repo, spin_loops=2)  # toy.extra changes: test_toy.py imports it, not this one
+    report = tmp_path / "report"
+    assert main(["regress", "bench", f"base={base}", f"report={report}", *UNTIMED]) == 0
+    data = _report(report)
+    assert {v["name"].split("::")[1] for v in data["verdicts"]} == {
+        "test_spin", "test_work", "test_sum"}
+    assert data["unchanged"] == ["tests/bench/test_work_only.py::test_work_only"]
+    assert "test_work_only" not in data["times"]
+    junit = ET.parse(report / "regress_bench.xml").getroot()
+    (same,) = [c for c in junit.iter("testcase") if c.get("name").endswith("test_work_only")]
+    assert same.find("failure") is None and same.find("skipped") is None
+    out = " ".join(capsys.readouterr().out.split())
+    assert "test_work_only │ │ │ │ │ │ SAME" in out and "SAME: the benchmark's code" in out
+    # against itself nothing is timed, and the gate passes
+    assert main(["regress", "bench", "base=HEAD", f"report={report}", *UNTIMED]) == 0
+    data = _report(report)
+    assert data["verdicts"] == [] and data["times"] == {} and len(data["unchanged"]) == 4
 
 
 def test_a_benchmark_of_one_side_is_named_and_one_failing_on_the_candidate_fails(
@@ -207,7 +243,8 @@ def test_a_base_without_the_benchmarks_or_a_module_that_does_not_import(
     (repo / "tests" / "bench" / "test_broken.py").write_text("import no_such_module\n")
     _commit(repo)  # an ungated module that cannot be collected stops nothing
     report = tmp_path / "report"
-    assert main(["regress", "bench", f"base={base}", f"report={report}", *UNTIMED]) == 0
+    assert main(["regress", "bench", f"base={base}", f"report={report}", "unchanged=time",
+                 *UNTIMED]) == 0
     verdicts = _report(report)["verdicts"]
     assert len(verdicts) == 3
     assert all(v["detectable"] is None for v in verdicts), "2 rounds catch no slowdown"
