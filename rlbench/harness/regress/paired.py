@@ -401,8 +401,11 @@ def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, r
     roots = {"base": base_root.resolve(), "candidate": candidate_root.resolve()}
     workers: dict[str, list[_Worker]] = {"base": [], "candidate": []}
     everyone: list[_Worker] = []
-    try:
-        for index in range(processes):
+
+    def start(pairs: range) -> dict[str, list[str]]:
+        """Start these pairs of processes; what each side collected."""
+        started = []
+        for index in pairs:
             # the side started first alternates: the earlier processes set up on a quieter
             # machine and may be laid out in memory otherwise
             for label in _sides(index):
@@ -410,21 +413,27 @@ def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, r
                                  logs / f"{label}{index}.log")
                 workers[label].append(worker)
                 everyone.append(worker)
+                started.append(worker)
         collected: dict[str, list[str]] = {}
-        for label, side in workers.items():
-            for worker in side:
-                message = worker.receive()
-                names = message.get("collected")
-                if not isinstance(names, list) or collected.get(label, names) != names:
-                    raise WorkerError(f"the {label} side's processes did not agree on what "
-                                      "they collected")
-                _check_sources(message.get("modules", []), label, roots)
-                collected[label] = names
+        for worker in started:
+            message = worker.receive()
+            names = message.get("collected")
+            if not isinstance(names, list) or collected.get(worker.label, names) != names:
+                raise WorkerError(f"the {worker.label} side's processes did not agree on "
+                                  "what they collected")
+            _check_sources(message.get("modules", []), worker.label, roots)
+            collected[worker.label] = names
+        return collected
+
+    try:
+        collected = start(range(1))  # the benchmarks, before the other pairs are needed
         common = [name for name in collected["candidate"] if name in set(collected["base"])]
         measurement.only = {label: sorted(set(names) - set(common))
                             for label, names in collected.items()}
         measurement.unchanged = [nodeid for nodeid in common if unchanged(nodeid)]
         common = [nodeid for nodeid in common if nodeid not in set(measurement.unchanged)]
+        if common and processes > 1 and start(range(1, processes)) != collected:
+            raise WorkerError("the processes of a side did not agree on what they collected")
         for worker in everyone:
             worker.send(run=common)
         for index, nodeid in enumerate(common):

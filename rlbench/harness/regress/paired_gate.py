@@ -139,25 +139,26 @@ def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str
         for name, text in sorted(measurement.skipped.get(label, {}).items()):
             if name not in measurement.times and ABANDONED not in text:
                 rows.append([name, "", "", "", "", "", f"skipped on the {label}"])
-    rounds = verdicts[0].rounds if verdicts else 0
-    notes = [
-        f"Base {base[:12]}" + (f" (from {base_file}: the commit whose speed is accepted; "
-                               "moving it is how a change accepts a new speed)"
-                               if base_file else "")
-        + f", candidate {candidate[:12]}; {rounds} rounds per benchmark, each timing the "
-        f"two sides one after the other (the order alternating) in one of {processes} pairs "
-        f"of processes on one core; {seconds:.0f} s in all.",
-        "Times: medians over the rounds, ms per call. Speed ratio: base time over candidate "
-        "time, 95% interval; under 1 the candidate is slower.",
-        (f"SLOWER: a one-sided t-test over the {processes} pairs of processes, each pair's "
-         "slowdown the Hodges-Lehmann centre of its rounds' log-ratios"
-         if processes > 1 else
-         "SLOWER: a one-sided Wilcoxon signed-rank test of the rounds' log-ratios")
-        + f", at {alpha:g} over the {len(verdicts)} benchmarks (Bonferroni), and a slowdown "
-        f"of more than the minimal effect of {min_effect:.0%}; FASTER alike. Detectable: "
-        f"the smallest slowdown this measurement catches with probability {POWER}; NOISY "
-        f"where that is over {delta:.0%}, with what would catch it.",
-    ]
+    sides = f"Base {base[:12]}" + (f" (from {base_file}: the commit whose speed is accepted; "
+                                   "moving it is how a change accepts a new speed)"
+                                   if base_file else "") + f", candidate {candidate[:12]}"
+    notes = [f"{sides}; nothing timed, {seconds:.0f} s in all."]
+    if verdicts:
+        notes = [
+            f"{sides}; {verdicts[0].rounds} rounds per benchmark, each timing the two sides "
+            f"one after the other (the order alternating) in one of {processes} pairs of "
+            f"processes on one core; {seconds:.0f} s in all.",
+            "Times: medians over the rounds, ms per call. Speed ratio: base time over "
+            "candidate time, 95% interval; under 1 the candidate is slower.",
+            (f"SLOWER: a one-sided t-test over the {processes} pairs of processes, each "
+             "pair's slowdown the Hodges-Lehmann centre of its rounds' log-ratios"
+             if processes > 1 else
+             "SLOWER: a one-sided Wilcoxon signed-rank test of the rounds' log-ratios")
+            + f", at {alpha:g} over the {len(verdicts)} benchmarks (Bonferroni), and a "
+            f"slowdown of more than the minimal effect of {min_effect:.0%}; FASTER alike. "
+            f"Detectable: the smallest slowdown this measurement catches with probability "
+            f"{POWER}; NOISY where that is over {delta:.0%}, with what would catch it.",
+        ]
     if measurement.unchanged:
         notes.append("SAME: the benchmark's code (its test module, its conftest files and the "
                       "modules of the checkout they import) is the same on both sides: not "
