@@ -7,7 +7,8 @@ verdicts: its false alarms, its catch rate, its NOISY rate, on this machine.
 The trials run in a scratch clone of this checkout's HEAD. With ``--plant`` (the
 ``RLBENCH_BENCH_SLOWDOWN`` syntax of ``tests/bench/conftest.py``, e.g.
 ``rlbench.returns:gae:1.3``), the clone gets one commit that plants that slowdown in its
-benchmarks' conftest, and the gate judges it against HEAD; without it, HEAD against itself.
+benchmarks' conftest, and the gate judges it against HEAD; without it, HEAD against itself,
+timed all the same (``unchanged=time``).
 ``--busy`` keeps a PPO training run going beside the trials (the other core busy). Each
 trial's report (with every round's times) is kept under ``--keep``; ``--rejudge DIR``
 reads the reports under DIR (``results/reference/regress_bench/trials/<scenario>/``
@@ -125,11 +126,14 @@ def _run(options: argparse.Namespace, gate_keys: list[str]) -> dict:
                 stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
             time.sleep(20)
         codes, seconds = [], []
+        # the trials measure the timing: unchanged code is timed, not called SAME
+        timing = [] if any(k.startswith("unchanged=") for k in gate_keys) else [
+            "unchanged=time"]
         try:
             for trial in range(options.repeats):
                 started = time.perf_counter()
                 done = subprocess.run([str(rlbench), "regress", "bench", f"base={base}",
-                                       f"report={keep / f'{trial:02d}'}", *gate_keys],
+                                       f"report={keep / f'{trial:02d}'}", *timing, *gate_keys],
                                       cwd=clone, capture_output=True, text=True)
                 seconds.append(time.perf_counter() - started)
                 codes.append(done.returncode)
