@@ -92,12 +92,15 @@ def test_the_example_project_runs_under_the_harness_and_its_gate(tmp_path: Path)
         "__pycache__", "*.egg-info", ".venv"))
     env = _venv(project)
     # a checkout with history, as actions/checkout fetches it: the throughput gate's base
-    # is the previous commit
+    # is the previous commit, and the change touches the losses the benchmark times (an
+    # unchanged benchmark would not be timed)
     git = {**env, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost"}
-    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"],
-                    ["commit", "-q", "--allow-empty", "-m", "change"]):
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
         subprocess.run(["git", *command], cwd=project, env=git, check=True)
+    losses = project / "my_recipes" / "losses.py"
+    losses.write_text(losses.read_text() + "\nDEFAULT_VALUE_COEF = 0.5\n")
+    subprocess.run(["git", "commit", "-qam", "change"], cwd=project, env=git, check=True)
 
     steps = _run_steps(project, env)
     failed = {name: result.stderr[-3000:] for name, result in steps.items()
@@ -108,6 +111,7 @@ def test_the_example_project_runs_under_the_harness_and_its_gate(tmp_path: Path)
     speed = json.loads((project / "gate" / "report" / "regress_bench.json").read_text())
     assert [(v["name"], v["verdict"] != "SLOWER") for v in speed["verdicts"]] == [
         ("benchmarks/test_losses_speed.py::test_value_loss_step", True)]
+    assert speed["unchanged"] == []
     listed = steps["The recipes rlbench sees"].stdout
     assert re.search(r"^vpg +online +discrete, box actions +installed from my-recipes 0\.1\.0$",
                      listed, re.M), listed

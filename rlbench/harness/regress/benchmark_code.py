@@ -1,28 +1,40 @@
 """The code a benchmark of the throughput gate times, compared between the two sides.
 
-A benchmark's code is its test module and the ``conftest.py`` files pytest loads for it,
-with every module of the checkout they reach through imports (any depth, deferred ones
-included, read from the source as a run's fingerprint reads a recipe: ``plan.fingerprint``)
-and the ``__init__`` of each package those modules are in, which runs when they import;
-and the other files of the test module's folder, which a benchmark may read. What the
-test module imports is followed wherever it leads; what a ``conftest.py`` imports only into
-the RL stack: the test configuration reaches the harness (tests/conftest.py finds the
-recipes through its planning), which the stack never imports (tests/test_layering.py), so
-no timed call runs it.
+The gate times a benchmark in pytest processes started on the test modules that hold the
+benchmarks both sides have; before any benchmark runs, each has imported them all and the
+``conftest.py`` files pytest loads for them. A benchmark's code is then: its own test
+module, with every module of the checkout it reaches through imports (any depth,
+deferred ones included, read from the source as a run's fingerprint reads a recipe:
+``plan.fingerprint``); the other test modules and the conftest files, and the
+``__init__`` of every package a module reached is in (it runs when the module imports),
+each with the modules it reaches outside the harness; the files of the test module's
+folder that are not Python, which a benchmark may read; and pytest's configuration (its
+table of ``pyproject.toml``, ``pytest.ini``, ``tox.ini``, ``setup.cfg``). The harness
+(planning, tracking, reports) counts only where the benchmark's own test module reaches
+it: the test configuration imports it (tests/conftest.py finds the recipes through its
+planning), but its modules do their work when called, not when imported, and the stack
+never calls it (tests/test_layering.py), so no timed call runs it.
 
 Modules compare as they execute (``executed_source``: docstrings, comments and layout do
 not count), other files byte for byte. Both sides run the same installed libraries
 (``paired.check_dependencies``), so a benchmark whose code is the same on both sides runs
 the same instructions: its speed has not changed, and timing it could only raise a false
-alarm. The unit is the test module: its benchmarks are the same or not together.
+alarm. The unit is the test module: its benchmarks are the same or not together. Code
+that cannot be read (a module that does not parse on one side) is not the same.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rlbench.harness.plan.fingerprint import executed_source, module_tree, reached_modules
 from rlbench.harness.regress.paired import package_dirs
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: pytest, which the gate runs, brings tomli there
+    import tomli as tomllib
 
 __all__ = ["NOT_TIMED", "benchmark_code", "same_code"]
 
@@ -34,12 +46,13 @@ def _in(name: str, packages: tuple[str, ...]) -> bool:
     return any(name == package or name.startswith(package + ".") for package in packages)
 
 
-def _checkout_modules(root: Path, test_dir: Path) -> dict[str, Path]:
-    """Every module of the checkout at ``root`` a benchmark in ``test_dir`` can import, by
-    name: the top-level packages (their ``[tool.setuptools.package-dir]`` folders where
+def _checkout_modules(root: Path, folders: list[Path]) -> dict[str, Path]:
+    """Every module of the checkout at ``root`` a test module in ``folders`` can import,
+    by name: the top-level packages (their ``[tool.setuptools.package-dir]`` folders where
     pyproject.toml moves them), the top-level modules, and the modules of each folder from
-    the top down to ``test_dir``, which pytest puts on ``sys.path`` for the test modules and
-    conftest files there (by bare name, and by dotted path from the top)."""
+    the top down to each of ``folders``, which pytest puts first on ``sys.path`` for the
+    test modules and conftest files there (by bare name, the deepest folder's first, and
+    by dotted path from the top)."""
     found: dict[str, Path] = {}
     for init in sorted(root.glob("*/__init__.py")):
         found.update(module_tree(init.parent, init.parent.name))
@@ -48,58 +61,91 @@ def _checkout_modules(root: Path, test_dir: Path) -> dict[str, Path]:
         found.update(module_tree(Path(folder), name))
     for path in sorted(root.glob("*.py")):
         found.setdefault(path.stem, path)
-    folder = test_dir
-    while folder != root and folder.is_relative_to(root):
-        dotted = ".".join(folder.relative_to(root).parts)
-        for path in sorted(folder.glob("*.py")):
-            found.setdefault(path.stem, path)
-            found.setdefault(f"{dotted}.{path.stem}", path)
-        folder = folder.parent
+    chains = {tuple(reversed([folder, *folder.parents])) for folder in folders}
+    for chain in sorted(chains, key=len):
+        for folder in chain:
+            if folder == root or not folder.is_relative_to(root):
+                continue
+            dotted = ".".join(folder.relative_to(root).parts)
+            for path in sorted(folder.glob("*.py")):
+                found[path.stem] = path
+                found[f"{dotted}.{path.stem}"] = path
     return found
 
 
-def _conftests(root: Path, test_file: Path) -> list[Path]:
-    """The ``conftest.py`` files pytest loads for ``test_file``: its folder's and every
-    folder's above it, up to the top of the checkout."""
-    found, folder = [], test_file.parent
-    while folder.is_relative_to(root):
-        if (folder / "conftest.py").is_file():
-            found.append(folder / "conftest.py")
-        if folder == root:
-            break
-        folder = folder.parent
+def _conftests(root: Path, test_files: list[Path]) -> list[Path]:
+    """The ``conftest.py`` files pytest loads for ``test_files``: those of their folders
+    and of every folder above them, up to the top of the checkout."""
+    found = set()
+    for test_file in test_files:
+        for folder in [test_file.parent, *test_file.parent.parents]:
+            if not folder.is_relative_to(root):
+                break
+            if (folder / "conftest.py").is_file():
+                found.add(folder / "conftest.py")
+    return sorted(found)
+
+
+def _pytest_configuration(root: Path) -> dict[str, bytes]:
+    """The settings pytest reads at the top of the checkout."""
+    found = {}
+    for name in ("pytest.ini", "tox.ini", "setup.cfg"):
+        if (root / name).is_file():
+            found[f"file {name}"] = (root / name).read_bytes()
+    if (root / "pyproject.toml").is_file():
+        pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+        table = pyproject.get("tool", {}).get("pytest", {})
+        found["pytest table of pyproject.toml"] = json.dumps(table, sort_keys=True).encode()
     return found
 
 
-def benchmark_code(root: Path, test_file: str) -> dict[str, bytes]:
-    """What the benchmarks of ``test_file`` (relative to ``root``, as a pytest node id
-    names it) run, by a name that is the same on both sides: each module's executed
-    source, each data file's bytes."""
+def _packages_of(name: str, files: dict[str, Path]) -> list[str]:
+    """The packages module ``name`` is in, whose ``__init__`` runs before it."""
+    parts = name.split(".")
+    return [parent for depth in range(1, len(parts))
+            if (parent := ".".join(parts[:depth])) in files
+            and files[parent].name == "__init__.py"]
+
+
+def benchmark_code(root: Path, test_file: str, test_files: list[str]) -> dict[str, bytes]:
+    """What the benchmarks of ``test_file`` run in a process that collected
+    ``test_files`` (paths relative to ``root``, as pytest node ids name them), by names
+    that are the same on both sides: each module's executed source, each other file's
+    bytes."""
     root = root.resolve()
     test_path = (root / test_file).resolve()
-    files = _checkout_modules(root, test_path.parent)
-    starts = {str(path.relative_to(root)): path
-              for path in (test_path, *_conftests(root, test_path))}
+    loaded = sorted({(root / name).resolve() for name in [test_file, *test_files]})
+    others = [*loaded, *_conftests(root, loaded)]
+    files = _checkout_modules(root, sorted({path.parent for path in others}))
+    starts = {str(path.relative_to(root)): path for path in others}
     files.update(starts)
     module = str(test_path.relative_to(root))
     reached = reached_modules(files, [module], lambda name: True)
-    for conftest in starts.keys() - {module}:
-        reached.update(reached_modules(files, [conftest],
+
+    def unreached_packages() -> set[str]:
+        return {parent for name in reached for parent in _packages_of(name, files)
+                if parent not in reached}
+
+    pending = set(starts) - {module} | unreached_packages()
+    while pending:
+        reached.update(reached_modules(files, sorted(pending),
                                        lambda name: not _in(name, NOT_TIMED)))
-    for name in list(reached):  # the packages a module is in run their __init__ first
-        parts = name.split(".")
-        for depth in range(1, len(parts)):
-            parent = ".".join(parts[:depth])
-            if parent in files and files[parent].name == "__init__.py":
-                reached.setdefault(parent, files[parent])
+        pending = unreached_packages()
     code = {f"module {name} ({path.relative_to(root)})": executed_source(path)
             for name, path in reached.items()}
     for path in sorted(test_path.parent.iterdir()):
         if path.is_file() and path.suffix != ".py":
             code[f"file {path.relative_to(root)}"] = path.read_bytes()
-    return code
+    return {**code, **_pytest_configuration(root)}
 
 
-def same_code(base_root: Path, candidate_root: Path, test_file: str) -> bool:
-    """Whether the benchmarks of ``test_file`` run the same code on both sides."""
-    return benchmark_code(base_root, test_file) == benchmark_code(candidate_root, test_file)
+def same_code(base_root: Path, candidate_root: Path, test_file: str,
+              test_files: list[str]) -> bool:
+    """Whether the benchmarks of ``test_file`` run the same code on both sides, in
+    processes that collected ``test_files``; code one side cannot read (a file that does
+    not parse or decode) is not the same."""
+    try:
+        return (benchmark_code(base_root, test_file, test_files)
+                == benchmark_code(candidate_root, test_file, test_files))
+    except (SyntaxError, ValueError, OSError):  # a decode error is a ValueError
+        return False

@@ -220,8 +220,8 @@ class WorkerError(RuntimeError):
 class _Worker:
     """One side's pytest process and the two pipes the gate talks to it through."""
 
-    def __init__(self, label: str, root: Path, tests: str, marker: str, plugin_dir: Path,
-                 log: Path) -> None:
+    def __init__(self, label: str, root: Path, tests: list[str], marker: str,
+                 plugin_dir: Path, log: Path) -> None:
         self.label, self.log = label, log
         to_worker_read, to_worker_write = os.pipe()
         from_worker_read, from_worker_write = os.pipe()
@@ -236,7 +236,7 @@ class _Worker:
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "-p", "no:benchmark", "-p", WORKER_PLUGIN,
-                   "--continue-on-collection-errors", "-m", marker, tests]
+                   "--continue-on-collection-errors", "-m", marker, *tests]
         with log.open("wb") as out:
             self.process = subprocess.Popen(
                 command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out,
@@ -273,11 +273,14 @@ class _Worker:
                            f"{self.process.returncode}); its output ends:\n{tail}")
 
     def hang_up(self) -> None:
-        """Close the pipes: a worker between benchmarks then ends its session."""
+        """Close the pipes, once: a worker between benchmarks then ends its session."""
+        if self._in_fd < 0:
+            return
         with suppress(BrokenPipeError, OSError):
             self._out.close()
         with suppress(OSError):
             os.close(self._in_fd)
+        self._in_fd = -1
 
     def wait(self, seconds: float) -> None:
         try:
@@ -383,64 +386,79 @@ def _check_sources(modules: list[str], label: str, roots: dict[str, Path]) -> No
 
 def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, rounds: int,
             processes: int, slot: float, warmup: float, plugin_dir: Path, logs: Path,
-            unchanged: Callable[[str], bool] = lambda nodeid: False,
+            unchanged: Callable[[str, list[str]], bool] = lambda test_file, files: False,
             progress: Any = None) -> Measurement:
-    """Time the benchmarks ``marker`` selects under ``tests`` on both sides but those
-    ``unchanged`` says run the same code on both (by node id): ``processes``
-    pytest processes per side, ``rounds`` rounds per benchmark taking the process pairs in
+    """Time the benchmarks ``marker`` selects under ``tests`` on both sides but those of
+    the test modules ``unchanged`` says run the same code on both (given the test module
+    and every test module with a benchmark both sides have): ``processes`` pytest
+    processes per side, ``rounds`` rounds per benchmark taking the process pairs in
     turn, each round a slot of about ``slot`` seconds on one side and then the other
     (alternating which goes first), after ``warmup`` seconds of calls in every process.
 
-    Several processes per side because a process's own memory layout moves a benchmark's
-    speed by a few percent for as long as it lives (the same code read 0.94 to 1.06 from
-    one pair of processes to the next, against intervals of +-0.03 within a pair): the
-    pairs, not the rounds, are what the test counts.
+    A first pair of processes collects the benchmarks; the timed processes then collect
+    only the test modules that hold them, so that what they import is what ``unchanged``
+    judged. Several processes per side because a process's own memory layout moves a
+    benchmark's speed by a few percent for as long as it lives (the same code read 0.94 to
+    1.06 from one pair of processes to the next, against intervals of +-0.03 within a
+    pair): the pairs, not the rounds, are what the test counts.
     """
     measurement = Measurement()
     cpu = _shared_cpu()
     roots = {"base": base_root.resolve(), "candidate": candidate_root.resolve()}
-    workers: dict[str, list[_Worker]] = {"base": [], "candidate": []}
     everyone: list[_Worker] = []
 
-    def start(pairs: range) -> dict[str, list[str]]:
-        """Start these pairs of processes; what each side collected."""
-        started = []
+    def start(pairs: range, targets: list[str], name: str) -> tuple[
+            dict[str, list[_Worker]], dict[str, list[str]]]:
+        """Start these pairs of processes on ``targets``: each side's processes, and what
+        the side collected."""
+        started: dict[str, list[_Worker]] = {"base": [], "candidate": []}
         for index in pairs:
             # the side started first alternates: the earlier processes set up on a quieter
             # machine and may be laid out in memory otherwise
             for label in _sides(index):
-                worker = _Worker(label, roots[label], tests, marker, plugin_dir,
-                                 logs / f"{label}{index}.log")
-                workers[label].append(worker)
+                worker = _Worker(label, roots[label], targets, marker, plugin_dir,
+                                 logs / f"{name}-{label}{index}.log")
+                started[label].append(worker)
                 everyone.append(worker)
-                started.append(worker)
         collected: dict[str, list[str]] = {}
-        for worker in started:
-            message = worker.receive()
-            names = message.get("collected")
-            if not isinstance(names, list) or collected.get(worker.label, names) != names:
-                raise WorkerError(f"the {worker.label} side's processes did not agree on "
-                                  "what they collected")
-            _check_sources(message.get("modules", []), worker.label, roots)
-            collected[worker.label] = names
-        return collected
+        for label, side in started.items():
+            for worker in side:
+                message = worker.receive()
+                names = message.get("collected")
+                if not isinstance(names, list) or collected.get(label, names) != names:
+                    raise WorkerError(f"the {label} side's processes did not agree on what "
+                                      "they collected")
+                _check_sources(message.get("modules", []), label, roots)
+                collected[label] = names
+        return started, collected
 
     try:
-        collected = start(range(1))  # the benchmarks, before the other pairs are needed
+        scouts, collected = start(range(1), [tests], "collect")
         common = [name for name in collected["candidate"] if name in set(collected["base"])]
         measurement.only = {label: sorted(set(names) - set(common))
                             for label, names in collected.items()}
-        measurement.unchanged = [nodeid for nodeid in common if unchanged(nodeid)]
-        common = [nodeid for nodeid in common if nodeid not in set(measurement.unchanged)]
-        if common and processes > 1 and start(range(1, processes)) != collected:
-            raise WorkerError("the processes of a side did not agree on what they collected")
-        for worker in everyone:
-            worker.send(run=common)
-        for index, nodeid in enumerate(common):
+        files = sorted({nodeid.partition("::")[0] for nodeid in common})
+        measurement.unchanged = [nodeid for nodeid in common
+                                 if unchanged(nodeid.partition("::")[0], files)]
+        timed = [nodeid for nodeid in common if nodeid not in set(measurement.unchanged)]
+        for scout in [*scouts["base"], *scouts["candidate"]]:
+            scout.send(run=[])
+        _close([*scouts["base"], *scouts["candidate"]])
+        if not timed:
+            return measurement
+        workers, collected = start(range(processes), files, "time")
+        for label, names in collected.items():
+            if not set(timed) <= set(names):
+                raise WorkerError(f"the {label} side's processes collected other benchmarks "
+                                  "from the test modules than the first did")
+        for worker in [*workers["base"], *workers["candidate"]]:
+            worker.send(run=timed)
+        for index, nodeid in enumerate(timed):
             if progress is not None:
-                progress(index, len(common), nodeid)
-            _time_one(nodeid, workers, everyone, measurement, rounds=rounds,
-                      processes=processes, slot=slot, warmup=warmup, cpu=cpu)
+                progress(index, len(timed), nodeid)
+            _time_one(nodeid, workers, [*workers["base"], *workers["candidate"]],
+                      measurement, rounds=rounds, processes=processes, slot=slot,
+                      warmup=warmup, cpu=cpu)
     finally:
         _close(everyone)
     return measurement

@@ -211,15 +211,15 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
                                   "benchmarks of both sides (choose a later base, or move "
                                   "its commit past the one that adds them)")
             same_module = functools.cache(
-                lambda test_file: same_code(base_root, root, test_file))
+                lambda test_file, files: same_code(base_root, root, test_file, list(files)))
             try:
                 measurement = measure(
                     base_root, root, tests=tests, marker=words["marker"],
                     rounds=words["rounds"], processes=words["processes"],
                     slot=words["slot"], warmup=WARMUP_SECONDS, plugin_dir=plugin_dir,
                     logs=scratch_dir,
-                    unchanged=lambda nodeid: words["unchanged"] == "skip" and same_module(
-                        nodeid.partition("::")[0]),
+                    unchanged=lambda test_file, files: words["unchanged"] == "skip"
+                    and same_module(test_file, tuple(files)),
                     progress=lambda i, n, name: console.print(
                         f"  [{i + 1}/{n}] {name}", highlight=False, markup=False))
             except WorkerError as err:  # pytest could not run the benchmarks of a side

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlbench.cli import main
+from rlbench.harness.regress import paired
 from rlbench.harness.regress.paired_gate import read_base
 
 PYPROJECT = """\
@@ -153,39 +154,55 @@ def test_a_commit_against_itself_is_not_slower_and_the_base_may_be_a_file(
         capsys.readouterr().out.split())
 
 
-WORK_ONLY = """\
+UNGATED = """\
 import pytest
 
-from toy import work
 
-
-@pytest.mark.throughput_gate
-def test_work_only(benchmark):
-    benchmark(work, 100)
+@pytest.mark.other
+def test_other(benchmark):
+    benchmark(sum, [{n}])
 """
 
 
-def test_only_the_benchmarks_whose_code_changed_are_timed(repo: Path, tmp_path: Path,
-                                                         capsys) -> None:
-    (repo / "tests" / "bench" / "test_work_only.py").write_text(WORK_ONLY)
+def test_a_commit_that_changes_no_benchmarked_code_times_nothing(
+        repo: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    (repo / "tests" / "bench" / "test_other.py").write_text(UNGATED.format(n=1))
+    (repo / "toy" / "unused.py").write_text("X = 1\n")
     base = _commit(repo)
-    _commit(repo, spin_loops=2)  # toy.extra changes: test_toy.py imports it, not this one
+    # an ungated benchmark and a module no gated benchmark imports
+    (repo / "tests" / "bench" / "test_other.py").write_text(UNGATED.format(n=2))
+    (repo / "toy" / "unused.py").write_text("X = 2\n")
+    _commit(repo)
+    started: list[str] = []
+    start = paired._Worker.__init__
+
+    def counted(self, label, *args, **kwargs) -> None:
+        started.append(label)
+        start(self, label, *args, **kwargs)
+
+    monkeypatch.setattr(paired._Worker, "__init__", counted)
     report = tmp_path / "report"
+    assert main(["regress", "bench", f"base={base}", f"report={report}", *FAST]) == 0
+    data = _report(report)
+    assert data["verdicts"] == [] and data["times"] == {}
+    assert sorted(name.split("::")[1] for name in data["unchanged"]) == [
+        "test_spin", "test_sum", "test_work"]
+    assert sorted(started) == ["base", "candidate"], "the pair that collects, no more"
+    junit = ET.parse(report / "regress_bench.xml").getroot()
+    cases = list(junit.iter("testcase"))
+    assert len(cases) == 3 and all(c.find("failure") is None and c.find("skipped") is None
+                                   for c in cases)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "test_work │ │ │ │ │ │ SAME" in out and "SAME: the benchmark's code" in out
+    assert "nothing timed" in out
+    # a change to what a benchmark imports is timed, in the pair that collects and then
+    # the pairs that time (one here)
+    _commit(repo, spin_loops=2)
+    started.clear()
     assert main(["regress", "bench", f"base={base}", f"report={report}", *UNTIMED]) == 0
     data = _report(report)
-    assert {v["name"].split("::")[1] for v in data["verdicts"]} == {
-        "test_spin", "test_work", "test_sum"}
-    assert data["unchanged"] == ["tests/bench/test_work_only.py::test_work_only"]
-    assert "test_work_only" not in data["times"]
-    junit = ET.parse(report / "regress_bench.xml").getroot()
-    (same,) = [c for c in junit.iter("testcase") if c.get("name").endswith("test_work_only")]
-    assert same.find("failure") is None and same.find("skipped") is None
-    out = " ".join(capsys.readouterr().out.split())
-    assert "test_work_only │ │ │ │ │ │ SAME" in out and "SAME: the benchmark's code" in out
-    # against itself nothing is timed, and the gate passes
-    assert main(["regress", "bench", "base=HEAD", f"report={report}", *UNTIMED]) == 0
-    data = _report(report)
-    assert data["verdicts"] == [] and data["times"] == {} and len(data["unchanged"]) == 4
+    assert len(data["verdicts"]) == 3 and data["unchanged"] == []
+    assert sorted(started) == ["base", "base", "candidate", "candidate"]
 
 
 def test_a_benchmark_of_one_side_is_named_and_one_failing_on_the_candidate_fails(
