@@ -239,9 +239,10 @@ BENCH_TABLE = KeyTable("regress bench", (
         kind="text", default="tests/bench"),
     Key("marker", "with base=: the pytest marker expression that picks the gated benchmarks",
         kind="text", default="throughput_gate"),
-    Key("unchanged", "with base=: skip: a benchmark whose code (its test module, its conftest "
-        "files and the modules of the checkout they import) is the same on both sides is not "
-        "timed, its verdict SAME; time: time it too (to measure the gate's false alarms)",
+    Key("unchanged", "with base=: skip: a benchmark whose code (the gated test modules, their "
+        "conftest files, the modules of the checkout they import, pytest's settings) is the "
+        "same on both sides is not timed, its verdict SAME; time: time it too (to measure "
+        "the gate's false alarms)",
         kind="choice", default="skip", choices=("skip", "time")),
     Key("candidate", "without base=: pytest-benchmark JSON runs of the candidate",
         kind="path", many=True, placeholder="<pytest-benchmark JSON file>"),

@@ -12,10 +12,11 @@ the rounds could not have caught a slowdown of ``delta``; SLOWER needs more than
 ``min_effect``. So the gate judges on any
 machine, a drifting 2-core VM included, without a reference made on one like it.
 
-A benchmark whose code is the same on both sides (``benchmark_code.py``: its test module,
-conftest files and the modules of the checkout they import) runs the same instructions on
-the same libraries: it is not timed, and its verdict is SAME (``unchanged=time`` times it
-all the same, which is how the gate's false alarms are measured).
+A benchmark whose code is the same on both sides (``benchmark_code.py``: the gated test
+modules, their conftest files, the modules of the checkout they import, pytest's settings)
+runs the same instructions on the same libraries: it is not timed, and its verdict is SAME
+(``unchanged=time`` times it all the same, which is how the gate's false alarms are
+measured).
 
 The base is the commit whose speed is accepted; ``base=`` may name a file that holds it
 (``results/reference/regress_bench/BASE``), and moving that file's commit is how a change
@@ -160,9 +161,9 @@ def _table(verdicts: list[PairedVerdict], measurement: Measurement, *, base: str
             f"{POWER}; NOISY where that is over {delta:.0%}, with what would catch it.",
         ]
     if measurement.unchanged:
-        notes.append("SAME: the benchmark's code (its test module, its conftest files and the "
-                      "modules of the checkout they import) is the same on both sides: not "
-                      "timed.")
+        notes.append("SAME: what the benchmark's processes run of the checkout (the gated test "
+                      "modules, their conftest files, the modules they import, pytest's "
+                      "settings) is the same on both sides: not timed.")
     for label, names in measurement.only.items():
         if names:
             notes.append(f"Only the {label} has {', '.join(names)}: not judged.")

@@ -193,7 +193,7 @@ def test_a_commit_that_changes_no_benchmarked_code_times_nothing(
     assert len(cases) == 3 and all(c.find("failure") is None and c.find("skipped") is None
                                    for c in cases)
     out = " ".join(capsys.readouterr().out.split())
-    assert "test_work │ │ │ │ │ │ SAME" in out and "SAME: the benchmark's code" in out
+    assert "test_work │ │ │ │ │ │ SAME" in out and "SAME: what the benchmark's processes run" in out
     assert "nothing timed" in out
     # a change to what a benchmark imports is timed, in the pair that collects and then
     # the pairs that time (one here)
