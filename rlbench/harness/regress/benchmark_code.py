@@ -2,18 +2,16 @@
 
 The gate times a benchmark in pytest processes started on the test modules that hold the
 benchmarks both sides have; before any benchmark runs, each has imported them all and the
-``conftest.py`` files pytest loads for them. A benchmark's code is then: its own test
-module, with every module of the checkout it reaches through imports (any depth,
-deferred ones included, read from the source as a run's fingerprint reads a recipe:
-``plan.fingerprint``); the other test modules and the conftest files, and the
-``__init__`` of every package a module reached is in (it runs when the module imports),
-each with the modules it reaches outside the harness; the files of the test module's
-folder that are not Python, which a benchmark may read; and pytest's configuration (its
-table of ``pyproject.toml``, ``pytest.ini``, ``tox.ini``, ``setup.cfg``). The harness
-(planning, tracking, reports) counts only where the benchmark's own test module reaches
-it: the test configuration imports it (tests/conftest.py finds the recipes through its
-planning), but its modules do their work when called, not when imported, and the stack
-never calls it (tests/test_layering.py), so no timed call runs it.
+``conftest.py`` files pytest loads for them. A benchmark's code is then: those test
+modules and conftest files, with every module of the checkout they reach through imports
+(any depth, deferred ones included, read from the source as a run's fingerprint reads a
+recipe: ``plan.fingerprint``); the ``__init__`` of every package a reached module is in
+(it runs when the module imports), with the modules it reaches outside the harness; the
+files of the benchmark's folder that are not Python, which it may read; and pytest's
+settings at the top of the checkout. A package's ``__init__`` is not followed into the
+harness because rlbench's imports the harness only inside ``load_policy`` (and for type
+checking), which no benchmark of the stack calls; what a test module or conftest imports
+of the harness counts.
 
 Modules compare as they execute (``executed_source``: docstrings, comments and layout do
 not count), other files byte for byte. Both sides run the same installed libraries
@@ -38,7 +36,8 @@ except ImportError:  # Python 3.10: pytest, which the gate runs, brings tomli th
 
 __all__ = ["NOT_TIMED", "benchmark_code", "same_code"]
 
-# the harness and the command line around it: planning, tracking, reports
+# the harness and the command line around it (planning, tracking, reports): a package's
+# __init__ is not followed into them
 NOT_TIMED = ("rlbench.harness", "rlbench.cli", "rlbench.commands")
 
 
@@ -87,9 +86,11 @@ def _conftests(root: Path, test_files: list[Path]) -> list[Path]:
 
 
 def _pytest_configuration(root: Path) -> dict[str, bytes]:
-    """The settings pytest reads at the top of the checkout."""
+    """The settings pytest reads at the top of the checkout: every file it may take them
+    from, and the table of ``pyproject.toml``."""
     found = {}
-    for name in ("pytest.ini", "tox.ini", "setup.cfg"):
+    for name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "tox.ini",
+                 "setup.cfg"):
         if (root / name).is_file():
             found[f"file {name}"] = (root / name).read_bytes()
     if (root / "pyproject.toml").is_file():
@@ -119,14 +120,13 @@ def benchmark_code(root: Path, test_file: str, test_files: list[str]) -> dict[st
     files = _checkout_modules(root, sorted({path.parent for path in others}))
     starts = {str(path.relative_to(root)): path for path in others}
     files.update(starts)
-    module = str(test_path.relative_to(root))
-    reached = reached_modules(files, [module], lambda name: True)
+    reached = reached_modules(files, sorted(starts), lambda name: True)
 
     def unreached_packages() -> set[str]:
         return {parent for name in reached for parent in _packages_of(name, files)
                 if parent not in reached}
 
-    pending = set(starts) - {module} | unreached_packages()
+    pending = unreached_packages()
     while pending:
         reached.update(reached_modules(files, sorted(pending),
                                        lambda name: not _in(name, NOT_TIMED)))

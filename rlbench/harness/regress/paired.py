@@ -448,9 +448,10 @@ def measure(base_root: Path, candidate_root: Path, *, tests: str, marker: str, r
             return measurement
         workers, collected = start(range(processes), files, "time")
         for label, names in collected.items():
-            if not set(timed) <= set(names):
-                raise WorkerError(f"the {label} side's processes collected other benchmarks "
-                                  "from the test modules than the first did")
+            if missing := sorted(set(timed) - set(names)):
+                raise WorkerError(f"the {label} side's processes did not collect "
+                                  f"{', '.join(missing)} from {', '.join(files)}, which "
+                                  "the first pair collected from them")
         for worker in [*workers["base"], *workers["candidate"]]:
             worker.send(run=timed)
         for index, nodeid in enumerate(timed):

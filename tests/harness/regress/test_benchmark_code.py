@@ -1,8 +1,9 @@
 """What the throughput gate counts as a benchmark's code, on two checkouts written here:
 a change reaches the benchmarks that import it, through packages, deferred imports and
-``package-dir`` folders, and nothing else; comments and docstrings are not code; the test
-configuration's imports of the harness are not followed. The checkouts' package is named
-rlbench, as the gate's rule for the harness (``rlbench.harness``) is."""
+``package-dir`` folders, and nothing else; comments and docstrings are not code; a
+package's ``__init__`` is not followed into the harness; pytest's settings count. The
+checkouts' package is named rlbench, as the gate's rule for the harness
+(``rlbench.harness``) is."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ filterwarnings = ["error"]
 
 TREE = {
     "pyproject.toml": PYPROJECT,
-    "rlbench/__init__.py": '"""The stack."""\n',
+    "rlbench/__init__.py": ('"""The stack."""\n\n\ndef load_plan():\n'
+                            "    from rlbench.harness.plan import RECIPES\n"
+                            "    return RECIPES\n"),
     "rlbench/ops/__init__.py": ("from rlbench.ops.fast import fast\n"
                                 "from rlbench.ops.tuning import TUNED\n"),
     "rlbench/ops/fast.py": ('"""Fast."""\n\n\ndef fast(n):\n    """Loops."""\n'
@@ -40,9 +43,10 @@ TREE = {
     "rlbench/allocator.py": "KEEP = True\n",
     "rlbench/harness/__init__.py": "",
     "rlbench/harness/plan.py": "RECIPES = ['a']\n",
+    "rlbench/harness/listing.py": "NAMES = ['a']\n",
     "recipes/__init__.py": "",
     "recipes/ppo.py": "from rlbench.deep import step\n\nSTEPS = 3\n",
-    "tests/conftest.py": "from rlbench.harness.plan import RECIPES\n",
+    "tests/conftest.py": "from rlbench.harness.listing import NAMES\n",
     "tests/bench/conftest.py": "from rlbench.allocator import KEEP\n",
     "tests/bench/test_fast.py": "from rlbench.ops import fast\n\n\ndef test_fast(benchmark):\n"
                                 "    benchmark(fast, 10)\n",
@@ -81,12 +85,14 @@ def test_a_benchmark_reaches_its_imports_their_packages_and_its_conftests(
         "module rlbench (rlbench/__init__.py)",
         "module rlbench.allocator (rlbench/allocator.py)",  # the conftest's, in the stack
         "module rlbench.deep (rlbench/deep.py)",  # imported inside fast(), not at the top
+        "module rlbench.harness (rlbench/harness/__init__.py)",
+        "module rlbench.harness.listing (rlbench/harness/listing.py)",  # the conftest's
         "module rlbench.ops (rlbench/ops/__init__.py)",
         "module rlbench.ops.fast (rlbench/ops/fast.py)",
         "module rlbench.ops.tuning (rlbench/ops/tuning.py)",  # what the package imports
         "module tests/bench/conftest.py (tests/bench/conftest.py)",
         "module tests/bench/test_fast.py (tests/bench/test_fast.py)",
-        "module tests/conftest.py (tests/conftest.py)",  # its harness import is not followed
+        "module tests/conftest.py (tests/conftest.py)",
         "pytest table of pyproject.toml",
     ]
     recipes = benchmark_code(base, PPO, [PPO])
@@ -101,8 +107,9 @@ def test_a_benchmark_reaches_its_imports_their_packages_and_its_conftests(
     ("recipes/ppo.py", "STEPS = 3", "STEPS = 4", True, False),
     ("rlbench/unrelated.py", "return 1", "return 2", True, True),  # nobody imports it
     ("rlbench/allocator.py", "True", "False", False, False),  # a conftest imports it
-    # the test configuration's reach into the harness is not timed code
+    # the package's __init__ imports it only inside a function no benchmark calls
     ("rlbench/harness/plan.py", "['a']", "['a', 'b']", True, True),
+    ("rlbench/harness/listing.py", "['a']", "['a', 'b']", False, False),  # a conftest's
     ("tests/bench/conftest.py", "KEEP\n", "KEEP\nimport os\n", False, False),
     ("tests/bench/inputs.txt", "1 2 3", "1 2 4", False, False),
     ("pyproject.toml", '["error"]', '["error", "ignore::UserWarning"]', False, False),
@@ -128,7 +135,6 @@ def test_the_other_test_modules_of_the_process_count(sides: tuple[Path, Path]) -
     assert same_code(base, candidate, FAST, [FAST])
     assert not same_code(base, candidate, FAST, [FAST, PPO])
     _edit(base, "recipes/ppo.py", "STEPS = 3", "STEPS = 4")
-    _edit(candidate, "rlbench/harness/plan.py", "['a']", "['a', 'b']")
     assert same_code(base, candidate, FAST, [FAST, PPO])
 
 
@@ -149,4 +155,11 @@ def test_a_module_one_side_lacks_or_cannot_parse_is_a_change(
     (candidate / "rlbench" / "deeper.py").write_text((base / "rlbench" / "deep.py").read_text())
     assert not same_code(base, candidate, FAST, [FAST])
     (candidate / "rlbench" / "deeper.py").write_text("def step(i:\n")
+    assert not same_code(base, candidate, FAST, [FAST])
+
+
+@pytest.mark.parametrize("name", ["pytest.toml", ".pytest.ini", "tox.ini", "setup.cfg"])
+def test_a_pytest_settings_file_is_a_change(sides: tuple[Path, Path], name: str) -> None:
+    base, candidate = sides
+    (candidate / name).write_text("[pytest]\naddopts = -p no:warnings\n")
     assert not same_code(base, candidate, FAST, [FAST])
