@@ -174,12 +174,14 @@ def reached_modules(files: Mapping[str, Path], start: Iterable[str],
                 module = module.rpartition(".")[0]
             if not module or not followed(module):
                 continue
-            submodule = f"{module}.{imported}"
-            if imported is not None and submodule in files:
-                stack.append(submodule)
-            elif imported is not None and files[module].name == "__init__.py":
-                found = _source_of(files, module, imported)
-                stack.append(found if found is not None else module)
+            package = files[module].name == "__init__.py"
+            # a name the package's __init__ imports is that module's, even where a
+            # submodule has the same name: Python binds the __init__'s first
+            found = _source_of(files, module, imported) if imported and package else None
+            if found is not None:
+                stack.append(found)
+            elif imported is not None and f"{module}.{imported}" in files:
+                stack.append(f"{module}.{imported}")
             else:
                 stack.append(module)
     return dict(sorted(reached.items()))

@@ -18,6 +18,7 @@ from rlbench.harness.plan.fingerprint import (
     code_fingerprint,
     executed_source,
     fingerprint_of,
+    reached_modules,
 )
 from rlbench.harness.store.uri import tracking_uri
 
@@ -37,6 +38,22 @@ def test_a_recipe_reaches_its_own_loss_and_the_layers_it_runs() -> None:
         assert all(path.is_file() for path in files.values())
     assert code_fingerprint("ppo") != code_fingerprint("cql")
     assert len(code_fingerprint("ppo")) == 16
+
+
+def test_a_name_a_package_imports_is_the_module_it_comes_from(tmp_path: Path) -> None:
+    # ops/__init__ binds `fast` from ops.impl, and a submodule ops/fast.py exists too:
+    # `from ops import fast` gets the __init__'s binding, as Python does
+    files = {"ops": tmp_path / "ops" / "__init__.py", "ops.impl": tmp_path / "ops" / "impl.py",
+             "ops.fast": tmp_path / "ops" / "fast.py", "ops.slow": tmp_path / "ops" / "slow.py",
+             "user": tmp_path / "user.py"}
+    (tmp_path / "ops").mkdir()
+    files["ops"].write_text("from ops.impl import fast\n")
+    files["ops.impl"].write_text("def fast():\n    return 1\n")
+    files["ops.fast"].write_text("")
+    files["ops.slow"].write_text("")
+    files["user"].write_text("from ops import fast, slow\n")
+    reached = reached_modules(files, ["user"], lambda name: True)
+    assert set(reached) == {"user", "ops.impl", "ops.slow"}  # slow: only a submodule
 
 
 def test_any_byte_or_library_version_changes_the_fingerprint() -> None:
