@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ WORKER_PLUGIN = "rlbench_paired_worker"
 # a benchmark's setup (an env, a collector) and a slot take seconds; a side silent this
 # long has hung
 SILENCE_LIMIT = 900.0
+CLOSE_GRACE_S = 10.0  # seconds the hung-up workers get, together, to end before they are killed
 SHOWN_CHANGES = 5
 
 
@@ -237,10 +239,15 @@ class _Worker:
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "-p", "no:benchmark", "-p", WORKER_PLUGIN,
                    "--continue-on-collection-errors", "-m", marker, *tests]
-        with log.open("wb") as out:
-            self.process = subprocess.Popen(
-                command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, pass_fds=(to_worker_read, from_worker_write))
+        try:
+            with log.open("wb") as out:
+                self.process = subprocess.Popen(
+                    command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=subprocess.STDOUT, pass_fds=(to_worker_read, from_worker_write))
+        except BaseException:
+            for fd in (to_worker_read, to_worker_write, from_worker_read, from_worker_write):
+                os.close(fd)
+            raise
         os.close(to_worker_read)
         os.close(from_worker_write)
         self._out = os.fdopen(to_worker_write, "w", encoding="utf-8", buffering=1)
@@ -284,18 +291,20 @@ class _Worker:
 
     def wait(self, seconds: float) -> None:
         try:
-            self.process.wait(timeout=seconds)
+            self.process.wait(timeout=max(seconds, 0.0))
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
 
 
 def _close(workers: list[_Worker]) -> None:
-    """Hang up on every worker, then give them a few seconds together to end."""
+    """Hang up on every worker, then give them ``CLOSE_GRACE_S`` together to end; the ones
+    still running then are killed."""
     for worker in workers:
         worker.hang_up()
+    deadline = time.monotonic() + CLOSE_GRACE_S
     for worker in workers:
-        worker.wait(10.0)
+        worker.wait(deadline - time.monotonic())
 
 
 @dataclass

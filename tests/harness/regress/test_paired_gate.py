@@ -319,3 +319,35 @@ def test_outside_a_git_repository_the_gate_says_so(tmp_path: Path, capsys,
     monkeypatch.chdir(tmp_path)
     assert main(["regress", "bench", "base=HEAD"]) == 2
     assert "compares two commits of a git repository" in capsys.readouterr().err
+
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_worker_that_cannot_start_leaves_no_pipe_open(tmp_path: Path) -> None:
+    before = _open_fds()
+    with pytest.raises(FileNotFoundError):
+        paired._Worker("base", tmp_path, [], "throughput_gate", tmp_path,
+                       tmp_path / "missing" / "worker.log")
+    assert _open_fds() == before
+
+
+def test_workers_that_do_not_end_share_one_grace_period_then_are_killed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(paired, "CLOSE_GRACE_S", 1.0)
+    waited: list[float] = []
+    workers = []
+    for _ in range(3):
+        worker = paired._Worker.__new__(paired._Worker)
+        worker._in_fd = -1  # hung up already
+        worker.process = subprocess.Popen(["sleep", "60"])
+        workers.append(worker)
+        wait = worker.process.wait
+        worker.process.wait = lambda timeout=None, wait=wait: (
+            waited.append(timeout), wait(timeout))[1]
+    paired._close(workers)
+    assert [w.process.returncode for w in workers] == [-9, -9, -9]
+    given = [t for t in waited if t is not None]
+    assert len(given) == 3 and 0.5 < given[0] <= 1.0 and sum(given) <= 1.0
