@@ -3,6 +3,7 @@ verdicts: its false alarms, its catch rate, its NOISY rate, on this machine.
 
     python -m tools.bench.paired_gate_trials --repeats 20 [--plant SPEC] [--busy]
         [--out results/reference/regress_bench/trials_unchanged.json] [gate keys ...]
+    python -m tools.bench.paired_gate_trials --rejudge DIR [--pairs K] [--delta ...]
 
 The trials run in a scratch clone of this checkout's HEAD. With ``--plant`` (the
 ``RLBENCH_BENCH_SLOWDOWN`` syntax of ``tests/bench/conftest.py``, e.g.
@@ -13,12 +14,14 @@ timed all the same (``unchanged=time``).
 trial's report (with every round's times) is kept under ``--keep``; ``--rejudge DIR``
 reads the reports under DIR (``results/reference/regress_bench/trials/<scenario>/``
 keeps them as ``<trial>.json``) again under other gate settings instead of running
-anything.
+anything; ``--pairs K`` with it judges every choice of K of each report's pairs of
+processes as a trial, what ``processes=K`` would have said.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -26,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from rlbench.harness.plan.command_keys import BENCH_TABLE
@@ -58,17 +62,40 @@ def scratch_clone(source: Path, into: Path, plant: str | None) -> str:
     return head
 
 
-def rejudge(reports: list[Path], delta: float, min_effect: float, alpha: float
-            ) -> list[dict[str, str]]:
-    """Each kept report's verdicts under ``delta``, ``min_effect`` and ``alpha``."""
+def rejudge(reports: list[Path], delta: float, min_effect: float, alpha: float,
+            pairs: int | None = None) -> list[dict[str, str]]:
+    """Each kept report's verdicts under ``delta``, ``min_effect`` and ``alpha``. With
+    ``pairs``, every choice of that many of a report's pairs of processes is judged as a
+    trial of its own: what a gate with ``processes=pairs`` would have said."""
     found = []
     for report in reports:
         data = json.loads(report.read_text())
         measurement = Measurement(times=data["times"], pairs=data.get("pairs") or {
             name: [0] * len(t["base"]) for name, t in data["times"].items()})
-        found.append({v.name: v.verdict for v in judge_measurement(
-            measurement, delta=delta, min_effect=min_effect, alpha=alpha)})
+        for chosen in _pair_subsets(measurement, pairs):
+            found.append({v.name: v.verdict for v in judge_measurement(
+                chosen, delta=delta, min_effect=min_effect, alpha=alpha)})
     return found
+
+
+def _pair_subsets(measurement: Measurement, pairs: int | None) -> Iterator[Measurement]:
+    """``measurement`` itself, or with ``pairs`` given, its rounds restricted to each choice
+    of that many pairs of processes (those all its benchmarks ran in)."""
+    if pairs is None:
+        yield measurement
+        return
+    shared = sorted(set.intersection(*(set(p) for p in measurement.pairs.values())))
+    if len(shared) < pairs:
+        raise ValueError(f"a report has {len(shared)} pairs of processes, fewer than "
+                         f"--pairs {pairs}")
+    for chosen in itertools.combinations(shared, pairs):
+        times, kept = {}, {}
+        for name, labels in measurement.pairs.items():
+            rounds = [i for i, label in enumerate(labels) if label in chosen]
+            times[name] = {side: [measurement.times[name][side][i] for i in rounds]
+                           for side in ("base", "candidate")}
+            kept[name] = [labels[i] for i in rounds]
+        yield Measurement(times=times, pairs=kept)
 
 
 def summary(verdicts: list[dict[str, str]]) -> dict[str, dict[str, int]]:
@@ -87,6 +114,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--busy", action="store_true")
     parser.add_argument("--keep", type=Path, default=None, help="where the reports go")
     parser.add_argument("--rejudge", type=Path, default=None)
+    parser.add_argument("--pairs", type=int, default=None,
+                        help="with --rejudge: judge every choice of this many pairs")
     gate = BENCH_TABLE.defaults
     parser.add_argument("--delta", type=float, default=gate["delta"])
     parser.add_argument("--min-effect", type=float, default=gate["min_effect"])
@@ -95,10 +124,16 @@ def main(argv: list[str]) -> int:
     options, gate_keys = parser.parse_known_args(argv)
     if options.rejudge is not None:
         reports = sorted(options.rejudge.rglob("*.json"))
-        verdicts = rejudge(reports, options.delta, options.min_effect, options.alpha)
+        try:
+            verdicts = rejudge(reports, options.delta, options.min_effect, options.alpha,
+                               options.pairs)
+        except ValueError as err:
+            parser.error(str(err))
         result = {"reports": str(options.rejudge), "delta": options.delta,
                   "min_effect": options.min_effect, "alpha": options.alpha,
+                  "pairs": options.pairs or "all",
                   "trials": len(verdicts),
+                  "trials_slower": sum("SLOWER" in trial.values() for trial in verdicts),
                   "verdicts": summary(verdicts)}
     else:
         result = _run(options, gate_keys)
