@@ -41,7 +41,13 @@ from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.harness.run.locks import RunInProgressError
 from rlbench.harness.run.resume import plan_resume
-from rlbench.harness.run.runner import LOCK_WAIT_S, claimed, one_line, run_dir_for
+from rlbench.harness.run.runner import (
+    LOCK_WAIT_S,
+    claimed,
+    finished_elsewhere,
+    one_line,
+    run_dir_for,
+)
 from rlbench.harness.signals import sigterm_as_interrupt
 from rlbench.harness.store.claims import ClaimLost, heartbeat
 from rlbench.harness.store.provenance import environment_tags
@@ -145,7 +151,8 @@ def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config:
     try:
         with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as taken:
             if isinstance(taken, Run):
-                log(f"{config.name}: finished by another process meanwhile")
+                who = finished_elsewhere(tracker, experiment_id, config, taken).finished_by
+                log(f"{config.name}: finished elsewhere meanwhile (by {who})")
                 result.skipped.append(config.name)
                 return
             final = _run_one(tracker, experiment_id, parent_id, config, train,

@@ -46,7 +46,7 @@ class SweepProgress:
                                               status="pending", start=False)
             for run in runs
         }
-        self._done = self._failed = self._running = 0
+        self._done = self._failed = self._running = self._finished_elsewhere = 0
         self.results: list[RunResult] = []
 
     def __enter__(self) -> SweepProgress:
@@ -58,8 +58,11 @@ class SweepProgress:
         self._progress.__exit__(exc_type, exc, tb)
 
     def _count(self) -> None:
-        self._progress.update(self._total, status=f"{self._done} done, {self._running} "
-                                                  f"running, {self._failed} failed")
+        elsewhere = (f", {self._finished_elsewhere} finished elsewhere"
+                     if self._finished_elsewhere else "")
+        self._progress.update(self._total, status=f"{self._done} done{elsewhere}, "
+                                                  f"{self._running} running, "
+                                                  f"{self._failed} failed")
 
     def started(self, run: RunConfig) -> None:
         self._progress.start_task(self._tasks[run.name])
@@ -84,7 +87,14 @@ class SweepProgress:
     def finished(self, result: RunResult) -> None:
         self.results.append(result)
         task = self._tasks[result.config.name]
-        if result.status == "FINISHED":
+        if result.status == "FINISHED" and result.finished_by is not None:
+            self._finished_elsewhere += 1
+            ret = "—" if result.final_return is None else f"{result.final_return:.1f}"
+            line = Text.assemble(("finished elsewhere", "yellow"),
+                                 f" {result.config.name}: return {ret} at {result.frames:,} "
+                                 f"{result.config.unit} (by {result.finished_by})")
+            self._progress.update(task, **_done_of(result.frames, result.config.budget))
+        elif result.status == "FINISHED":
             self._done += 1
             ret = "—" if result.final_return is None else f"{result.final_return:.1f}"
             line = Text.assemble(("done", "green"), f" {result.config.name}: return {ret} at "

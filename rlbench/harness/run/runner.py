@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import yaml
 from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
 
 from rlbench.checkpoint import (
     CheckpointRefused,
@@ -51,8 +52,8 @@ from rlbench.harness.store.tracking import Tracker
 from rlbench.recipe import Seeds
 
 __all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "Taken",
-           "checkpoint_dir_for", "claimed", "execute_run", "one_line", "run_dir_for",
-           "stored_result"]
+           "checkpoint_dir_for", "claimed", "execute_run", "finished_elsewhere", "one_line",
+           "run_dir_for", "stored_result"]
 
 
 # The status of a run another live process holds (on another host, or into another out
@@ -75,6 +76,9 @@ class RunResult:
     unrecorded: bool = False
     # why it was started again, once a retry (its Ray worker or node died)
     retried: list[str] = field(default_factory=list)
+    # who finished it, when another process did while this one waited for it: its result
+    # is that process's, not a run made here
+    finished_by: str | None = None
 
 
 def run_dir_for(out_dir: Path, config: RunConfig) -> Path:
@@ -117,6 +121,25 @@ def stored_result(config: RunConfig, run: Run) -> RunResult:
         frames=int(last.step) if last else 0,
         seconds=seconds,
     )
+
+
+def finished_elsewhere(tracker: Tracker, experiment_id: str, config: RunConfig,
+                       run: Run) -> RunResult:
+    """The result of ``config``'s run that another process finished while this one waited
+    for it, naming that process (from its claim in the ledger; from the run's tags when
+    the ledger cannot be read)."""
+    result = stored_result(config, run)
+    tags = run.data.tags
+    claim = None
+    with contextlib.suppress(MlflowException):  # who it was only decorates the line
+        claim = Ledger(tracker.client, experiment_id, config.identity).claim(
+            tags.get("claim", ""))
+    if claim is not None:
+        result.finished_by = claim.describe()
+    else:
+        result.finished_by = (f"a process on {tags.get('host', 'an unknown host')} "
+                              f"(run dir {tags.get('run_dir', 'unknown')})")
+    return result
 
 
 class Taken(NamedTuple):
@@ -192,7 +215,7 @@ def execute_run(
         with claimed(tracker, experiment_id, config, LOCK_WAIT_S, token=token,
                      dead=dead) as taken:
             if isinstance(taken, Run):
-                return stored_result(config, taken)
+                return finished_elsewhere(tracker, experiment_id, config, taken)
             return _execute_locked(config, tracker, experiment_id, parent_id, on_update,
                                    taken, tags or {}, say or _say)
     except RunInProgressError as err:

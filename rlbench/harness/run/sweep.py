@@ -160,6 +160,7 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
         problems = _record_sweep(tracker, experiment_id, parent_id, status, table, rows,
                                  summary_dir)
         console.print(to_rich(table))
+        console.print(Text(_made_where(progress.results, len(plan.finished))))
         for result in results:
             for why in result.retried:
                 console.print(Text.assemble(("retried", "yellow"),
@@ -174,6 +175,15 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
         for problem in problems:
             console.print(Text.assemble(("not recorded", "red"), f": {problem}"))
     return SweepResult(parent_id, results, summary_dir, tracker.uri, problems)
+
+
+def _made_where(results: list[RunResult], finished_earlier: int) -> str:
+    """Which finished runs this driver made, and which another process finished while this
+    one waited for them (their numbers are that process's)."""
+    made = sum(r.status == "FINISHED" and r.finished_by is None for r in results)
+    elsewhere = sum(r.status == "FINISHED" and r.finished_by is not None for r in results)
+    return (f"rlbench: {counted(made, 'run')} made here, {elsewhere} finished elsewhere "
+            f"during the sweep, {finished_earlier} finished earlier")
 
 
 def _record_sweep(tracker: Tracker, experiment_id: str, parent_id: str, status: str,

@@ -158,6 +158,12 @@ class Ledger:
         run = with_retry(self.client.get_run, self.run_id)
         return latest_claims([run]).get(self.identity)
 
+    def claim(self, key: str) -> Claim | None:
+        """The claim logged under ``key`` (an attempt's ``claim`` tag), None if there is
+        none (one read)."""
+        value = with_retry(self.client.get_run, self.run_id).data.params.get(key)
+        return None if value is None else Claim.parse(key, value)
+
     def take(self, after: Claim | None, out_dir: Path, *, token: str | None = None) -> Claim:
         """Claim the epoch after ``after`` (the first when None), as ``token`` (a new one
         when None); ``ClaimLost`` with the holder when another process took it first."""

@@ -74,24 +74,31 @@ def _exactly_once(client: MlflowClient, suite: str, runs: int) -> None:
     assert deleted == [], "a finished run was deleted"
 
 
-def _done(output: str) -> set[str]:
-    return set(re.findall(r"^done (\S+):", output, re.MULTILINE))
+def _said(word: str, output: str) -> set[str]:
+    return set(re.findall(rf"^{word} (\S+):", output, re.MULTILINE))
 
 
 def test_two_drivers_on_one_suite_run_each_run_once(mlflow_server: str,
                                                     tmp_path: Path) -> None:
+    """Judged by who made each run, as the store records it (the run dir of its attempt),
+    against what each driver says it made: whichever driver reaches a run first, and
+    whatever the other prints while it waits, the verdict is the same."""
     suite = _suite(tmp_path, "cluster", seeds=6, frames=2048)
-    drivers = [_driver(mlflow_server, suite, tmp_path / name) for name in ("host_a", "host_b")]
+    hosts = ("host_a", "host_b")
+    drivers = [_driver(mlflow_server, suite, tmp_path / name) for name in hosts]
     outputs = [driver.communicate(timeout=400)[0] for driver in drivers]
     assert [driver.returncode for driver in drivers] == [0, 0], outputs
     client = MlflowClient(mlflow_server)
     _exactly_once(client, "cluster", runs=6)
-    done_a, done_b = (_done(output) for output in outputs)
-    assert done_a.isdisjoint(done_b), "no run ran twice"
-    assert len(done_a | done_b) == 6
-    for run in _attempts(client, "cluster"):  # each in the out dir of the driver that ran it
-        owner = "host_a" if run.info.run_name in done_a else "host_b"
-        assert run.data.tags["run_dir"].startswith(str(tmp_path / owner))
+    made = {host: {run.info.run_name for run in _attempts(client, "cluster")
+                   if run.data.tags["run_dir"].startswith(str(tmp_path / host) + os.sep)}
+            for host in hosts}
+    assert made["host_a"].isdisjoint(made["host_b"]) and len(set.union(*made.values())) == 6
+    for host, other, output in zip(hosts, reversed(hosts), outputs, strict=True):
+        assert _said("done", output) == made[host], output
+        assert _said("finished elsewhere", output) <= made[other], output
+        runs = len(made[host])
+        assert f"rlbench: {runs} run{'' if runs == 1 else 's'} made here" in output, output
 
 
 def test_a_killed_drivers_runs_wait_for_its_heartbeat_then_are_taken_over(

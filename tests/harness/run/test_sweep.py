@@ -246,6 +246,7 @@ def test_a_run_another_process_holds_is_left_alone(tiny_suite: Path, tmp_path: P
     # a sweep that planned the run before it finished elsewhere takes that result
     again = execute_run(config, tracker, experiment_id, parent_id)
     assert (again.status, again.run_id) == ("FINISHED", finished.info.run_id)
+    assert again.finished_by is not None and str(out.resolve()) in again.finished_by
     assert len(tracker.runs(experiment_id, "tags.kind = 'run'")) == 1
 
 

@@ -15,8 +15,10 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS
 from mlflow.tracking import MlflowClient
+from rich.console import Console
 
 from rlbench.harness.plan.config import RunConfig, resolve_sweep
+from rlbench.harness.run.progress import SweepProgress
 from rlbench.harness.run.resume import plan_resume
 from rlbench.harness.run.runner import ELSEWHERE, execute_run
 from rlbench.harness.store.claims import (
@@ -125,6 +127,36 @@ def test_a_live_claim_of_another_host_is_left_alone(tmp_path: Path) -> None:
     still = tracker.client.get_run(attempt)
     assert (still.info.status, still.info.lifecycle_stage) == ("RUNNING", "active")
     assert not (out / "runs").exists(), "nothing ran here"
+
+
+def test_a_run_another_process_finished_meanwhile_is_its_result_not_one_made_here(
+        tmp_path: Path) -> None:
+    """Planned while another host ran it, reached after that host finished it: the result
+    is that host's, named as such, and nothing runs here."""
+    config, out = _config(tmp_path)
+    tracker = Tracker(out)
+    experiment_id = tracker.experiment("claims")
+    parent_id = tracker.start_sweep(experiment_id, "claims", {})
+    claim, attempt = _foreign_claim(tracker, experiment_id, parent_id, config, beat_age=1.0)
+    tracker.client.log_metric(attempt, "eval/return_mean", 123.5, step=512)
+    tracker.finish(attempt, "FINISHED")
+
+    result = execute_run(config, tracker, experiment_id, parent_id)
+    assert (result.status, result.run_id) == ("FINISHED", attempt)
+    assert (result.final_return, result.frames) == (123.5, 512)
+    assert result.finished_by == claim.describe()
+    assert f"process {claim.pid} on other-host (out_dir /elsewhere)" == result.finished_by
+    assert not (out / "runs").exists(), "nothing ran here"
+    console = Console(record=True, width=200, force_terminal=False)
+    with SweepProgress([config], console) as progress:
+        progress.started(config)
+        progress.finished(result)
+        total = progress._progress.tasks[progress._total]
+        assert total.fields["status"] == "0 done, 1 finished elsewhere, 0 running, 0 failed"
+    text = console.export_text()
+    assert (f"finished elsewhere {config.name}: return 123.5 at 512 frames "
+            f"(by {claim.describe()})") in text
+    assert f"done {config.name}" not in text
 
 
 @pytest.mark.parametrize("beat_age", [None, 1000.0])
