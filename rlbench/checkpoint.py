@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 
 import torch
 
+from rlbench.owned_files import fsync_path, replace_file
 from rlbench.version import __version__
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointRefused", "CheckpointSettings", "RunStopped",
@@ -133,38 +134,16 @@ def write_checkpoint(directory: Path, identity: str, progress: int, state: dict[
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(partial, path)
-        _fsync_directory(directory)  # the file's name is on disk before a manifest names it
+        fsync_path(directory)  # the file's name is on disk before a manifest names it
         manifest = {"format": FORMAT, "rlbench": __version__, "identity": identity,
                     "progress": progress, "file": path.name, "size": writer.size,
                     "sha256": writer.digest.hexdigest()}
-        _write_atomically(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
-        _fsync_directory(directory)
+        replace_file(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
     _remove_older(directory, keep, path)
     return path
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        with partial.open("wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-
-
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def _progress_of(path: Path) -> int:
@@ -195,6 +174,9 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
         manifest = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError) as err:
         raise CheckpointRefused(f"{path} is not valid JSON ({err})") from None
+    except RecursionError:
+        raise CheckpointRefused(f"{path} is nested too deeply for a checkpoint manifest"
+                                ) from None
     expected = {"format": str, "rlbench": str, "identity": str, "progress": int, "file": str,
                 "size": int, "sha256": str}
     if not isinstance(manifest, dict) or any(

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from rlbench.commands import COMMANDS, HELP, USAGE
 from rlbench.errors import ConfigError, UnknownNameError, one_line, quote
+from rlbench.harness.render import inert_console
 from rlbench.version import __version__
 
 __all__ = ["HELP", "main"]
@@ -25,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
     if not console.is_terminal:  # logs and CI: wide enough that tables are never truncated
         console = Console(width=160)
+    console = inert_console(console)  # a store's names and tags print as text, never codes
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
         if args:

@@ -45,13 +45,14 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlbench.checkpoint import (
+    CheckpointRefused,
     CheckpointSettings,
     RunStopped,
     stop_requested,
     write_checkpoint,
 )
 from rlbench.envs.transforms import VecNorm
-from rlbench.errors import quote
+from rlbench.errors import one_line, quote
 from rlbench.state import (
     Count,
     load_run_state,
@@ -417,6 +418,14 @@ class RunLoop:
         if settings is None or settings.resume is None:
             return
         checkpoint, settings.resume = settings.resume["state"], None
+        try:
+            self._load(checkpoint)
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError,
+                AttributeError) as err:  # a state of other parts, shapes or kinds
+            raise CheckpointRefused(f"its checkpoint does not fit the run's recipe "
+                                    f"({one_line(err)})") from err
+
+    def _load(self, checkpoint: dict[str, Any]) -> None:
         loop = checkpoint["loop"]
         self._progress, self._train_seconds = loop["progress"], loop["train_seconds"]
         self._last_eval = loop["last_eval"]

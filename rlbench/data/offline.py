@@ -3,7 +3,9 @@
 ``load_dataset(source)`` takes ``d4rl:<name>`` (the D4RL HDF5 file in ``$D4RL_DATASET_DIR``,
 default ``~/.d4rl/datasets``), ``minari:<dataset id>`` (in ``$MINARI_DATASETS_PATH``, default
 ``~/.minari/datasets``), or a path to a D4RL-format ``.hdf5`` file or a Minari dataset
-directory. Files are untrusted input, read with h5py and never unpickled (``d4rl_files``,
+directory. A ``d4rl:`` or ``minari:`` name reads only inside its directory: a name that
+climbs out of it (``..``) or is absolute is refused (a path is the way to name a file
+elsewhere). Files are untrusted input, read with h5py and never unpickled (``d4rl_files``,
 ``minari_files``, ``hdf5_arrays``): a missing or misshaped key, arrays of different lengths,
 a NaN or an infinity, an unsupported Minari version are each a ``ConfigError`` naming the
 file, the key and what was expected.
@@ -20,6 +22,7 @@ size of its arrays, where a second copy of the next observations would take 2.4x
 from __future__ import annotations
 
 import os
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Collection
@@ -35,9 +38,11 @@ from rlbench.errors import ConfigError, quote
 from rlbench.untrusted_files import path_is
 
 __all__ = ["D4RL_ENVS", "D4RL_LOCOMOTION", "OfflineDataset", "d4rl_dir", "d4rl_file_name",
-           "d4rl_path", "d4rl_url", "load_dataset", "minari_root", "read_d4rl", "read_minari"]
+           "d4rl_path", "d4rl_url", "load_dataset", "minari_path", "minari_root", "read_d4rl",
+           "read_minari"]
 
 D4RL_LOCOMOTION = ("hopper", "halfcheetah", "walker2d", "ant")  # the v2 files D4RL publishes
+_SEPARATOR = re.compile(r"[/\\]")  # a path's separators, here or on Windows
 _D4RL_URL = "http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/{file}"
 
 
@@ -56,6 +61,12 @@ def d4rl_file_name(name: str) -> str:
 
 
 def d4rl_path(name: str) -> Path:
+    """The file ``d4rl:<name>`` reads: a file directly in ``d4rl_dir()``; a name with a
+    path separator (``../x-v2``, ``/abs/x-v2``) is a ``ConfigError``."""
+    if _SEPARATOR.search(name):
+        raise ConfigError(f"dataset {quote('d4rl:' + name)} is not a file name in "
+                          f"{_home('D4RL_DATASET_DIR', d4rl_dir())}: a d4rl: name holds no "
+                          "path separator (give a path to name a file elsewhere)")
     return d4rl_dir() / d4rl_file_name(name)
 
 
@@ -68,6 +79,21 @@ def d4rl_url(name: str) -> str | None:
 
 def minari_root() -> Path:
     return Path(os.environ.get("MINARI_DATASETS_PATH", Path.home() / ".minari" / "datasets"))
+
+
+def minari_path(dataset_id: str) -> Path:
+    """The directory ``minari:<dataset_id>`` reads (``namespace/name-vN``) under
+    ``minari_root()``; an absolute id or one with a ``..`` part is a ``ConfigError``."""
+    if dataset_id.startswith(("/", "\\")) or ".." in _SEPARATOR.split(dataset_id):
+        raise ConfigError(f"dataset {quote('minari:' + dataset_id)} reaches outside "
+                          f"{_home('MINARI_DATASETS_PATH', minari_root())}: a minari: id is "
+                          "namespace/name-vN (give a path to name a dataset elsewhere)")
+    return minari_root() / dataset_id
+
+
+def _home(variable: str, path: Path) -> str:
+    """A dataset home as an error names it: its variable and its directory."""
+    return f"${variable} ({path})"
 
 
 def load_dataset(source: str | os.PathLike, *, download: bool = False,
@@ -88,7 +114,7 @@ def load_dataset(source: str | os.PathLike, *, download: bool = False,
         return _checked(read_d4rl(path, name=name, trusted_envs=trusted_envs))
     if text.startswith("minari:"):
         dataset_id = text.removeprefix("minari:")
-        path = minari_root() / dataset_id
+        path = minari_path(dataset_id)
         if not path_is(path / "data" / "metadata.json", "file"):
             _fetch_minari(dataset_id, path, download)
         return _checked(read_minari(path, trusted_envs=trusted_envs))

@@ -4,6 +4,12 @@
 table (rich), Markdown, CSV, LaTeX (booktabs) or HTML; every renderer escapes what its
 format needs and keeps the cells' text as is. ``counted`` writes the counts of captions
 and status lines ("1 run", "2 runs").
+
+Cells often hold what a store holds (names, tags, params, errors), which anyone who could
+write to the store chose. ``inert`` shows its control characters as visible escapes, so a
+terminal escape code in a tag prints as ``\\x1b[2J`` and never clears a screen;
+``inert_console`` does the same for everything a console prints. ``csv_cell`` keeps a
+spreadsheet from reading a text cell as a formula.
 """
 
 from __future__ import annotations
@@ -11,14 +17,18 @@ from __future__ import annotations
 import csv
 import html
 import io
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderHook
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["FORMATS", "SUFFIXES", "TextTable", "counted", "render", "to_csv", "to_html", "to_latex",
-           "to_markdown", "to_rich"]
+__all__ = ["FORMATS", "SUFFIXES", "TextTable", "counted", "csv_cell", "csv_row", "inert",
+           "inert_console", "render", "to_csv", "to_html", "to_latex", "to_markdown", "to_rich"]
 
 FORMATS = ("table", "markdown", "csv", "latex", "html")
 SUFFIXES = {"markdown": ".md", "csv": ".csv", "latex": ".tex", "html": ".html"}
@@ -28,6 +38,70 @@ def counted(count: int, noun: str, plural: str = "") -> str:
     """``count`` and ``noun``, plural unless one: ``counted(1, "run")`` is "1 run",
     ``counted(10240, "run")`` "10,240 runs"."""
     return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+# C0 controls but tab and line feed, DEL and the C1 controls (0x9b is a one-byte CSI)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(text: str) -> str:
+    """``text`` with each control character shown as a visible escape (``\\x1b``), line
+    breaks and tabs kept: a terminal prints it and runs none of it."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+class _InertRenderable:
+    """A renderable whose text segments are made ``inert``; rich's own control segments
+    (cursor moves of a live display) pass as they are."""
+
+    def __init__(self, renderable: ConsoleRenderable) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for segment in console.render(self.renderable, options):
+            if segment.control:
+                yield segment
+            else:
+                yield Segment(inert(segment.text), segment.style)
+
+
+class _InertHook(RenderHook):
+    def process_renderables(self, renderables: list[ConsoleRenderable]
+                            ) -> list[ConsoleRenderable]:
+        return [_InertRenderable(r) for r in renderables]
+
+
+def inert_console(console: Console) -> Console:
+    """``console``, from now on printing every text ``inert``: whatever a command prints,
+    a name or tag from a store among it, reaches the terminal as text."""
+    console.push_render_hook(_InertHook())
+    return console
+
+
+# A cell a spreadsheet runs as a formula starts with one of these (OWASP's list, and the
+# full-width forms some locales read the same way)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?\d{1,3}(,\d{3})+(\.\d+)?",
+                     re.ASCII)
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell a spreadsheet shows and never runs: a text cell that starts
+    like a formula (``=``, ``+``, ``-``, ``@``, a tab or a carriage return) gets a leading
+    ``'``; numbers, and text that is a number (``-12.5``), stay numbers. A carriage return
+    becomes a line break: Python's CSV writer leaves a lone one unquoted, and a spreadsheet
+    would start a new row there, whose first cell could be a formula."""
+    if not isinstance(value, str):
+        return value
+    text = value.replace("\r\n", "\n").replace("\r", "\n")
+    if value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + text
+    return text
+
+
+def csv_row(values: Iterable[Any]) -> list[Any]:
+    """A row of ``csv_cell``s."""
+    return [csv_cell(value) for value in values]
 
 
 @dataclass
@@ -53,14 +127,15 @@ class TextTable:
 
 
 def to_rich(table: TextTable) -> Table:
-    """A rich table; cells are plain text (``[...]`` is not read as markup)."""
-    out = Table(title=Text(table.title),
-                caption=Text("\n".join(table.notes)) if table.notes else None,
+    """A rich table; cells are plain, ``inert`` text (``[...]`` is not read as markup, an
+    escape code is shown, not run)."""
+    out = Table(title=Text(inert(table.title)),
+                caption=Text(inert("\n".join(table.notes))) if table.notes else None,
                 caption_justify="left")
     for i, header in enumerate(table.headers):
-        out.add_column(Text(header), justify="left" if table.align[i] == "l" else "right")
+        out.add_column(Text(inert(header)), justify="left" if table.align[i] == "l" else "right")
     for row in table.rows:
-        out.add_row(*(Text(cell) for cell in row))
+        out.add_row(*(Text(inert(cell)) for cell in row))
     return out
 
 
@@ -68,8 +143,8 @@ def _markdown_cell(text: str) -> str:
     """``text`` in a Markdown table: ``<`` and ``&`` escaped, so no HTML tag or entity
     reaches the page (a store written by another tool may hold ``<script>`` in a tag, and
     Markdown passes HTML through), the cell separator escaped, line breaks (which would end
-    the row) made spaces."""
-    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace("|", r"\|")
+    the row) made spaces, control characters ``inert``."""
+    escaped = inert(text).replace("&", "&amp;").replace("<", "&lt;").replace("|", r"\|")
     return " ".join(escaped.split())
 
 
@@ -87,8 +162,8 @@ def to_markdown(table: TextTable) -> str:
 def to_csv(table: TextTable) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(table.headers)
-    writer.writerows(table.rows)
+    writer.writerow(csv_row(map(inert, table.headers)))
+    writer.writerows(csv_row(map(inert, row)) for row in table.rows)
     return buffer.getvalue()
 
 
@@ -102,8 +177,9 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 
 
 def _latex_cell(text: str) -> str:
-    """``text`` for pdflatex: specials escaped, the symbols our tables use as commands."""
-    return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
+    """``text`` for pdflatex: specials escaped, the symbols our tables use as commands,
+    control characters ``inert``."""
+    return "".join(_LATEX_SPECIAL.get(char, char) for char in inert(text))
 
 
 def to_latex(table: TextTable) -> str:
@@ -119,18 +195,23 @@ def to_latex(table: TextTable) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _html(text: str) -> str:
+    """``text`` as HTML text, control characters ``inert``."""
+    return html.escape(inert(text))
+
+
 def to_html(table: TextTable) -> str:
     def cells(tag: str, values: Sequence[str]) -> str:
         return "".join(
             f'<{tag} style="text-align:{"left" if a == "l" else "right"}">'
-            f"{html.escape(v)}</{tag}>" for a, v in zip(table.align, values, strict=True))
+            f"{_html(v)}</{tag}>" for a, v in zip(table.align, values, strict=True))
 
-    lines = ["<table>", f"<caption>{html.escape(table.title)}</caption>",
+    lines = ["<table>", f"<caption>{_html(table.title)}</caption>",
              f"<thead><tr>{cells('th', table.headers)}</tr></thead>", "<tbody>"]
     lines += [f"<tr>{cells('td', row)}</tr>" for row in table.rows]
     lines += ["</tbody>", "</table>"]
     if table.notes:
-        lines += ["<ul>"] + [f"<li>{html.escape(n)}</li>" for n in table.notes] + ["</ul>"]
+        lines += ["<ul>"] + [f"<li>{_html(n)}</li>" for n in table.notes] + ["</ul>"]
     return "\n".join(lines) + "\n"
 
 
@@ -145,7 +226,7 @@ def render(tables: Sequence[TextTable], fmt: str) -> str:
     if fmt not in _RENDERERS:
         raise ValueError(f"unknown table format {fmt!r}; one of {', '.join(_RENDERERS)}")
     if fmt == "csv":
-        return "\n".join(f"# {t.title}\n{to_csv(t)}" for t in tables)
+        return "\n".join(f"# {inert(t.title)}\n{to_csv(t)}" for t in tables)
     if fmt == "html":
         body = "\n".join(to_html(t) for t in tables)
         return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>rlbench compare"

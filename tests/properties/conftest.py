@@ -28,7 +28,9 @@ from tests.properties.hdf5_files import pendulum_d4rl, pendulum_minari
 # Examples per target in the bounded profile, sized by their cost on 2 shared cores: a file
 # is written, read and checked in 30-50 ms, a command line takes about 0.1 s, a run
 # directory plays an episode (about 0.1 s); with the session's run, about 2 minutes in all.
-BOUNDED_EXAMPLES = {"d4rl": 500, "minari": 500, "run_dir": 300, "command_line": 600}
+BOUNDED_EXAMPLES = {"d4rl": 500, "minari": 500, "run_dir": 300, "command_line": 600,
+                    "owned_writes": 400, "owned_deletes": 300, "owned_commands": 150,
+                    "store_text": 20, "stored_values": 60}
 NIGHTLY_EXAMPLES = 10_000
 
 # The bounded profile skips the explain phase: once an example fails, hypothesis traces

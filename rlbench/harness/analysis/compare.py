@@ -39,15 +39,16 @@ from rlbench.harness.analysis.comparison import (
     short_numbers,
     stored_algorithms,
 )
-from rlbench.harness.analysis.comparison_data import groups_frame, runs_frame, to_json
+from rlbench.harness.analysis.comparison_data import frame_csv, groups_frame, runs_frame, to_json
 from rlbench.harness.analysis.ranking import RANK_RULE
 from rlbench.harness.analysis.sensitivity import SensitivityPoint, SettingStudy, setting_studies
 from rlbench.harness.analysis.statistics import AGGREGATES, Interval
 from rlbench.harness.plan.algorithms import list_algorithms
 from rlbench.harness.plan.command_keys import COMPARE_TABLE, Filters
-from rlbench.harness.render import TextTable, render, to_rich
+from rlbench.harness.render import TextTable, inert, render, to_rich
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.sqlite import check_out_dir
+from rlbench.owned_files import check_target, remove_owned, write_files
 
 __all__ = ["CompareRequest", "build_tables", "parse_compare_args", "run_compare",
            "terminal_table", "write_report"]
@@ -283,7 +284,7 @@ def format_comparison(comparison: Comparison, tables: Sequence[TextTable], fmt: 
     """The report in ``fmt``: tables for people (markdown, latex, html) or data for
     programs (csv: one row per group, plain numbers; json: everything)."""
     if fmt == "csv":
-        return groups_frame(comparison).to_csv(index=False, lineterminator="\n")
+        return frame_csv(groups_frame(comparison))
     if fmt == "json":
         return to_json(comparison)
     return render(tables, fmt)
@@ -296,19 +297,18 @@ def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
     # deferred: matplotlib loads only when plots are asked for
     from rlbench.harness.analysis import plots
 
-    output.mkdir(parents=True, exist_ok=True)
-    for path in output.iterdir():
-        if _PLOT_FILE.fullmatch(path.name):
-            path.unlink()
+    stale = [path for path in (output.iterdir() if output.is_dir() else ())
+             if _PLOT_FILE.fullmatch(path.name)]
+    for path in stale:  # refused before anything is written: a link, a file not a plot
+        check_target(path, "plot", ours=plots.is_plot_file)
     tables = build_tables(comparison)
-    written = []
-    for fmt in ("markdown", "latex", "html", "csv", "json"):
-        path = output / f"compare{SUFFIXES[fmt]}"
-        path.write_text(format_comparison(comparison, tables, fmt))
-        written.append(path)
-    runs = output / "runs.csv"
-    runs_frame(comparison).to_csv(runs, index=False, lineterminator="\n")
-    written.append(runs)
+    files = {f"compare{SUFFIXES[fmt]}": format_comparison(comparison, tables, fmt)
+             for fmt in ("markdown", "latex", "html", "csv", "json")}
+    files["runs.csv"] = frame_csv(runs_frame(comparison))
+    write_files(output, files)
+    for path in stale:
+        remove_owned(path)
+    written = [output / name for name in files]
     curves: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     seeds: dict[str, list[str]] = {}
     axes: dict[str, tuple[str, str]] = {}
@@ -408,7 +408,7 @@ def run_compare(args: Sequence[str], console: Console) -> int:
         for table in tables:
             console.print(terminal_table(table))
     else:
-        print(format_comparison(comparison, tables, request.format), end="")
+        print(inert(format_comparison(comparison, tables, request.format)), end="")
     if request.output is not None:
         written = write_report(comparison, request.output, seed=request.seed,
                                reps=request.reps)

@@ -78,6 +78,9 @@ class RunRecord:
     # its curve holds D4RL normalized scores, 100 * (return - min) / (max - min)
     eval_env: str | None = None
     refs: tuple[float, float] | None = None
+    # what the store holds for it that cannot be read (``results.run_problems``): it is
+    # shown, and left out of its group's statistics
+    problem: str = ""
 
     @property
     def offline(self) -> bool:
@@ -95,7 +98,8 @@ class RunRecord:
 
 def stored_algorithms(client: MlflowClient, suite: str) -> set[str]:
     """The algorithm tags of the suite's runs (one search, no metric histories)."""
-    return {run.data.tags["algorithm"] for run in latest_attempts(client, suite)}
+    return {algo for run in latest_attempts(client, suite)
+            if (algo := run.data.tags.get("algorithm"))}
 
 
 def load_runs(client: MlflowClient, suite: str, *, algos: Sequence[str] = (),
@@ -171,7 +175,8 @@ def records_of(client: MlflowClient, runs: pd.DataFrame) -> list[RunRecord]:
             fps=None if np.isnan(row.fps) else float(row.fps),
             params={c.removeprefix("param."): row[c] for c in params if isinstance(row[c], str)},
             code=_code_version(row.git_commit, row.git_dirty),
-            eval_env=eval_env if isinstance(eval_env, str) and eval_env else None, refs=refs))
+            eval_env=eval_env if isinstance(eval_env, str) and eval_env else None, refs=refs,
+            problem=row.get("problem") or ""))
     return records
 
 
@@ -200,7 +205,7 @@ class Group:
     budget: int
     config: str
     runs: list[RunRecord]
-    failed: int = 0  # failed, or finished without an evaluation
+    failed: int = 0  # failed, or finished without an evaluation or with a value unread
     killed: int = 0
     running: int = 0  # still running, or left RUNNING by a killed sweep
     label: str = ""  # the algorithm, with the config key when one budget has several
@@ -305,7 +310,8 @@ def group_runs(records: Sequence[RunRecord]) -> tuple[list[Group], list[str]]:
         key = (record.env, record.algo, record.budget, record.config)
         group = groups.setdefault(key, Group(*key, runs=[], label=record.algo,
                                              offline=record.offline))
-        if record.status == "FINISHED" and record.final_return is not None:
+        if record.status == "FINISHED" and record.final_return is not None \
+                and not record.problem:
             group.runs.append(record)
         elif record.status == "RUNNING":
             group.running += 1

@@ -4,6 +4,7 @@
   std, the Student-t CI of the mean, the IQM with its bootstrap CI, frames/s or gradient
   steps/s (``compare.csv``);
 - ``runs_frame``: one row per run with its final score (``runs.csv``);
+- ``frame_csv``: a frame as CSV whose text cells a spreadsheet never runs as formulas;
 - ``to_json``: every table of the report (groups, published baselines with verdicts, the
   comparisons: which entries ran the same envs or datasets at the same budget, their
   aggregates with ranks and their probabilities of improvement) and its notes
@@ -26,8 +27,9 @@ import pandas as pd
 
 from rlbench.harness.analysis.comparison import Comparison, Group
 from rlbench.harness.analysis.statistics import Interval
+from rlbench.harness.render import csv_cell
 
-__all__ = ["groups_frame", "runs_frame", "to_json"]
+__all__ = ["frame_csv", "groups_frame", "runs_frame", "to_json"]
 
 
 def _number(value: float | None) -> float | None:
@@ -77,6 +79,14 @@ def runs_frame(comparison: Comparison) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["env", "algorithm", "label", "config", "frames", "steps",
                                        "seed", "run_id", "final_return", "fps"]).astype(
         {"frames": "Int64", "steps": "Int64"})
+
+
+def frame_csv(frame: pd.DataFrame) -> str:
+    """``frame`` as CSV, its text cells through ``csv_cell``: a store's names and tags are
+    anyone's text, and ``=HYPERLINK(...)`` in an env name must not run in a spreadsheet."""
+    text_columns = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    safe = frame.assign(**{c: frame[c].map(csv_cell) for c in text_columns})
+    return safe.to_csv(index=False, lineterminator="\n")
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ figure files, multi-panel, with interval bars and shared legends that matplotlib
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +26,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.text import Text
 
 from rlbench.harness.analysis.sensitivity import numeric_value
 from rlbench.harness.analysis.statistics import (
@@ -35,9 +37,12 @@ from rlbench.harness.analysis.statistics import (
     curve_band,
     performance_profile_band,
 )
+from rlbench.harness.render import inert
+from rlbench.owned_files import write_file
 
 __all__ = [
     "SensitivityCurve",
+    "is_plot_file",
     "plot_aggregate_intervals",
     "plot_learning_curves",
     "plot_performance_profiles",
@@ -307,11 +312,26 @@ def _shared_legend(fig: Figure, colours: Mapping[str, str], caption: str | None 
 
 
 def _save(fig: Figure, stem: Path) -> list[Path]:
-    """Write ``fig`` as ``stem.png`` and ``stem.svg`` with no dates or software stamps."""
+    """Write ``fig`` as ``stem.png`` and ``stem.svg`` with no dates or software stamps; its
+    text (names from a store among it) ``inert``: a control character has no glyph and no
+    place in an SVG's XML."""
+    for text in fig.findobj(Text):
+        text.set_text(inert(text.get_text()))
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     png, svg = stem.with_suffix(".png"), stem.with_suffix(".svg")
-    with matplotlib.rc_context(_RC):
-        fig.savefig(png, dpi=120, metadata={"Software": None})
-        fig.savefig(svg, metadata={"Date": None, "Creator": None})
+    for path, options in ((png, {"dpi": 120, "metadata": {"Software": None}}),
+                          (svg, {"metadata": {"Date": None, "Creator": None}})):
+        drawn = io.BytesIO()
+        with matplotlib.rc_context(_RC):
+            fig.savefig(drawn, format=path.suffix[1:], **options)
+        write_file(path, drawn.getvalue(), "plot", ours=is_plot_file)
     return [png, svg]
+
+
+def is_plot_file(path: Path) -> bool:
+    """Whether ``path`` holds a plot (PNG or SVG): the only file a plot replaces."""
+    with open(path, "rb") as handle:
+        head = handle.read(512)
+    return head.startswith(b"\x89PNG\r\n\x1a\n") or b"<svg" in head or head.startswith(
+        b"<?xml")

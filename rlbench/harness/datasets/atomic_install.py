@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rlbench.owned_files import fsync_path
+
 __all__ = ["PREVIOUS", "STAGING", "fsync_path", "install_dir", "install_namespace_metadata",
            "staging_dir"]
 
@@ -122,15 +124,6 @@ def _readable_json_object(path: Path) -> bool:
         return isinstance(json.loads(path.read_bytes().decode()), dict)
     except (OSError, ValueError, RecursionError):
         return False
-
-
-def fsync_path(path: Path) -> None:
-    """Flush a file's or a directory's contents (a directory's: its entries) to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_tree(root: Path) -> None:

@@ -21,7 +21,7 @@ from rlbench.harness.datasets.make import MakeRequest, make_datasets
 from rlbench.harness.plan.command_keys import QUALITIES
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.plan.datasets import MadeFamily
-from rlbench.harness.run.runner import run_dir_for
+from rlbench.harness.run.run_dirs import run_dir_for
 from rlbench.harness.run.sweep import run_sweep
 
 __all__ = ["behaviour_runs_dir", "make_family"]

@@ -30,7 +30,7 @@ import dataclasses
 import json
 import math
 import os
-import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -61,6 +61,7 @@ from rlbench.harness.policy.load import Policy, load_policy
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import read_curve, read_transitions, run_member
 from rlbench.harness.store.tracking import quiet_downloads
+from rlbench.owned_files import HDF5_MAGIC, remove_owned
 from rlbench.version import __version__
 
 __all__ = ["FORMATS", "Episode", "MakeRequest", "make_datasets", "parse_make"]
@@ -285,7 +286,7 @@ def _downloaded_run(client: Any, run: Any, out_dir: Path, transitions: bool) -> 
             if name in stored and not done.exists():
                 with tempfile.TemporaryDirectory(dir=target, prefix=f".{name}.") as partial:
                     client.download_artifacts(run.info.run_id, name, partial)
-                    shutil.rmtree(target / name, ignore_errors=True)
+                    remove_owned(target / name)
                     (Path(partial) / name).replace(target / name)
                 done.touch()
     if not (target / "curve.csv").is_file():
@@ -447,10 +448,10 @@ def _check_outputs(request: MakeRequest, env_id: str) -> None:
     tried: set[Path] = set()
     for quality in request.qualities:
         for form, final in _output_places(request, env_id, quality).items():
-            if os.path.lexists(final) and final.is_dir() != (form == "minari"):
-                kind = "a directory" if form == "d4rl" else "not a directory"
-                raise ConfigError(f"out={request.out}: {final} is {kind}: move it away, or "
-                                  "name another out=")
+            not_ours = _not_a_made_dataset(final, form)
+            if not_ours is not None:
+                raise ConfigError(f"out={request.out}: {final} is {not_ours}, which a make "
+                                  "would replace: move it away, or name another out=")
             existing = final.parent
             while not os.path.lexists(existing):
                 existing = existing.parent
@@ -465,6 +466,37 @@ def _check_outputs(request: MakeRequest, env_id: str) -> None:
             except OSError as err:
                 raise ConfigError(f"out={request.out} cannot be written: no new entry can be "
                                   f"made in {existing} ({err.strerror})") from err
+
+
+def _not_a_made_dataset(final: Path, form: str) -> str | None:
+    """What is at ``final`` when a make must not replace it, described: a link, or an
+    entry that is not a dataset of ``form`` (an HDF5 file for D4RL, a directory with
+    Minari's ``data/metadata.json`` for Minari). None when nothing is there or a dataset
+    is."""
+    try:
+        mode = os.lstat(final).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # the caller says why it cannot be made
+        return None
+    except OSError as err:
+        return f"a path that cannot be looked up ({err.strerror})"
+    if stat.S_ISLNK(mode):
+        return "a link (a dataset is replaced at its own path only)"
+    if form == "minari":
+        if not stat.S_ISDIR(mode):
+            return "not a directory"
+        metadata = final / "data" / "metadata.json"
+        if os.path.islink(final / "data") or not (metadata.is_file()
+                                                   and not metadata.is_symlink()):
+            return "a directory that holds no Minari dataset"
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if not stat.S_ISREG(mode):
+        return "a special file"
+    with open(final, "rb") as handle:
+        if handle.read(8) != HDF5_MAGIC:
+            return "a file that is not HDF5"
+    return None
 
 
 def _command_words(request: MakeRequest) -> list[str]:

@@ -12,7 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbench.data.offline import d4rl_path, load_dataset, minari_root
+from rlbench.data.offline import d4rl_path, load_dataset, minari_path, minari_root
 from rlbench.envs.registry import gym_name
 from rlbench.errors import ConfigError, one_line, quote
 from rlbench.harness.plan.command_keys import QUALITIES
@@ -102,7 +102,7 @@ def plan_dataset(source: str, *, trusted_envs: Collection[str] = ()) -> PlannedD
     ``module:EnvId`` form (see ``load_dataset``). A dataset with no eval env or fewer than
     ``MIN_TRANSITIONS`` transitions is refused here, before a run or a store is made."""
     own = own_family(source)
-    if own is not None and not (minari_root() / source.removeprefix("minari:")).exists():
+    if own is not None and not minari_path(source.removeprefix("minari:")).exists():
         stem, _ = own
         if stem in MADE_ON_FIRST_USE:
             family = MADE_ON_FIRST_USE[stem]
@@ -150,7 +150,7 @@ def _file_key(source: str) -> tuple[str, float, int] | None:
     if source.startswith("d4rl:"):
         path = d4rl_path(source.removeprefix("d4rl:"))
     elif source.startswith("minari:"):
-        path = minari_root() / source.removeprefix("minari:") / "data" / "main_data.hdf5"
+        path = minari_path(source.removeprefix("minari:")) / "data" / "main_data.hdf5"
     else:
         path = Path(source)
     try:

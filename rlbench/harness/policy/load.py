@@ -166,6 +166,7 @@ def _read_store_run(run: str, out_dir: str | Path | None, tracking_uri: str | No
     if found.info.status != "FINISHED":
         raise ConfigError(f"run {run} is {found.info.status}: only a finished run saved a "
                           f"policy{_error_of(found.data.tags)}")
+    _check_artifact_uri(run, found.info.artifact_uri, client.tracking_uri)
     source = f"{run} in {client.tracking_uri}"
     weights = "" if snapshot is None else f"snapshots/{snapshot}"
     wanted = {"config.yaml", *(f"{weights}/{name}".lstrip("/")
@@ -185,6 +186,21 @@ def _read_store_run(run: str, out_dir: str | Path | None, tracking_uri: str | No
             raise ConfigError(f"run {run}: its artifacts could not be read from "
                               f"{found.info.artifact_uri} ({one_line(err, 200)})") from None
         return _read_run_dir(Path(scratch), source, snapshot, trusted)
+
+
+def _check_artifact_uri(run: str, uri: str | None, tracking: str) -> None:
+    """Refuse a run whose artifacts are where this store cannot read them, before MLflow
+    tries: a local store's runs keep them in files, a server's behind its own
+    ``mlflow-artifacts:`` proxy. Any other scheme (``s3:``, ``gs:``, ``http:``,
+    ``dbfs:``...) would have MLflow import a cloud client, ask for credentials or reach
+    the network, none of which the store's files vouch for."""
+    scheme = urlparse(uri or "").scheme.lower()
+    served = tracking.startswith(("http://", "https://"))
+    if scheme in ("", "file") or (scheme == "mlflow-artifacts" and served):
+        return
+    where = "its server's proxy (mlflow-artifacts:)" if served else "files (file:)"
+    raise ConfigError(f"run {run}: its artifacts are at {quote(uri)}, which this store "
+                      f"cannot read: rlbench reads a run's artifacts from {where} only")
 
 
 def _open_store(out_dir: str | Path | None, tracking_uri: str | None) -> MlflowClient:
@@ -409,6 +425,7 @@ def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
     cfg = recipe.Config(**files.params)
     env = _make_env(config["env"], files.source)
     _check_action_space(recipe, config, env, files.source)
+    _check_network_size(recipe, cfg, env, files)
     try:
         normalization = _normalization(recipe, cfg, env, files)
         actor = recipe.make_policy(env if normalization is None else TransformedEnv(
@@ -430,6 +447,25 @@ def _check_action_space(recipe: Any, config: dict[str, Any], env: EnvBase, sourc
         raise ConfigError(f"{source}: config.yaml pairs {config['algo']}, which takes "
                           f"{' or '.join(recipe.ACTION_SPACES)} actions, with {config['env']}, "
                           f"whose actions are {kind}")
+
+
+def _check_network_size(recipe: Any, cfg: Any, env: EnvBase, files: RunFiles) -> None:
+    """Refuse a config whose network holds more parameters than policy.pt holds values
+    (it could never load them) before a byte of it is allocated: the network is built on
+    torch's meta device, which allocates nothing, and counted. A recipe that cannot build
+    there is left to the strict load."""
+    try:
+        with torch.device("meta"):
+            sized = recipe.make_policy(env, cfg)
+        count = sum(p.numel() for p in sized.parameters())
+    except Exception:
+        return
+    held = sum(t.numel() for t in files.policy.values())
+    if count > held:
+        env.close()
+        raise ConfigError(f"{files.source}: config.yaml builds a network of {count:,} "
+                          f"parameters, and policy.pt holds {held:,} values: the config does "
+                          "not describe these weights")
 
 
 def _make_env(env_id: str, source: str) -> EnvBase:

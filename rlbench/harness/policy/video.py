@@ -19,8 +19,9 @@ import torch
 from rlbench.envs import make, render_kwargs
 from rlbench.errors import ConfigError
 from rlbench.harness.policy.load import Policy
+from rlbench.owned_files import check_target
 
-__all__ = ["VIDEO_SUFFIXES", "check_video_path", "record_video"]
+__all__ = ["VIDEO_SUFFIXES", "check_video_path", "is_video_file", "record_video"]
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
 
@@ -50,7 +51,15 @@ def check_video_path(path: Path) -> None:
                           f"({err.strerror or type(err).__name__})") from None
     if path.exists() and not os.access(path, os.W_OK):
         raise ConfigError(f"video={path} exists and is not writable")
+    check_target(path, "video", ours=is_video_file)
     _writer()  # imageio present?
+
+
+def is_video_file(path: Path) -> bool:
+    """Whether ``path`` holds a GIF or an MP4: the only file a video replaces."""
+    with open(path, "rb") as handle:
+        head = handle.read(12)
+    return head.startswith(b"GIF8") or head[4:8] == b"ftyp"
 
 
 def _writer() -> Any:
@@ -108,8 +117,17 @@ def _frame(env: Any, first: bool = False) -> np.ndarray:
 
 
 def _write(path: Path, frames: np.ndarray, fps: float) -> None:
+    """Encode ``frames`` beside ``path`` (its suffix tells imageio the format), then rename
+    the file over ``path``: a reader sees the old video or the new one, and a link or a
+    file of another kind put at ``path`` meanwhile is refused, never written through."""
     iio = _writer()
-    if path.suffix.lower() == ".gif":
-        iio.imwrite(path, frames, duration=1000.0 / fps, loop=0)
-    else:
-        iio.imwrite(path, frames, fps=fps, codec="libx264", macro_block_size=1)
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
+    try:
+        if path.suffix.lower() == ".gif":
+            iio.imwrite(partial, frames, duration=1000.0 / fps, loop=0)
+        else:
+            iio.imwrite(partial, frames, fps=fps, codec="libx264", macro_block_size=1)
+        check_target(path, "video", ours=is_video_file)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

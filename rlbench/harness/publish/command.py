@@ -8,7 +8,9 @@ may be new, empty, or a site published before (it is replaced); anything else is
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -25,6 +27,7 @@ from rlbench.harness.publish.collect import SuiteData, collect, suites_in
 from rlbench.harness.publish.pages import site_files
 from rlbench.harness.publish.stores import Store, open_stores
 from rlbench.harness.store.sqlite import check_out_dir, sqlite_path
+from rlbench.owned_files import check_target, is_inside
 
 __all__ = ["PublishRequest", "parse_publish_args", "publish", "run_publish"]
 
@@ -56,24 +59,64 @@ def parse_publish_args(args: Sequence[str]) -> PublishRequest:
         validate_env_id(env)
     if not (request.baselines / "normalization.csv").is_file():
         raise ConfigError(f"baselines={request.baselines}: no normalization.csv there")
-    check_output(request.output)
-    for store in [*request.out_dirs, *(sqlite_path(uri) or Path("/nonexistent") for uri
-                                       in request.tracking_uris)]:
-        inside = store.absolute()
-        if inside == request.output.absolute() or request.output.absolute() in inside.parents:
+    uris = request.tracking_uris or (
+        [] if request.out_dirs else [os.environ.get("MLFLOW_TRACKING_URI", "")])
+    stores = [*request.out_dirs, *filter(None, map(sqlite_path, uris))]
+    if not (request.out_dirs or request.tracking_uris or os.environ.get("MLFLOW_TRACKING_URI")):
+        stores.append(Path("rlbench_runs"))  # what open_stores reads when none is given
+    for store in stores:  # compared as places: ``x/../S`` and a link to ``S`` are ``S``
+        if is_inside(store, request.output):
             raise ConfigError(f"output={request.output} holds the store {store}: publishing "
                               "would replace it; give an output outside it")
+    check_output(request.output)
     return request
 
 
+# What a published site holds: its pages, their data and charts, and its marker.
+SITE_SUFFIXES = frozenset({".html", ".csv", ".json", ".svg", ".png", ".css", ".js"})
+
+
 def check_output(output: Path) -> None:
-    """Refuses an ``output`` that is a file, a directory holding anything but an earlier
-    site, or a place this process cannot write, before anything is read."""
+    """Refuses an ``output`` that is a link, a file, a directory holding anything but an
+    earlier site (a site's files only: no store, no dataset, no link), or a place this
+    process cannot write, before anything is read."""
+    if output.is_symlink():
+        raise ConfigError(f"output={output} is a link: rlbench replaces a site only at its "
+                          "own path; give the directory it points to")
     check_out_dir(output, key="output")  # a directory, or one that can be made
     check_out_dir(output.absolute().parent, key="output's parent")  # the new site goes there
-    if output.is_dir() and any(output.iterdir()) and not (output / MARKER).is_file():
+    if not output.is_dir() or not any(output.iterdir()):
+        return
+    if not (output / MARKER).is_file():
         raise ConfigError(f"output={output} holds files that are not a site rlbench "
                           "published: give a new or empty directory")
+    stray = _not_of_a_site(output)
+    if stray is not None:
+        raise ConfigError(f"output={output} is a site rlbench published, but it also holds "
+                          f"{stray}, which no site holds: publishing would replace it; give "
+                          "another output, or move it out")
+
+
+def _not_of_a_site(site: Path) -> str | None:
+    """The first entry under ``site`` a published site never holds (a link, a special file,
+    a store or dataset, a file of another suffix), described; None when there is none."""
+    for directory, dirs, files in os.walk(site):  # os.walk follows no link into a directory
+        for name in sorted(dirs + files):
+            path = Path(directory) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                return f"the link {quote(str(path))}"
+            if stat.S_ISDIR(mode):
+                continue
+            if not stat.S_ISREG(mode):
+                return f"the special file {quote(str(path))}"
+            if path.name != MARKER and path.suffix not in SITE_SUFFIXES:
+                return f"the file {quote(str(path))}"
+            try:
+                check_target(path, "site file")
+            except ConfigError:
+                return f"the file {quote(str(path))} (not a page, chart or table)"
+    return None
 
 
 def _suites(request: PublishRequest, stores: Sequence[Store]) -> list[str]:

@@ -1,5 +1,6 @@
 """A table's data beside its page: CSV and JSON of the values its cells sort by, and the
-file names the site gives what the store names."""
+file names the site gives what the store names. A CSV's text cells go through
+``render.csv_cell``: a spreadsheet opening them shows a tag, never runs it as a formula."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlbench.harness.publish.markup import Table, table
+from rlbench.harness.render import csv_row
 
 __all__ = ["DataWriter", "slug", "stacked_csv", "table_csv", "table_json", "table_record"]
 
@@ -27,10 +29,10 @@ def slug(name: str) -> str:
 def table_csv(spec: Table) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(spec.headers)
+    writer.writerow(csv_row(spec.headers))
     for record in spec.records():
-        writer.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v
-                         for v in record.values()])
+        writer.writerow(csv_row("" if v is None or (isinstance(v, float) and math.isnan(v))
+                                else v for v in record.values()))
     return out.getvalue()
 
 
@@ -51,7 +53,8 @@ def stacked_csv(specs: Sequence[Table]) -> str:
     writer.writerow(["table", "name", "value"])
     for spec in specs:
         for row in spec.rows:
-            writer.writerow([spec.name, *("" if c.value is None else c.value for c in row)])
+            writer.writerow(csv_row([spec.name, *("" if c.value is None else c.value
+                                                  for c in row)]))
     return out.getvalue()
 
 

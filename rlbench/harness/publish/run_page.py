@@ -1,10 +1,15 @@
 """A run's page: what it is, how it ended, the commands that make it again, its curve,
 config, tags and versions, and where its artifacts are (as text: the site links nothing
-outside itself); its tables in one CSV and one JSON beside it."""
+outside itself); its tables in one CSV and one JSON beside it.
+
+The commands are built from what the store holds, which anyone who could write to it
+chose: every word is quoted for the shell (``shell_word``), so a tag holding ``$(...)``,
+a backtick or ``; rm`` is pasted as that text and runs nothing."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import urllib.parse
 from collections.abc import Mapping
@@ -18,7 +23,7 @@ from rlbench.harness.publish.charts import PALETTE, Series, line_chart
 from rlbench.harness.publish.data_files import slug, stacked_csv, table_record
 from rlbench.harness.publish.markup import Cell, Table, facts, fmt, page, table, text
 
-__all__ = ["run_page"]
+__all__ = ["run_page", "shell_word"]
 
 # Columns of a run's rlbench.results row shown among its tags
 _VERSIONS = ("git_commit", "git_dirty", "rlbench_version", "torch_version",
@@ -102,11 +107,33 @@ def _command(row: Mapping[str, Any], params: dict[str, str]) -> str:
               for k, v in sorted(params.items()) if k.startswith("algo_params.")]
     commit = row.get("git_commit")
     lines = []
-    if isinstance(commit, str) and commit and commit != "unknown":
+    if isinstance(commit, str) and _COMMIT.fullmatch(commit):
         lines.append(f"git checkout {commit}" + ("  # it ran with uncommitted changes"
                                                   if row.get("git_dirty") == "true" else ""))
-    lines.append(" ".join(shlex.quote(w) for w in words))
+    lines.append(" ".join(shell_word(w) for w in words))
     return "\n".join(lines)
+
+
+_COMMIT = re.compile(r"[0-9a-fA-F]{7,64}")  # a commit id: anything else is not checked out
+
+
+def shell_word(word: str) -> str:
+    """``word`` quoted for bash: single quotes (``shlex.quote``), or, when it holds
+    a character that is not printable (an escape code, a line break), bash's ``$'...'``
+    with that character as ``\\xHH`` bytes, so the page shows it and a paste passes it
+    back exactly, running nothing."""
+    if word.isprintable():
+        return shlex.quote(word)
+    return "$'" + "".join(_ansi_c(char) for char in word) + "'"
+
+
+def _ansi_c(char: str) -> str:
+    """One character inside ``$'...'``."""
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    return "".join(f"\\x{byte:02x}" for byte in char.encode("utf-8", "surrogatepass"))
 
 
 def _yaml_value(logged: str) -> str:

@@ -35,11 +35,17 @@ from rlbench.harness.regress.reference import (
     ENV_LIBRARIES,
     Reference,
     ReferenceTask,
+    check_reference_target,
     load_reference,
     protocol_of,
     write_reference,
 )
-from rlbench.harness.regress.report import GateReport, TaskResult, write_report
+from rlbench.harness.regress.report import (
+    REPORT_FILES,
+    GateReport,
+    TaskResult,
+    write_report,
+)
 from rlbench.harness.regress.settings import check_alpha, gate_settings
 from rlbench.harness.regress.statistics import judge_task
 from rlbench.harness.store.provenance import environment_tags
@@ -47,6 +53,7 @@ from rlbench.harness.store.results import RUN_COLUMNS, load, open_store
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.sqlite import check_out_dir
 from rlbench.harness.store.tracking import flatten
+from rlbench.owned_files import check_target
 from rlbench.untrusted_files import path_is
 
 __all__ = ["GATE_KEYS", "GateRequest", "parse_gate_args", "run_regress"]
@@ -74,8 +81,12 @@ def parse_gate_args(args: Sequence[str]) -> GateRequest:
         if path_is(reference, "dir"):
             raise ConfigError(f"reference={reference} is a directory: name the file to write")
         check_out_dir(reference.parent, "reference's directory")
+        check_reference_target(reference)
+    report = words["report"] or Path(words["out_dir"]) / "regress-report"
     if words["report"] is not None:
-        check_out_dir(words["report"], "report")
+        check_out_dir(report, "report")
+    for name in REPORT_FILES:  # a report it could not write is refused before any run
+        check_target(report / name, "report file")
     return GateRequest(
         reference=reference, run=words["run"], update=words["update"],
         alpha=None if words["alpha"] is None else check_alpha(words["alpha"], "alpha"),
@@ -122,8 +133,14 @@ def _stored_candidates(sweep: SweepConfig) -> pd.DataFrame:
     client = open_store(sweep.out_dir)
     if with_retry(client.get_experiment_by_name, sweep.suite.name) is None:
         return pd.DataFrame(columns=list(RUN_COLUMNS))
-    frame = load(client, suite=sweep.suite.name)
-    return frame[frame.identity.isin({run.identity for run in sweep.runs})]
+    frame = load(client, suite=sweep.suite.name, warn_problems=False)
+    frame = frame[frame.identity.isin({run.identity for run in sweep.runs})]
+    unreadable = frame[frame.problem != ""]
+    if len(unreadable):
+        run = unreadable.iloc[0]
+        raise ConfigError(f"run {run.run_id} of {sweep.out_dir}: {run.problem}: the gate "
+                          "judges no run whose stored values it cannot read")
+    return frame
 
 
 def _task_rows(key: tuple[str, str, int], runs: list[RunConfig], stored: pd.DataFrame

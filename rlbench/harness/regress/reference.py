@@ -12,8 +12,6 @@ torch and tensordict versions, the machine.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +19,11 @@ from typing import Any
 from rlbench.errors import ConfigError, quote
 from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.regress.statistics import MAX_SCORE
+from rlbench.owned_files import check_target, write_file
 from rlbench.untrusted_files import path_is, read_json
 
-__all__ = ["FORMAT", "Reference", "ReferenceTask", "load_reference", "protocol_of",
-           "write_reference"]
+__all__ = ["FORMAT", "Reference", "ReferenceTask", "check_reference_target",
+           "is_reference_file", "load_reference", "protocol_of", "write_reference"]
 
 FORMAT = "rlbench-regress-reference/1"
 MAX_REFERENCE_BYTES = 16 * 2**20
@@ -82,26 +81,27 @@ class Reference:
                 "tasks": [t.__dict__ for t in self.tasks]}
 
 
+def is_reference_file(path: Path) -> bool:
+    """Whether ``path`` holds a gate reference (JSON with this format's marker): the only
+    file ``write_reference`` replaces."""
+    try:
+        raw = read_json(path, MAX_REFERENCE_BYTES)
+    except ConfigError:
+        return False
+    return isinstance(raw, dict) and raw.get("format") == FORMAT
+
+
+def check_reference_target(path: Path) -> None:
+    """Refuses ``path`` as the place of a new reference unless it is new or a reference
+    (``owned_files.check_target``): a store, a dataset, a link, any other file."""
+    check_target(path, "reference", ours=is_reference_file)
+
+
 def write_reference(reference: Reference, path: Path) -> None:
-    """Write ``reference`` to ``path`` whole or not at all (a temporary file, then a rename)."""
+    """Write ``reference`` to ``path`` whole or not at all (a temporary file, then a
+    rename), only where ``check_reference_target`` accepts it."""
     text = json.dumps(reference.as_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    except OSError as err:
-        raise ConfigError(f"the reference could not be written to {path} "
-                          f"({err.strerror or err})") from err
-    try:
-        os.fchmod(handle, 0o644)  # mkstemp's 0600 would keep the reference from others
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException as err:
-        Path(temporary).unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise ConfigError(f"the reference could not be written to {path} "
-                              f"({err.strerror or err})") from err
-        raise
+    write_file(path, text, "reference", ours=is_reference_file)
 
 
 def _score(value: Any) -> bool:
@@ -163,6 +163,8 @@ def load_reference(path: Path, suite: str) -> Reference:
                    f"{suite}")
     if not isinstance(raw.get("tasks"), list) or not isinstance(raw.get("provenance"), dict):
         raise _bad(path, "tasks or provenance is missing")
+    if not raw["tasks"]:
+        raise _bad(path, "it holds no tasks, so it compares nothing")
     tasks = [_task(path, i, t) for i, t in enumerate(raw["tasks"])]
     keys = [t.key for t in tasks]
     if len(set(keys)) != len(keys):

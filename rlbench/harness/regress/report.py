@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from rlbench.errors import ConfigError
 from rlbench.harness.regress.junit import Case, junit_xml
 from rlbench.harness.regress.statistics import (
     MAX_SEEDS_NEEDED,
@@ -20,8 +19,12 @@ from rlbench.harness.regress.statistics import (
     bootstrap_confidence,
 )
 from rlbench.harness.render import TextTable, to_markdown, to_rich
+from rlbench.owned_files import write_files
 
-__all__ = ["GateReport", "TaskResult", "write_report"]
+__all__ = ["REPORT_FILES", "GateReport", "TaskResult", "write_files", "write_report"]
+
+# What ``write_report`` writes into the report directory.
+REPORT_FILES = ("regress.md", "regress.json", "regress.xml")
 
 
 @dataclass
@@ -168,21 +171,11 @@ def write_report(report: GateReport, directory: Path, console: Console) -> None:
     cases = [Case(t.name, t.verdict, t.why(), t.verdict == "REGRESSION",
                   "\n".join(f"{seed}:\n{error}" for seed, error in t.failed.items()))
              for t in report.tasks]
+    md, data, junit = REPORT_FILES
     write_files(directory, {
-        "regress.md": to_markdown(table),
-        "regress.json": json.dumps(report.as_dict(), indent=1, allow_nan=False) + "\n",
-        "regress.xml": junit_xml(f"rlbench regress {report.suite}",
-                                 f"rlbench.regress.{report.suite}", cases)})
+        md: to_markdown(table),
+        data: json.dumps(report.as_dict(), indent=1, allow_nan=False) + "\n",
+        junit: junit_xml(f"rlbench regress {report.suite}", f"rlbench.regress.{report.suite}",
+                         cases)})
     console.print(f"report: {directory}/regress.md, regress.json, regress.xml (JUnit)",
                   highlight=False, markup=False)
-
-
-def write_files(directory: Path, files: dict[str, str]) -> None:
-    """Write each named text into ``directory``; a path the OS refuses is a ``ConfigError``."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            (directory / name).write_text(text)
-    except OSError as err:
-        raise ConfigError(f"the report could not be written to {directory} "
-                          f"({err.strerror or err})") from err

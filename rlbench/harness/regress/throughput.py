@@ -24,7 +24,6 @@ Exit 1 when a benchmark is SLOWER, 2 for bad input, else 0.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,7 +37,8 @@ from rlbench.harness.regress.junit import Case, junit_xml
 from rlbench.harness.regress.report import write_files
 from rlbench.harness.render import TextTable, to_markdown, to_rich
 from rlbench.harness.store.sqlite import check_out_dir
-from rlbench.untrusted_files import path_is, read_json
+from rlbench.owned_files import write_file
+from rlbench.untrusted_files import path_is, read_json, read_text
 
 __all__ = ["BenchVerdict", "compare_benchmarks", "load_benchmarks", "run_bench_gate", "spread"]
 
@@ -63,6 +63,9 @@ def load_benchmarks(path: Path, statistic: str) -> dict[str, dict[str, Any]]:
             raise ConfigError(f"benchmark file {quote(str(path))}: an entry has no name or "
                               f"no stats.{statistic} between {SHORTEST:g} and {LONGEST:g} "
                               "seconds")
+        if not _rounds(stats.get("rounds", 1)):
+            raise ConfigError(f"benchmark file {quote(str(path))}: {quote(name)} ran "
+                              f"{quote(stats.get('rounds'))} rounds: it timed nothing")
         if name in found:
             raise ConfigError(f"benchmark file {quote(str(path))}: two benchmarks are named "
                               f"{quote(name)} (give one of them another test name)")
@@ -71,6 +74,11 @@ def load_benchmarks(path: Path, statistic: str) -> dict[str, dict[str, Any]]:
         found[name] = {"time": float(value), "side_by_side": peer if isinstance(peer, str)
                        else None}
     return found
+
+
+def _rounds(value: Any) -> bool:
+    """Whether ``value`` is a count of rounds that timed something (at least one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _seconds(value: Any) -> bool:
@@ -188,6 +196,15 @@ def _table(verdicts: list[BenchVerdict], threshold: float, statistic: str,
         rows=rows, notes=notes, align="llrrrl")
 
 
+def _is_benchmark_file(path: Path) -> bool:
+    """Whether ``path`` holds a pytest-benchmark run: the only file a reference replaces."""
+    try:
+        raw = read_json(path, MAX_JSON_BYTES)
+    except ConfigError:
+        return False
+    return isinstance(raw, dict) and isinstance(raw.get("benchmarks"), list)
+
+
 def _store_reference(candidate_paths: Sequence[Path], reference_paths: Sequence[Path],
                      console: Console) -> int:
     if len(candidate_paths) != 1:
@@ -201,12 +218,9 @@ def _store_reference(candidate_paths: Sequence[Path], reference_paths: Sequence[
     if reference_path.exists() and reference_path.samefile(candidate_path):
         raise ConfigError("reference= and candidate= are the same file")
     check_out_dir(reference_path.parent, "reference's directory")
-    try:
-        reference_path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(candidate_path, reference_path)
-    except OSError as err:
-        raise ConfigError(f"the reference could not be written to {reference_path} "
-                          f"({err.strerror or err})") from err
+    data = read_text(candidate_path, MAX_JSON_BYTES,
+                     f"benchmark file {quote(str(candidate_path))}")
+    write_file(reference_path, data, "benchmark reference", ours=_is_benchmark_file)
     console.print(f"reference written: {reference_path}", highlight=False, markup=False)
     return 0
 
@@ -235,6 +249,10 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
         return _store_reference(candidate_paths, reference_paths, console)
     reference_runs = [load_benchmarks(path, statistic) for path in reference_paths]
     reference = best_of(reference_runs, "reference")
+    if not reference:
+        raise ConfigError(f"the reference {','.join(map(str, reference_paths))} holds no "
+                          "benchmarks, so it compares nothing: store a run that holds some "
+                          "(update=true)")
     verdicts = compare_benchmarks(candidate, reference, threshold=threshold)
     spreads = {side: spread(runs, reference) for side, runs in
                (("candidate", candidate_runs), ("reference", reference_runs))}

@@ -2,18 +2,18 @@
 the outcome in MLflow.
 
 A run checkpoints every ``checkpoint_every`` frames or gradient steps, and on SIGTERM or
-Ctrl-C before it stops, into ``checkpoint_dir_for``. Run again after a kill, it resumes
-from its last checkpoint in a new MLflow run that first logs everything the killed attempt
-had logged up to that checkpoint; it ends with the numbers an uninterrupted run gives. A
-checkpoint made by other code, or that cannot be read (truncated, corrupt), is removed and
-the run starts from the beginning, with one line saying why.
+Ctrl-C before it stops, into ``run_dirs.checkpoint_dir_for``. Run again after a kill, it
+resumes from its last checkpoint in a new MLflow run that first logs everything the killed
+attempt had logged up to that checkpoint; it ends with the numbers an uninterrupted run
+gives. A checkpoint made by other code, one that cannot be read (truncated, corrupt), and
+one its recipe cannot load are removed and the run starts from the beginning, with one line
+saying why.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
 import sys
 import time
 import traceback
@@ -31,11 +31,18 @@ from rlbench.checkpoint import (
     CheckpointRefused,
     CheckpointSettings,
     read_checkpoint,
-    read_manifest,
 )
 from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds
-from rlbench.harness.run.locks import RunInProgressError, is_running_id, run_lock
+from rlbench.harness.run.locks import RunInProgressError, run_lock
+from rlbench.harness.run.run_dirs import (
+    checkpoint_dir_for,
+    prepare_run_dir,
+    remove_checkpoints,
+    remove_other_codes_checkpoints,
+    run_dir_for,
+    set_aside_strays,
+)
 from rlbench.harness.run.training import train
 from rlbench.harness.signals import checkpoint_on_signals, fatal_errors_into
 from rlbench.harness.store.checkpoint_uploads import (
@@ -49,6 +56,7 @@ from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat
 from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.recorder import RunRecorder
 from rlbench.harness.store.tracking import Tracker
+from rlbench.owned_files import remove_owned
 from rlbench.recipe import Seeds
 
 __all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "Taken",
@@ -79,25 +87,6 @@ class RunResult:
     # who finished it, when another process did while this one waited for it: its result
     # is that process's, not a run made here
     finished_by: str | None = None
-
-
-def run_dir_for(out_dir: Path, config: RunConfig) -> Path:
-    """Where a run keeps its files: ``<out_dir>/runs/<suite>/<algo>-<env>-seed<i>-<hash>``
-    (an offline run's dataset name in place of the env, ``/`` as ``-``)."""
-    task = config.task.replace("/", "-")
-    name = f"{config.algo}-{task}-seed{config.seed_index}-{config.identity}"
-    return out_dir / "runs" / config.suite / name
-
-
-def checkpoint_dir_for(out_dir: Path, config: RunConfig) -> Path:
-    """Where a run keeps its checkpoints: ``<out_dir>/checkpoints/<suite>/<algo>-<env>-
-    seed<i>-<config identity>/<identity>``. The runs of one config made by different code
-    share the parent directory (named by the identity without the code), so a run whose
-    code changed finds the checkpoint the old code left and says why it does not resume
-    from it; each code writes only its own directory, which the run's lock guards."""
-    task = config.task.replace("/", "-")
-    name = f"{config.algo}-{task}-seed{config.seed_index}-{config.config_identity}"
-    return out_dir / "checkpoints" / config.suite / name / config.identity
 
 
 # How long a run waits for its lock: long enough for another sweep to finish planning,
@@ -216,8 +205,13 @@ def execute_run(
                      dead=dead) as taken:
             if isinstance(taken, Run):
                 return finished_elsewhere(tracker, experiment_id, config, taken)
-            return _execute_locked(config, tracker, experiment_id, parent_id, on_update,
-                                   taken, tags or {}, say or _say)
+            result = _execute_locked(config, tracker, experiment_id, parent_id, on_update,
+                                     taken, tags or {}, say or _say)
+            if result.status == _DOES_NOT_FIT:  # once more, from the beginning
+                result = _execute_locked(config, tracker, experiment_id, parent_id,
+                                         on_update, taken, tags or {}, say or _say,
+                                         refused=result.error)
+            return result
     except RunInProgressError as err:
         return RunResult(config=config, run_id="", status="FAILED", final_return=None,
                          fps=None, frames=0, seconds=0.0, error=str(err))
@@ -250,24 +244,30 @@ def _execute_locked(
     taken: Taken,
     extra_tags: Mapping[str, str],
     say: Callable[[str], None],
+    refused: str | None = None,
 ) -> RunResult:
+    """The run, resumed from its checkpoint where one fits; ``refused``: why the one it
+    had was refused (the run starts from the beginning and says so)."""
     start = time.perf_counter()
     seeds = derive_seeds(config.base_seed, config.seed_index)
     run_dir = run_dir_for(tracker.out_dir, config)
     checkpoints = checkpoint_dir_for(tracker.out_dir, config)
     upload = uploads_checkpoints(config.checkpoint_store, tracker.uri)
-    why_not = _remove_other_codes_checkpoints(tracker.out_dir, config, checkpoints)
+    why_not = remove_other_codes_checkpoints(tracker.out_dir, config, checkpoints, say)
+    set_aside_strays(run_dir, say)  # before an upload's snapshots are put there
     source, not_fetched = (_download_checkpoint(tracker, config, taken.attempts, checkpoints,
-                                                run_dir) if upload else (None, None))
-    resume, refused = _checkpoint_to_resume(config, checkpoints)
-    why_not = refused or not_fetched or why_not
+                                                run_dir) if upload and not refused
+                           else (None, None))
+    resume, unreadable = (None, None) if refused else _checkpoint_to_resume(config,
+                                                                            checkpoints)
+    why_not = refused or unreadable or not_fetched or why_not
     progress = None if resume is None else resume["progress"]
     if progress is None and why_not is None and not upload:
         elsewhere = checkpoint_elsewhere(taken.attempts)
         if elsewhere is not None:  # out of this machine's reach
             why_not = (f"its checkpoint {elsewhere} is not in this out dir "
                        "(checkpoint_store=tracking carries checkpoints between hosts)")
-    _prepare_run_dir(run_dir, progress)
+    prepare_run_dir(run_dir, progress, say)
     tags = {**environment_tags(config.device), **taken.claim.tags(), **extra_tags,
             "run_dir": str(run_dir)}
     if progress is not None:
@@ -304,6 +304,11 @@ def _execute_locked(
         except Exception as exc:  # the harness's own writes (a full disk, a read-only out dir)
             unrecorded, error = True, f"could not be recorded: {one_line(exc)}"
         try:
+            if status == _DOES_NOT_FIT:  # this attempt goes: the run starts again from 0
+                _discard_attempt(tracker, run_id, error, checkpoints, taken, upload, say)
+                return RunResult(config=config, run_id=run_id, status=status,
+                                 final_return=None, fps=None, frames=0, seconds=0.0,
+                                 error=error)
             recorder.flush()
             curve = recorder.write_curve()
             artifacts = [config_path, curve, *run_dir.glob("*.pt"), run_dir / "traceback.txt",
@@ -313,7 +318,7 @@ def _execute_locked(
                 tracker.set_tags(run_id, {"error": error[:5000]})
             tracker.finish(run_id, status)
             if status == "FINISHED":  # recorded: nothing to resume any more
-                shutil.rmtree(checkpoints.parent, ignore_errors=True)
+                remove_checkpoints(checkpoints.parent, say)
                 _remove_uploads(tracker, run_id, taken.attempts, upload, say)
         except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
             if not unrecorded:
@@ -335,6 +340,22 @@ def _execute_locked(
             error=error,
             unrecorded=unrecorded,
         )
+
+
+# The status of an attempt whose checkpoint its recipe could not load: discarded, and the
+# run made again from the beginning in the same call.
+_DOES_NOT_FIT = "CHECKPOINT_DOES_NOT_FIT"
+
+
+def _discard_attempt(tracker: Tracker, run_id: str, error: str | None, checkpoints: Path,
+                     taken: Taken, upload: bool, say: Callable[[str], None]) -> None:
+    """End and delete the attempt that resumed from a checkpoint its recipe refused, and
+    remove that checkpoint, here and uploaded: no later attempt resumes from it."""
+    tracker.set_tags(run_id, {"error": (error or "")[:5000]})
+    tracker.finish(run_id, "FAILED")
+    tracker.delete(run_id)
+    remove_owned(checkpoints)
+    _remove_uploads(tracker, run_id, taken.attempts, upload, say)
 
 
 def _download_checkpoint(tracker: Tracker, config: RunConfig, attempts: list[Run],
@@ -363,26 +384,6 @@ def _remove_uploads(tracker: Tracker, run_id: str, attempts: list[Run], upload: 
             f"({one_line(err)})")
 
 
-def _remove_other_codes_checkpoints(out_dir: Path, config: RunConfig,
-                                    directory: Path) -> str | None:
-    """Remove the checkpoints other code left for ``config`` (none is resumed: a run never
-    mixes two codes), but those of a run another process is running now; say which."""
-    said = None
-    siblings = directory.parent.iterdir() if directory.parent.is_dir() else ()
-    for other in sorted(siblings):
-        if other == directory or is_running_id(out_dir, other.name):
-            continue
-        try:
-            manifest = read_manifest(other)
-        except CheckpointRefused:
-            manifest = None
-        if manifest is not None:
-            said = (f"its checkpoint at {manifest['progress']:,} {config.unit} was made by "
-                    f"other code (run identity {other.name}, now {config.identity})")
-        shutil.rmtree(other, ignore_errors=True)
-    return said
-
-
 def _checkpoint_to_resume(config: RunConfig, directory: Path
                           ) -> tuple[dict | None, str | None]:
     """The checkpoint ``config``'s run resumes from, else None and why not (None when
@@ -392,24 +393,8 @@ def _checkpoint_to_resume(config: RunConfig, directory: Path
     try:
         return read_checkpoint(directory, config.identity), None
     except CheckpointRefused as refused:
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_owned(directory)
         return None, str(refused)
-
-
-def _prepare_run_dir(run_dir: Path, progress: int | None) -> None:
-    """An empty run dir for a run from the beginning: nothing of an earlier attempt may
-    reach its MLflow run. A resumed run keeps the snapshots saved up to its checkpoint."""
-    if run_dir.exists():
-        for path in run_dir.iterdir():
-            if progress is not None and path.name == "snapshots":
-                for snapshot in path.iterdir():
-                    if not (snapshot.name.isdigit() and int(snapshot.name) <= progress):
-                        shutil.rmtree(snapshot)
-            elif path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
 
 
 def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder,
@@ -420,6 +405,8 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder
     with fatal_errors_into(run_dir / FATAL_ERROR_FILE), checkpoint_on_signals():
         try:
             train(config, seeds, run_dir, recorder, checkpoint)
+        except CheckpointRefused as refused:  # raised by the recipe loading its checkpoint
+            return _DOES_NOT_FIT, str(refused)
         except Exception as exc:
             error = one_line(exc)
             try:

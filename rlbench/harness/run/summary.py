@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbench.harness.render import TextTable
+from rlbench.harness.render import TextTable, csv_row
 from rlbench.harness.run.runner import ELSEWHERE, RunResult
 
 __all__ = ["SummaryRow", "summarize", "summary_table", "write_csv"]
@@ -79,6 +79,6 @@ def write_csv(rows: Sequence[SummaryRow], path: Path) -> Path:
         writer.writerow(["env", "algo", "seeds", "failed", "return_mean", "return_std", "fps",
                          "frames"])
         for r in rows:
-            writer.writerow([r.env, r.algo, r.seeds, r.failed, r.return_mean, r.return_std,
-                             r.fps, r.frames])
+            writer.writerow(csv_row([r.env, r.algo, r.seeds, r.failed, r.return_mean,
+                                     r.return_std, r.fps, r.frames]))
     return path

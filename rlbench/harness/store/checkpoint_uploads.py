@@ -1,7 +1,7 @@
 """Checkpoints carried through the tracking store, so that a run taken over on another host
 resumes where it stopped.
 
-A run's checkpoints live in its out dir (``run.runner.checkpoint_dir_for``), which serves
+A run's checkpoints live in its out dir (``run.run_dirs.checkpoint_dir_for``), which serves
 one machine. With ``checkpoint_store=tracking`` (the default when the store is an
 ``mlflow server``) each checkpoint is also uploaded into the artifacts of the run's MLflow
 run, under ``checkpoint/``: the snapshots the run kept up to there, the checkpoint file,
@@ -17,7 +17,6 @@ that starts over where its checkpoint is not can say where it was.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from rlbench.errors import one_line
 from rlbench.harness.plan.config import CHECKPOINT_STORES
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.tracking import quiet_downloads
+from rlbench.owned_files import remove_owned
 
 __all__ = ["ARTIFACT_DIR", "UPLOADED_TAG", "WRITTEN_TAG",
            "CheckpointUploader", "checkpoint_elsewhere", "download_newest", "local_progress",
@@ -155,13 +155,13 @@ def download_newest(client: MlflowClient, attempts: Sequence[Run], directory: Pa
         verify_checkpoint(fetched, identity)
         snapshots = _fetch_snapshots(client, run_id, manifest["progress"],
                                      Path(scratch) / "snapshots")
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_owned(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
         fetched.replace(directory)
         for snapshot in snapshots:
             target = run_dir / "snapshots" / snapshot.name
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(target, ignore_errors=True)
+            remove_owned(target)
             snapshot.replace(target)
     return source
 

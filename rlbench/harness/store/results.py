@@ -12,13 +12,22 @@ attempt); its ``config`` column names what the seeds of one config share (``conf
 which ``rlbench compare`` groups by. ``curves`` gives one row per (run, evaluation).
 A store is an ``out_dir`` (its embedded SQLite store) or any ``tracking_uri`` (a real
 ``mlflow server`` included); ``MLFLOW_TRACKING_URI`` applies when neither is given.
+
+A store is untrusted input: a run whose stored values cannot be read as a run (a seed tag
+that is no integer, a budget that is no whole number, an empty identity, a final score
+that is not finite or beyond ``MAX_SCORE``) keeps its row, with its ``problem`` column
+saying what is wrong in one line, and that line is logged as a warning (on stderr, unless
+logging is set up otherwise). Every other run is read as if it were not there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -27,8 +36,8 @@ import pandas as pd
 from mlflow.entities import Metric, Run
 from mlflow.tracking import MlflowClient
 
-from rlbench.errors import ConfigError, UnknownNameError, near_matches, quote
-from rlbench.harness.store.identity_tags import LEGACY_IDENTITY, identity_of
+from rlbench.errors import ConfigError, UnknownNameError, near_matches, one_line, quote
+from rlbench.harness.store.identity_tags import IDENTITY, LEGACY_IDENTITY, identity_of
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.server_read import metric_histories as served_histories
 from rlbench.harness.store.sqlite import INCOMPLETE, MISSING, inspect_store, sqlite_path
@@ -37,12 +46,22 @@ from rlbench.harness.store.tracking import all_experiments, search_all
 from rlbench.harness.store.uri import check_reachable, check_tracking_uri
 from rlbench.harness.store.uri import tracking_uri as uri_of
 
-__all__ = ["CURVE_COLUMNS", "RETURN", "RUN_COLUMNS", "budget_unit", "config_key", "curves",
-           "curves_of", "latest_attempts", "load", "load_filter", "open_store"]
+__all__ = ["CURVE_COLUMNS", "MAX_SCORE", "RETURN", "RUN_COLUMNS", "budget_unit", "config_key",
+           "curves", "curves_of", "latest_attempts", "load", "load_filter", "open_store",
+           "run_problems"]
+
+_LOG = logging.getLogger(__name__)
 
 RETURN = "eval/return_mean"
 RETURN_STD = "eval/return_std"
 SCORE = "eval/normalized_score"
+MAX_SCORE = 1e100  # a final score at or beyond it is no return any env gives
+_MAX_SEED = 2**63 - 1  # what the seed column (int64) holds
+_MAX_BUDGET = 2**62  # what the frames and steps columns (Int64) hold, with room
+_INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
+# Tags read as numbers (an offline run's dataset reference scores): one that is not a
+# finite number is left out of the row.
+_NUMBER_TAGS = ("ref_min_score", "ref_max_score")
 # Params that vary between the seeds of one config: left out of the config key.
 SEED_PARAMS = ("seed_index", "base_seed")
 # Tags shown as columns of their own (``identity`` from an older store's ``config_hash``
@@ -51,8 +70,8 @@ _TAG_COLUMNS = ("suite", "algorithm", "env", "seed", "identity", "git_commit", "
                 "rlbench_version", "torch_version", "tensordict_version", "gymnasium_version",
                 "mujoco_version", "python_version", "host", "device", "error")
 RUN_COLUMNS = ("run_id", "suite", "algorithm", "env", "seed", "frames", "steps", "config",
-               "identity", "status", "final_return", "final_score", "fps", "seconds",
-               "start_time", "artifact_uri", *_TAG_COLUMNS[5:])
+               "identity", "status", "problem", "final_return", "final_score", "fps",
+               "seconds", "start_time", "artifact_uri", *_TAG_COLUMNS[5:])
 _ALIASES = {"algo": "algorithm"}
 
 
@@ -122,7 +141,7 @@ def latest_attempts(client: MlflowClient, suite: str) -> list[Run]:
     runs = (search_all(client, experiment, "tags.kind = 'run'") if database is None
             else runs_tagged(database, experiment, "kind", "run"))
     for run in sorted(runs, key=lambda r: r.info.start_time or 0):
-        key = identity_of(run.data.tags, run.info.run_id)
+        key = identity_of(run.data.tags) or run.info.run_id  # "" names no run
         earlier = latest.get(key)
         if earlier is None or run.info.status == "FINISHED" or earlier.info.status != "FINISHED":
             latest[key] = run
@@ -130,46 +149,119 @@ def latest_attempts(client: MlflowClient, suite: str) -> list[Run]:
 
 
 def _row(run: Run) -> dict[str, Any]:
+    """The run's row; a value that cannot be read is read as missing, and ``problem``
+    says which (see ``run_problems``)."""
     tags, params, info = run.data.tags, run.data.params, run.info
     finished = info.status == "FINISHED"
     final = run.data.metrics.get(RETURN) if finished else None
     score = run.data.metrics.get(SCORE) if finished else None
     offline = "steps" in params and "frames" not in params  # offline runs count steps
     budget = _whole(params.get("steps" if offline else "frames", "0"))
+    seed = _seed(tags.get("seed", "0"))
+    problems = run_problems(run)
     row: dict[str, Any] = {
         "run_id": info.run_id,
         "suite": tags.get("suite", ""),
         "algorithm": tags.get("algorithm", ""),
         "env": tags.get("env", ""),
-        "seed": int(tags.get("seed", 0)),
+        "seed": 0 if seed is None else seed,
         "frames": pd.NA if offline else budget,
         "steps": budget if offline else pd.NA,
         "config": config_key(run),
         "identity": identity_of(tags),
         "status": info.status,
-        "final_return": float("nan") if final is None else final,
-        "final_score": float("nan") if score is None else score,
+        "problem": "; ".join(problems),
+        "final_return": _score(final),
+        "final_score": _score(score),
         "fps": run.data.metrics.get("train/fps",
                                     run.data.metrics.get("train/steps_per_s", float("nan"))),
         "seconds": ((info.end_time - info.start_time) / 1000
                     if info.end_time and info.start_time else float("nan")),
-        "start_time": pd.to_datetime(info.start_time, unit="ms", utc=True),
+        "start_time": _start_time(info.start_time),
         "artifact_uri": info.artifact_uri or "",
     }
     row.update({name: tags.get(name, "") for name in _TAG_COLUMNS[5:]})
     row.update({f"tag.{k}": v for k, v in tags.items()
                 if not k.startswith("mlflow.") and k not in _TAG_COLUMNS
-                and k not in ("kind", LEGACY_IDENTITY)})
+                and k not in ("kind", LEGACY_IDENTITY)
+                and not (k in _NUMBER_TAGS and _finite(v) is None)})
     row.update({f"param.{k}": v for k, v in params.items()})
     return row
 
 
-def _whole(text: str) -> int:
-    """A budget param as an integer; 0 when another tool logged something that is not a
-    finite whole number."""
+def run_problems(run: Run) -> list[str]:
+    """What in the run's stored values cannot be read as a run, one phrase each: a seed
+    tag that is no integer, a budget that is no whole number, an empty identity, a
+    reference score tag that is no number, a start time past pandas' dates, a finished
+    run's final score that is not finite or beyond ``MAX_SCORE``."""
+    tags, params, info = run.data.tags, run.data.params, run.info
+    problems = []
+    if "seed" in tags and _seed(tags["seed"]) is None:
+        problems.append(f"its seed tag {quote(tags['seed'])} is not an integer (read as 0)")
+    for name in ("frames", "steps"):
+        if name in params and _whole(params[name], None) is None:
+            problems.append(f"its {name} param {quote(params[name])} is not a whole number "
+                            "(read as 0)")
+    if IDENTITY in tags and not tags[IDENTITY]:
+        problems.append("its identity tag is empty (read as a run of its own)")
+    problems += [f"its {name} tag {quote(tags[name])} is not a number (left out)"
+                 for name in _NUMBER_TAGS if name in tags and _finite(tags[name]) is None]
+    if info.start_time and _start_time(info.start_time) is pd.NaT:
+        problems.append(f"its start time {quote(info.start_time)} is no date (read as none)")
+    if info.status == "FINISHED":
+        for key, label in ((RETURN, "final return"), (SCORE, "final normalized score")):
+            value = run.data.metrics.get(key)
+            if value is not None and _score(value) != value:
+                shown = (math.copysign(math.inf, value) if abs(value) >= sys.float_info.max
+                         else value)  # MLflow stores an infinity as the largest float
+                problems.append(f"its {label} {shown:g} is not a finite number within "
+                                f"±{MAX_SCORE:g} (read as NaN)")
+    return problems
+
+
+def _seed(text: str) -> int | None:
+    """A seed tag as an integer the seed column holds; None for anything else."""
+    if not isinstance(text, str) or not _INTEGER.fullmatch(text.strip()):
+        return None
+    value = int(text)
+    return value if -_MAX_SEED - 1 <= value <= _MAX_SEED else None
+
+
+def _score(value: float | None) -> float:
+    """A final score as the frame holds it: NaN for none, for a non-finite one and for one
+    at or beyond ``MAX_SCORE`` (MLflow stores an infinity as the largest float)."""
+    if value is None or not math.isfinite(value) or abs(value) >= MAX_SCORE:
+        return float("nan")
+    return value
+
+
+def _start_time(milliseconds: int | None) -> pd.Timestamp:
+    """A run's start as a UTC time; ``NaT`` for none and for one past pandas' dates."""
+    try:
+        return pd.to_datetime(milliseconds, unit="ms", utc=True)
+    except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
+        return pd.NaT
+
+
+def _finite(text: str) -> float | None:
+    value = _number(text)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _whole(text: str, default: int | None = 0) -> int | None:
+    """A budget param as an integer; ``default`` when another tool logged something that
+    is not a finite whole number."""
     value = _number(text)
     return int(value) if value is not None and math.isfinite(value) and \
-        value.is_integer() else 0
+        value.is_integer() and 0 <= value <= _MAX_BUDGET else default
+
+
+def _warn(frame: pd.DataFrame) -> None:
+    """One logged line per run of ``frame`` whose values could not all be read."""
+    for run in frame[frame.problem != ""].itertuples(index=False):
+        _LOG.warning("rlbench: run %s (%s on %s) of suite %s: %s", run.run_id,
+                     one_line(run.algorithm or "?", 60), one_line(run.env or "?", 60),
+                     one_line(run.suite, 60), run.problem)
 
 
 def load_filter(frame: pd.DataFrame, **filters: Any) -> pd.DataFrame:
@@ -209,7 +301,8 @@ def _matches(column: pd.Series, values: list[Any]) -> pd.Series:
 
 
 def load(store: str | Path | MlflowClient | None = None, *, suite: str,
-         tracking_uri: str | None = None, **filters: Any) -> pd.DataFrame:
+         tracking_uri: str | None = None, warn_problems: bool = True,
+         **filters: Any) -> pd.DataFrame:
     """One row per run of ``suite`` (columns ``RUN_COLUMNS``, then ``tag.<name>`` and
     ``param.<name>`` for every other tag and every param), filtered by ``column=value``
     (``algorithm="ppo"``, ``env=["Hopper-v5", "Walker2d-v5"]``, ``status="FINISHED"``,
@@ -217,7 +310,11 @@ def load(store: str | Path | MlflowClient | None = None, *, suite: str,
 
     ``store`` is an out dir, or an ``MlflowClient``; ``final_return`` is the mean return
     of the run's last evaluation (NaN unless it finished), ``final_score`` its D4RL
-    normalized score (offline runs whose dataset has references, else NaN). An online run's
+    normalized score (offline runs whose dataset has references, else NaN). ``problem``
+    names what in a run's stored values could not be read (``run_problems``), "" when
+    all could; each such run is logged as a one-line warning (unless ``warn_problems`` is
+    False: a caller that refuses such runs itself), and its unreadable values
+    are read as missing: a seed as 0, a budget as 0, a score as NaN. An online run's
     budget is ``frames`` (env frames), an offline run's ``steps`` (gradient steps; its
     ``env`` is its dataset's name); the other is NA. ``fps`` is frames or gradient steps
     per second.
@@ -227,6 +324,8 @@ def load(store: str | Path | MlflowClient | None = None, *, suite: str,
     if frame.empty:
         frame = pd.DataFrame(columns=list(RUN_COLUMNS))
     frame = _select(frame, filters)
+    if warn_problems:
+        _warn(frame)
     extra = sorted(c for c in frame.columns if c not in RUN_COLUMNS)
     frame = frame[[*RUN_COLUMNS, *extra]].astype({"frames": "Int64", "steps": "Int64"})
     return frame.sort_values(["env", "algorithm", "frames", "steps", "config", "seed"],

@@ -5,6 +5,7 @@ the best configuration on fresh seeds: ``rlbench run suite=<report>/best.yaml``.
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from rlbench.harness.analysis.statistics import iqm, mean_ci_t
 from rlbench.harness.plan.grid import value_word
-from rlbench.harness.render import TextTable, render
+from rlbench.harness.render import TextTable, csv_row, render
 from rlbench.harness.tune.study import TuneRequest, trial_sweep
+from rlbench.owned_files import write_files
 
 __all__ = ["CONFIRM_SEED_OFFSET", "best_suite", "write_report"]
 
@@ -85,8 +87,8 @@ def _importances(study: optuna.Study, complete: list[FrozenTrial]) -> list[list[
 
 def write_report(request: TuneRequest, study: optuna.Study) -> list[Path]:
     """``tune.md``, ``trials.csv`` and, once a trial completed, ``best.yaml`` under the
-    request's report directory."""
-    request.report.mkdir(parents=True, exist_ok=True)
+    request's report directory, each written whole and only over a file of its kind
+    (``owned_files.write_files``)."""
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     counts = {state.name.lower(): sum(t.state == state for t in trials)
@@ -112,7 +114,8 @@ def write_report(request: TuneRequest, study: optuna.Study) -> list[Path]:
             headers=["setting", "importance"], rows=importances,
             notes=[f"over the {len(complete)} completed trials (Optuna's default evaluator, "
                    "PED-ANOVA): the share of the objective's spread each setting explains"]))
-    written = []
+    written: list[Path] = []
+    files: dict[str, str] = {}
     if complete:
         best = study.best_trial
         finals = np.asarray(best.user_attrs.get("finals", []), dtype=np.float64)
@@ -131,22 +134,26 @@ def write_report(request: TuneRequest, study: optuna.Study) -> list[Path]:
             notes=["the best of many trials is chosen for its score, which then overstates "
                    "it (the winner's curse): best.yaml runs it on fresh seeds to confirm "
                    f"(rlbench run suite={request.report / 'best.yaml'})"]))
-        best_file = request.report / "best.yaml"
-        best_file.write_text(yaml.safe_dump(best_suite(request, best), sort_keys=False))
-        written.append(best_file)
-    report = request.report / "tune.md"
-    report.write_text(render(tables, "markdown"))
-    rows = request.report / "trials.csv"
-    with rows.open("w", newline="") as handle:
+        files["best.yaml"] = yaml.safe_dump(best_suite(request, best), sort_keys=False)
+        written.append(request.report / "best.yaml")
+    files["tune.md"] = render(tables, "markdown")
+    files["trials.csv"] = _trials_csv(request, trials)
+    write_files(request.report, files)
+    return [request.report / "tune.md", request.report / "trials.csv", *written]
+
+
+def _trials_csv(request: TuneRequest, trials: list[FrozenTrial]) -> str:
+    """One row per trial: its number, state, value, settings, finals and runs."""
+    with io.StringIO(newline="") as handle:
         writer = csv.writer(handle)
         names = [d.field for d in request.dimensions]
         writer.writerow(["trial", "state", "value", *names, "finals", "run_ids"])
         for trial in trials:
             settings = _settings(request, trial)
             done = trial.state == TrialState.COMPLETE
-            writer.writerow([trial.number, trial.state.name, trial.value if done else "",
-                             *(value_word(settings[n]) if n in settings else ""
-                               for n in names),
-                             " ".join(map(str, trial.user_attrs.get("finals", []))),
-                             " ".join(trial.user_attrs.get("run_ids", []))])
-    return [report, rows, *written]
+            writer.writerow(csv_row([
+                trial.number, trial.state.name, trial.value if done else "",
+                *(value_word(settings[n]) if n in settings else "" for n in names),
+                " ".join(map(str, trial.user_attrs.get("finals", []))),
+                " ".join(trial.user_attrs.get("run_ids", []))]))
+        return handle.getvalue()

@@ -58,6 +58,7 @@ from rlbench.harness.run.sweep import run_sweep
 from rlbench.harness.store.sqlite import check_out_dir
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.tune.space import Dimension, fixed_fields, read_space, space_key
+from rlbench.owned_files import check_target
 
 __all__ = ["MAX_FAILURES_IN_A_ROW", "OBJECTIVES", "STALE_SECONDS", "TrialsFailing",
            "TuneRequest", "default_storage", "finished_trials", "open_study", "parse_tune_args",
@@ -174,11 +175,17 @@ def parse_tune_args(args: Sequence[str]) -> TuneRequest:
     check_out_dir(out_dir)
     storage = words["storage"] or default_storage(out_dir)
     study = words["study"] or f"{first.algo}-{first.task.replace('/', '-')}"
-    report = words["report"] or out_dir / "tune" / study
+    report = Path(words["report"] or out_dir / "tune" / study)
+    for name in REPORT_FILES:  # a place the report cannot take is refused before any trial
+        check_target(report / name, "report file")
     return TuneRequest(study=study, storage=storage, dimensions=dimensions,
                        trials=words["trials"], objective=words["objective"],
                        sampler=words["sampler"], pruner=words["pruner"], seed=words["seed"],
-                       report=Path(report), run_words=run_words, base=base)
+                       report=report, run_words=run_words, base=base)
+
+
+# What ``report.write_report`` writes into the report directory.
+REPORT_FILES = ("best.yaml", "tune.md", "trials.csv")
 
 
 def default_storage(out_dir: Path) -> str:

@@ -672,3 +672,14 @@ def test_the_terminal_table_folds_long_names_never_cuts_them(baselines: Path) ->
     assert column == "".join(row[0] for row in table.rows)
     assert {row[0] for row in table.rows} == {"rlbench/pendulum/medium-replay-v0",
                                              "rlbench/pendulum/medium-v0"}
+
+
+def test_a_run_with_a_value_that_cannot_be_read_is_left_out_of_its_groups_statistics() -> None:
+    """A finished run whose stored score is 1e100 (``results.run_problems`` names it) is
+    counted with the failed ones: its group's mean is that of the sound runs."""
+    runs = [RunRecord(f"r{i}", "ppo", "CartPole-v1", i, 1000, "FINISHED", "c", {1000: score},
+                      None, problem="" if score < 1e99 else "final score 1e+100 is not a score")
+            for i, score in enumerate([400.0, 420.0, 1e100])]
+    (group,), _ = group_runs(runs)
+    assert group.failed == 1 and [r.run_id for r in group.runs] == ["r0", "r1"]
+    assert group.finals.mean() == 410.0

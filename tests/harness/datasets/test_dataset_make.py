@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -191,7 +192,9 @@ def _tree(root: Path) -> list[tuple[str, int]]:
     return sorted((str(p), p.lstat().st_size) for p in root.rglob("*"))
 
 
-@pytest.mark.parametrize("where", ["under a file", "under /proc", "taken by a directory"])
+@pytest.mark.parametrize("where", ["under a file", "under /proc", "taken by a directory",
+                                   "taken by a store", "taken by a link", "minari not a dataset",
+                                   "minari a link"])
 def test_an_out_that_cannot_be_written_is_refused_before_any_episode(
         where: str, tmp_path: Path, capsys: pytest.CaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,14 +207,32 @@ def test_an_out_that_cannot_be_written_is_refused_before_any_episode(
         "taken by a directory": (tmp_path / "data",
                                  f"{tmp_path}/data/d4rl/rlbench_pendulum_random-v0.hdf5 is a "
                                  "directory"),
+        "taken by a store": (tmp_path / "store", "is a file that is not HDF5"),
+        "taken by a link": (tmp_path / "linked", "is a link"),
+        "minari not a dataset": (tmp_path / "minari_out", "holds no Minari dataset"),
+        "minari a link": (tmp_path / "minari_link", "is a link"),
     }[where]
     (tmp_path / "data" / "d4rl" / "rlbench_pendulum_random-v0.hdf5").mkdir(parents=True)
+    d4rl_file = Path("d4rl") / "rlbench_pendulum_random-v0.hdf5"
+    minari_dir = Path("minari") / "rlbench" / "pendulum" / "random-v0"
+    (tmp_path / "store" / d4rl_file).parent.mkdir(parents=True)
+    with sqlite3.connect(tmp_path / "store" / d4rl_file) as db:
+        db.execute("create table runs (id text)")
+    db.close()
+    (tmp_path / "linked" / "d4rl").mkdir(parents=True)
+    os.symlink(blocker, tmp_path / "linked" / d4rl_file)
+    (tmp_path / "minari_out" / minari_dir).mkdir(parents=True)
+    (tmp_path / "minari_out" / minari_dir / "thesis.tex").write_text("mine")
+    (tmp_path / "minari_link" / minari_dir).parent.mkdir(parents=True)
+    os.symlink(tmp_path / "minari_out" / minari_dir, tmp_path / "minari_link" / minari_dir)
+    formats = ["format=minari"] if where.startswith("minari") else []
     before = _tree(tmp_path)
     monkeypatch.setattr(dataset_make, "rollout", _no_episodes)
-    err = _refused(capsys, ["env=Pendulum-v1", "quality=random", "steps=10", f"out={out}"])
+    err = _refused(capsys, ["env=Pendulum-v1", "quality=random", "steps=10", f"out={out}",
+                            *formats])
     assert f"out={out}" in err and message in err
     assert _tree(tmp_path) == before
-    assert where == "taken by a directory" or not os.path.lexists(out)
+    assert where.startswith(("taken", "minari")) or not os.path.lexists(out)
 
 
 def _run_copy(sac_run: Path, tmp_path: Path) -> Path:

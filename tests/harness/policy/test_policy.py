@@ -8,6 +8,7 @@ statistics are left out, the refusals, and videos rendered headless.
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -298,3 +299,18 @@ def test_video_of_a_dm_control_task(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert frames.shape[0] == 1001 and frames.std() > 10
     episode_return = float(re.search(r"^episode +0 .* return (\S+)", out, re.M).group(1))
     assert _video_return(out) == pytest.approx(episode_return, rel=1e-5)
+
+
+def test_eval_writes_a_video_only_over_a_video(ppo_run: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    """``video=`` naming a link, or a file that is not a video (a store named ``.mp4``):
+    refused before anything plays, and the file and what the link points to unchanged."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's own file")
+    os.symlink(notes, tmp_path / "linked.gif")
+    (tmp_path / "store.mp4").write_bytes(b"SQLite format 3\x00" + bytes(100))
+    for name, message in (("linked.gif", "is a link"), ("store.mp4", "is an SQLite database")):
+        assert main(["eval", f"run={ppo_run}", "episodes=1", f"video={tmp_path / name}"]) == 2
+        assert message in capsys.readouterr().err
+    assert notes.read_text() == "the user's own file"
+    assert (tmp_path / "store.mp4").read_bytes().startswith(b"SQLite format 3")

@@ -7,6 +7,7 @@ import errno
 import filecmp
 import html
 import json
+import os
 import re
 import shlex
 import shutil
@@ -426,3 +427,44 @@ def test_charts_are_deterministic_and_escaped() -> None:
     assert "no finite points" in line_chart([Series("a", np.array([np.nan]),
                                                     np.array([np.nan]))],
                                             x_label="x", y_label="y")
+
+
+@pytest.mark.parametrize("spelling", ["dot-dot", "link"])
+def test_a_store_spelled_another_way_is_not_replaced_by_a_site(
+        spelling: str, store: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A directory that holds a site's marker and then a store, named as output= and, by
+    ``x/../S`` or a link to ``S``, as out_dir=: refused, the store kept whole."""
+    both = tmp_path / "S"
+    shutil.copytree(store, both)
+    (both / MARKER).write_text("a site made by rlbench publish\n")
+    (tmp_path / "x").mkdir()
+    if spelling == "link":
+        os.symlink(both, tmp_path / "link")
+        named = tmp_path / "link"
+    else:
+        named = tmp_path / "x" / ".." / "S"
+    before = (both / "mlflow.db").read_bytes()
+    assert main(["publish", f"out_dir={named}", f"output={both}"]) == 2
+    assert "holds the store" in capsys.readouterr().err
+    assert (both / "mlflow.db").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["S", "x", *(["link"] if spelling == "link" else [])]), "no site made beside it"
+
+
+def test_a_site_that_also_holds_other_files_is_not_replaced(
+        store: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    site = tmp_path / "site"
+    assert main(["publish", f"out_dir={store}", f"output={site}", "suite=unit"]) == 0
+    (site / "notes.txt").write_text("mine")
+    assert main(["publish", f"out_dir={store}", f"output={site}", "suite=unit"]) == 2
+    assert "also holds the file" in capsys.readouterr().err
+    (site / "notes.txt").unlink()
+    os.symlink(tmp_path, site / "assets" / "escape")
+    assert main(["publish", f"out_dir={store}", f"output={site}", "suite=unit"]) == 2
+    assert "also holds the link" in capsys.readouterr().err
+    (site / "assets" / "escape").unlink()
+    os.symlink(site, tmp_path / "site-link")
+    assert main(["publish", f"out_dir={store}", f"output={tmp_path / 'site-link'}",
+                 "suite=unit"]) == 2
+    assert "is a link" in capsys.readouterr().err
+    assert main(["publish", f"out_dir={store}", f"output={site}", "suite=unit"]) == 0

@@ -237,3 +237,22 @@ def test_bad_words_exit_2(tmp_path: Path, monkeypatch, capsys, args: list[str],
     assert main([*args, f"out_dir={tmp_path / 'out'}"]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not Path(DEFAULT_OUT_DIR).exists()
+
+
+def test_update_never_overwrites_the_store_named_as_the_reference(
+        gate: dict[str, Path], capsys: pytest.CaptureFixture) -> None:
+    """``reference=`` mistyped as the store itself: refused before anything runs, the store
+    kept byte for byte and still readable."""
+    out = gate["root"] / "reference_runs"
+    store = out / "mlflow.db"
+    before = store.read_bytes()
+    assert _regress(gate, out, "update=true", "run=false", reference=store) == 2
+    err = capsys.readouterr().err
+    assert "is an SQLite database" in err and "nothing written" in err
+    assert store.read_bytes() == before
+    other = gate["root"] / "notes.json"
+    other.write_text('{"mine": true}\n')
+    assert _regress(gate, out, "update=true", "run=false", reference=other) == 2
+    assert "is not a reference rlbench wrote" in capsys.readouterr().err
+    assert other.read_text() == '{"mine": true}\n'
+    assert _regress(gate, out, "run=false", f"report={gate['root'] / 'judged'}") == 0

@@ -4,6 +4,7 @@ ratios, the spread of several runs and bad input, on pytest-benchmark files."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -227,10 +228,21 @@ def test_update_stores_the_candidate_and_refuses_odd_targets(tmp_path: Path, cap
     words = ["regress", "bench", f"candidate={candidate}", "update=true"]
     assert main([*words, f"reference={stored}"]) == 0
     assert json.loads(stored.read_text()) == json.loads(candidate.read_text())
-    existing = tmp_path / "ref.bench"
-    existing.write_text("{}")
-    assert main([*words, f"reference={existing}"]) == 0  # a file, though not named .json
+    existing = _write(tmp_path / "ref.bench", {"test_gae": 0.5})
+    assert main([*words, f"reference={existing}"]) == 0  # a benchmark run, not named .json
     assert json.loads(existing.read_text()) == json.loads(candidate.read_text())
+    store = tmp_path / "mlflow.db"
+    with sqlite3.connect(store) as db:
+        db.execute("create table runs (id text)")
+    db.close()
+    notes = tmp_path / "notes.json"
+    notes.write_text("{}")
+    before = {path: path.read_bytes() for path in (store, notes)}
+    for target, message in ((store, "is an SQLite database"),
+                            (notes, "is not a benchmark reference rlbench wrote")):
+        assert main([*words, f"reference={target}"]) == 2
+        assert message in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in before} == before, "nothing overwritten"
     for target, message in ((candidate, "are the same file"),
                             (f"{stored},{candidate}", "in one file"),
                             (tmp_path, "is a directory: name the file"),

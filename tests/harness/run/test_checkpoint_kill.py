@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -205,6 +206,46 @@ def test_sigterm_and_ctrl_c_checkpoint_before_the_run_stops(
     snapshots = {a.path for a in client.list_artifacts(run.info.run_id, "snapshots")}
     assert snapshots == {"snapshots/800", "snapshots/1600", "snapshots/2400"}
     assert series == never_stopped
+
+
+@pytest.mark.slow
+def test_a_run_dir_replaced_by_a_link_after_a_stop_is_moved_aside_not_emptied(
+        tmp_path: Path) -> None:
+    """Stopped by SIGTERM, its run directory replaced by a link to a directory of the
+    user's, the run made again: the user's files stay as they were, nothing of the run is
+    written there, and the link is moved aside beside the run's directory and named."""
+    suite, out = _suite(tmp_path, "single"), tmp_path / "out"
+    rare = ["jobs=1", *RARE_CHECKPOINTS]
+    process = _start(_command(suite, out, *rare))
+    try:
+        deadline = time.monotonic() + 300
+        while not list((out / "runs").glob("*/*/snapshots/800/policy.pt")):
+            assert process.poll() is None, process.stderr.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        os.killpg(process.pid, signal.SIGTERM)
+        process.communicate(timeout=120)
+    finally:
+        if process.returncode is None:
+            kill_group(process)
+    (run_dir,) = (out / "runs").glob("*/*")
+    user = tmp_path / "user"
+    user.mkdir()
+    mine = {"thesis.tex": "years of work", "config.yaml": "mine", "policy.pt": "mine too"}
+    for name, text in mine.items():
+        (user / name).write_text(text)
+    shutil.rmtree(run_dir)
+    os.symlink(user, run_dir)
+
+    again = subprocess.run(_command(suite, out, *rare), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert {p.name: p.read_text() for p in user.iterdir()} == mine
+    assert run_dir.is_dir() and not run_dir.is_symlink()
+    assert "policy.pt" in {p.name for p in run_dir.iterdir()}
+    (aside,) = run_dir.parent.glob(f"{run_dir.name}.aside-*")
+    assert (aside / run_dir.name).is_symlink()
+    assert f"{run_dir} was a link, not a directory rlbench made: moved aside to" \
+        in again.stderr
 
 
 # Every recipe, killed three times by SIGKILL at random moments in real processes (nightly:

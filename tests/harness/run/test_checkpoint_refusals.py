@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from rlbench.checkpoint import MANIFEST, read_manifest, write_checkpoint
 from rlbench.cli import main
 from rlbench.harness.plan.config import resolve_sweep
-from rlbench.harness.run.runner import checkpoint_dir_for
+from rlbench.harness.run.run_dirs import checkpoint_dir_for
 from rlbench.harness.store import recorder
 from rlbench.harness.store.uri import tracking_uri
 

@@ -12,9 +12,11 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from rlbench.checkpoint import write_checkpoint
 from rlbench.cli import main
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.run import runner
+from rlbench.harness.run.run_dirs import checkpoint_dir_for
 from rlbench.harness.run.runner import RunResult, execute_run
 from rlbench.harness.run.summary import summarize, summary_table
 from rlbench.harness.store.tracking import Tracker
@@ -335,3 +337,39 @@ def test_the_sweep_summary_shows_no_spread_for_one_seed() -> None:
     rows = summarize([RunResult(config, "r", "FINISHED", 29.0, 100.0, 1000, 1.0)])
     assert rows[0].return_std is None
     assert summary_table(rows, "t").rows[0][2] == "29.0"
+
+
+@pytest.fixture(scope="module")
+def never_resumed(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[int, float]]:
+    """The evaluations of the tiny suite's CartPole seed 0, run once from the start."""
+    root = tmp_path_factory.mktemp("never_resumed")
+    (root / "tiny.yaml").write_text(TINY)
+    out = root / "out"
+    assert main(["run", f"suite={root / 'tiny.yaml'}", "env=CartPole-v1", "seeds=1",
+                 f"out_dir={out}"]) == 0
+    client = MlflowClient(tracking_uri(out))
+    (run,) = _children(client, client.get_experiment_by_name("tiny").experiment_id).values()
+    return _eval_series(client, run.info.run_id)
+
+
+@pytest.mark.parametrize("state", [{"loop": {}}, {"loop": None, "parts": {"policy": 1}}])
+def test_a_checkpoint_that_does_not_fit_its_recipe_is_dropped_and_the_run_starts_from_0(
+        state: dict, tiny_suite: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+        never_resumed: list[tuple[int, float]]) -> None:
+    """Whole and of the run's identity, but holding a state its recipe cannot load: the run
+    starts from frame 0 and says why, once; the checkpoint is gone, so no sweep is stuck on
+    it, and the numbers are those of a run that never had one."""
+    out = tmp_path / "out"
+    args = [f"suite={tiny_suite}", "env=CartPole-v1", "seeds=1"]
+    (config,) = resolve_sweep([*args, f"out_dir={out}"]).runs
+    write_checkpoint(checkpoint_dir_for(out, config), config.identity, 512, state)
+    assert main(["run", *args, f"out_dir={out}"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("its checkpoint does not fit the run's recipe") == 1, err
+    assert f"{config.name} starts from frames 0: its checkpoint does not fit" in err
+    client = MlflowClient(tracking_uri(out))
+    (run,) = _children(client, client.get_experiment_by_name("tiny").experiment_id).values()
+    assert run.info.status == "FINISHED" and "resumed_from" not in run.data.tags
+    assert "does not fit" in run.data.tags["checkpoint_refused"]
+    assert not list((out / "checkpoints").rglob("checkpoint.json"))
+    assert _eval_series(client, run.info.run_id) == never_resumed
