@@ -29,7 +29,7 @@ from pathlib import Path
 from rlbench.errors import ConfigError, quote
 
 __all__ = ["FOREIGN_KINDS", "HDF5_MAGIC", "OwnedDir", "check_target", "fsync_path",
-           "is_inside", "remove_entry", "remove_owned", "replace_file", "same_place",
+           "is_inside", "ready_dir", "remove_entry", "remove_owned", "replace_file", "same_place",
            "write_file", "write_files"]
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -283,3 +283,9 @@ class OwnedDir:
         finally:
             os.close(aside_fd)
         return self.path.parent / self._aside / name
+
+
+def ready_dir(path: Path, say: Callable[[str], None]) -> None:
+    """Make ``path`` a directory rlbench owns: made where missing, and a link or a file in
+    its place moved aside (``OwnedDir``), so what is written there next stays in it."""
+    OwnedDir(path, say).close()

@@ -420,6 +420,8 @@ class RunLoop:
         checkpoint, settings.resume = settings.resume["state"], None
         try:
             self._load(checkpoint)
+        except torch.OutOfMemoryError:  # this machine's limit: the checkpoint stays
+            raise
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError,
                 AttributeError) as err:  # a state of other parts, shapes or kinds
             raise CheckpointRefused(f"its checkpoint does not fit the run's recipe "

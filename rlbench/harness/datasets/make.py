@@ -31,6 +31,7 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -61,7 +62,7 @@ from rlbench.harness.policy.load import Policy, load_policy
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import read_curve, read_transitions, run_member
 from rlbench.harness.store.tracking import quiet_downloads
-from rlbench.owned_files import HDF5_MAGIC, remove_owned
+from rlbench.owned_files import HDF5_MAGIC, ready_dir, remove_owned
 from rlbench.version import __version__
 
 __all__ = ["FORMATS", "Episode", "MakeRequest", "make_datasets", "parse_make"]
@@ -279,7 +280,7 @@ def _downloaded_run(client: Any, run: Any, out_dir: Path, transitions: bool) -> 
     target = out_dir / "downloads" / run.info.run_id
     wanted = ["curve.csv", "snapshots", *(["transitions"] if transitions else [])]
     stored = {artifact.path for artifact in client.list_artifacts(run.info.run_id)}
-    target.mkdir(parents=True, exist_ok=True)
+    ready_dir(target, say=lambda line: print(line, file=sys.stderr))
     with quiet_downloads():
         for name in wanted:
             done = target / f".{name}.done"
