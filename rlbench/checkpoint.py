@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from rlbench.owned_files import fsync_path, replace_file
+from rlbench.owned_files import fsync_path, new_file_mode, replace_file
 from rlbench.version import __version__
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointRefused", "CheckpointSettings", "RunStopped",
@@ -119,11 +120,15 @@ def write_checkpoint(directory: Path, identity: str, progress: int, state: dict[
     stays the valid one and the error propagates."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"checkpoint-{progress}.pt"
-    partial = directory / f".{path.name}.partial"
     payload = {"format": FORMAT, "rlbench": __version__, "identity": identity,
                "progress": progress, "state": state}
+    # a new file (O_CREAT|O_EXCL): a link or a file put at a name it might take is never
+    # opened, let alone written through
+    fd, name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".partial")
+    partial = Path(name)
     try:
-        with partial.open("wb") as handle:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), new_file_mode())  # as a plain open, not 0600
             writer = _HashingWriter(handle)
             try:
                 torch.save(payload, writer)

@@ -3,9 +3,11 @@
 A reference, a report, a site, a dataset or a checkpoint is written to a temporary file
 beside its place, flushed to disk and renamed over it (``write_file``): a reader sees the
 old file or the new one whole, and a rename replaces the directory entry itself, never what
-a link there points to. The place is checked first (``check_target``): a link, a directory,
-or a file whose first bytes say it is something else (an SQLite store, an HDF5 dataset, a
-zip of weights) is refused in one line, and nothing is written.
+a link there points to. It keeps the mode of the file it replaces, and a new file gets what
+``open`` would give it under the umask (``new_file_mode``): a write never widens who may
+read. The place is checked first (``check_target``): a link, a directory, or a file whose
+first bytes say it is something else (an SQLite store, an HDF5 or Parquet dataset, a zip or
+pickle of weights, an archive) is refused in one line, and nothing is written.
 
 What rlbench removes it removes inside a directory it owns (``OwnedDir``), opened without
 following a link and worked on relative to its descriptor, so an entry swapped for a link
@@ -28,8 +30,9 @@ from pathlib import Path
 
 from rlbench.errors import ConfigError, quote
 
-__all__ = ["FOREIGN_KINDS", "HDF5_MAGIC", "OwnedDir", "check_target", "fsync_path",
-           "is_inside", "ready_dir", "remove_entry", "remove_owned", "replace_file", "same_place",
+__all__ = ["FOREIGN_KINDS", "HDF5_MAGIC", "NotFlushed", "OwnedDir", "check_target",
+           "create_file", "fsync_path", "is_inside", "new_dir_mode", "new_file_mode",
+           "ready_dir", "remove_entry", "remove_owned", "replace_file", "same_place",
            "write_file", "write_files"]
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -41,8 +44,65 @@ FOREIGN_KINDS: tuple[tuple[bytes, str], ...] = (
     (b"\x7fELF", "a program"),
     (b"\x1f\x8b", "a gzip archive"),
     (b"%PDF", "a PDF document"),
+    (b"PAR1", "a Parquet file (a dataset?)"),
+    (b"ARROW1", "an Arrow file (a dataset?)"),
+    (b"\x93NUMPY", "a NumPy array (a dataset?)"),
+    # a pickle of protocol 2 to 5 opens with PROTO and its number; \x80 never starts UTF-8
+    *((bytes((0x80, protocol)), "a Python pickle (saved weights?)") for protocol in range(2, 6)),
+    *((b"BZh" + bytes((level,)), "a bzip2 archive") for level in b"123456789"),
+    (b"\xfd7zXZ\x00", "an xz archive"),
+    (b"\x28\xb5\x2f\xfd", "a zstd archive"),
 )
 _HEAD = 4096
+
+
+def _umask_now() -> int | None:
+    """The process's umask as the kernel reports it (``/proc/self/status``, Linux 4.7 on),
+    read without changing it; None where it is not reported."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _umask_at_import() -> int:
+    """The umask at import: as the kernel reports it, else set and restored once (``os.umask``
+    has no read-only form, and setting it races only with threads, which an import rarely
+    has yet)."""
+    mask = _umask_now()
+    if mask is None:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+_UMASK_AT_IMPORT = _umask_at_import()
+
+
+def _umask() -> int:
+    """The umask now where the kernel reports it (one set since import honoured), else at
+    import."""
+    mask = _umask_now()
+    return _UMASK_AT_IMPORT if mask is None else mask
+
+
+def new_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: ``0o666`` less the process's umask."""
+    return 0o666 & ~_umask()
+
+
+def new_dir_mode() -> int:
+    """The mode ``mkdir`` gives a new directory: ``0o777`` less the process's umask."""
+    return 0o777 & ~_umask()
+
+
+class NotFlushed(OSError):
+    """A file was renamed into place, but its directory could not be flushed to disk: the
+    new file is there, and a crash before the system writes the directory may lose it."""
 
 
 def same_place(a: Path, b: Path) -> bool:
@@ -105,9 +165,18 @@ def check_target(path: Path, what: str, ours: Callable[[Path], bool] | None = No
         if head.startswith(magic):
             raise ConfigError(f"{shown} is {kind}, not a {what}: rlbench writes a {what} "
                               f"only over one it wrote; nothing written")
-    if head and ours is not None and not ours(path):
+    if head and ours is not None and not _accepted(path, what, ours):
         raise ConfigError(f"{shown} is not a {what} rlbench wrote; give a new path or that "
                           "file; nothing written")
+
+
+def _accepted(path: Path, what: str, ours: Callable[[Path], bool]) -> bool:
+    """``ours(path)``, a file that vanishes or cannot be read meanwhile a ``ConfigError``."""
+    try:
+        return ours(path)
+    except OSError as err:
+        raise ConfigError(f"{what} {quote(str(path))} cannot be read ({err.strerror or err}); "
+                          "nothing written") from err
 
 
 def fsync_path(path: Path) -> None:
@@ -119,10 +188,15 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes, mode: int = 0o644) -> None:
+def replace_file(path: Path, data: bytes, mode: int | None = None) -> None:
     """Put ``data`` at ``path`` whole: a temporary file beside it (``.<name>.*.partial``),
-    flushed, renamed over it, and the rename flushed. On any failure the temporary file is
-    removed, what was at ``path`` stays, and the error propagates."""
+    flushed, renamed over it, and the rename flushed. Its mode is ``mode``, else that of the
+    regular file it replaces, else what a new file gets under the umask (``new_file_mode``).
+    On any failure before the rename the temporary file is removed, what was at ``path``
+    stays, and the error propagates; a directory that cannot be flushed after it is a
+    ``NotFlushed``."""
+    if mode is None:
+        mode = _kept_mode(path)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
                                      suffix=".partial")
     try:
@@ -135,37 +209,70 @@ def replace_file(path: Path, data: bytes, mode: int = 0o644) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    fsync_path(path.parent)
+    try:
+        fsync_path(path.parent)
+    except OSError as err:
+        raise NotFlushed(err.errno, err.strerror, str(path.parent)) from err
+
+
+def _kept_mode(path: Path) -> int:
+    """The permission bits of the regular file at ``path``; a new file's where none is."""
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return new_file_mode()
+    if not stat.S_ISREG(status.st_mode):
+        return new_file_mode()
+    return stat.S_IMODE(status.st_mode) & 0o777  # never a set-id bit a write would not keep
+
+
+def create_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``, a new file (never one that is there, nor through a link),
+    with the mode a new file gets under the umask, and flush it to disk; the caller flushes
+    the directory that names it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o666)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def write_file(path: Path, data: bytes | str, what: str,
                ours: Callable[[Path], bool] | None = None) -> None:
     """Write ``data`` to ``path`` as a ``what`` (``check_target``, then ``replace_file``);
     a place that cannot take it, or a write that fails, is a ``ConfigError`` and leaves
-    what was there."""
+    what was there. A written file whose directory cannot be flushed is a ``ConfigError``
+    that says it was written."""
     check_target(path, what, ours)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         replace_file(path, payload)
+    except NotFlushed as err:
+        raise ConfigError(f"the {what} was written to {quote(str(path))}, but its directory "
+                          f"could not be flushed to disk ({err.strerror or err}): a crash "
+                          "before the system writes it may lose the file") from err
     except OSError as err:
         raise ConfigError(f"the {what} could not be written to {quote(str(path))} "
                           f"({err.strerror or err}); what was there is as it was") from err
 
 
-def write_files(directory: Path, files: dict[str, str], what: str = "report file") -> None:
+def write_files(directory: Path, files: dict[str, str], what: str = "report file",
+                ours: Callable[[Path], bool] | None = None) -> None:
     """Write each named text into ``directory``, each whole (``write_file``); every place
-    is checked before the first is written, so a refused one (a link, a store, a dataset)
-    leaves all as they were. A directory that cannot be made is a ``ConfigError``."""
+    is checked before the first is written (``check_target`` with ``ours``), so a refused
+    one (a link, a store, a dataset, a file ``ours`` does not accept) leaves all as they
+    were. A directory that cannot be made is a ``ConfigError``."""
     for name in files:
-        check_target(directory / name, what)
+        check_target(directory / name, what, ours)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ConfigError(f"{quote(str(directory))} cannot hold a {what} "
                           f"({err.strerror or err})") from err
     for name, text in files.items():
-        write_file(directory / name, text, what)
+        write_file(directory / name, text, what, ours)
 
 
 def _open_dir(name: str | Path, dir_fd: int | None = None) -> int:
@@ -175,7 +282,11 @@ def _open_dir(name: str | Path, dir_fd: int | None = None) -> int:
 def remove_entry(dir_fd: int, name: str) -> None:
     """Remove ``name`` in the directory ``dir_fd``: a directory with all it holds, worked
     on through descriptors (``shutil.rmtree``'s link-safe walk), else the entry itself (a
-    link is removed, never followed)."""
+    link is removed, never followed). ``name`` is one entry's name: ``.``, ``..``, an empty
+    name or one holding ``/`` or NUL would name the directory itself or another place, and
+    is a ``ValueError``."""
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise ValueError(f"remove_entry removes one entry of its directory, not {name!r}")
     try:
         mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
     except FileNotFoundError:
@@ -260,12 +371,24 @@ class OwnedDir:
         (``OSError`` if it is not a directory); the caller closes it."""
         return _open_dir(name, self.fd)
 
-    def move_aside(self, name: str, why: str) -> None:
-        """Move the entry ``name`` into the dated directory beside this one, and say so."""
-        where = self._move(self.fd, name)
-        self.say(f"rlbench: {self.path / name} is {why}: moved aside to {where}")
+    def move_aside(self, name: str, why: str, within: str | None = None) -> None:
+        """Move the entry ``name`` (of this directory, or of its subdirectory ``within``,
+        opened without following a link) into the dated directory beside this one, and
+        say so."""
+        if within is None:
+            where = self._move(self.fd, name)
+        else:
+            inner = self.child(within)
+            try:
+                where = self._move(inner, name)
+            finally:
+                os.close(inner)
+        shown = self.path / name if within is None else self.path / within / name
+        self.say(f"rlbench: {shown} is {why}: moved aside to {where}")
 
     def _move(self, dir_fd: int, name: str) -> Path:
+        """Move ``name`` of ``dir_fd`` into the aside directory, under a name nothing
+        there has yet (a rename would replace what it meets)."""
         if self._aside is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             aside = f"{self.path.name}.aside-{stamp}"
@@ -279,13 +402,32 @@ class OwnedDir:
             self._aside = aside
         aside_fd = _open_dir(self._aside, self._parent)
         try:
-            os.rename(name, name, src_dir_fd=dir_fd, dst_dir_fd=aside_fd)
+            kept = next(candidate for candidate in
+                        (name, *(f"{name}-{i}" for i in range(1, 10_000)))
+                        if not _exists(candidate, aside_fd))
+            os.rename(name, kept, src_dir_fd=dir_fd, dst_dir_fd=aside_fd)
         finally:
             os.close(aside_fd)
-        return self.path.parent / self._aside / name
+        return self.path.parent / self._aside / kept
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def ready_dir(path: Path, say: Callable[[str], None]) -> None:
     """Make ``path`` a directory rlbench owns: made where missing, and a link or a file in
-    its place moved aside (``OwnedDir``), so what is written there next stays in it."""
-    OwnedDir(path, say).close()
+    its place moved aside (``OwnedDir``), so what is written there next stays in it. A
+    directory that cannot be made there (no permission, a file in the way above it) is a
+    ``ConfigError`` naming it."""
+    try:
+        OwnedDir(path, say).close()
+    except OSError as err:
+        above = err.filename if isinstance(err.filename, str) and os.path.isabs(
+            err.filename) and err.filename != str(path) else None  # an ancestor in the way
+        raise ConfigError(f"the directory {quote(str(path))} cannot be made "
+                          f"({err.strerror or err}{': ' + above if above else ''})") from err

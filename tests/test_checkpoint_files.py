@@ -115,3 +115,17 @@ def test_a_full_disk_leaves_the_previous_checkpoint_valid(small_disk: Path) -> N
     assert read_manifest(small_disk)["progress"] == 10
     assert read_checkpoint(small_disk, "abc")["progress"] == 10
     assert {p.name for p in small_disk.iterdir()} == {MANIFEST, "checkpoint-10.pt"}
+
+
+def test_a_link_at_the_partial_files_name_is_never_written_through(tmp_path: Path) -> None:
+    """A link planted where a checkpoint's temporary file could go leaves what it points
+    to as it was: the temporary file is always a new one."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not a checkpoint")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".checkpoint-7.pt.partial").symlink_to(outside)
+    path = write_checkpoint(run, "abc", 7, STATE)
+    assert outside.read_text() == "not a checkpoint"
+    assert path.is_file() and not path.is_symlink()
+    assert read_checkpoint(run, "abc")["progress"] == 7

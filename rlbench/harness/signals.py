@@ -22,15 +22,18 @@ and a store call leave the handlers as they are.
 from __future__ import annotations
 
 import faulthandler
+import os
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rlbench.checkpoint import RunStopped, clear_stop, request_stop, stop_requested
+from rlbench.owned_files import check_target, new_file_mode
 
 __all__ = ["Terminated", "checkpoint_on_signals", "deliver_deferred_signal",
            "fatal_errors_into", "interrupt_worker_once", "signals_held", "sigterm_as_interrupt",
@@ -224,9 +227,11 @@ def _restore_handlers(handlers: Mapping[int, Any]) -> None:
 def fatal_errors_into(path: Path) -> Iterator[None]:
     """Python's faulthandler writes the traceback of a fatal signal to ``path`` while the
     body runs; an empty file is removed afterwards. Whatever handled fatal errors before
-    (pytest's handler on stderr) handles them again afterwards."""
+    (pytest's handler on stderr) handles them again afterwards. The file is made new and
+    renamed into place (``_new_file``): a link at ``path`` is refused, never written
+    through."""
     was_enabled = faulthandler.is_enabled()
-    with path.open("w") as handle:
+    with _new_file(path, "fatal error file") as handle:
         faulthandler.enable(file=handle)
         try:
             yield
@@ -234,5 +239,29 @@ def fatal_errors_into(path: Path) -> Iterator[None]:
             faulthandler.disable()
             if was_enabled:
                 faulthandler.enable(file=sys.__stderr__)
-            if handle.tell() == 0:
+            if handle.tell() == 0 and _still_at(path, handle):
                 path.unlink(missing_ok=True)
+
+
+def _new_file(path: Path, what: str) -> TextIO:
+    """A new empty file at ``path``, open for writing: made beside it (``mkstemp``, so no
+    link is opened) and renamed over it, once ``check_target`` found the place one a
+    ``what`` may take (a ``ConfigError`` for a link, a directory, a store)."""
+    check_target(path, what)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        os.fchmod(fd, new_file_mode())  # as a plain open, not mkstemp's 0600
+        os.replace(name, path)
+    except BaseException:
+        os.close(fd)
+        Path(name).unlink(missing_ok=True)
+        raise
+    return os.fdopen(fd, "w")
+
+
+def _still_at(path: Path, handle: TextIO) -> bool:
+    """Whether ``path`` still names the file ``handle`` writes (not one put there since)."""
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.lstat(path))
+    except OSError:
+        return False

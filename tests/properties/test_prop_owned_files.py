@@ -9,10 +9,13 @@ pipes, stray files), and check the whole tree outside what rlbench owns byte for
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import sqlite3
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import h5py
@@ -21,12 +24,17 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from rlbench import owned_files
 from rlbench.errors import ConfigError
 from rlbench.harness.run.run_dirs import prepare_run_dir
 from rlbench.owned_files import (
+    FOREIGN_KINDS,
     OwnedDir,
     check_target,
+    create_file,
     is_inside,
+    ready_dir,
+    remove_entry,
     remove_owned,
     same_place,
     write_file,
@@ -154,6 +162,141 @@ def test_a_write_refused_names_the_kind_it_found(tmp_path: Path, user: Path) -> 
         check_target(tmp_path / "link.json", "reference")
 
 
+@for_target("owned_writes")
+@given(kind=st.sampled_from(FOREIGN_KINDS), rest=st.binary(max_size=64))
+def test_a_write_over_a_file_of_any_foreign_kind_is_refused(
+        kind: tuple[bytes, str], rest: bytes, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Whatever follows its first bytes, a file of a kind rlbench never writes (a store, a
+    dataset, an archive, a pickle) is refused by name and left byte for byte."""
+    magic, described = kind
+    event(described)
+    target = tmp_path_factory.mktemp("foreign") / "report.md"
+    target.write_bytes(magic + rest)
+    with pytest.raises(ConfigError, match=re.escape(f"is {described}, not a report")):
+        write_file(target, "# table\n", "report file")
+    assert target.read_bytes() == magic + rest
+
+
+@pytest.mark.parametrize(("head", "kind"), [
+    (b"PAR1\x15\x04", "a Parquet file"),
+    (b"ARROW1\x00\x00", "an Arrow file"),
+    (b"\x93NUMPY\x01\x00", "a NumPy array"),
+    *((bytes((0x80, protocol)) + b"\x95", "a Python pickle") for protocol in range(2, 6)),
+    (b"BZh91AY&SY", "a bzip2 archive"),
+    (b"\xfd7zXZ\x00\x00", "an xz archive"),
+    (b"\x28\xb5\x2f\xfd\x04", "a zstd archive"),
+])
+def test_datasets_archives_and_pickles_are_foreign_kinds(tmp_path: Path, head: bytes,
+                                                         kind: str) -> None:
+    """Saved data a user keeps beside reports (Parquet, Arrow, NumPy, pickled weights,
+    compressed archives) is never written over, whatever rlbench is writing."""
+    target = tmp_path / "results.json"
+    target.write_bytes(head + b"\x00" * 32)
+    with pytest.raises(ConfigError, match=f"is {kind}"):
+        write_file(target, "{}", "reference")
+    assert target.read_bytes() == head + b"\x00" * 32
+
+
+def test_text_that_only_looks_like_a_magic_is_written_over(tmp_path: Path) -> None:
+    """Text that starts as a magic does but is not one (``BZh`` with no block size) is
+    not taken for an archive."""
+    target = tmp_path / "notes.md"
+    target.write_text("BZh is where the notes begin\n")
+    write_file(target, "# table\n", "report file")
+    assert target.read_text() == "# table\n"
+
+
+@pytest.fixture
+def umask_077() -> Iterator[None]:
+    """The process's umask at 077 for one test: a new file is its owner's alone."""
+    before = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+def test_a_new_file_takes_the_umask_and_a_replaced_one_keeps_its_mode(
+        tmp_path: Path, umask_077: None) -> None:
+    """A write never widens who may read: a new file gets what ``open`` would give it
+    under the umask, a file replaced keeps its own mode."""
+    fresh = tmp_path / "fresh.json"
+    write_file(fresh, "{}", "reference")
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+    kept = tmp_path / "kept.json"
+    kept.write_text("{}")
+    kept.chmod(0o640)
+    write_file(kept, "{}", "reference")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640
+    made = tmp_path / "made.svg"
+    create_file(made, b"<svg/>")
+    assert stat.S_IMODE(made.stat().st_mode) == 0o600 and made.read_bytes() == b"<svg/>"
+    with pytest.raises(FileExistsError):
+        create_file(made, b"again")
+
+
+def test_a_directory_not_flushed_after_the_rename_says_the_file_was_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rename took place: the error says the file is there, not that nothing was."""
+    def fail(path: Path) -> None:
+        raise OSError(errno.EIO, "Input/output error", str(path))
+
+    monkeypatch.setattr(owned_files, "fsync_path", fail)
+    target = tmp_path / "regress.md"
+    with pytest.raises(ConfigError) as refused:
+        write_file(target, "# table\n", "report file")
+    message = str(refused.value)
+    assert "was written to" in message and "could not be flushed" in message
+    assert "as it was" not in message and target.read_text() == "# table\n"
+
+
+def test_an_unreadable_file_asked_whether_ours_is_one_line(tmp_path: Path) -> None:
+    """A file that vanishes or cannot be read while ``ours`` reads it is a refusal."""
+    def unreadable(path: Path) -> bool:
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    target = tmp_path / "reference.json"
+    target.write_text("{}")
+    with pytest.raises(ConfigError, match=r"reference .*cannot be read \(Permission denied"):
+        write_file(target, "{}", "reference", ours=unreadable)
+
+
+@pytest.mark.parametrize("name", [".", "..", "", "inner/kept.txt", "kept\0.txt"])
+def test_remove_entry_takes_one_entrys_name_only(tmp_path: Path, name: str) -> None:
+    """A name that is the directory itself, its parent or a path below is refused before
+    anything is looked up: a delete never leaves its directory."""
+    owned = tmp_path / "owned"
+    (owned / "inner").mkdir(parents=True)
+    (owned / "inner" / "kept.txt").write_text("kept")
+    (tmp_path / "beside.txt").write_text("kept")
+    fd = os.open(owned, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(ValueError, match="one entry of its directory"):
+            remove_entry(fd, name)
+    finally:
+        os.close(fd)
+    assert (owned / "inner" / "kept.txt").read_text() == (tmp_path / "beside.txt").read_text()
+
+
+def test_a_directory_that_cannot_be_made_is_one_line_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file in the way above it, or no permission to make it, is a refusal that names
+    the directory, never a traceback."""
+    blocker = tmp_path / "file"
+    blocker.write_text("in the way")
+    wanted = blocker / "data" / "d4rl"
+    with pytest.raises(ConfigError, match=r"^the directory '.*d4rl' cannot be made \(Not a "):
+        ready_dir(wanted, print)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(args[0]))
+
+    monkeypatch.setattr(os, "mkdir", refuse)
+    with pytest.raises(ConfigError, match=r"out' cannot be made \(Permission denied\)"):
+        ready_dir(tmp_path / "out", print)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_write_files_checks_every_place_before_the_first_write(tmp_path: Path) -> None:
     report = tmp_path / "report"
     report.mkdir()
@@ -204,10 +347,11 @@ def _make_entry(kind: str, path: Path, user: Path) -> None:
 
 @for_target("owned_deletes")
 @given(kinds=st.lists(st.sampled_from(ENTRY_KINDS), max_size=6),
+       in_snapshots=st.lists(st.sampled_from(ENTRY_KINDS[2:]), max_size=3),
        run_dir_is_a_link=st.booleans(), progress=st.sampled_from([None, 800]))
 def test_a_run_dir_made_again_removes_only_what_a_run_makes(
-        kinds: list[str], run_dir_is_a_link: bool, progress: int | None,
-        tmp_path_factory: pytest.TempPathFactory) -> None:
+        kinds: list[str], in_snapshots: list[str], run_dir_is_a_link: bool,
+        progress: int | None, tmp_path_factory: pytest.TempPathFactory) -> None:
     root = tmp_path_factory.mktemp("clear")
     user, runs = root / "user", root / "out" / "runs" / "suite"
     user.mkdir()
@@ -223,6 +367,9 @@ def test_a_run_dir_made_again_removes_only_what_a_run_makes(
         _make_entry(kind, holder / f"entry{index}", user)
     (holder / "snapshots" / "400").mkdir(parents=True)
     (holder / "snapshots" / "1200").mkdir()
+    for index, kind in enumerate(in_snapshots):
+        event(f"{kind} in snapshots")
+        _make_entry(kind, holder / "snapshots" / f"stray{index}", user)
     before = _snapshot(user)
     said: list[str] = []
 
@@ -237,6 +384,8 @@ def test_a_run_dir_made_again_removes_only_what_a_run_makes(
         assert left == ["snapshots"] and [p.name for p in (run_dir / "snapshots").iterdir()
                                           ] == ["400"]
     stray = [k for k in kinds if k not in ("our file", "our directory")]
+    if not run_dir_is_a_link:  # a snapshot's strays go aside as the run dir's do
+        stray += in_snapshots
     asides = [p for p in runs.iterdir() if ".aside-" in p.name]
     if run_dir_is_a_link:
         (aside,) = asides

@@ -50,12 +50,22 @@ from rlbench.harness.store.results import open_store
 from rlbench.harness.store.sqlite import check_out_dir
 from rlbench.owned_files import check_target, remove_owned, write_files
 
-__all__ = ["CompareRequest", "build_tables", "parse_compare_args", "run_compare",
-           "terminal_table", "write_report"]
+__all__ = ["CompareRequest", "build_tables", "is_report_file", "parse_compare_args",
+           "run_compare", "terminal_table", "write_report"]
 # The plots a report writes: learning curves, and per comparison its aggregates and profiles
 _PLOT_FILE = re.compile(
     r"(curves|aggregates(-\d+)?|profiles(-\d+)?|sensitivity-[\w.-]+)\.(png|svg)")
 SUFFIXES = {"markdown": ".md", "csv": ".csv", "json": ".json", "latex": ".tex", "html": ".html"}
+# How each table and data file ``write_report`` writes begins: an existing file of that
+# name that does not is not a report of compare's, and is never replaced
+_REPORT_HEADS = {
+    "compare.tex": b"\\begin{table}[t]\n\\centering\n\\caption{",
+    "compare.html": b'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>rlbench '
+                    b"compare</title>",
+    "compare.csv": b"env,algorithm,label,config,frames,steps,n,",
+    "compare.json": b'{\n  "aggregates": [',
+    "runs.csv": b"env,algorithm,label,config,frames,steps,seed,",
+}
 
 KEYS = COMPARE_TABLE.names
 FORMATS = COMPARE_TABLE.key("format").choices
@@ -290,22 +300,46 @@ def format_comparison(comparison: Comparison, tables: Sequence[TextTable], fmt: 
     return render(tables, fmt)
 
 
+def is_report_file(path: Path) -> bool:
+    """Whether ``path`` holds the table or data file of its name that ``write_report``
+    wrote (how each begins, ``_REPORT_HEADS``; the Markdown: a bold title over a table):
+    the only file a report replaces."""
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    if path.name == "compare.md":
+        lines = head.split(b"\n", 3)
+        return (len(lines) == 4 and lines[0].startswith(b"**") and lines[0].endswith(b"**")
+                and lines[1] == b"" and lines[2].startswith(b"| "))
+    return path.name in _REPORT_HEADS and head.startswith(_REPORT_HEADS[path.name])
+
+
+def _stale_plots(output: Path) -> list[Path]:
+    """The plots of an earlier report in ``output``; a directory that cannot be listed is a
+    ``ConfigError``."""
+    try:
+        names = [entry.name for entry in output.iterdir()] if output.is_dir() else []
+    except OSError as err:
+        raise ConfigError(f"output={output} cannot be read ({err.strerror or err}); nothing "
+                          "written") from err
+    return [output / name for name in sorted(names) if _PLOT_FILE.fullmatch(name)]
+
+
 def write_report(comparison: Comparison, output: Path, *, seed: int = 0,
                  reps: int = 2000) -> list[Path]:
-    """Every table format, ``runs.csv`` and the plots under ``output``. Plots of an
+    """Every table format, ``runs.csv`` and the plots under ``output``, each only over a
+    file of compare's own (``is_report_file``, ``plots.is_plot_file``). Plots of an
     earlier report there that this one does not make are removed."""
     # deferred: matplotlib loads only when plots are asked for
     from rlbench.harness.analysis import plots
 
-    stale = [path for path in (output.iterdir() if output.is_dir() else ())
-             if _PLOT_FILE.fullmatch(path.name)]
+    stale = _stale_plots(output)
     for path in stale:  # refused before anything is written: a link, a file not a plot
         check_target(path, "plot", ours=plots.is_plot_file)
     tables = build_tables(comparison)
     files = {f"compare{SUFFIXES[fmt]}": format_comparison(comparison, tables, fmt)
              for fmt in ("markdown", "latex", "html", "csv", "json")}
     files["runs.csv"] = frame_csv(runs_frame(comparison))
-    write_files(output, files)
+    write_files(output, files, ours=is_report_file)
     for path in stale:
         remove_owned(path)
     written = [output / name for name in files]

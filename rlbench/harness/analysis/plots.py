@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,11 @@ __all__ = [
 _RC = {"svg.fonttype": "none", "svg.hashsalt": "rlbench"}
 _BAND_ALPHA = 0.2
 _TITLE_WIDTH = 40  # characters of a subplot's title per line at its font size
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# An SVG document's start: a byte-order mark, an XML declaration, comments and an SVG
+# doctype at most before its root element
+_SVG_ROOT = re.compile(rb"(?:\xef\xbb\xbf)?\s*(?:<\?xml[^>]*\?>\s*)?(?:<!--.*?-->\s*)*"
+                       rb"(?:<!DOCTYPE\s+svg[^>]*>\s*)?<svg[\s>/]", re.DOTALL)
 
 
 def plot_learning_curves(
@@ -330,8 +336,9 @@ def _save(fig: Figure, stem: Path) -> list[Path]:
 
 
 def is_plot_file(path: Path) -> bool:
-    """Whether ``path`` holds a plot (PNG or SVG): the only file a plot replaces."""
+    """Whether ``path`` holds a plot: a PNG, or an SVG (its root element ``<svg``, after at
+    most an XML declaration, comments and an SVG doctype): the only file a plot replaces.
+    Any other XML or HTML, an inline ``<svg`` in it included, is not one."""
     with open(path, "rb") as handle:
-        head = handle.read(512)
-    return head.startswith(b"\x89PNG\r\n\x1a\n") or b"<svg" in head or head.startswith(
-        b"<?xml")
+        head = handle.read(1024)
+    return head.startswith(_PNG_MAGIC) or _SVG_ROOT.match(head) is not None

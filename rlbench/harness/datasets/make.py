@@ -48,7 +48,7 @@ import torch
 from rlbench.data.offline import d4rl_file_name
 from rlbench.envs import validate_env_id
 from rlbench.envs.registry import gym_name, is_gymnasium
-from rlbench.errors import ConfigError
+from rlbench.errors import ConfigError, quote
 from rlbench.harness.datasets.atomic_install import (
     STAGING,
     fsync_path,
@@ -59,6 +59,7 @@ from rlbench.harness.datasets.atomic_install import (
 from rlbench.harness.plan.command_keys import MAKE_TABLE
 from rlbench.harness.plan.datasets import env_stem
 from rlbench.harness.policy.load import Policy, load_policy
+from rlbench.harness.store.artifact_places import check_readable
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import read_curve, read_transitions, run_member
 from rlbench.harness.store.tracking import quiet_downloads
@@ -277,7 +278,12 @@ def _downloaded_run(client: Any, run: Any, out_dir: Path, transitions: bool) -> 
         raise ConfigError(f"run {run.info.run_id} is {run.info.status} and its run directory "
                           "is not on this machine: only a finished run's files are in its "
                           "store")
-    target = out_dir / "downloads" / run.info.run_id
+    run_id = run.info.run_id
+    if not (run_id.isascii() and run_id.replace("-", "").replace("_", "").isalnum()):
+        raise ConfigError(f"the store names run {quote(run_id)}: not a run id rlbench "
+                          "downloads into a directory")
+    check_readable(run_id, run.info.artifact_uri, client.tracking_uri)
+    target = out_dir / "downloads" / run_id
     wanted = ["curve.csv", "snapshots", *(["transitions"] if transitions else [])]
     stored = {artifact.path for artifact in client.list_artifacts(run.info.run_id)}
     ready_dir(target, say=lambda line: print(line, file=sys.stderr))
@@ -485,19 +491,33 @@ def _not_a_made_dataset(final: Path, form: str) -> str | None:
     if form == "minari":
         if not stat.S_ISDIR(mode):
             return "not a directory"
-        metadata = final / "data" / "metadata.json"
-        if os.path.islink(final / "data") or not (metadata.is_file()
-                                                   and not metadata.is_symlink()):
-            return "a directory that holds no Minari dataset"
-        return None
+        return None if _holds_minari_metadata(final) else (
+            "a directory that holds no Minari dataset")
     if stat.S_ISDIR(mode):
         return "a directory"
     if not stat.S_ISREG(mode):
         return "a special file"
-    with open(final, "rb") as handle:
+    try:
+        fd = os.open(final, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:  # gone since the look: nothing to keep
+        return None
+    except OSError as err:
+        return f"a file that cannot be read ({err.strerror or err})"
+    with os.fdopen(fd, "rb") as handle:
         if handle.read(8) != HDF5_MAGIC:
             return "a file that is not HDF5"
     return None
+
+
+def _holds_minari_metadata(directory: Path) -> bool:
+    """Whether ``directory`` holds Minari's ``data/metadata.json`` as a regular file, no
+    link on the way; a place that cannot be looked at holds none."""
+    data = directory / "data"
+    try:
+        return (stat.S_ISDIR(os.lstat(data).st_mode)
+                and stat.S_ISREG(os.lstat(data / "metadata.json").st_mode))
+    except OSError:
+        return False
 
 
 def _command_words(request: MakeRequest) -> list[str]:
@@ -541,9 +561,22 @@ def write_d4rl(path: Path, episodes: Sequence[Episode], provenance: dict[str, An
                 if value is not None:
                     handle.attrs[key] = json.dumps(value) if isinstance(value, dict) else value
         fsync_path(staged)
+        _recheck_d4rl_target(path)
         os.replace(staged, path)
         fsync_path(path.parent)
     return path
+
+
+def _recheck_d4rl_target(path: Path) -> None:
+    """Refuse ``path`` right before the dataset is renamed over it: what the check before
+    the episodes were played found there may have been swapped since for a link, a
+    directory, or a file that is no dataset (an MLflow store); a ``ConfigError``, and the
+    new dataset is not put in place. ``check_target`` refuses every HDF5 file, a D4RL
+    dataset made before among them, so what it is is asked as ``_check_outputs`` asks."""
+    not_ours = _not_a_made_dataset(path, "d4rl")
+    if not_ours is not None:
+        raise ConfigError(f"{path} is {not_ours}, which this make would replace: move it "
+                          "away, or name another out=; nothing written")
 
 
 def write_minari(root: Path, dataset_id: str, env_id: str, episodes: Sequence[Episode],

@@ -15,6 +15,7 @@ link are refused. Each refusal is a one-line ``ConfigError`` naming the run and 
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import re
@@ -42,6 +43,7 @@ from rlbench.envs.transforms import ObservationNorm, VecNorm
 from rlbench.errors import ConfigError, one_line, quote
 from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm, resolve_algo_config
 from rlbench.harness.plan.recipe_sources import name_recipe
+from rlbench.harness.store.artifact_places import check_readable
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import run_member
 from rlbench.harness.store.sqlite import sqlite_path
@@ -166,7 +168,7 @@ def _read_store_run(run: str, out_dir: str | Path | None, tracking_uri: str | No
     if found.info.status != "FINISHED":
         raise ConfigError(f"run {run} is {found.info.status}: only a finished run saved a "
                           f"policy{_error_of(found.data.tags)}")
-    _check_artifact_uri(run, found.info.artifact_uri, client.tracking_uri)
+    check_readable(run, found.info.artifact_uri, client.tracking_uri)
     source = f"{run} in {client.tracking_uri}"
     weights = "" if snapshot is None else f"snapshots/{snapshot}"
     wanted = {"config.yaml", *(f"{weights}/{name}".lstrip("/")
@@ -186,21 +188,6 @@ def _read_store_run(run: str, out_dir: str | Path | None, tracking_uri: str | No
             raise ConfigError(f"run {run}: its artifacts could not be read from "
                               f"{found.info.artifact_uri} ({one_line(err, 200)})") from None
         return _read_run_dir(Path(scratch), source, snapshot, trusted)
-
-
-def _check_artifact_uri(run: str, uri: str | None, tracking: str) -> None:
-    """Refuse a run whose artifacts are where this store cannot read them, before MLflow
-    tries: a local store's runs keep them in files, a server's behind its own
-    ``mlflow-artifacts:`` proxy. Any other scheme (``s3:``, ``gs:``, ``http:``,
-    ``dbfs:``...) would have MLflow import a cloud client, ask for credentials or reach
-    the network, none of which the store's files vouch for."""
-    scheme = urlparse(uri or "").scheme.lower()
-    served = tracking.startswith(("http://", "https://"))
-    if scheme in ("", "file") or (scheme == "mlflow-artifacts" and served):
-        return
-    where = "its server's proxy (mlflow-artifacts:)" if served else "files (file:)"
-    raise ConfigError(f"run {run}: its artifacts are at {quote(uri)}, which this store "
-                      f"cannot read: rlbench reads a run's artifacts from {where} only")
 
 
 def _open_store(out_dir: str | Path | None, tracking_uri: str | None) -> MlflowClient:
@@ -452,20 +439,32 @@ def _check_action_space(recipe: Any, config: dict[str, Any], env: EnvBase, sourc
 def _check_network_size(recipe: Any, cfg: Any, env: EnvBase, files: RunFiles) -> None:
     """Refuse a config whose network holds more parameters than policy.pt holds values
     (it could never load them) before a byte of it is allocated: the network is built on
-    torch's meta device, which allocates nothing, and counted. A recipe that cannot build
-    there is left to the strict load."""
+    torch's meta device, which allocates nothing, and counted. For a recipe that cannot
+    build there, the weights between its ``hidden_sizes`` are counted instead: fewer than
+    any network of those layers holds."""
     try:
         with torch.device("meta"):
             sized = recipe.make_policy(env, cfg)
-        count = sum(p.numel() for p in sized.parameters())
-    except Exception:
-        return
+        count, least = sum(p.numel() for p in sized.parameters()), ""
+    except Exception:  # a recipe that builds on real memory only: its layers' least
+        count, least = _least_parameters(cfg), "at least "
     held = sum(t.numel() for t in files.policy.values())
     if count > held:
         env.close()
-        raise ConfigError(f"{files.source}: config.yaml builds a network of {count:,} "
-                          f"parameters, and policy.pt holds {held:,} values: the config does "
-                          "not describe these weights")
+        raise ConfigError(f"{files.source}: config.yaml builds a network of {least}"
+                          f"{count:,} parameters, and policy.pt holds {held:,} values: the "
+                          "config does not describe these weights")
+
+
+def _least_parameters(cfg: Any) -> int:
+    """The weights between consecutive ``hidden_sizes`` of ``cfg`` (0 when it names none):
+    a network with those hidden layers holds at least as many."""
+    sizes = getattr(cfg, "hidden_sizes", None)
+    if not isinstance(sizes, list | tuple) or not all(
+            isinstance(size, int) and not isinstance(size, bool) and size > 0
+            for size in sizes):
+        return 0
+    return sum(a * b for a, b in itertools.pairwise(sizes))
 
 
 def _make_env(env_id: str, source: str) -> EnvBase:

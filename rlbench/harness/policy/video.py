@@ -19,7 +19,7 @@ import torch
 from rlbench.envs import make, render_kwargs
 from rlbench.errors import ConfigError
 from rlbench.harness.policy.load import Policy
-from rlbench.owned_files import check_target
+from rlbench.owned_files import check_target, new_file_mode
 
 __all__ = ["VIDEO_SUFFIXES", "check_video_path", "is_video_file", "record_video"]
 
@@ -117,16 +117,25 @@ def _frame(env: Any, first: bool = False) -> np.ndarray:
 
 
 def _write(path: Path, frames: np.ndarray, fps: float) -> None:
-    """Encode ``frames`` beside ``path`` (its suffix tells imageio the format), then rename
-    the file over ``path``: a reader sees the old video or the new one, and a link or a
-    file of another kind put at ``path`` meanwhile is refused, never written through."""
+    """Encode ``frames`` into a new file beside ``path`` (made by ``mkstemp``, so a link
+    or a file put at its name is never opened), flush it, then rename it over ``path``: a
+    reader sees the old video or the new one, and a link or a file of another kind put at
+    ``path`` meanwhile is refused, never written through."""
     iio = _writer()
-    partial = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
+    suffix = path.suffix.lower()
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                suffix=f".partial{suffix}")
+    partial = Path(name)
     try:
-        if path.suffix.lower() == ".gif":
-            iio.imwrite(partial, frames, duration=1000.0 / fps, loop=0)
-        else:
-            iio.imwrite(partial, frames, fps=fps, codec="libx264", macro_block_size=1)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), new_file_mode())  # as a plain open, not 0600
+            if suffix == ".gif":
+                iio.imwrite(handle, frames, extension=suffix, duration=1000.0 / fps, loop=0)
+            else:
+                iio.imwrite(handle, frames, extension=suffix, fps=fps, codec="libx264",
+                            macro_block_size=1)
+            handle.flush()
+            os.fsync(handle.fileno())
         check_target(path, "video", ours=is_video_file)
         os.replace(partial, path)
     finally:

@@ -1,9 +1,10 @@
 """The ``rlbench publish`` command: read its words (``PUBLISH_TABLE``) and the stores,
 render the site, put it in place whole.
 
-The site is first written to a fresh directory beside ``output`` and then renamed into
-place, so a failure leaves the earlier site (or nothing), never half a site. ``output``
-may be new, empty, or a site published before (it is replaced); anything else is refused.
+The site is first written to a fresh directory beside ``output``, every file and
+directory flushed to disk, and then renamed into place, so a failure or a crash leaves the
+earlier site (or nothing), never half a site. ``output`` may be new, empty, or a site
+published before (it is replaced); anything else is refused.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from rlbench.harness.publish.collect import SuiteData, collect, suites_in
 from rlbench.harness.publish.pages import site_files
 from rlbench.harness.publish.stores import Store, open_stores
 from rlbench.harness.store.sqlite import check_out_dir, sqlite_path
-from rlbench.owned_files import check_target, is_inside
+from rlbench.owned_files import (
+    check_target,
+    create_file,
+    fsync_path,
+    is_inside,
+    new_dir_mode,
+)
 
 __all__ = ["PublishRequest", "parse_publish_args", "publish", "run_publish"]
 
@@ -85,8 +92,11 @@ def check_output(output: Path) -> None:
                           "own path; give the directory it points to")
     check_out_dir(output, key="output")  # a directory, or one that can be made
     check_out_dir(output.absolute().parent, key="output's parent")  # the new site goes there
-    if not output.is_dir() or not any(output.iterdir()):
-        return
+    try:
+        if not output.is_dir() or not any(output.iterdir()):
+            return
+    except OSError as err:
+        raise ConfigError(f"output={output} cannot be read ({err.strerror or err})") from err
     if not (output / MARKER).is_file():
         raise ConfigError(f"output={output} holds files that are not a site rlbench "
                           "published: give a new or empty directory")
@@ -99,23 +109,51 @@ def check_output(output: Path) -> None:
 
 def _not_of_a_site(site: Path) -> str | None:
     """The first entry under ``site`` a published site never holds (a link, a special file,
-    a store or dataset, a file of another suffix), described; None when there is none."""
-    for directory, dirs, files in os.walk(site):  # os.walk follows no link into a directory
+    a store or dataset, a file of another suffix) or that cannot be read, described; None
+    when there is none. An entry gone between the listing and the look is not there."""
+    unlisted: list[OSError] = []
+    # os.walk follows no link into a directory, and tells of one it cannot list
+    for directory, dirs, files in os.walk(site, onerror=unlisted.append):
+        if unlisted:
+            break
         for name in sorted(dirs + files):
-            path = Path(directory) / name
-            mode = path.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                return f"the link {quote(str(path))}"
-            if stat.S_ISDIR(mode):
-                continue
-            if not stat.S_ISREG(mode):
-                return f"the special file {quote(str(path))}"
-            if path.name != MARKER and path.suffix not in SITE_SUFFIXES:
-                return f"the file {quote(str(path))}"
-            try:
-                check_target(path, "site file")
-            except ConfigError:
-                return f"the file {quote(str(path))} (not a page, chart or table)"
+            found = _not_a_site_entry(Path(directory) / name)
+            if found is not None:
+                return found
+    if not unlisted:
+        return None
+    err = unlisted[0]
+    return (f"the directory {quote(str(err.filename))}, which cannot be read "
+            f"({err.strerror or err})")
+
+
+def _not_a_site_entry(path: Path) -> str | None:
+    """``path`` described when a site never holds it; None for a site's file or directory,
+    or an entry gone meanwhile."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"{quote(str(path))}, which cannot be looked up ({err.strerror or err})"
+    if stat.S_ISLNK(mode):
+        return f"the link {quote(str(path))}"
+    if stat.S_ISDIR(mode):
+        return None
+    if not stat.S_ISREG(mode):
+        return f"the special file {quote(str(path))}"
+    if path.name != MARKER and path.suffix not in SITE_SUFFIXES:
+        return f"the file {quote(str(path))}"
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK))
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"the file {quote(str(path))}, which cannot be read ({err.strerror or err})"
+    try:
+        check_target(path, "site file")
+    except ConfigError:
+        return f"the file {quote(str(path))} (not a page, chart or table)"
     return None
 
 
@@ -149,32 +187,43 @@ def publish(request: PublishRequest) -> tuple[list[SuiteData], int]:
 
 
 def write_site(files: dict[str, str], output: Path) -> None:
-    """Writes ``files`` to a new directory beside ``output``, then swaps it in: a reader
-    sees the old site or the new one, and a failure (a full disk) leaves the old one, is
-    a ``ConfigError`` and leaves nothing else behind."""
+    """Writes ``files`` to a new directory beside ``output``, each flushed to disk, then
+    swaps it in: a reader sees the old site or the new one, and a failure (a full disk)
+    leaves the old one, is a ``ConfigError`` and leaves nothing else behind. Once swapped
+    in, the rename is flushed and the old site removed; a failure there is a
+    ``ConfigError`` that says the site was written."""
+    place = output.absolute()
     try:
-        _swap_in(files, output.absolute())
+        retired = _swap_in(files, place)
     except OSError as err:
         raise ConfigError(f"the site could not be written to {output} ({err.strerror or err}"
                           f"{': ' + err.filename if err.filename else ''}); the earlier "
                           "site, if any, is as it was") from None
+    try:
+        fsync_path(place.parent)
+    except OSError as err:
+        kept = "" if retired is None else f"; the earlier one is kept in {retired}"
+        raise ConfigError(f"the site was written to {output}, but its directory could not be "
+                          f"flushed to disk ({err.strerror or err}): a crash before the "
+                          f"system writes it may lose the new site{kept}") from None
+    if retired is None:
+        return
+    try:
+        shutil.rmtree(retired)
+    except OSError as err:
+        raise ConfigError(f"the site was written to {output}, but the earlier one, moved to "
+                          f"{retired}, could not be removed ({err.strerror or err}); remove "
+                          "it by hand") from None
 
 
-def _swap_in(files: dict[str, str], output: Path) -> None:
+def _swap_in(files: dict[str, str], output: Path) -> Path | None:
+    """The site written whole in a new directory beside ``output`` and renamed into its
+    place; the earlier site's new place (to remove), None where there was none."""
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     retired: Path | None = None
     try:
-        made: set[Path] = set()
-        for name, content in sorted(files.items()):
-            path = staging / name
-            if path.parent not in made:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                made.add(path.parent)
-            path.write_text(content, encoding="utf-8")
-        (staging / MARKER).write_text("a site made by rlbench publish; rerunning the "
-                                      "command replaces this whole directory\n")
-        staging.chmod(0o755)  # mkdtemp makes it private; a site is for reading
+        _write_staging(files, staging)
         if output.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
             output.rename(retired / "site")
@@ -186,8 +235,25 @@ def _swap_in(files: dict[str, str], output: Path) -> None:
                 (retired / "site").rename(output)  # the old site back where it was
             shutil.rmtree(retired, ignore_errors=True)
         raise
-    if retired is not None:
-        shutil.rmtree(retired)
+    return retired
+
+
+def _write_staging(files: dict[str, str], staging: Path) -> None:
+    """Every file and the marker written into ``staging`` and flushed to disk, then each
+    directory, deepest first: the site is whole on disk before it is renamed into place."""
+    made = {staging}
+    for name, content in sorted(files.items()):
+        path = staging / name
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.update((path.parent, *path.parent.parents))
+        create_file(path, content.encode("utf-8"))
+    create_file(staging / MARKER, b"a site made by rlbench publish; rerunning the command "
+                                  b"replaces this whole directory\n")
+    staging.chmod(new_dir_mode())  # mkdtemp makes it private; a site is for reading
+    for directory in sorted((d for d in made if d.is_relative_to(staging)),
+                            key=lambda d: len(d.parts), reverse=True):
+        fsync_path(directory)
 
 
 def run_publish(args: Sequence[str], console: Console) -> int:

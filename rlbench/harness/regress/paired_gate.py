@@ -62,9 +62,9 @@ from rlbench.harness.regress.paired_statistics import (
     judge_pairs,
     judge_processes,
 )
-from rlbench.harness.regress.report import write_files
+from rlbench.harness.regress.report import BENCH_REPORT_FILES, check_report_targets
 from rlbench.harness.render import TextTable, to_markdown, to_rich
-from rlbench.harness.store.sqlite import check_out_dir
+from rlbench.owned_files import write_files
 from rlbench.untrusted_files import path_is
 
 __all__ = ["judge_measurement", "read_base", "run_paired_gate"]
@@ -186,8 +186,8 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
                           f"({words['delta']:g}): the gate is sized to catch delta and flags "
                           "what exceeds min_effect")
     report = words["report"]
-    if report is not None:
-        check_out_dir(report, "report")
+    if report is not None:  # a report it could not write is refused before anything is timed
+        check_report_targets(report, BENCH_REPORT_FILES)
     revision, base_file = read_base(words["base"])
     root = repository_root(Path.cwd())
     tests = words["tests"]
@@ -245,9 +245,10 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
                   for name in measurement.unchanged]
         cases += [Case(name, "FAILED", text, True)
                   for name, text in sorted(candidate_failed.items())]
+        md, data, junit = BENCH_REPORT_FILES
         write_files(report, {
-            "regress_bench.md": to_markdown(table),
-            "regress_bench.json": json.dumps({
+            md: to_markdown(table),
+            data: json.dumps({
                 "base": base, "candidate": candidate, "delta": words["delta"],
                 "min_effect": words["min_effect"], "alpha": words["alpha"],
                 "rounds": words["rounds"],
@@ -258,7 +259,6 @@ def run_paired_gate(words: dict[str, Any], console: Console) -> int:
                 "failed": measurement.failed, "only": measurement.only,
                 "unchanged": measurement.unchanged},
                 indent=1, allow_nan=False) + "\n",
-            "regress_bench.xml": junit_xml("rlbench regress bench", "rlbench.regress.bench",
-                                           cases)})
+            junit: junit_xml("rlbench regress bench", "rlbench.regress.bench", cases)})
     slower = any(v.verdict == "SLOWER" for v in verdicts)
     return 1 if slower or candidate_failed else 0

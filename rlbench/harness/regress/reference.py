@@ -22,7 +22,7 @@ from rlbench.harness.regress.statistics import MAX_SCORE
 from rlbench.owned_files import check_target, write_file
 from rlbench.untrusted_files import path_is, read_json
 
-__all__ = ["FORMAT", "Reference", "ReferenceTask", "check_reference_target",
+__all__ = ["FORMAT", "Reference", "ReferenceTask", "check_comparable", "check_reference_target",
            "is_reference_file", "load_reference", "protocol_of", "write_reference"]
 
 FORMAT = "rlbench-regress-reference/1"
@@ -97,19 +97,42 @@ def check_reference_target(path: Path) -> None:
     check_target(path, "reference", ours=is_reference_file)
 
 
+def check_comparable(reference: Reference) -> None:
+    """Refuses a reference that would compare nothing, or that no later gate could read:
+    one with no tasks, a task with fewer than 2 scores, or a score that is missing, not
+    finite or beyond ``MAX_SCORE`` (named with its task and run); nothing is written."""
+    if not reference.tasks:
+        raise ConfigError(f"no reference written: suite {reference.suite} gives it no tasks, "
+                          "so it would compare nothing")
+    for task in reference.tasks:
+        name = f"{task.algorithm} on {task.task}"
+        if len(task.scores) < 2:
+            raise ConfigError(f"no reference written: {name} has {len(task.scores)} "
+                              "score(s); a reference task needs at least 2")
+        for index, score in enumerate(task.scores):
+            if not _score(score):
+                run = task.run_ids[index] if index < len(task.run_ids) else "?"
+                raise ConfigError(f"no reference written: {name}: run {run} has no final "
+                                  "return a gate can compare (it is missing, not finite or "
+                                  f"beyond ±{MAX_SCORE:g}: {score:g})")
+
+
 def write_reference(reference: Reference, path: Path) -> None:
     """Write ``reference`` to ``path`` whole or not at all (a temporary file, then a
-    rename), only where ``check_reference_target`` accepts it."""
+    rename), only where ``check_reference_target`` accepts it and only a reference that
+    compares something (``check_comparable``)."""
+    check_comparable(reference)
     text = json.dumps(reference.as_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
     write_file(path, text, "reference", ours=is_reference_file)
 
 
 def _score(value: Any) -> bool:
-    """Whether ``value`` is a number the test can take (JSON integers have no size limit)."""
+    """Whether ``value`` is a number the test can take: finite and below ``MAX_SCORE``, as
+    the store reads a score (JSON integers have no size limit)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     try:
-        return abs(float(value)) <= MAX_SCORE
+        return abs(float(value)) < MAX_SCORE
     except OverflowError:
         return False
 
@@ -131,7 +154,7 @@ def _task(path: Path, index: int, raw: Any) -> ReferenceTask:
     scores = raw["scores"]
     if len(scores) < 2 or not all(_score(s) for s in scores):
         raise _bad(path, f"{where}.scores must hold at least 2 finite numbers within "
-                   f"±{MAX_SCORE:g}")
+                   f"±{MAX_SCORE:g} ({quote(raw['algorithm'])} on {quote(raw['task'])})")
     if len(raw["seeds"]) != len(scores) or not all(
             isinstance(s, int) and not isinstance(s, bool) for s in raw["seeds"]):
         raise _bad(path, f"{where}.seeds must give one integer seed per score")

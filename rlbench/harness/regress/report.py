@@ -5,6 +5,7 @@ terminal table, Markdown (``regress.md``), JSON (``regress.json``) and JUnit XML
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,12 +20,25 @@ from rlbench.harness.regress.statistics import (
     bootstrap_confidence,
 )
 from rlbench.harness.render import TextTable, to_markdown, to_rich
-from rlbench.owned_files import write_files
+from rlbench.harness.store.sqlite import check_out_dir
+from rlbench.owned_files import check_target, write_files
 
-__all__ = ["REPORT_FILES", "GateReport", "TaskResult", "write_files", "write_report"]
+__all__ = ["BENCH_REPORT_FILES", "REPORT_FILES", "GateReport", "TaskResult",
+           "check_report_targets", "write_report"]
 
 # What ``write_report`` writes into the report directory.
 REPORT_FILES = ("regress.md", "regress.json", "regress.xml")
+# What ``rlbench regress bench`` writes there, with or without base=.
+BENCH_REPORT_FILES = ("regress_bench.md", "regress_bench.json", "regress_bench.xml")
+
+
+def check_report_targets(directory: Path, names: Sequence[str]) -> None:
+    """Refuses a report directory that cannot hold a report, or a file of ``names`` in it
+    that rlbench may not write over (a link, a store, a dataset), before any work starts:
+    a report refused only once it is ready would cost the runs or timings behind it."""
+    check_out_dir(directory, "report")
+    for name in names:
+        check_target(directory / name, "report file")
 
 
 @dataclass

@@ -39,7 +39,7 @@ __all__ = ["POWER", "VERDICTS", "TaskVerdict", "bootstrap_difference_ci", "judge
 POWER = 0.8
 VERDICTS = ("REGRESSION", "IMPROVEMENT", "UNDERPOWERED", "PASS")
 MAX_SEEDS_NEEDED = 10_000  # past this the report says "more than" instead of a count
-MAX_SCORE = 1e100  # beyond any return; the test's squares stay finite under it
+MAX_SCORE = 1e100  # at or beyond it no return (as the store reads it); below, squares are finite
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,12 @@ def _power(drop: float, delta: float, se: float, df: float, alpha: float) -> flo
 
 
 def _welch_df(var_c: float, var_r: float, n_c: int, n_r: int) -> float:
+    """Welch-Satterthwaite degrees of freedom, from each side's share of the variance of
+    the difference: scale-free, so scores near ``MAX_SCORE`` square no variance past a
+    float's range."""
     a, b = var_c / n_c, var_r / n_r
-    return (a + b) ** 2 / (a**2 / (n_c - 1) + b**2 / (n_r - 1))
+    share_c, share_r = a / (a + b), b / (a + b)
+    return 1 / (share_c**2 / (n_c - 1) + share_r**2 / (n_r - 1))
 
 
 def _seeds_needed(var_c: float, var_r: float, delta: float, alpha: float) -> int | None:
@@ -142,7 +146,7 @@ def judge_task(candidate: np.ndarray, reference: np.ndarray, *, delta: float, al
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
     c = np.asarray(candidate, dtype=np.float64)
     r = np.asarray(reference, dtype=np.float64)
-    if not (np.all(np.abs(c) <= MAX_SCORE) and np.all(np.abs(r) <= MAX_SCORE)):
+    if not (np.all(np.abs(c) < MAX_SCORE) and np.all(np.abs(r) < MAX_SCORE)):
         raise ValueError(f"scores must be finite numbers within ±{MAX_SCORE:g}")
     w = welch(c, r)
     if w.se == 0:

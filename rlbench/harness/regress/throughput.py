@@ -34,10 +34,10 @@ from rich.console import Console
 from rlbench.errors import ConfigError, quote
 from rlbench.harness.plan.command_keys import BENCH_TABLE
 from rlbench.harness.regress.junit import Case, junit_xml
-from rlbench.harness.regress.report import write_files
+from rlbench.harness.regress.report import BENCH_REPORT_FILES, check_report_targets
 from rlbench.harness.render import TextTable, to_markdown, to_rich
 from rlbench.harness.store.sqlite import check_out_dir
-from rlbench.owned_files import write_file
+from rlbench.owned_files import check_target, write_file, write_files
 from rlbench.untrusted_files import path_is, read_json, read_text
 
 __all__ = ["BenchVerdict", "compare_benchmarks", "load_benchmarks", "run_bench_gate", "spread"]
@@ -205,19 +205,32 @@ def _is_benchmark_file(path: Path) -> bool:
     return isinstance(raw, dict) and isinstance(raw.get("benchmarks"), list)
 
 
-def _store_reference(candidate_paths: Sequence[Path], reference_paths: Sequence[Path],
-                     console: Console) -> int:
+def _reference_place(candidate_paths: Sequence[Path], reference_paths: Sequence[Path]
+                     ) -> Path:
+    """The one file ``update=true`` stores the one candidate run in, refused before
+    anything is read unless it is new or a benchmark run (``check_target``)."""
     if len(candidate_paths) != 1:
         raise ConfigError("update=true stores one candidate run as the reference")
     if len(reference_paths) != 1:
         raise ConfigError("update=true stores the reference in one file")
-    candidate_path, reference_path = candidate_paths[0], reference_paths[0]
+    reference_path = reference_paths[0]
     if path_is(reference_path, "dir"):
         raise ConfigError(f"reference= {reference_path} is a directory: name the file to "
                           "store the run in")
+    check_out_dir(reference_path.parent, "reference's directory")
+    check_target(reference_path, "benchmark reference", ours=_is_benchmark_file)
+    return reference_path
+
+
+def _store_reference(candidate_path: Path, candidate: dict[str, dict[str, Any]],
+                     reference_path: Path, console: Console) -> int:
+    """Store the candidate run as the reference: one of no benchmarks, which would compare
+    nothing, or one that is the reference's own file is refused and nothing written."""
+    if not candidate:
+        raise ConfigError(f"no reference written: the candidate {candidate_path} holds no "
+                          "benchmarks, so it would compare nothing")
     if reference_path.exists() and reference_path.samefile(candidate_path):
         raise ConfigError("reference= and candidate= are the same file")
-    check_out_dir(reference_path.parent, "reference's directory")
     data = read_text(candidate_path, MAX_JSON_BYTES,
                      f"benchmark file {quote(str(candidate_path))}")
     write_file(reference_path, data, "benchmark reference", ours=_is_benchmark_file)
@@ -240,13 +253,14 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
                               f"here), or candidate= and reference= (stored runs): {key}= "
                               "names no file")
     statistic, threshold = words["statistic"], words["threshold"]
-    candidate_runs = [load_benchmarks(path, statistic) for path in candidate_paths]
-    candidate = best_of(candidate_runs)
     report = words["report"]
     if report is not None:
-        check_out_dir(report, "report")
-    if words["update"]:
-        return _store_reference(candidate_paths, reference_paths, console)
+        check_report_targets(report, BENCH_REPORT_FILES)
+    target = _reference_place(candidate_paths, reference_paths) if words["update"] else None
+    candidate_runs = [load_benchmarks(path, statistic) for path in candidate_paths]
+    candidate = best_of(candidate_runs)
+    if target is not None:
+        return _store_reference(candidate_paths[0], candidate, target, console)
     reference_runs = [load_benchmarks(path, statistic) for path in reference_paths]
     reference = best_of(reference_runs, "reference")
     if not reference:
@@ -275,12 +289,12 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
                       f"candidate {v.candidate:.4g})", v.verdict == "SLOWER",
                       skipped=v.verdict == "NOISY")
                  for v in verdicts]
+        md, data, junit = BENCH_REPORT_FILES
         write_files(report, {
-            "regress_bench.md": to_markdown(table),
-            "regress_bench.json": json.dumps(
+            md: to_markdown(table),
+            data: json.dumps(
                 {"threshold": threshold, "statistic": statistic,
                  "spread": {side: {"ratio": r, "where": w} for side, (r, w) in spreads.items()},
                  "verdicts": [v.__dict__ for v in verdicts]}, indent=1, allow_nan=False) + "\n",
-            "regress_bench.xml": junit_xml("rlbench regress bench", "rlbench.regress.bench",
-                                           cases)})
+            junit: junit_xml("rlbench regress bench", "rlbench.regress.bench", cases)})
     return 1 if any(v.verdict == "SLOWER" for v in verdicts) else 0

@@ -37,8 +37,10 @@ import numpy as np
 from mlflow.entities import Run
 
 from rlbench.data.offline_dataset import d4rl_score
+from rlbench.errors import ConfigError
 from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
+from rlbench.harness.render import inert
 from rlbench.harness.run.locks import RunInProgressError
 from rlbench.harness.run.resume import plan_resume
 from rlbench.harness.run.runner import (
@@ -53,6 +55,7 @@ from rlbench.harness.store.claims import ClaimLost, heartbeat
 from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.recorder import RunRecorder
 from rlbench.harness.store.tracking import Tracker
+from rlbench.owned_files import write_file
 from rlbench.recipe import Seeds
 
 __all__ = ["ExternalResult", "ExternalRun", "renamed", "run_external"]
@@ -152,7 +155,7 @@ def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config:
         with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as taken:
             if isinstance(taken, Run):
                 who = finished_elsewhere(tracker, experiment_id, config, taken).finished_by
-                log(f"{config.name}: finished elsewhere meanwhile (by {who})")
+                log(f"{config.name}: finished elsewhere meanwhile (by {inert(str(who))})")
                 result.skipped.append(config.name)
                 return
             final = _run_one(tracker, experiment_id, parent_id, config, train,
@@ -203,8 +206,12 @@ def _train_recorded(tracker: Tracker, run_id: str, run: ExternalRun,
         status = "KILLED"
         raise
     except Exception as exc:
-        failure.write_text(traceback.format_exc())
-        tracker.set_tags(run_id, {"error": one_line(exc)[:5000]})
+        error = one_line(exc)
+        try:
+            write_file(failure, traceback.format_exc(), "traceback file")
+        except ConfigError as refused:  # the error itself is kept, in the run's tags
+            error += f" (its traceback could not be written: {one_line(refused)})"
+        tracker.set_tags(run_id, {"error": error[:5000]})
         raise
     finally:
         run.recorder.flush()

@@ -9,6 +9,7 @@ itself replaced by a link) is moved aside beside it and named in one line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Callable
@@ -71,12 +72,17 @@ def remove_other_codes_checkpoints(out_dir: Path, config: RunConfig, directory: 
 
 
 def remove_checkpoints(directory: Path, say: Callable[[str], None]) -> None:
-    """A finished run's checkpoints, none resumed any more; one that cannot be removed
-    is said (it only takes space)."""
+    """A finished run's checkpoints, none resumed any more, then the config's checkpoint
+    directory once nothing else is in it: a run of the same config by other code, running
+    now in another process, keeps its own. One that cannot be removed is said (it only
+    takes space)."""
     try:
         remove_owned(directory)
     except OSError as err:
         say(f"rlbench: the checkpoints in {directory} could not be removed ({one_line(err)})")
+        return
+    with contextlib.suppress(OSError):  # not empty: another code's run is using it
+        directory.parent.rmdir()
 
 
 def set_aside_strays(run_dir: Path, say: Callable[[str], None]) -> None:
@@ -98,8 +104,10 @@ def prepare_run_dir(run_dir: Path, progress: int | None, say: Callable[[str], No
         for name, mode in owned.names():
             if not _made_by_a_run(owned, name, mode):
                 owned.move_aside(name, f"{_entry_kind(mode)} a run does not make")
-            elif progress is not None and name == "snapshots":
-                _remove_snapshots_after(owned, progress)
+            elif name == "snapshots" and stat.S_ISDIR(mode):
+                _remove_snapshots_after(owned, -1 if progress is None else progress)
+                if progress is None:
+                    owned.remove(name)
             else:
                 owned.remove(name)
 
@@ -134,13 +142,17 @@ def _entry_kind(mode: int) -> str:
 
 def _remove_snapshots_after(owned: OwnedDir, progress: int) -> None:
     """Remove the snapshots saved after ``progress`` (the resumed run saves them again),
-    inside ``snapshots`` and following no link."""
+    inside ``snapshots`` and following no link; an entry no run saves there (a file, a
+    link, a directory not named by its frames) is moved aside."""
     snapshots = owned.child("snapshots")
     try:
         with os.scandir(snapshots) as entries:
-            later = [e.name for e in entries
-                     if not (e.name.isdigit() and int(e.name) <= progress)]
-        for name in later:
-            remove_entry(snapshots, name)
+            found = [(e.name, e.stat(follow_symlinks=False).st_mode) for e in entries]
+        for name, mode in sorted(found):
+            if not (stat.S_ISDIR(mode) and name.isascii() and name.isdigit()):
+                owned.move_aside(name, f"{_entry_kind(mode)} no run saves as a snapshot",
+                                 within="snapshots")
+            elif int(name) > progress:
+                remove_entry(snapshots, name)
     finally:
         os.close(snapshots)

@@ -33,6 +33,7 @@ from rlbench.checkpoint import (
 )
 from rlbench.harness.plan.config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds
+from rlbench.harness.render import inert
 from rlbench.harness.run.locks import RunInProgressError, run_lock
 from rlbench.harness.run.run_dirs import (
     checkpoint_dir_for,
@@ -55,7 +56,7 @@ from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat
 from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.recorder import RunRecorder
 from rlbench.harness.store.tracking import Tracker
-from rlbench.owned_files import remove_owned
+from rlbench.owned_files import remove_owned, replace_file
 from rlbench.recipe import Seeds
 
 __all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "Taken",
@@ -172,6 +173,11 @@ def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: fl
         yield Taken(claim, every)
 
 
+# The status of an attempt whose checkpoint its recipe could not load: discarded, and the
+# run made again from the beginning in the same call.
+_DOES_NOT_FIT = "CHECKPOINT_DOES_NOT_FIT"
+
+
 def execute_run(
     config: RunConfig,
     tracker: Tracker,
@@ -199,16 +205,17 @@ def execute_run(
     ``unrecorded`` set and what could be recorded is.
     """
     start = time.perf_counter()
+    say = _inert(say or _say)
     try:
         with claimed(tracker, experiment_id, config, LOCK_WAIT_S, token=token,
                      dead=dead) as taken:
             if isinstance(taken, Run):
                 return finished_elsewhere(tracker, experiment_id, config, taken)
             result = _execute_locked(config, tracker, experiment_id, parent_id, on_update,
-                                     taken, tags or {}, say or _say)
+                                     taken, tags or {}, say)
             if result.status == _DOES_NOT_FIT:  # once more, from the beginning
                 result = _execute_locked(config, tracker, experiment_id, parent_id,
-                                         on_update, taken, tags or {}, say or _say,
+                                         on_update, taken, tags or {}, say,
                                          refused=result.error)
             return result
     except RunInProgressError as err:
@@ -225,6 +232,12 @@ def execute_run(
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr)
+
+
+def _inert(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say``, each line made ``inert``: the lines name hosts, run dirs and runs read from
+    the store, which must reach a terminal as text."""
+    return lambda text: say(inert(text))
 
 
 def one_line(err: BaseException) -> str:
@@ -284,14 +297,14 @@ def _execute_locked(
         status, error, unrecorded = "FAILED", None, False
         try:  # from here on the MLflow run exists: whatever happens, it gets an end
             tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
-            config_path.write_text(yaml.safe_dump(
+            replace_file(config_path, yaml.safe_dump(
                 {**config.as_dict(), **({"recipe": config.recipe} if config.recipe else {}),
                  "seeds": dataclasses.asdict(seeds), "identity": config.identity},
-                sort_keys=False))
+                sort_keys=False).encode())
             settings = CheckpointSettings(
                 checkpoints, config.identity, every=config.checkpoint_every, resume=resume,
                 after_write=CheckpointUploader(tracker.client, run_id, run_dir, upload=upload,
-                                               say=say))
+                                               roots=tracker.artifact_roots(), say=say))
             del resume  # the run's loop lets go of it once loaded
             status, error = _train(config, seeds, run_dir, recorder, settings)
         except KeyboardInterrupt:
@@ -317,11 +330,13 @@ def _execute_locked(
                 tracker.set_tags(run_id, {"error": error[:5000]})
             tracker.finish(run_id, status)
             if status == "FINISHED":  # recorded: nothing to resume any more
-                remove_checkpoints(checkpoints.parent, say)
+                remove_checkpoints(checkpoints, say)
                 _remove_uploads(tracker, run_id, taken.attempts, upload, say)
         except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
             if not unrecorded:
-                error = f"{status.lower()}, but could not be recorded: {one_line(exc)}"
+                ended = ("its checkpoint did not fit its recipe" if status == _DOES_NOT_FIT
+                         else status.lower())
+                error = f"{ended}, but could not be recorded: {one_line(exc)}"
             unrecorded, status = True, "FAILED"
             try:
                 tracker.finish(run_id, "FAILED")
@@ -340,10 +355,6 @@ def _execute_locked(
             unrecorded=unrecorded,
         )
 
-
-# The status of an attempt whose checkpoint its recipe could not load: discarded, and the
-# run made again from the beginning in the same call.
-_DOES_NOT_FIT = "CHECKPOINT_DOES_NOT_FIT"
 
 
 def _discard_attempt(tracker: Tracker, run_id: str, error: str | None, checkpoints: Path,
@@ -377,7 +388,7 @@ def _remove_uploads(tracker: Tracker, run_id: str, attempts: list[Run], upload: 
     any more. One that cannot be removed is said (it only takes space)."""
     try:
         mine = [tracker.client.get_run(run_id)] if upload else []
-        remove_uploads(tracker.client, [*mine, *attempts])
+        remove_uploads(tracker.client, [*mine, *attempts], tracker.artifact_roots(), say)
     except Exception as err:
         say(f"rlbench: the checkpoints uploaded for run {run_id} could not be removed "
             f"({one_line(err)})")
@@ -409,7 +420,7 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder
         except Exception as exc:
             error = one_line(exc)
             try:
-                (run_dir / "traceback.txt").write_text(traceback.format_exc())
+                replace_file(run_dir / "traceback.txt", traceback.format_exc().encode())
             except OSError as again:  # the error itself is kept, in the run's tags
                 error += f" (its traceback could not be written: {one_line(again)})"
             return "FAILED", error

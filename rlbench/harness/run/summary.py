@@ -7,13 +7,15 @@ full statistics from the store.
 from __future__ import annotations
 
 import csv
+import io
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbench.harness.render import TextTable, csv_row
+from rlbench.harness.render import TextTable, csv_row, inert
 from rlbench.harness.run.runner import ELSEWHERE, RunResult
+from rlbench.owned_files import write_file
 
 __all__ = ["SummaryRow", "summarize", "summary_table", "write_csv"]
 
@@ -74,11 +76,21 @@ def summary_table(rows: Sequence[SummaryRow], title: str) -> TextTable:
 
 
 def write_csv(rows: Sequence[SummaryRow], path: Path) -> Path:
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["env", "algo", "seeds", "failed", "return_mean", "return_std", "fps",
-                         "frames"])
-        for r in rows:
-            writer.writerow(csv_row([r.env, r.algo, r.seeds, r.failed, r.return_mean,
-                                     r.return_std, r.fps, r.frames]))
+    """The rows as CSV at ``path``, written whole (``write_file``); each text cell is made
+    ``inert`` and kept from being read as a formula (``csv_cell``): env and algorithm
+    names may come from a store."""
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(["env", "algo", "seeds", "failed", "return_mean", "return_std", "fps",
+                     "frames"])
+    for r in rows:
+        writer.writerow(_cells([r.env, r.algo, r.seeds, r.failed, r.return_mean,
+                                r.return_std, r.fps, r.frames]))
+    write_file(path, text.getvalue(), "summary file")
     return path
+
+
+def _cells(values: Sequence[object]) -> list[object]:
+    """``csv_row`` of ``values`` with each text first made ``inert`` (no terminal escape
+    codes reach whoever prints the file)."""
+    return csv_row(inert(v) if isinstance(v, str) else v for v in values)

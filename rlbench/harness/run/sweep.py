@@ -25,6 +25,7 @@ from rlbench.harness.signals import sigterm_stops_sweep
 from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import check_reachable, tracking_uri
+from rlbench.owned_files import write_file
 
 __all__ = ["SweepResult", "run_sweep"]
 
@@ -208,7 +209,6 @@ def _record_sweep(tracker: Tracker, experiment_id: str, parent_id: str, status: 
 
 def _write_summary(tracker: Tracker, parent_id: str, table: TextTable,
                    rows: list[SummaryRow], summary_dir: Path) -> None:
-    summary_dir.mkdir(parents=True, exist_ok=True)
-    (summary_dir / "summary.md").write_text(render([table], "markdown"))
+    write_file(summary_dir / "summary.md", render([table], "markdown"), "summary file")
     write_csv(rows, summary_dir / "summary.csv")
     tracker.log_artifacts(parent_id, [summary_dir / "summary.md", summary_dir / "summary.csv"])

@@ -28,6 +28,7 @@ from mlflow.store.artifact.artifact_repository_registry import get_artifact_repo
 from rlbench.checkpoint import MANIFEST, CheckpointRefused, read_manifest, verify_checkpoint
 from rlbench.errors import one_line
 from rlbench.harness.plan.config import CHECKPOINT_STORES
+from rlbench.harness.store.artifact_places import check_readable, not_removable
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.tracking import quiet_downloads
 from rlbench.owned_files import remove_owned
@@ -62,9 +63,9 @@ class CheckpointUploader:
     before it stays the one another host resumes from."""
 
     def __init__(self, client: MlflowClient, run_id: str, run_dir: Path, *, upload: bool,
-                 say: Callable[[str], None]):
+                 roots: tuple[Path, ...], say: Callable[[str], None]):
         self.client, self.run_id, self.run_dir = client, run_id, run_dir
-        self.upload, self.say = upload, say
+        self.upload, self.roots, self.say = upload, roots, say
         self._uploaded: str | None = None  # the checkpoint file in the run's artifacts
         self._snapshots: set[str] = set()  # the snapshots uploaded
 
@@ -91,9 +92,9 @@ class CheckpointUploader:
         previous, self._uploaded = self._uploaded, path.name
         if previous is not None and previous != path.name:
             try:
-                uri = with_retry(self.client.get_run, self.run_id).info.artifact_uri
-                with_retry(get_artifact_repository(uri).delete_artifacts,
-                           f"{ARTIFACT_DIR}/{previous}")
+                run = with_retry(self.client.get_run, self.run_id)
+                _delete_artifacts(self.client, run, f"{ARTIFACT_DIR}/{previous}",
+                                  self.roots)
             except Exception as err:  # it only takes space; the new one is in place
                 self.say(f"rlbench: the checkpoint upload before {path.name} of run "
                          f"{self.run_id} could not be removed ({type(err).__name__}: "
@@ -138,6 +139,7 @@ def download_newest(client: MlflowClient, attempts: Sequence[Run], directory: Pa
     if have is not None and have >= progress:
         return None
     run_id = source.info.run_id
+    check_readable(run_id, source.info.artifact_uri, client.tracking_uri)
     # beside the suite's config directories, which runs of other code clear
     staging = directory.parent.parent
     staging.mkdir(parents=True, exist_ok=True)
@@ -200,9 +202,25 @@ def checkpoint_elsewhere(attempts: Sequence[Run]) -> str | None:
     return f"at {progress:,} on {host} (run dir {run.data.tags.get('run_dir', '?')})"
 
 
-def remove_uploads(client: MlflowClient, attempts: Sequence[Run]) -> None:
-    """Remove the checkpoints ``attempts`` uploaded: a finished run resumes from none."""
+def remove_uploads(client: MlflowClient, attempts: Sequence[Run], roots: tuple[Path, ...],
+                   say: Callable[[str], None]) -> None:
+    """Remove the checkpoints ``attempts`` uploaded: a finished run resumes from none. An
+    upload whose place is not the store's own (``artifact_places.not_removable``) is left
+    where it is and said in one line."""
     for run in attempts:
         if _progress(run, UPLOADED_TAG) is not None:
-            repository = get_artifact_repository(run.info.artifact_uri)
-            with_retry(repository.delete_artifacts, ARTIFACT_DIR)
+            try:
+                _delete_artifacts(client, run, ARTIFACT_DIR, roots)
+            except CheckpointRefused as refused:
+                say(f"rlbench: {refused}; left in place")
+
+
+def _delete_artifacts(client: MlflowClient, run: Run, path: str, roots: tuple[Path, ...]
+                      ) -> None:
+    """Delete ``path`` among ``run``'s artifacts, only where the store keeps them."""
+    uri = run.info.artifact_uri
+    why = not_removable(uri, client.tracking_uri, roots)
+    if why is not None:
+        raise CheckpointRefused(f"the checkpoint uploads of run {run.info.run_id} are not "
+                                f"removed: {why}")
+    with_retry(get_artifact_repository(uri).delete_artifacts, path)

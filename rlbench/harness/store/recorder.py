@@ -4,8 +4,13 @@ evaluations into a curve CSV, its models and tensors into the run dir."""
 from __future__ import annotations
 
 import csv
+import io
 import math
+import os
+import shutil
+import stat
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,11 +22,13 @@ from torch import nn
 
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.tracking import Tracker
+from rlbench.owned_files import check_target, remove_owned, replace_file, write_file
 
 __all__ = ["SCORE", "RunRecorder"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 SCORE = "eval/normalized_score"  # D4RL's normalized score of an offline run's evaluation
+_ZIP = b"PK\x03\x04"  # the first bytes of what torch.save writes
 
 
 class RunRecorder:
@@ -113,21 +120,70 @@ class RunRecorder:
                 break
 
     def save_model(self, name: str, module: nn.Module) -> None:
+        """The module's weights as ``<name>.pt`` in the run dir, written whole beside it
+        and renamed into place; a link or a foreign file there is refused (``ConfigError``),
+        never written through."""
         path = self.run_dir / f"{name}.pt"
+        _check_weights_target(path)
+        buffer = io.BytesIO()
+        torch.save(module.state_dict(), buffer)
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(module.state_dict(), path)
+        replace_file(path, buffer.getvalue())
 
     def save_tensordict(self, name: str, data: TensorDict) -> None:
-        data.memmap(self.run_dir / name)
+        """``data`` memory-mapped into the directory ``name`` of the run dir: written into
+        a new directory beside it, then put in its place (what was there, a link too, is
+        removed, never written into)."""
+        target = self.run_dir / name
+        staging = _new_dir(target)
+        try:
+            data.memmap(staging)
+            remove_owned(target)
+            os.rename(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
 
     def write_curve(self) -> Path:
+        """The evaluations as ``curve.csv`` in the run dir, written whole (``write_file``)."""
         path = self.run_dir / "curve.csv"
-        with path.open("w", newline="") as handle:
-            scored = any(SCORE in row for row in self.curve)
-            writer = csv.DictWriter(
-                handle, fieldnames=["frames", "eval/return_mean", "eval/return_std", "episodes",
-                                    *([SCORE] if scored else [])]
-            )
-            writer.writeheader()
-            writer.writerows(self.curve)
+        text = io.StringIO(newline="")
+        scored = any(SCORE in row for row in self.curve)
+        writer = csv.DictWriter(
+            text, fieldnames=["frames", "eval/return_mean", "eval/return_std", "episodes",
+                              *([SCORE] if scored else [])]
+        )
+        writer.writeheader()
+        writer.writerows(self.curve)
+        write_file(path, text.getvalue(), "curve file")
         return path
+
+
+def _new_dir(target: Path) -> Path:
+    """A new directory beside ``target`` (``.<name>.*.partial``) to write it in, made by
+    ``mkdir``: never one that is there, nor a link, and with a plain ``mkdir``'s mode."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        staging = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.partial")
+        try:
+            staging.mkdir()
+        except FileExistsError:
+            continue
+        return staging
+
+
+def _check_weights_target(path: Path) -> None:
+    """``check_target`` for a ``.pt`` file, save that one ``torch.save`` wrote before (a
+    zip, which ``check_target`` takes for foreign weights) may be replaced: a link, a
+    directory, an SQLite store or an HDF5 dataset there is a ``ConfigError``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        check_target(path, "model file")  # missing, or not a file it can say why
+        return
+    try:
+        ours = stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) == _ZIP
+    finally:
+        os.close(fd)
+    if not ours:
+        check_target(path, "model file")

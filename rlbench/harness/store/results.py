@@ -37,6 +37,7 @@ from mlflow.entities import Metric, Run
 from mlflow.tracking import MlflowClient
 
 from rlbench.errors import ConfigError, UnknownNameError, near_matches, one_line, quote
+from rlbench.harness.render import inert
 from rlbench.harness.store.identity_tags import IDENTITY, LEGACY_IDENTITY, identity_of
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.server_read import metric_histories as served_histories
@@ -259,7 +260,7 @@ def _whole(text: str, default: int | None = 0) -> int | None:
 def _warn(frame: pd.DataFrame) -> None:
     """One logged line per run of ``frame`` whose values could not all be read."""
     for run in frame[frame.problem != ""].itertuples(index=False):
-        _LOG.warning("rlbench: run %s (%s on %s) of suite %s: %s", run.run_id,
+        _LOG.warning("rlbench: run %s (%s on %s) of suite %s: %s", inert(str(run.run_id)),
                      one_line(run.algorithm or "?", 60), one_line(run.env or "?", 60),
                      one_line(run.suite, 60), run.problem)
 

@@ -19,6 +19,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.store.artifact_places import ARTIFACT_DIR_NAME, artifact_roots
 from rlbench.harness.store.identity_tags import CONFIG_IDENTITY, IDENTITY, LEGACY_IDENTITY
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.sqlite import (
@@ -122,6 +123,10 @@ class Tracker:
     def check_reachable(self, timeout: float = 10.0) -> None:
         check_reachable(self.uri, timeout)
 
+    def artifact_roots(self) -> tuple[Path, ...]:
+        """The directories this store's artifacts may be removed from (``artifact_places``)."""
+        return artifact_roots(self.uri, self.out_dir)
+
     def experiment(self, suite: str) -> str:
         """The id of the suite's experiment, created on first use (once, however many
         sweeps start together)."""
@@ -131,7 +136,7 @@ class Tracker:
                 return existing.experiment_id
             artifacts = None
             if self.uri.startswith("sqlite:"):
-                artifacts = (self.out_dir / "mlartifacts").resolve().as_uri()
+                artifacts = (self.out_dir / ARTIFACT_DIR_NAME).resolve().as_uri()
             try:
                 return with_retry(self.client.create_experiment, suite,
                                   artifact_location=artifacts)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.text import Text
 
-from rlbench.harness.tune.report import write_report
+from rlbench.harness.tune.report import check_report_places, write_report
 from rlbench.harness.tune.study import (
     TrialsFailing,
     finished_trials,
@@ -24,6 +24,7 @@ __all__ = ["run_tune"]
 def run_tune(args: Sequence[str], console: Console) -> int:
     """The command; returns the exit code. Bad input raises ``ConfigError`` (exit 2)."""
     request = parse_tune_args(args)
+    check_report_places(request.report)  # a report it could not write refused before any trial
     study, storage = open_study(request)
     console.print(Text(f"rlbench: study {request.study} ({request.storage}): "
                        f"{finished_trials(study)} of {request.trials} trials done"))

@@ -14,16 +14,50 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from rlbench.errors import ConfigError
 from rlbench.harness.analysis.statistics import iqm, mean_ci_t
 from rlbench.harness.plan.grid import value_word
 from rlbench.harness.render import TextTable, csv_row, render
 from rlbench.harness.tune.study import TuneRequest, trial_sweep
-from rlbench.owned_files import write_files
+from rlbench.owned_files import check_target, write_files
+from rlbench.untrusted_files import read_text
 
-__all__ = ["CONFIRM_SEED_OFFSET", "best_suite", "write_report"]
+__all__ = ["CONFIRM_SEED_OFFSET", "REPORT_FILES", "best_suite", "check_report_places",
+           "is_report_file", "write_report"]
 
 # best.yaml's base_seed: the study's seed plus this, so its seeds are not the study's
 CONFIRM_SEED_OFFSET = 1_000_000
+# What ``write_report`` writes into the report directory.
+REPORT_FILES = ("best.yaml", "tune.md", "trials.csv")
+_BEST_OF = ": the best configuration of study "  # in best.yaml's description
+_BEST_LIMIT = 1 << 20  # a best.yaml is a few kilobytes; a larger file is not one
+
+
+def is_report_file(path: Path) -> bool:
+    """Whether ``path`` holds the report file of its name that ``write_report`` wrote (the
+    table's title, the CSV's header, the suite's description): the only file it replaces."""
+    if path.name == "best.yaml":
+        return _is_best_suite(path)
+    with open(path, "rb") as handle:
+        head = handle.read(64)
+    if path.name == "tune.md":
+        return head.startswith(b"**study ")
+    return path.name == "trials.csv" and head.startswith(b"trial,state,value,")
+
+
+def _is_best_suite(path: Path) -> bool:
+    try:
+        suite = yaml.safe_load(read_text(path, _BEST_LIMIT))
+    except (ConfigError, yaml.YAMLError):
+        return False
+    return isinstance(suite, dict) and _BEST_OF in str(suite.get("description", ""))
+
+
+def check_report_places(report: Path) -> None:
+    """Refuses, before any trial, a report directory whose files ``write_report`` could
+    not replace: a link, a store or dataset, a file it did not write (``check_target``)."""
+    for name in REPORT_FILES:
+        check_target(report / name, "report file", ours=is_report_file)
 
 
 def _settings(request: TuneRequest, trial: FrozenTrial) -> dict[str, Any]:
@@ -43,7 +77,7 @@ def best_suite(request: TuneRequest, best: FrozenTrial) -> dict[str, Any]:
     params = first.algo_params
     task_key = "datasets" if first.offline else "envs"
     suite: dict[str, Any] = {
-        "description": f"{request.algo} on {request.task}: the best configuration of study "
+        "description": f"{request.algo} on {request.task}{_BEST_OF}"
                        f"{request.study} (trial {best.number}, {request.objective} "
                        f"{best.value:.4g} over {request.seeds} seeds), on fresh seeds",
         "algos": [first.recipe or request.algo],
@@ -87,8 +121,8 @@ def _importances(study: optuna.Study, complete: list[FrozenTrial]) -> list[list[
 
 def write_report(request: TuneRequest, study: optuna.Study) -> list[Path]:
     """``tune.md``, ``trials.csv`` and, once a trial completed, ``best.yaml`` under the
-    request's report directory, each written whole and only over a file of its kind
-    (``owned_files.write_files``)."""
+    request's report directory, each written whole and only over a file it wrote
+    (``owned_files.write_files`` with ``is_report_file``)."""
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     counts = {state.name.lower(): sum(t.state == state for t in trials)
@@ -138,7 +172,7 @@ def write_report(request: TuneRequest, study: optuna.Study) -> list[Path]:
         written.append(request.report / "best.yaml")
     files["tune.md"] = render(tables, "markdown")
     files["trials.csv"] = _trials_csv(request, trials)
-    write_files(request.report, files)
+    write_files(request.report, files, ours=is_report_file)
     return [request.report / "tune.md", request.report / "trials.csv", *written]
 
 

@@ -30,9 +30,12 @@ import contextlib
 import math
 import os
 import socket
+import sqlite3
+import stat
 import threading
 import time
 import typing
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,7 +47,8 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, Trial, TrialState
 from rich.console import Console
 from rich.text import Text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from rlbench.checkpoint import RunStopped, clear_stop, request_stop
 from rlbench.errors import ConfigError, UnknownNameError, one_line
@@ -55,14 +59,15 @@ from rlbench.harness.plan.config import RunConfig, SweepConfig, parse_overrides,
 from rlbench.harness.plan.grid import value_word
 from rlbench.harness.run.runner import RunResult
 from rlbench.harness.run.sweep import run_sweep
-from rlbench.harness.store.sqlite import check_out_dir
+from rlbench.harness.store.sqlite import check_out_dir, sqlite_path
 from rlbench.harness.store.tracking import Tracker
+from rlbench.harness.store.uri import tracking_uri
 from rlbench.harness.tune.space import Dimension, fixed_fields, read_space, space_key
-from rlbench.owned_files import check_target
+from rlbench.owned_files import same_place
 
 __all__ = ["MAX_FAILURES_IN_A_ROW", "OBJECTIVES", "STALE_SECONDS", "TrialsFailing",
-           "TuneRequest", "default_storage", "finished_trials", "open_study", "parse_tune_args",
-           "requeue_dead_trials", "run_trials", "trial_sweep"]
+           "TuneRequest", "check_storage", "default_storage", "finished_trials", "open_study",
+           "parse_tune_args", "requeue_dead_trials", "run_trials", "trial_sweep"]
 
 OBJECTIVES = {"iqm": iqm, "mean": lambda x: float(np.mean(x)),
               "median": lambda x: float(np.median(x))}
@@ -72,6 +77,8 @@ _HOST = socket.gethostname()
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 MAX_FAILURES_IN_A_ROW = 5  # a space or env where every trial fails stops, not loops
 _SAMPLER_KEY = 0x74756E65  # the samplers' seeds are a stream apart from the runs' seeds
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_OPTUNA_TABLES = frozenset({"studies", "trials", "version_info"})  # in every Optuna schema
 
 
 class TrialsFailing(RuntimeError):
@@ -176,16 +183,86 @@ def parse_tune_args(args: Sequence[str]) -> TuneRequest:
     storage = words["storage"] or default_storage(out_dir)
     study = words["study"] or f"{first.algo}-{first.task.replace('/', '-')}"
     report = Path(words["report"] or out_dir / "tune" / study)
-    for name in REPORT_FILES:  # a place the report cannot take is refused before any trial
-        check_target(report / name, "report file")
+    check_storage(storage, out_dir)
     return TuneRequest(study=study, storage=storage, dimensions=dimensions,
                        trials=words["trials"], objective=words["objective"],
                        sampler=words["sampler"], pruner=words["pruner"], seed=words["seed"],
                        report=report, run_words=run_words, base=base)
 
 
-# What ``report.write_report`` writes into the report directory.
-REPORT_FILES = ("best.yaml", "tune.md", "trials.csv")
+def check_storage(storage: str, out_dir: Path) -> None:
+    """Refuses a ``sqlite:///`` storage that is not the place of an Optuna study's database
+    before anything is opened: the tracking store (``<out_dir>/mlflow.db``, or the file
+    ``MLFLOW_TRACKING_URI`` names), compared after ``..`` and links are resolved; something
+    not a file; a file that is not SQLite; an SQLite database with tables but not Optuna's.
+    A missing or empty file is Optuna's to make."""
+    path = _sqlite_file(storage)
+    if path is None:
+        return
+    tracking = sqlite_path(tracking_uri(out_dir))
+    for store in (out_dir / "mlflow.db", *([tracking] if tracking else [])):
+        if same_place(path, store):
+            raise ConfigError(f"storage={storage} is the tracking store {store}: Optuna's and "
+                              "MLflow's schemas cannot share one file; give another file, or "
+                              "leave storage= out for <out_dir>/optuna.db")
+    why = _not_a_study_database(Path(os.path.realpath(path)))
+    if why is not None:
+        raise ConfigError(f"storage={storage}: {path} is {why}, not an Optuna study's "
+                          "database; give another file")
+
+
+def _sqlite_file(storage: str) -> Path | None:
+    """The file of an SQLite storage URL, else None (a server, an in-memory database, a URL
+    Optuna will refuse itself)."""
+    try:
+        url = make_url(storage)
+    except (ArgumentError, ValueError):
+        return None
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return None if url.database.startswith("file:") else Path(url.database)
+
+
+def _not_a_study_database(path: Path) -> str | None:
+    """What is at ``path`` (links resolved) when Optuna must not open it as its database,
+    described; None for nothing there, an empty file, or a database with Optuna's tables
+    (or none yet). Read only: nothing is made or changed."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"a path that cannot be looked up ({err.strerror or err})"
+    if not stat.S_ISREG(status.st_mode):
+        return "not a regular file"
+    if status.st_size == 0:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(_SQLITE_MAGIC))
+    except OSError as err:
+        return f"a file that cannot be read ({err.strerror or err})"
+    if head != _SQLITE_MAGIC:
+        return "a file that is not an SQLite database"
+    tables = _tables(path)
+    if isinstance(tables, str):
+        return tables
+    if tables and not tables >= _OPTUNA_TABLES:
+        shown = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
+        return f"an SQLite database of other tables ({shown})"
+    return None
+
+
+def _tables(path: Path) -> set[str] | str:
+    """The tables of the SQLite database ``path``, opened read-only; a database that cannot
+    be read, described."""
+    uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=10)) as db:
+            rows = db.execute("select name from sqlite_master where type = 'table'").fetchall()
+    except sqlite3.Error as err:
+        return f"an SQLite database that cannot be read ({one_line(err)})"
+    return {str(name) for (name,) in rows}
 
 
 def default_storage(out_dir: Path) -> str:

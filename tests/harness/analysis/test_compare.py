@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import errno
 import io
 import json
 import shutil
@@ -325,6 +326,44 @@ def test_cli_writes_every_format_and_plot(store: Path, baselines: Path, tmp_path
     assert main([*args[:-2], "env=Humanoid-v5", f"output={report}"]) == 0
     assert not (report / "aggregates-1.svg").exists()
     assert not (report / "profiles-1.png").exists()
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("compare.md", "**my notes**\n\nnot a table\n"),
+    ("compare.tex", "\\documentclass{article}\n"),
+    ("compare.html", "<!DOCTYPE html>\n<html><head><title>my page</title>\n"),
+    ("compare.csv", "env,score\nCartPole-v1,500\n"),
+    ("compare.json", '{"mine": true}\n'),
+    ("runs.csv", "a,b\n1,2\n"),
+])
+def test_a_report_file_compare_did_not_write_is_refused(
+        store: Path, baselines: Path, tmp_path: Path, name: str, text: str) -> None:
+    """A file of a report's name that compare did not write (a user's page, their own
+    CSV) is refused before anything is written, and left as it was."""
+    _, comparison = _comparison(store, baselines)
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match=f"{name}' is not a report file rlbench wrote"):
+        write_report(comparison, tmp_path, reps=50)
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+    assert (tmp_path / name).read_text() == text
+
+
+def test_an_output_that_cannot_be_listed_is_one_line(
+        store: Path, baselines: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No permission to list ``output`` is a refusal naming it, not a traceback."""
+    _, comparison = _comparison(store, baselines)
+    listed = Path.iterdir
+
+    def iterdir(path: Path):
+        if path == tmp_path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return listed(path)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    with pytest.raises(ConfigError, match=r"output=.* cannot be read \(Permission denied\)"):
+        write_report(comparison, tmp_path, reps=50)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(("args", "message"), [

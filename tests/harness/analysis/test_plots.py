@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rlbench.harness.analysis.plots import (
+    is_plot_file,
     plot_aggregate_intervals,
     plot_learning_curves,
     plot_performance_profiles,
@@ -68,6 +69,24 @@ def test_learning_curves_files_text_and_determinism(tmp_path: Path) -> None:
     other = tmp_path / "other"
     plot_learning_curves(_curves(), other, reps=REPS, seed=1, title="Runs")
     assert other.with_suffix(".svg").read_bytes() != stem.with_suffix(".svg").read_bytes()
+
+
+@pytest.mark.parametrize(("head", "plot"), [
+    (b"\x89PNG\r\n\x1a\n\x00\x00", True),
+    (b'<?xml version="1.0"?>\n<!DOCTYPE svg PUBLIC "-//W3C//DTD SVG 1.1//EN"\n  "x.dtd">\n'
+     b'<svg xmlns="http://www.w3.org/2000/svg">', True),
+    (b"\xef\xbb\xbf<!-- drawn -->\n<svg width='1'/>", True),
+    (b'<?xml version="1.0"?>\n<notes>my own XML</notes>\n', False),
+    (b"<!DOCTYPE html><html><body><svg width='1'></svg></body></html>", False),
+    (b"my notes mention <svg tags\n", False),
+])
+def test_only_a_png_or_an_svg_document_is_a_plot_file(tmp_path: Path, head: bytes,
+                                                      plot: bool) -> None:
+    """A plot replaces a PNG or an SVG only: any XML, or an HTML page with an inline SVG,
+    is someone else's file."""
+    path = tmp_path / "curves.svg"
+    path.write_bytes(head)
+    assert is_plot_file(path) is plot
 
 
 def test_learning_curves_reject_bad_input(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ byte for byte reproducible, read back by ``load_dataset``."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -233,6 +234,28 @@ def test_an_out_that_cannot_be_written_is_refused_before_any_episode(
     assert f"out={out}" in err and message in err
     assert _tree(tmp_path) == before
     assert where.startswith(("taken", "minari")) or not os.path.lexists(out)
+
+
+def test_an_out_file_that_cannot_be_read_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file at the dataset's place that this process may not read cannot be told a
+    dataset: refused in one line before any episode, never a traceback."""
+    final = tmp_path / "d4rl" / "rlbench_pendulum_random-v0.hdf5"
+    final.parent.mkdir()
+    final.write_bytes(b"someone's file")
+    opened = os.open
+
+    def refuse(path: object, *args: object, **kwargs: object) -> int:
+        if Path(str(path)) == final:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse)
+    monkeypatch.setattr(dataset_make, "rollout", _no_episodes)
+    err = _refused(capsys, ["env=Pendulum-v1", "quality=random", "steps=10",
+                            f"out={tmp_path}", "format=d4rl"])
+    assert "is a file that cannot be read (Permission denied)" in err
+    assert final.read_bytes() == b"someone's file"
 
 
 def _run_copy(sac_run: Path, tmp_path: Path) -> Path:

@@ -21,11 +21,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import h5py
+import numpy as np
 import pytest
 from tensordict import TensorDict
 
 from rlbench.cli import main
 from rlbench.data import load_dataset
+from rlbench.errors import ConfigError
 from rlbench.harness.datasets import atomic_install, families
 from rlbench.harness.datasets import make as dataset_make
 from rlbench.harness.datasets.atomic_install import STAGING
@@ -348,3 +350,34 @@ def test_sigkill_between_the_two_renames_is_undone_by_the_next_make(
     atomic_install._clear_leftovers(out / MINARI)
     assert _state(out / MINARI, _sha256(old / MINARI), new[MINARI]) == "old"
     assert _leftovers(out) == []
+
+
+@pytest.mark.parametrize("swapped_in", ["store", "link"])
+def test_a_dataset_swapped_meanwhile_for_another_kind_is_not_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swapped_in: str) -> None:
+    """What is at a D4RL file's place is checked again right before the new one is
+    renamed there: an MLflow store or a link put there while it was written stays, and
+    the make says so in one line."""
+    path = tmp_path / "d4rl" / "rlbench-pendulum-random-v0.hdf5"
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(b"SQLite format 3\x00" + bytes(100))
+    flush = dataset_make.fsync_path
+
+    def swap_then_flush(where: Path) -> None:
+        if where.parent.parent == path.parent:  # the staged file: swap the place now
+            if swapped_in == "link":
+                path.symlink_to(store)
+            else:
+                shutil.copyfile(store, path)
+        flush(where)
+
+    monkeypatch.setattr(dataset_make, "fsync_path", swap_then_flush)
+    episode = dataset_make.Episode(
+        observations=[np.zeros(3)] * 3, actions=[np.zeros(1)] * 2, rewards=[0.0, 1.0],
+        terminations=[False, True], truncations=[False, False])
+    with pytest.raises(ConfigError, match=r"rlbench-pendulum-random-v0\.hdf5 is a") as refused:
+        dataset_make.write_d4rl(path, [episode], {"env_id": "Pendulum-v1"})
+    assert "\n" not in str(refused.value)
+    assert path.is_symlink() == (swapped_in == "link")
+    assert path.read_bytes() == store.read_bytes()
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlbench import load_policy
 from rlbench.cli import main
@@ -68,3 +69,28 @@ def test_a_config_asking_for_a_huge_network_is_refused_before_allocating(
     assert message.endswith("config.yaml builds a network of 100,000,080,000,002 parameters, "
                             "and policy.pt holds 4,610 values: the config does not describe "
                             "these weights"), message
+
+
+def test_a_huge_network_is_refused_for_a_recipe_that_cannot_build_on_meta(
+        store: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recipe whose policy cannot be built on torch's meta device is sized by the weights
+    between its hidden layers: still refused before a byte is allocated."""
+    from rlbench.algorithms import ppo  # the recipe of the stored runs
+
+    built = ppo.make_policy
+
+    def real_memory_only(env, cfg):
+        if torch.empty(0).device.type == "meta":
+            raise NotImplementedError("this recipe builds on real memory only")
+        return built(env, cfg)
+
+    monkeypatch.setattr(ppo, "make_policy", real_memory_only)
+    run_id = copy_run(store, tmp_path / "files", config=huge_network)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    message = _refused(capsys, cwd, f"run={run_id}", f"out_dir={store}")
+    assert message.endswith("config.yaml builds a network of at least 100,000,000,000,000 "
+                            "parameters, and policy.pt holds 4,610 values: the config does "
+                            "not describe these weights"), message

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -21,6 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
 from rlbench.errors import ConfigError
+from rlbench.harness.policy import video
 from rlbench.harness.policy.load import MAX_WEIGHTS_BYTES, load_policy
 from rlbench.harness.policy.video import check_video_path
 from rlbench.harness.store.uri import tracking_uri
@@ -504,3 +506,16 @@ def test_the_video_check_leaves_nothing(tmp_path: Path) -> None:
     check_video_path(tmp_path / "clip.mp4")
     check_video_path(Path("clip.gif"))  # the working directory, tmp_path here
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_video_is_encoded_into_a_new_file_never_through_a_link(tmp_path: Path) -> None:
+    """The file a video is encoded into beside its place is a new one: a link planted at a
+    name it could take leaves what it points to as it was."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("someone else's")
+    (tmp_path / f".clip.{os.getpid()}.partial.gif").symlink_to(outside)
+    path = tmp_path / "clip.gif"
+    video._write(path, np.zeros((3, 8, 8, 3), dtype=np.uint8), fps=10.0)
+    assert outside.read_text() == "someone else's"
+    assert video.is_video_file(path) and not path.is_symlink()
+    assert not list(tmp_path.glob(".clip.gif.*"))

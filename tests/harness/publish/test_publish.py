@@ -20,10 +20,12 @@ import pytest
 
 import rlbench.results
 from rlbench.cli import main
+from rlbench.errors import ConfigError
 from rlbench.harness.analysis.cohorts import COHORT_RULE
 from rlbench.harness.analysis.comparison import MIN_BOOTSTRAP_SEEDS
 from rlbench.harness.analysis.ranking import RANK_RULE
 from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.publish import command as publish_command
 from rlbench.harness.publish.charts import Series, line_chart, nice_ticks
 from rlbench.harness.publish.command import MARKER
 from rlbench.harness.publish.data_files import slug
@@ -340,14 +342,14 @@ def test_a_failure_while_writing_keeps_the_old_site(fails: str, store: Path, tmp
     assert main(["publish", f"out_dir={store}", f"output={output}", "reps=50",
                  "suite=broken"]) == 0
     before = {p: p.read_bytes() for p in output.rglob("*") if p.is_file()}
-    write_text, rename = Path.write_text, Path.rename
+    create, rename = publish_command.create_file, Path.rename
     written = []
 
-    def write_until_full(path: Path, *args, **kwargs):
+    def write_until_full(path: Path, data: bytes) -> None:
         written.append(path)
         if len(written) == 30:
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        return write_text(path, *args, **kwargs)
+        create(path, data)
 
     def rename_fails_into_place(path: Path, target):
         if Path(target) == output.absolute() and path.name.startswith(".site."):
@@ -355,7 +357,7 @@ def test_a_failure_while_writing_keeps_the_old_site(fails: str, store: Path, tmp
         return rename(path, target)
 
     if fails == "a file":
-        monkeypatch.setattr(Path, "write_text", write_until_full)
+        monkeypatch.setattr(publish_command, "create_file", write_until_full)
     else:
         monkeypatch.setattr(Path, "rename", rename_fails_into_place)
     assert main(["publish", f"out_dir={store}", f"output={output}", "reps=50"]) == 2
@@ -469,3 +471,91 @@ def test_a_site_that_also_holds_other_files_is_not_replaced(
                  "suite=unit"]) == 2
     assert "is a link" in capsys.readouterr().err
     assert main(["publish", f"out_dir={store}", f"output={site}", "suite=unit"]) == 0
+
+
+def test_every_site_file_is_flushed_before_the_site_is_swapped_in(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash right after the swap must not leave a site of empty files: each file and
+    directory of the new site is flushed before its rename, and the rename after it."""
+    output = tmp_path / "site"
+    events: list[tuple[str, ...]] = []
+    fsync, rename = os.fsync, Path.rename
+
+    def flush(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def move(path: Path, target: Path | str) -> Path:
+        events.append(("rename", str(path), str(target)))
+        return rename(path, target)
+
+    monkeypatch.setattr(os, "fsync", flush)
+    monkeypatch.setattr(Path, "rename", move)
+    assert main(["publish", f"out_dir={store}", f"output={output}", "suite=unit",
+                 "reps=50"]) == 0
+    monkeypatch.undo()
+    swap = next(i for i, event in enumerate(events)
+                if event[0] == "rename" and event[2] == str(output))
+    staging = Path(events[swap][1])
+    flushed = {event[1] for event in events[:swap] if event[0] == "fsync"}
+    wanted = {str(staging), *(str(staging / p.relative_to(output)) for p in output.rglob("*"))}
+    assert wanted <= flushed, sorted(wanted - flushed)[:3]
+    assert ("fsync", str(tmp_path)) in events[swap:], "the rename itself is flushed"
+
+
+def _a_site(root: Path) -> Path:
+    site = root / "site"
+    (site / "assets").mkdir(parents=True)
+    (site / MARKER).write_text("a site made by rlbench publish\n")
+    (site / "index.html").write_text("<!DOCTYPE html>\n")
+    (site / "assets" / "site.css").write_text("body {}\n")
+    return site
+
+
+@pytest.mark.parametrize(("code", "said"), [
+    (errno.ENOENT, None),
+    (errno.EACCES, "index.html', which cannot be looked up (Permission denied)"),
+])
+def test_a_site_file_gone_or_unreadable_when_looked_at_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, said: str | None) -> None:
+    """Between the listing and the look a file may vanish (then it is not there) or be
+    one this process may not look at (then it is named): never a traceback."""
+    site = _a_site(tmp_path)
+    lstat = Path.lstat
+
+    def look(path: Path) -> os.stat_result:
+        if path.name == "index.html":
+            raise OSError(code, os.strerror(code), str(path))  # FileNotFoundError, ...
+        return lstat(path)
+
+    monkeypatch.setattr(Path, "lstat", look)
+    found = publish_command._not_of_a_site(site)
+    assert found is None if said is None else said in found
+
+
+def test_a_site_file_or_directory_that_cannot_be_read_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """A file this process may not open, or a directory it may not list, inside an earlier
+    site is named in one line, and the site is not replaced."""
+    site = _a_site(tmp_path)
+    opened, listed = os.open, os.scandir
+
+    def refuse_open(path: object, *args: object, **kwargs: object) -> int:
+        if Path(str(path)).name == "site.css":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return opened(path, *args, **kwargs)
+
+    def refuse_listing(path: object = ".") -> object:
+        if Path(str(path)).name == "assets":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return listed(path)
+
+    monkeypatch.setattr(os, "open", refuse_open)
+    assert "site.css', which cannot be read (Permission denied)" in (
+        publish_command._not_of_a_site(site))
+    monkeypatch.setattr(os, "open", opened)
+    monkeypatch.setattr(os, "scandir", refuse_listing)
+    assert "assets', which cannot be read (Permission denied)" in (
+        publish_command._not_of_a_site(site))
+    with pytest.raises(ConfigError, match="assets', which cannot be read"):
+        publish_command.check_output(site)

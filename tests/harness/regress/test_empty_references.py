@@ -1,7 +1,7 @@
 """A reference that compares nothing is bad input, not a pass: ``rlbench regress bench``
 with a reference of no benchmarks (or of benchmarks that timed nothing) and ``rlbench
-regress`` with a reference of no tasks exit 2 with one line. A candidate run the gate
-cannot read is refused the same way."""
+regress`` with a reference of no tasks exit 2 with one line, and neither is ever written
+(``update=true``). A candidate run the gate cannot read is refused the same way."""
 
 from __future__ import annotations
 
@@ -12,24 +12,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
-from rlbench.harness.regress.reference import FORMAT
+from rlbench.errors import ConfigError
+from rlbench.harness.regress.reference import FORMAT, Reference, write_reference
 from rlbench.harness.store.uri import tracking_uri
+from tests.harness.regress.tiny_gate import GATE_SUITE
 
 BENCHMARK = {"name": "test_gae", "stats": {"min": 0.001, "median": 0.001, "rounds": 5}}
-GATE_SUITE = """\
-algos: [ppo]
-envs: [CartPole-v1]
-seeds: 2
-frames: 256
-eval_every: 256
-eval_episodes: 2
-per_algo:
-  ppo: {num_envs: 2, rollout_steps: 64, epochs: 1, minibatch_size: 64}
-gate:
-  alpha: 0.05
-  delta:
-    CartPole-v1: 50
-"""
 
 
 def _one_error_line(capsys: pytest.CaptureFixture) -> str:
@@ -63,6 +51,33 @@ def test_both_sides_empty_is_no_pass(tmp_path: Path, capsys: pytest.CaptureFixtu
     other.write_text(json.dumps({"benchmarks": []}))
     assert main(["regress", "bench", f"candidate={empty}", f"reference={other}"]) == 2
     assert "holds no benchmarks" in _one_error_line(capsys)
+
+
+def test_bench_update_writes_no_reference_of_no_benchmarks(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Storing an empty run would leave a reference every later gate refuses: it is
+    refused now, and the reference there is kept."""
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"benchmarks": []}))
+    kept = json.dumps({"benchmarks": [BENCHMARK]})
+    reference = tmp_path / "reference.json"
+    reference.write_text(kept)
+    for target in (reference, tmp_path / "new.json"):
+        assert main(["regress", "bench", f"candidate={empty}", f"reference={target}",
+                     "update=true"]) == 2
+        assert _one_error_line(capsys).endswith(
+            f"no reference written: the candidate {empty} holds no benchmarks, so it would "
+            "compare nothing")
+    assert reference.read_text() == kept and not (tmp_path / "new.json").exists()
+
+
+def test_a_gate_reference_of_no_tasks_is_never_written(tmp_path: Path) -> None:
+    """A gate suite always plans its tasks, so this is the writer's own guard."""
+    path = tmp_path / "reference.json"
+    with pytest.raises(ConfigError, match="no reference written: suite tiny_gate gives it no "
+                       "tasks, so it would compare nothing"):
+        write_reference(Reference("tiny_gate", [], {}), path)
+    assert not path.exists()
 
 
 def test_a_gate_reference_of_no_tasks_exits_2_before_any_run(

@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from rlbench.harness.regress.statistics import (
+    MAX_SCORE,
     POWER,
     bootstrap_difference_ci,
     judge_task,
@@ -148,3 +149,14 @@ def test_bad_parameters_are_refused() -> None:
         judge_task(np.ones(3), np.ones(3), delta=1, alpha=1.5)
     with pytest.raises(ValueError, match="finite numbers within"):
         judge_task(np.array([1e200, 1.1e200]), np.array([1.0, 2.0]), delta=1, alpha=0.05)
+
+
+def test_scores_near_the_limit_are_judged_and_the_limit_itself_is_refused() -> None:
+    """Scores just inside ±MAX_SCORE have variances near 1e200, whose squares pass a
+    float's range: the test still gives a verdict. A score at the limit, which the store
+    reads as no score, is refused."""
+    verdict = judge_task(np.array([9e99, -9e99, 0.0]), np.array([1.0, 2.0, 3.0]), delta=50,
+                         alpha=0.05)
+    assert verdict.verdict == "UNDERPOWERED" and math.isfinite(verdict.detectable_drop)
+    with pytest.raises(ValueError, match="finite numbers within"):
+        judge_task(np.array([MAX_SCORE, 0.0]), np.array([1.0, 2.0]), delta=1, alpha=0.05)

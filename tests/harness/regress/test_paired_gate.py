@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlbench.cli import main
-from rlbench.harness.regress import paired
+from rlbench.harness.regress import paired, paired_gate
 from rlbench.harness.regress.paired_gate import read_base
 
 PYPROJECT = """\
@@ -303,6 +303,25 @@ def test_bad_input_is_refused_before_anything_runs(repo: Path, tmp_path: Path, c
     assert main(["regress", "bench", *words, f"report={report}"]) == 2
     assert message in capsys.readouterr().err
     assert not report.exists()
+
+
+def test_a_report_file_it_may_not_write_is_refused_before_anything_is_timed(
+        repo: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link where the report goes: refused at once, not after minutes of timing."""
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the benchmarks were timed")
+
+    monkeypatch.setattr(paired_gate, "measure", never)
+    report = tmp_path / "report"
+    report.mkdir()
+    mine = tmp_path / "mine.json"
+    mine.write_text("the user's own file")
+    os.symlink(mine, report / "regress_bench.json")
+    assert main(["regress", "bench", "base=HEAD", f"report={report}", *UNTIMED]) == 2
+    captured = capsys.readouterr()
+    assert "is a link: rlbench writes no report file through a link" in captured.err
+    assert "regress bench: base" not in captured.out
+    assert mine.read_text() == "the user's own file"
 
 
 def test_a_base_file_names_its_first_word_and_must_name_one(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@ ratios, the spread of several runs and bad input, on pytest-benchmark files."""
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import sqlite3
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlbench.cli import main
+from rlbench.harness.regress import report as regress_report
 from rlbench.harness.regress.throughput import compare_benchmarks
 
 
@@ -249,3 +252,52 @@ def test_update_stores_the_candidate_and_refuses_odd_targets(tmp_path: Path, cap
                             (candidate / "x.json", "is not a directory")):
         assert main([*words, f"reference={target}"]) == 2
         assert message in capsys.readouterr().err
+
+
+def _sqlite_store(path: Path) -> Path:
+    with sqlite3.connect(path) as db:
+        db.execute("create table runs (id text)")
+    db.close()
+    return path
+
+
+@pytest.mark.parametrize("kind", ["link", "store"])
+def test_a_report_file_it_may_not_write_is_refused_before_anything_is_compared(
+        tmp_path: Path, capsys, kind: str) -> None:
+    reference = _write(tmp_path / "reference.json", REFERENCE)
+    candidate = _write(tmp_path / "candidate.json", {**REFERENCE, "test_gae": 0.0013})
+    report = tmp_path / "report"
+    report.mkdir()
+    mine = tmp_path / "mine.txt"
+    mine.write_text("the user's own file")
+    if kind == "link":
+        os.symlink(mine, report / "regress_bench.xml")
+    else:
+        _sqlite_store(report / "regress_bench.xml")
+    before = (report / "regress_bench.xml").read_bytes()
+    assert main(["regress", "bench", f"candidate={candidate}", f"reference={reference}",
+                 f"report={report}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "", "nothing compared, no table printed"
+    assert "regress_bench.xml" in captured.err and len(captured.err.splitlines()) == 1
+    assert sorted(p.name for p in report.iterdir()) == ["regress_bench.xml"]
+    assert (report / "regress_bench.xml").read_bytes() == before
+    assert mine.read_text() == "the user's own file"
+
+
+def test_update_refuses_its_reference_place_before_reading_the_candidate(
+        tmp_path: Path, capsys) -> None:
+    store = _sqlite_store(tmp_path / "mlflow.db")
+    assert main(["regress", "bench", f"candidate={tmp_path / 'not_yet.json'}",
+                 f"reference={store}", "update=true"]) == 2
+    assert "is an SQLite database" in capsys.readouterr().err
+
+
+def test_the_bench_gates_take_write_files_from_owned_files() -> None:
+    """``write_files`` is ``owned_files``'s: the gate's report module does not pass it on."""
+    assert "write_files" not in regress_report.__all__
+    package = Path(regress_report.__file__).parent
+    for module in package.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == regress_report.__name__:
+                assert "write_files" not in {alias.name for alias in node.names}, module.name

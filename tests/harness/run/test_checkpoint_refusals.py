@@ -4,6 +4,8 @@ values are refused before anything starts."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,31 @@ def test_a_corrupt_checkpoint_is_not_resumed(tmp_path: Path, monkeypatch: pytest
             "corrupt") in err
     assert "resumed_from" not in _run(out).data.tags
     assert not (directory / MANIFEST).exists()
+
+
+def test_a_finished_run_keeps_the_checkpoint_other_code_is_running_from(
+        tmp_path: Path) -> None:
+    """Two codes' runs of one config share the config's checkpoint directory: the one that
+    finishes removes its own checkpoints, never those of the one running now."""
+    args, out = _sweep(tmp_path)
+    (config,) = resolve_sweep(args).runs
+    directory = checkpoint_dir_for(out, config)
+    other = directory.parent / "0123456789abcdef"
+    write_checkpoint(other, "0123456789abcdef", 400, {"anything": 1})
+    lock = out / "locks" / "0123456789abcdef.lock"
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time, filelock\n"
+         f"held = filelock.FileLock({str(lock)!r}); held.acquire(); print('held', flush=True)\n"
+         "time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["run", *args]) == 0
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert read_manifest(other)["progress"] == 400
+    assert not directory.exists()
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "1.5", "many", "true"])

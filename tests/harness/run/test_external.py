@@ -3,22 +3,30 @@ tracked, failures recorded, its runs read back through ``rlbench.results``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 import pytest
 import torch
+from mlflow.entities import Run, RunData, RunInfo
 
 import rlbench.results
-from rlbench.harness.plan.config import resolve_sweep
-from rlbench.harness.run.external import ExternalRun, renamed, run_external
+from rlbench.harness.plan.config import RunConfig, resolve_sweep
+from rlbench.harness.run import external
+from rlbench.harness.run.external import ExternalResult, ExternalRun, renamed, run_external
+from rlbench.harness.store.recorder import RunRecorder
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import tracking_uri
+from rlbench.recipe import Seeds
 
 WORDS = ["suite=classic", "algo=ppo", "env=CartPole-v1", "seeds=3", "frames=300",
          "eval_every=100", "eval_episodes=2"]
@@ -202,3 +210,48 @@ def test_processes_sharing_the_store_from_their_own_out_dirs_split_the_grid(
     runs = rlbench.results.load(store, suite="classic")
     assert sorted(runs.seed.astype(int)) == [0, 1, 2, 3]
     assert set(runs.status) == {"FINISHED"}
+
+
+def test_a_link_planted_at_the_traceback_is_not_written_through(tmp_path: Path) -> None:
+    """The traceback is written whole beside its place: a link a trainer (or anyone) put
+    there is refused in the run's error tag, in one line, and the file it points to stays
+    as it was."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("someone else's")
+    tags: dict[str, str] = {}
+    tracker = SimpleNamespace(set_tags=lambda run_id, new: tags.update(new),
+                              log_artifacts=lambda *args: None, finish=lambda *args: None)
+    recorder = RunRecorder(cast(Tracker, tracker), "r", tmp_path)
+    run = ExternalRun(cast(RunConfig, None), cast(Seeds, None), tmp_path, recorder)
+
+    def train(run: ExternalRun) -> None:
+        (run.run_dir / "traceback.txt").symlink_to(outside)
+        raise ValueError("the outside trainer broke")
+
+    with pytest.raises(ValueError, match="the outside trainer broke"):
+        external._train_recorded(cast(Tracker, tracker), "r", run, train)
+    assert outside.read_text() == "someone else's"
+    assert tags["error"].startswith("ValueError: the outside trainer broke (its traceback "
+                                    "could not be written: ConfigError: ")
+    assert "is a link" in tags["error"] and "\n" not in tags["error"]
+
+
+def test_who_finished_a_run_elsewhere_is_logged_inert(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name of the process that finished a run comes from the store: its escape codes
+    are shown, not run."""
+    finished = Run(RunInfo("r", "0", "", "FINISHED", 0, 0, "active"), RunData())
+
+    @contextlib.contextmanager
+    def claimed(*args: object) -> Iterator[Run]:
+        yield finished
+
+    monkeypatch.setattr(external, "claimed", claimed)
+    monkeypatch.setattr(external, "finished_elsewhere", lambda *args: SimpleNamespace(
+        finished_by="\x1b[2Jhost"))
+    lines: list[str] = []
+    config = SimpleNamespace(name="ppo/CartPole-v1/0")
+    result = ExternalResult()
+    external._claim_and_run(cast(Tracker, None), "0", "p", cast(RunConfig, config),
+                            lambda run: None, {}, lines.append, result)
+    assert lines == ["ppo/CartPole-v1/0: finished elsewhere meanwhile (by \\x1b[2Jhost)"]
+    assert result.skipped == ["ppo/CartPole-v1/0"]

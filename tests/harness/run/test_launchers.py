@@ -14,7 +14,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
-from rlbench.harness.signals import checkpoint_on_signals, deliver_deferred_signal
+from rlbench.errors import ConfigError
+from rlbench.harness.signals import (
+    checkpoint_on_signals,
+    deliver_deferred_signal,
+    fatal_errors_into,
+)
 from rlbench.harness.store.uri import tracking_uri
 from tests.processes import kill_group
 
@@ -152,3 +157,21 @@ def test_a_ctrl_c_after_the_loop_last_looked_stops_the_sweep_after_the_run() -> 
         deliver_deferred_signal()  # delivered once
     finally:
         signal.signal(signal.SIGINT, inherited)
+
+
+def test_fatal_errors_go_into_a_new_file_never_through_a_link(tmp_path: Path) -> None:
+    """The fatal-error file is made new and renamed into place: an old one is replaced, an
+    empty one removed afterwards, and a link in its place refused in one line with what it
+    points to left as it was."""
+    path = tmp_path / "fatal_error.txt"
+    path.write_text("an earlier attempt's crash")
+    with fatal_errors_into(path):
+        assert path.read_text() == "" and not path.is_symlink()
+    assert not path.exists()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("someone else's")
+    path.symlink_to(outside)
+    with pytest.raises(ConfigError, match=r"fatal_error\.txt' is a link"), \
+            fatal_errors_into(path):
+        pass
+    assert outside.read_text() == "someone else's"

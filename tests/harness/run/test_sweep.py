@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -14,11 +16,14 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.checkpoint import write_checkpoint
 from rlbench.cli import main
+from rlbench.errors import ConfigError
 from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.render import TextTable
 from rlbench.harness.run import runner
 from rlbench.harness.run.run_dirs import checkpoint_dir_for
 from rlbench.harness.run.runner import RunResult, execute_run
-from rlbench.harness.run.summary import summarize, summary_table
+from rlbench.harness.run.summary import SummaryRow, summarize, summary_table, write_csv
+from rlbench.harness.run.sweep import _record_sweep
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import tracking_uri
 
@@ -337,6 +342,34 @@ def test_the_sweep_summary_shows_no_spread_for_one_seed() -> None:
     rows = summarize([RunResult(config, "r", "FINISHED", 29.0, 100.0, 1000, 1.0)])
     assert rows[0].return_std is None
     assert summary_table(rows, "t").rows[0][2] == "29.0"
+
+
+def test_the_summary_csv_shows_store_text_as_text(tmp_path: Path) -> None:
+    """An env or algorithm name from a store reaches the CSV neither as a formula a
+    spreadsheet runs nor as an escape code a terminal runs."""
+    row = SummaryRow("\x1b[31mHopper", "=cmd|' /C calc'!A0", 1, 0, 1.0, None, None, 10)
+    path = write_csv([row], tmp_path / "summary.csv")
+    _, cells = csv.reader(io.StringIO(path.read_text()))
+    assert cells[:2] == ["\\x1b[31mHopper", "'=cmd|' /C calc'!A0"]
+
+
+def test_a_link_in_place_of_a_summary_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    """``summary.md`` and ``summary.csv`` are written whole beside their place; a link
+    there is one recorded problem, and what it points to stays as it was."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("someone else's")
+    summary_dir = tmp_path / "summary"
+    summary_dir.mkdir()
+    (summary_dir / "summary.md").symlink_to(outside)
+    tracker = SimpleNamespace(log_artifacts=lambda *args: None, finish=lambda *args: None)
+    problems = _record_sweep(tracker, "0", "parent", "FINISHED", TextTable("t", ["a"], []),
+                             [], summary_dir)
+    assert len(problems) == 1 and "summary.md' is a link" in problems[0]
+    assert "\n" not in problems[0] and outside.read_text() == "someone else's"
+    (summary_dir / "summary.csv").symlink_to(outside)
+    with pytest.raises(ConfigError, match=r"summary\.csv' is a link"):
+        write_csv([], summary_dir / "summary.csv")
+    assert outside.read_text() == "someone else's"
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 import rlbench.results
 from rlbench.cli import main
 from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.harness.store import results
 from rlbench.harness.store.uri import tracking_uri
 from rlbench.results import CURVE_COLUMNS, RUN_COLUMNS
 
@@ -109,3 +110,14 @@ def test_compare_shows_each_config_as_its_own_entry_and_selects_them(store: Path
     assert list(chosen.config) == [config]
     assert main(["compare", "suite=pair", f"out_dir={store}", "param.learning_rat=1"]) == 2
     assert "did you mean" in capsys.readouterr().err
+
+
+def test_a_warning_shows_a_stored_run_id_inert(caplog: pytest.LogCaptureFixture) -> None:
+    """A run's id in a warning comes from the store: its escape codes are shown, not run."""
+    frame = pd.DataFrame([{"run_id": "\x1b[2Jabc", "algorithm": "ppo", "env": "Hopper",
+                           "suite": "s", "problem": "its seed tag 'x' is not an integer"}])
+    with caplog.at_level("WARNING", logger=results.__name__):
+        results._warn(frame)
+    (record,) = caplog.records
+    assert "run \\x1b[2Jabc (ppo on Hopper)" in record.getMessage()
+    assert "\x1b" not in record.getMessage()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -107,6 +108,76 @@ def test_one_algorithm_on_one_task(capsys, tmp_path: Path) -> None:
     line = _refused(capsys, "tune", "algo=ppo", "env=CartPole-v1,Acrobot-v1", *words, SPACE,
                     "trials=1", f"out_dir={tmp_path / 'b'}")
     assert "one env or one dataset" in line
+
+
+def _tree(root: Path) -> dict[str, bytes | str]:
+    """Every entry under ``root``, links not followed: a file's bytes, a link's target."""
+    return {str(p.relative_to(root)): os.readlink(p) if p.is_symlink() else
+            (p.read_bytes() if p.is_file() else "dir") for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("spelling", ["plain", "dot-dot", "link"])
+def test_a_storage_that_is_the_tracking_store_is_refused(capsys, tmp_path: Path,
+                                                          spelling: str) -> None:
+    """Optuna's schema in MLflow's file would break the store: ``storage=`` naming
+    ``<out_dir>/mlflow.db``, however spelled, is refused before anything is made."""
+    out = tmp_path / "store"
+    os.symlink(out / "mlflow.db", tmp_path / "study.db")
+    named = {"plain": out / "mlflow.db", "dot-dot": out / "tune" / ".." / "mlflow.db",
+             "link": tmp_path / "study.db"}[spelling]
+    before = _tree(tmp_path)
+    line = _refused(capsys, "tune", *TINY, SPACE, "trials=1", f"out_dir={out}",
+                    f"storage=sqlite:///{named}")
+    assert "is the tracking store" in line
+    assert _tree(tmp_path) == before and not out.exists()
+
+
+def _mlflow_like(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("create table experiments (id text)")
+        db.execute("create table runs (id text)")
+    db.close()
+
+
+@pytest.mark.parametrize(("kind", "message"), [
+    ("text", "a file that is not an SQLite database"),
+    ("store", "an SQLite database of other tables (experiments, runs)"),
+    ("directory", "not a regular file"),
+])
+def test_a_storage_file_that_is_not_an_optuna_database_is_refused(
+        capsys, tmp_path: Path, kind: str, message: str) -> None:
+    """A user's file, another tool's database or a directory named by ``storage=`` is
+    left as it was, with one line saying what it is."""
+    place = tmp_path / "mine.db"
+    if kind == "text":
+        place.write_text("a user's notes\n")
+    elif kind == "store":
+        _mlflow_like(place)
+    else:
+        place.mkdir()
+    before = _tree(tmp_path)
+    line = _refused(capsys, "tune", *TINY, SPACE, "trials=1",
+                    f"out_dir={tmp_path / 'store'}", f"storage=sqlite:///{place}")
+    assert message in line and "not an Optuna study's database" in line
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("tune.md", "# my notes on this study\n"),
+    ("trials.csv", "trial,value\n0,1.0\n"),
+    ("best.yaml", "description: my own suite\nalgos: [ppo]\n"),
+])
+def test_a_report_file_tune_did_not_write_is_refused_before_any_trial(
+        capsys, tmp_path: Path, name: str, text: str) -> None:
+    """A file in the report directory that is not tune's own report (a user's notes, a
+    suite of theirs) is never overwritten: refused before any trial runs."""
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / name).write_text(text)
+    line = _refused(capsys, "tune", *TINY, SPACE, "trials=1",
+                    f"out_dir={tmp_path / 'store'}", f"report={report}")
+    assert f"{name}' is not a report file rlbench wrote" in line
+    assert (report / name).read_text() == text and not (tmp_path / "store").exists()
 
 
 def test_the_pruner_reads_seed_zero_and_stops_its_run() -> None:
