@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint bench clean regress regress-nightly leaderboard docs reference-mujoco \
+.PHONY: run test check lint bench clean regress regress-nightly leaderboard docs reference-mujoco \
 	reference-offline
 
 $(STAMP): pyproject.toml
@@ -129,6 +129,10 @@ reference-offline: $(STAMP)  ## bc, td3_bc, iql, rebrac and d3rlpy's on the Hopp
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+check: $(STAMP)  ## the loop while working: lint and the fast tests (no learning, no process trees)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(ARGS)
 
 BENCH_NAME ?= run
 bench: $(STAMP)  ## throughput benchmarks, saved under results/benchmarks/, then a goal report

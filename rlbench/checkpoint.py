@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +28,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from rlbench.owned_files import fsync_path, new_file_mode, replace_file
+from rlbench.owned_files import new_file_mode, open_replacement, replace_file
 from rlbench.version import __version__
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointRefused", "CheckpointSettings", "RunStopped",
@@ -122,31 +120,20 @@ def write_checkpoint(directory: Path, identity: str, progress: int, state: dict[
     path = directory / f"checkpoint-{progress}.pt"
     payload = {"format": FORMAT, "rlbench": __version__, "identity": identity,
                "progress": progress, "state": state}
-    # a new file (O_CREAT|O_EXCL): a link or a file put at a name it might take is never
-    # opened, let alone written through
-    fd, name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".partial")
-    partial = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), new_file_mode())  # as a plain open, not 0600
-            writer = _HashingWriter(handle)
-            try:
-                torch.save(payload, writer)
-            except RuntimeError:
-                if writer.error is not None:  # a full disk: say so, not torch's zip error
-                    raise writer.error from None
-                raise
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, path)
-        fsync_path(directory)  # the file's name is on disk before a manifest names it
-        manifest = {"format": FORMAT, "rlbench": __version__, "identity": identity,
-                    "progress": progress, "file": path.name, "size": writer.size,
-                    "sha256": writer.digest.hexdigest()}
-        replace_file(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    with open_replacement(path, new_file_mode()) as handle:  # as a plain open, not 0600
+        writer = _HashingWriter(handle)
+        try:
+            torch.save(payload, writer)
+        except RuntimeError:
+            if writer.error is not None:  # a full disk: say so, not torch's zip error
+                raise writer.error from None
+            raise
+    manifest = {"format": FORMAT, "rlbench": __version__, "identity": identity,
+                "progress": progress, "file": path.name, "size": writer.size,
+                "sha256": writer.digest.hexdigest()}
+    # the checkpoint's name is on disk (open_replacement flushed its directory) before a
+    # manifest names it
+    replace_file(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
     _remove_older(directory, keep, path)
     return path
 

@@ -25,15 +25,16 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from rlbench.errors import ConfigError, quote
 
 __all__ = ["FOREIGN_KINDS", "HDF5_MAGIC", "NotFlushed", "OwnedDir", "check_target",
            "create_file", "fsync_path", "is_inside", "new_dir_mode", "new_file_mode",
-           "ready_dir", "remove_entry", "remove_owned", "replace_file", "same_place",
-           "write_file", "write_files"]
+           "open_replacement", "ready_dir", "remove_entry", "remove_owned", "replace_file",
+           "same_place", "write_file", "write_files"]
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 # First bytes of files rlbench never overwrites with a file of another kind.
@@ -189,22 +190,33 @@ def fsync_path(path: Path) -> None:
 
 
 def replace_file(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Put ``data`` at ``path`` whole: a temporary file beside it (``.<name>.*.partial``),
+    """Put ``data`` at ``path`` whole (``open_replacement``): a temporary file beside it,
     flushed, renamed over it, and the rename flushed. Its mode is ``mode``, else that of the
     regular file it replaces, else what a new file gets under the umask (``new_file_mode``).
     On any failure before the rename the temporary file is removed, what was at ``path``
     stays, and the error propagates; a directory that cannot be flushed after it is a
     ``NotFlushed``."""
+    with open_replacement(path, mode) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def open_replacement(path: Path, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A new binary file that replaces ``path`` whole once the body ends: written as a
+    temporary file beside it (``.<name>.*.partial``, made new, so a link or a file put at
+    that name is never written through), flushed to disk, renamed over ``path``, and the
+    rename flushed. Its mode as ``replace_file``'s. When the body or the write fails, the
+    temporary file is removed, what was at ``path`` stays, and the error propagates; a
+    directory that cannot be flushed after the rename is a ``NotFlushed``."""
     if mode is None:
         mode = _kept_mode(path)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
                                      suffix=".partial")
     try:
-        os.fchmod(fd, mode)  # mkstemp's 0600 would keep the file from its readers
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode)  # mkstemp's 0600 would keep the file from its readers
+            yield handle
+            _flush_to_disk(handle)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -213,6 +225,12 @@ def replace_file(path: Path, data: bytes, mode: int | None = None) -> None:
         fsync_path(path.parent)
     except OSError as err:
         raise NotFlushed(err.errno, err.strerror, str(path.parent)) from err
+
+
+def _flush_to_disk(handle: BinaryIO) -> None:
+    """What was written to ``handle``, out of Python's buffer and the system's, on disk."""
+    handle.flush()
+    os.fsync(handle.fileno())
 
 
 def _kept_mode(path: Path) -> int:
@@ -234,8 +252,7 @@ def create_file(path: Path, data: bytes) -> None:
                  0o666)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+        _flush_to_disk(handle)
 
 
 def write_file(path: Path, data: bytes | str, what: str,

@@ -1,11 +1,15 @@
 """Shared fixtures: every test gets its own output directory and the embedded MLflow store,
-and forgets the recipes its command lines named; ``small_disk`` is a real filesystem that
+the session its own cache (where new stores are copied from), and each test forgets the
+recipes its command lines named; ``small_disk`` is a real filesystem that
 fills up; ``example_recipe`` names the example project's recipe file."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +19,18 @@ from rlbench.harness.plan import recipe_sources
 
 EXAMPLE_PROJECT = Path(__file__).resolve().parents[1] / "examples" / "recipe_project"
 EXAMPLE_RECIPE = EXAMPLE_PROJECT / "my_recipes" / "vpg.py"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests' cache is one of their own, made empty for the session and inherited by
+    the processes they start: the store template is migrated once per session (the first
+    store made builds it from scratch, as on a fresh machine) and never read from, or
+    written into, a user's cache."""
+    os.environ["RLBENCH_CACHE"] = tempfile.mkdtemp(prefix="rlbench-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(os.environ.pop("RLBENCH_CACHE", ""), ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import pytest
 import rlbench
 from rlbench.cli import HELP, main
 from rlbench.harness.plan.command_keys import TABLES, key_reference
-from rlbench.harness.plan.config import SWEEP_KEYS
+from rlbench.harness.plan.overrides import SWEEP_KEYS
 from rlbench.harness.plan.suites import SUITE_SETTINGS
 
 KEY_REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "keys.md"

@@ -31,7 +31,7 @@ from rlbench.checkpoint import CheckpointSettings, read_checkpoint
 from rlbench.collectors import Collector, evaluate
 from rlbench.data import TRANSITION_KEYS, ReplayBuffer, TensorStorage
 from rlbench.envs import make_train_and_eval
-from rlbench.harness.plan.config import CHECKPOINT_EVERY
+from rlbench.harness.plan.command_keys import CHECKPOINT_EVERY
 from rlbench.objectives import SACLoss, backward_and_step, make_target
 from rlbench.recipe import RunLoop, RunSpec, Seeds
 from rlbench.state import load_part_state

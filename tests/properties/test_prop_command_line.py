@@ -29,7 +29,7 @@ from rlbench.harness.analysis.compare import KEYS as COMPARE_KEYS
 from rlbench.harness.datasets.make import FORMATS as DATASET_FORMATS
 from rlbench.harness.datasets.make import MAKE_KEYS
 from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm
-from rlbench.harness.plan.config import ALIASES, SWEEP_KEYS
+from rlbench.harness.plan.overrides import ALIASES, SWEEP_KEYS
 from rlbench.harness.plan.suites import SUITE_SETTINGS, list_suites
 from rlbench.harness.policy.eval import EVAL_KEYS
 from rlbench.harness.publish.command import KEYS as PUBLISH_KEYS

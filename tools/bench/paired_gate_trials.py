@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rlbench.harness.plan.command_keys import BENCH_TABLE
-from rlbench.harness.regress.paired import Measurement
-from rlbench.harness.regress.paired_gate import judge_measurement
+from rlbench.harness.regress.throughput.measurement import Measurement
+from rlbench.harness.regress.throughput.paired_gate import judge_measurement
 
 CONFTEST = "tests/bench/conftest.py"
 PLANT_LINE = 'os.environ.get("RLBENCH_BENCH_SLOWDOWN", "")'

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from mlflow.entities import Metric, Param
 
-from rlbench.harness.plan.config import RunConfig, resolve_sweep
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run import runner
 from rlbench.harness.run.resume import plan_resume
 from rlbench.harness.store.claims import Claim, Ledger

@@ -162,7 +162,7 @@ def check_rlbench_command(words: list[str]) -> None:
         REGRESS_TABLE,
         TUNE_TABLE,
     )
-    from rlbench.harness.plan.config import parse_overrides
+    from rlbench.harness.plan.overrides import parse_overrides
 
     command, *args = words
     if command not in COMMANDS:

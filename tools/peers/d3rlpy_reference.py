@@ -59,7 +59,8 @@ from rlbench.collectors import evaluate
 from rlbench.data import load_dataset
 from rlbench.envs import make
 from rlbench.errors import ConfigError, UnknownNameError
-from rlbench.harness.plan.config import RunConfig, resolve_sweep
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run.external import ExternalRun, renamed, run_external
 from tools.peers.d3rlpy_limits import refusal
 

@@ -32,7 +32,7 @@ import torch
 from rlbench.envs import env_family, validate_env_id
 from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.plan.algorithms import resolve_algo_config
-from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run.external import ExternalRun, run_external
 
 ALGOS = ("sac", "td3", "ppo")

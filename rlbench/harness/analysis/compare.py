@@ -44,7 +44,7 @@ from rlbench.harness.analysis.ranking import RANK_RULE
 from rlbench.harness.analysis.sensitivity import SensitivityPoint, SettingStudy, setting_studies
 from rlbench.harness.analysis.statistics import AGGREGATES, Interval
 from rlbench.harness.plan.algorithms import list_algorithms
-from rlbench.harness.plan.command_keys import COMPARE_TABLE, Filters
+from rlbench.harness.plan.command_keys import COMPARE_TABLE, DEFAULT_OUT_DIR, Filters
 from rlbench.harness.render import TextTable, inert, render, to_rich
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.sqlite import check_out_dir
@@ -77,7 +77,7 @@ class CompareRequest:
     filters: Filters = field(default_factory=Filters)
     format: str = "table"
     output: Path | None = None
-    out_dir: Path = Path("rlbench_runs")
+    out_dir: Path = DEFAULT_OUT_DIR
     baselines: Path = field(default_factory=default_baseline_dir)
     seed: int = 0
     reps: int = 2000

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from rlbench.cache import cache_dir
 from rlbench.data.offline import minari_root
 from rlbench.errors import ConfigError
 from rlbench.harness.datasets.atomic_install import (
@@ -30,8 +31,7 @@ __all__ = ["behaviour_runs_dir", "make_family"]
 def behaviour_runs_dir() -> Path:
     """Where the behaviour runs of made datasets are kept (``$RLBENCH_CACHE``, default
     ``~/.cache/rlbench``)."""
-    cache = Path(os.environ.get("RLBENCH_CACHE", Path.home() / ".cache" / "rlbench"))
-    return cache / "behaviour_runs"
+    return cache_dir() / "behaviour_runs"
 
 
 @contextlib.contextmanager

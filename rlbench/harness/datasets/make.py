@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import os
 import stat
@@ -35,16 +34,18 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import h5py
 import numpy as np
 import torch
 
+from rlbench.data.d4rl_writer import write_d4rl
+from rlbench.data.episodes import Episode
+from rlbench.data.minari_writer import episode_buffers, write_minari
 from rlbench.data.offline import d4rl_file_name
 from rlbench.envs import validate_env_id
 from rlbench.envs.registry import gym_name, is_gymnasium
@@ -56,7 +57,7 @@ from rlbench.harness.datasets.atomic_install import (
     install_namespace_metadata,
     staging_dir,
 )
-from rlbench.harness.plan.command_keys import MAKE_TABLE
+from rlbench.harness.plan.command_keys import DEFAULT_OUT_DIR, MAKE_TABLE
 from rlbench.harness.plan.datasets import env_stem
 from rlbench.harness.policy.load import Policy, load_policy
 from rlbench.harness.store.artifact_places import check_readable
@@ -66,29 +67,12 @@ from rlbench.harness.store.tracking import quiet_downloads
 from rlbench.owned_files import HDF5_MAGIC, ready_dir, remove_owned
 from rlbench.version import __version__
 
-__all__ = ["FORMATS", "Episode", "MakeRequest", "make_datasets", "parse_make"]
+__all__ = ["FORMATS", "MakeRequest", "install_d4rl", "install_minari", "make_datasets",
+           "parse_make"]
 
 MAKE_KEYS = MAKE_TABLE.names
 FORMATS = MAKE_TABLE.key("format").choices
 MAX_STEPS = int(MAKE_TABLE.key("steps").high)  # transitions in one dataset
-
-
-@dataclass
-class Episode:
-    """One episode as the writers want it: T+1 observations, T of everything else."""
-
-    observations: list[np.ndarray] = field(default_factory=list)
-    actions: list[np.ndarray] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    terminations: list[bool] = field(default_factory=list)
-    truncations: list[bool] = field(default_factory=list)
-    qpos: list[np.ndarray] = field(default_factory=list)
-    qvel: list[np.ndarray] = field(default_factory=list)
-    seed: int | None = None
-
-    @property
-    def steps(self) -> int:
-        return len(self.actions)
 
 
 @dataclass(frozen=True)
@@ -254,7 +238,7 @@ def _run_details(policy_source: str, out_dir: str | None, space: gym.Space, *,
         tag = run.data.tags.get("run_dir")
         path = Path(tag) if tag else None
         if path is None or not path.is_dir():  # made on another host: its artifacts then
-            path = _downloaded_run(client, run, Path(out_dir or "rlbench_runs"), transitions)
+            path = _downloaded_run(client, run, Path(out_dir or DEFAULT_OUT_DIR), transitions)
     curve = run_member(path, "curve.csv", str(path))
     if curve is None:
         raise ConfigError(f"{path} holds no curve.csv: not a finished rlbench run")
@@ -355,84 +339,118 @@ def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path
                             transitions="medium-replay" in request.qualities)
                if expert is not None and any(q.startswith("medium") for q in request.qualities)
                else None)
-    reference_seed = request.seed + 2**32  # apart from every dataset episode's seed
-    random_ref = expert_ref = None
-    if expert is not None:
-        log(f"reference scores: {request.ref_episodes} episodes each")
-        random_ref = mean_return(rollout(env_id, _random_actor(space, reference_seed),
-                                         steps=None, episodes=request.ref_episodes,
-                                         seed=reference_seed))
-        with _seeded_torch(request.seed):
-            expert_ref = mean_return(rollout(
-                env_id, _policy_actor(expert, space, deterministic=True), steps=None,
-                episodes=request.ref_episodes, seed=reference_seed))
-    common = {
+    random_ref, expert_ref = _reference_scores(request, env_id, space, expert, log)
+    common = _common_provenance(request, env_id, expert, random_ref, expert_ref)
+    behaviours = _Behaviours(request, env_id, space, expert, details, random_ref, trusted)
+    written: list[Path] = []
+    for quality in request.qualities:
+        log(f"{quality}: collecting")
+        episodes, info = behaviours.episodes(quality)
+        provenance = {**common, "quality": quality, **info,
+                      "steps": sum(e.steps for e in episodes), "episodes": len(episodes)}
+        places = _output_places(request, env_id, quality)
+        if "d4rl" in places:
+            written.append(install_d4rl(places["d4rl"], episodes, provenance))
+        if "minari" in places:
+            root = request.out / "minari"
+            written.append(install_minari(root, places["minari"].relative_to(root).as_posix(),
+                                          env_id, episodes, provenance))
+        log(f"{quality}: {provenance['steps']:,} steps in {len(episodes):,} episodes, mean "
+            f"return {mean_return(episodes):.6g}")
+    return written
+
+
+def _reference_seed(request: MakeRequest) -> int:
+    """The reset seed of the reference episodes: apart from every dataset episode's seed."""
+    return request.seed + 2**32
+
+
+def _reference_scores(request: MakeRequest, env_id: str, space: Any, expert: Policy | None,
+                      log: Callable[[str], None]) -> tuple[float | None, float | None]:
+    """The mean returns of uniform random actions and of the expert acting
+    deterministically (D4RL's normalisation bounds); None without an expert."""
+    if expert is None:
+        return None, None
+    log(f"reference scores: {request.ref_episodes} episodes each")
+    seed = _reference_seed(request)
+    random_ref = mean_return(rollout(env_id, _random_actor(space, seed), steps=None,
+                                     episodes=request.ref_episodes, seed=seed))
+    with _seeded_torch(request.seed):
+        expert_ref = mean_return(rollout(
+            env_id, _policy_actor(expert, space, deterministic=True), steps=None,
+            episodes=request.ref_episodes, seed=seed))
+    return random_ref, expert_ref
+
+
+def _common_provenance(request: MakeRequest, env_id: str, expert: Policy | None,
+                       random_ref: float | None, expert_ref: float | None) -> dict[str, Any]:
+    """What every dataset of the request records of how it was made."""
+    seed, episodes = _reference_seed(request), request.ref_episodes
+    return {
         "env_id": env_id, "seed": request.seed, "versions": _versions(),
         "ref_min_score": random_ref, "ref_max_score": expert_ref,
-        "ref_episodes": request.ref_episodes if expert is not None else None,
-        "ref_min_measured": (f"uniform random actions, {request.ref_episodes} episodes, "
-                             f"reset seeds {reference_seed} + k") if expert is not None else None,
+        "ref_episodes": episodes if expert is not None else None,
+        "ref_min_measured": (f"uniform random actions, {episodes} episodes, "
+                             f"reset seeds {seed} + k") if expert is not None else None,
         "ref_max_measured": (f"the expert policy acting deterministically, "
-                             f"{request.ref_episodes} episodes, reset seeds {reference_seed} "
+                             f"{episodes} episodes, reset seeds {seed} "
                              f"+ k") if expert is not None else None,
         "policy_source": expert.source if expert else None,
         "policy_config_identity": expert.config.get("identity") if expert else None,
         "policy_algo": expert.algo if expert else None,
         "command": "rlbench dataset make " + " ".join(_command_words(request)),
     }
-    written: list[Path] = []
-    cache: dict[str, list[Episode]] = {}
 
-    def episodes_of(quality: str) -> tuple[list[Episode], dict[str, Any]]:
+
+class _Behaviours:
+    """The episodes of each quality, each collected once: uniform random actions, the
+    expert, the run's medium snapshot, what the run collected up to it, and medium then
+    expert."""
+
+    def __init__(self, request: MakeRequest, env_id: str, space: Any, expert: Policy | None,
+                 details: dict[str, Any] | None, random_ref: float | None,
+                 trusted: tuple[str, ...]) -> None:
+        self.request, self.env_id, self.space, self.expert = request, env_id, space, expert
+        self.details, self.random_ref, self.trusted = details, random_ref, trusted
+        self._cache: dict[str, list[Episode]] = {}
+
+    def _sampled(self, name: str, policy: Policy) -> list[Episode]:
+        """``policy``'s sampled episodes, kept as ``name``."""
+        if name not in self._cache:
+            request = self.request
+            with _seeded_torch(request.seed):
+                self._cache[name] = rollout(
+                    self.env_id, _policy_actor(policy, self.space, deterministic=False),
+                    steps=request.steps, episodes=None, seed=request.seed)
+        return self._cache[name]
+
+    def episodes(self, quality: str) -> tuple[list[Episode], dict[str, Any]]:
+        """The episodes of ``quality`` and what its provenance says of them."""
+        request = self.request
         if quality == "random":
-            return rollout(env_id, _random_actor(space, request.seed), steps=request.steps,
-                           episodes=None, seed=request.seed), {"behaviour": "uniform random "
-                                                                            "actions"}
+            return rollout(self.env_id, _random_actor(self.space, request.seed),
+                           steps=request.steps, episodes=None, seed=request.seed), {
+                               "behaviour": "uniform random actions"}
         if quality == "expert":
-            if "expert" not in cache:
-                with _seeded_torch(request.seed):
-                    cache["expert"] = rollout(env_id, _policy_actor(expert, space,
-                                                                    deterministic=False),
-                                              steps=request.steps, episodes=None,
-                                              seed=request.seed)
-            return cache["expert"], {"behaviour": "the run's final policy, sampling"}
-        frames, logged = _medium_snapshot(details, random_ref)
+            return (self._sampled("expert", self.expert),
+                    {"behaviour": "the run's final policy, sampling"})
+        frames, logged = _medium_snapshot(self.details, self.random_ref)
         if quality == "medium":
-            if "medium" not in cache:
-                medium = load_policy(request.policy, out_dir=request.out_dir, snapshot=frames,
-                                     trusted_envs=trusted)
-                with _seeded_torch(request.seed):
-                    cache["medium"] = rollout(env_id, _policy_actor(medium, space,
-                                                                    deterministic=False),
-                                              steps=request.steps, episodes=None,
-                                              seed=request.seed)
-            return cache["medium"], {"behaviour": f"the run's policy at {frames:,} frames "
-                                                  f"(its evaluation: {logged:.6g}), sampling",
-                                     "snapshot_frames": frames}
+            policy = (None if "medium" in self._cache else load_policy(
+                request.policy, out_dir=request.out_dir, snapshot=frames,
+                trusted_envs=self.trusted))
+            return self._sampled("medium", policy), {
+                "behaviour": f"the run's policy at {frames:,} frames (its evaluation: "
+                             f"{logged:.6g}), sampling", "snapshot_frames": frames}
         if quality == "medium-replay":
-            return (_replay_episodes(details["transitions"], frames, details["source"], space),
+            return (_replay_episodes(self.details["transitions"], frames,
+                                     self.details["source"], self.space),
                     {"behaviour": f"every transition the run collected up to {frames:,} "
                                   f"frames (the medium snapshot)", "snapshot_frames": frames})
-        medium, medium_info = episodes_of("medium")
-        expert_episodes, _ = episodes_of("expert")
+        medium, medium_info = self.episodes("medium")
+        expert_episodes, _ = self.episodes("expert")
         return [*medium, *expert_episodes], {**medium_info,
                                              "behaviour": "medium followed by expert"}
-
-    for quality in request.qualities:
-        log(f"{quality}: collecting")
-        episodes, info = episodes_of(quality)
-        provenance = {**common, "quality": quality, **info,
-                      "steps": sum(e.steps for e in episodes), "episodes": len(episodes)}
-        places = _output_places(request, env_id, quality)
-        if "d4rl" in places:
-            written.append(write_d4rl(places["d4rl"], episodes, provenance))
-        if "minari" in places:
-            root = request.out / "minari"
-            written.append(write_minari(root, places["minari"].relative_to(root).as_posix(),
-                                        env_id, episodes, provenance))
-        log(f"{quality}: {provenance['steps']:,} steps in {len(episodes):,} episodes, mean "
-            f"return {mean_return(episodes):.6g}")
-    return written
 
 
 def _output_places(request: MakeRequest, env_id: str, quality: str) -> dict[str, Path]:
@@ -527,39 +545,13 @@ def _command_words(request: MakeRequest) -> list[str]:
     return [f"{k}={v}" for k, v in words.items() if v is not None and k != "out_dir"]
 
 
-def _stack(episodes: Sequence[Episode], pick: Callable[[Episode], list]) -> np.ndarray:
-    parts = [part for part in (np.asarray(pick(e)) for e in episodes) if part.size]
-    return np.concatenate(parts) if parts else np.zeros(0)
-
-
-def _actions(actions: np.ndarray) -> np.ndarray:
-    """Box actions as float32 (D4RL's dtype); discrete ones stay integers."""
-    return actions.astype(np.int64 if actions.dtype.kind in "iu" else np.float32)
-
-
-def write_d4rl(path: Path, episodes: Sequence[Episode], provenance: dict[str, Any]) -> Path:
-    """D4RL's keys (``observations``, ``actions``, ``rewards``, ``terminals``, ``timeouts``,
-    ``next_observations``, ``infos/qpos`` and ``infos/qvel`` for MuJoCo envs, ``metadata/*``),
-    float32 arrays and bool flags; the provenance as file attributes."""
-    arrays = {
-        "observations": _stack(episodes, lambda e: e.observations[:-1]).astype(np.float32),
-        "next_observations": _stack(episodes, lambda e: e.observations[1:]).astype(np.float32),
-        "actions": _actions(_stack(episodes, lambda e: e.actions)),
-        "rewards": _stack(episodes, lambda e: e.rewards).astype(np.float32),
-        "terminals": _stack(episodes, lambda e: e.terminations).astype(bool),
-        "timeouts": _stack(episodes, lambda e: e.truncations).astype(bool),
-    }
-    if episodes and episodes[0].qpos:
-        arrays["infos/qpos"] = _stack(episodes, lambda e: e.qpos).astype(np.float64)
-        arrays["infos/qvel"] = _stack(episodes, lambda e: e.qvel).astype(np.float64)
+def install_d4rl(path: Path, episodes: Sequence[Episode], provenance: dict[str, Any]
+                 ) -> Path:
+    """The D4RL file of ``episodes`` (``write_d4rl``) written into a staging directory
+    beside ``path``, flushed, checked again and renamed over it."""
     with staging_dir(path) as staging:
         staged = staging / path.name
-        with h5py.File(staged, "w") as handle:
-            for key, value in arrays.items():
-                handle.create_dataset(key, data=value)
-            for key, value in provenance.items():
-                if value is not None:
-                    handle.attrs[key] = json.dumps(value) if isinstance(value, dict) else value
+        write_d4rl(staged, episodes, provenance)
         fsync_path(staged)
         _recheck_d4rl_target(path)
         os.replace(staged, path)
@@ -579,43 +571,15 @@ def _recheck_d4rl_target(path: Path) -> None:
                           "away, or name another out=; nothing written")
 
 
-def write_minari(root: Path, dataset_id: str, env_id: str, episodes: Sequence[Episode],
-                 provenance: dict[str, Any]) -> Path:
-    """A Minari dataset written by Minari's own writer into a staging directory, then put
-    in place under ``root`` (replacing one of the same id there) with its namespaces'
-    metadata."""
-    try:
-        # deferred: minari is the optional `minari` extra
-        import minari
-        from minari.data_collector import EpisodeBuffer
-    except ImportError as err:
-        raise ConfigError("writing Minari datasets needs minari: pip install 'rlbench[minari]'"
-                          ) from err
-
+def install_minari(root: Path, dataset_id: str, env_id: str, episodes: Sequence[Episode],
+                   provenance: dict[str, Any]) -> Path:
+    """The Minari dataset of ``episodes`` (``write_minari``) written into a staging
+    directory, then put in place under ``root`` (replacing one of the same id there) with
+    its namespaces' metadata."""
+    buffers = episode_buffers(episodes)
     target = root.absolute() / dataset_id  # Minari reads its root from the environment
-    buffers = [EpisodeBuffer(id=i, seed=e.seed, observations=np.asarray(e.observations),
-                             actions=np.asarray(e.actions), rewards=list(e.rewards),
-                             terminations=list(e.terminations), truncations=list(e.truncations))
-               for i, e in enumerate(episodes)]
     with staging_dir(target) as staging:
-        saved = os.environ.get("MINARI_DATASETS_PATH")
-        os.environ["MINARI_DATASETS_PATH"] = str(staging)
-        try:
-            minari.create_dataset_from_buffers(
-                dataset_id, buffers, env=gym_name(env_id), eval_env=gym_name(env_id),
-                algorithm_name=str(provenance.get("policy_algo") or "uniform random"),
-                author="rlbench", author_email="rlbench@users.noreply.github.com",
-                code_permalink="https://github.com/rlbench/rlbench",
-                **({"ref_min_score": provenance["ref_min_score"],
-                    "ref_max_score": provenance["ref_max_score"],
-                    "num_episodes_average_score": provenance["ref_episodes"]}
-                   if provenance["ref_max_score"] is not None else {}),
-                description=json.dumps(provenance, default=str))
-        finally:
-            if saved is None:
-                del os.environ["MINARI_DATASETS_PATH"]
-            else:
-                os.environ["MINARI_DATASETS_PATH"] = saved
+        write_minari(staging, dataset_id, env_id, buffers, provenance)
         install_namespace_metadata(staging, root)
         install_dir(staging / dataset_id, target)
     return target

@@ -13,8 +13,8 @@ from typing import Any
 from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.plan.recipe_sources import import_recipe, recipe_sources
 
-__all__ = ["algorithm_fields", "coerce", "list_algorithms", "load_algorithm", "missing_defaults",
-           "resolve_algo_config", "resolve_with_sources"]
+__all__ = ["algorithm_fields", "coerce", "list_algorithms", "load_algorithm", "loadable_recipes",
+           "missing_defaults", "resolve_algo_config", "resolve_with_sources"]
 
 _INT_LIMIT = 10**12  # an integer hyperparameter beyond this is a typo (a size, a count)
 
@@ -30,6 +30,18 @@ def load_algorithm(name: str, location: str = "") -> types.ModuleType:
     ``RunConfig.recipe``); unknown names raise with near matches, a module that is not a
     recipe with what it lacks."""
     return import_recipe(name, location)
+
+
+def loadable_recipes() -> dict[str, types.ModuleType]:
+    """The recipes that import, by name: what suggestions and lists of alternatives name (a
+    broken installed package is reported where it is named, not in another name's error)."""
+    recipes = {}
+    for algo in list_algorithms():
+        try:
+            recipes[algo] = load_algorithm(algo)
+        except ConfigError:
+            continue
+    return recipes
 
 
 def algorithm_fields(name: str) -> dict[str, dataclasses.Field]:

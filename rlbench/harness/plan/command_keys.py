@@ -12,19 +12,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlbench.errors import ConfigError, quote
+from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.plan.grid import budget_values
 from rlbench.harness.plan.keys import Key, KeyTable, Parsed
+from rlbench.harness.plan.launcher_names import BUILT_IN_LAUNCHERS, launcher_choices
 from rlbench.harness.plan.suites import SUITE_SETTINGS
 
-__all__ = ["BENCH_TABLE", "CHECKPOINT_EVERY", "COMPARE_TABLE", "EVAL_TABLE", "FILTER_KEYS",
-           "MAKE_TABLE", "PUBLISH_TABLE", "QUALITIES", "REGRESS_TABLE", "RUN_TABLE", "TABLES",
-           "TUNE_TABLE",
+__all__ = ["BENCH_TABLE", "CHECKPOINT_EVERY", "COMPARE_TABLE", "DEFAULT_OUT_DIR", "EVAL_TABLE",
+           "FILTER_KEYS", "MAKE_TABLE", "PUBLISH_TABLE", "QUALITIES", "REGRESS_TABLE",
+           "RUN_TABLE", "TABLES", "TUNE_TABLE",
            "Filters", "key_reference", "suite_name"]
 
 # frames or gradient steps between a run's checkpoints: at SAC's CPU speed a few minutes,
 # for a checkpoint of its full 1M-transition buffer that takes about a second
 CHECKPOINT_EVERY = 25_000
+# Where every command keeps or finds its store and runs' files when out_dir= is not given.
+DEFAULT_OUT_DIR = Path("rlbench_runs")
 # D4RL's dataset qualities, each made from one run (``rlbench dataset make``)
 QUALITIES = ("random", "medium", "expert", "medium-replay", "medium-expert")
 # Bootstrap resamples: rliable uses 2,000 to 50,000; each costs memory for every run.
@@ -35,6 +38,12 @@ MAX_SEED = 2**63 - 1
 def suite_name(key: str, text: str) -> str:
     """A suite named by its file is stored under the file's stem."""
     return Path(text).stem if text.endswith((".yaml", ".yml")) else text
+
+
+def _launcher(key: str, text: str) -> str:
+    if text not in launcher_choices():
+        raise UnknownNameError(key, text, launcher_choices())
+    return text
 
 
 def _config_prefix(key: str, text: str) -> str:
@@ -90,11 +99,11 @@ RUN_TABLE = KeyTable("run", (
         "tracking when the store is an mlflow server", kind="choice", default="auto",
         choices=("auto", "out_dir", "tracking")),
     Key("out_dir", "the store and the runs' files; MLFLOW_TRACKING_URI overrides its store",
-        default="rlbench_runs"),
+        default=str(DEFAULT_OUT_DIR)),
     Key("jobs", "runs at a time, each in its own process", kind="value", default=1,
         high=1024),
-    Key("launcher", "where the runs run", kind="choice", default="local",
-        choices=("local", "ray", "slurm")),
+    Key("launcher", f"where the runs run: {', '.join(BUILT_IN_LAUNCHERS)}, or a launcher "
+        "registered (docs: Write a launcher)", default="local", convert=_launcher),
     Key("ray.address", "with launcher=ray: auto, host:port or ray://host:port"),
     Key("dry_run", "true: print the grid, run nothing", kind="value", default=False),
     Key("slurm.partition", "with launcher=slurm: the partition"),
@@ -180,7 +189,7 @@ COMPARE_TABLE = KeyTable("compare", (
     Key("format", "how the tables print", kind="choice", default="table",
         choices=("table", "markdown", "csv", "json", "latex", "html")),
     Key("output", "a directory: every format, runs.csv and the plots", kind="path"),
-    Key("out_dir", "the store", kind="path", default=Path("rlbench_runs")),
+    Key("out_dir", "the store", kind="path", default=DEFAULT_OUT_DIR),
     *_BOOTSTRAP_KEYS,
 ))
 
@@ -270,7 +279,7 @@ EVAL_TABLE = KeyTable("eval", (
         "MUJOCO_GL=egl, picked when unset)", kind="path"),
     Key("device", "where the policy runs", default="cpu"),
     Key("out_dir", "the store to find a run id in; MLFLOW_TRACKING_URI overrides it",
-        shown_default="rlbench_runs"),
+        shown_default=str(DEFAULT_OUT_DIR)),
     Key("env", "the run's env id, named by you: a stored run whose env is a module:EnvId, "
         "which would import that module, is refused without it; it vouches for the run's "
         "env, it picks no other"),
@@ -291,7 +300,7 @@ MAKE_TABLE = KeyTable("dataset make", (
         default=0, high=2**31 - 1),
     Key("ref_episodes", "episodes of the random and expert policies for reference scores",
         kind="int", default=100, low=1, high=10**6),
-    Key("out_dir", "the store to find a run id in", shown_default="rlbench_runs"),
+    Key("out_dir", "the store to find a run id in", shown_default=str(DEFAULT_OUT_DIR)),
 ))
 
 TUNE_TABLE = KeyTable("tune", (
@@ -323,7 +332,7 @@ TUNE_TABLE = KeyTable("tune", (
     Key("report", "where the report, best.yaml and trials.csv go", kind="path",
         shown_default="<out_dir>/tune/<study>"),
     Key("out_dir", "the store and the runs' files; MLFLOW_TRACKING_URI overrides its store",
-        default="rlbench_runs"),
+        default=str(DEFAULT_OUT_DIR)),
 ), more=("It also takes the keys of `rlbench run` that shape a run (`frames=`, `steps=`, "
          "`eval_every=`, `jobs=`, `launcher=`, `<algo>.<field>=`, ...): every trial runs "
          "with them."))

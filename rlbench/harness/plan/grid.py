@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlbench.errors import ConfigError, quote
+from rlbench.harness.plan.algorithms import list_algorithms
 from rlbench.harness.plan.keys import scalar_word
 
 __all__ = ["BUDGET_AXES", "Axis", "GridLevel", "budget_values", "grid_axes", "grid_points",
-           "read_grid_section", "split_values", "value_word", "variant_label"]
+           "read_grid_section", "read_suite_grid", "split_values", "value_word", "variant_label"]
 
 # The harness settings a grid may range over: the budget (each a budget of its own, as
 # ``compare`` shows budgets). Device, threads and evaluation settings do not change what a
@@ -152,6 +153,15 @@ def read_grid_section(section: Any, where: str, algorithms: Sequence[str]
             raise ConfigError(f"{where} has {quote(name)}, which is neither an algorithm "
                               f"({', '.join(algorithms)}) nor one of {', '.join(BUDGET_AXES)}")
     return budgets, per_algo
+
+
+def read_suite_grid(section: Any, where: str
+                    ) -> tuple[dict[str, list[Any]], dict[str, dict[str, list[Any]]]]:
+    """A suite's ``grid:`` section (suite-wide or of one ``per_env`` entry), read against
+    the recipes this process knows; a suite without one has no axes."""
+    if section is None:
+        return {}, {}
+    return read_grid_section(section, where, list_algorithms())
 
 
 def _values(value: Any, where: str) -> list[Any]:

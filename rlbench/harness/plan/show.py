@@ -8,8 +8,8 @@ from rich.table import Table
 from rich.text import Text
 
 from rlbench.harness.plan.algorithms import algorithm_fields
-from rlbench.harness.plan.config import RunConfig, SweepConfig
 from rlbench.harness.plan.grid import value_word
+from rlbench.harness.plan.run_config import RunConfig, SweepConfig
 from rlbench.harness.render import counted, inert
 from rlbench.recipe import help_of
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from rich.console import Console
 
 from rlbench.errors import ConfigError, quote
+from rlbench.harness.plan.checks import check_device_here
 from rlbench.harness.plan.command_keys import EVAL_TABLE
-from rlbench.harness.plan.config import check_device_here
 from rlbench.harness.policy.load import Policy, load_policy, play
 from rlbench.harness.policy.video import check_video_path, record_video
 

@@ -48,7 +48,7 @@ from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import run_member
 from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import quiet_downloads
-from rlbench.harness.store.uri import tracking_uri as uri_of
+from rlbench.harness.store.uri import StoreLocation
 from rlbench.modules.exploration import set_exploration_type
 from rlbench.untrusted_files import read_text
 
@@ -193,7 +193,7 @@ def _read_store_run(run: str, out_dir: str | Path | None, tracking_uri: str | No
 def _open_store(out_dir: str | Path | None, tracking_uri: str | None) -> MlflowClient:
     """The client of the store a run id is looked up in; a store that is not there (which
     MLflow would make, empty) or cannot be opened is a ``ConfigError``."""
-    uri = tracking_uri or uri_of(Path(out_dir if out_dir is not None else "rlbench_runs"))
+    uri = tracking_uri or StoreLocation.of(out_dir).uri
     local = _local_store(uri)
     if local is not None and not local.exists():
         if tracking_uri is not None:

@@ -23,7 +23,7 @@ from rich.console import Console
 from rlbench.envs import validate_env_id
 from rlbench.errors import ConfigError, near_matches, quote
 from rlbench.harness.analysis.baselines import default_baseline_dir
-from rlbench.harness.plan.command_keys import PUBLISH_TABLE, Filters
+from rlbench.harness.plan.command_keys import DEFAULT_OUT_DIR, PUBLISH_TABLE, Filters
 from rlbench.harness.publish.collect import SuiteData, collect, suites_in
 from rlbench.harness.publish.pages import site_files
 from rlbench.harness.publish.stores import Store, open_stores
@@ -70,7 +70,7 @@ def parse_publish_args(args: Sequence[str]) -> PublishRequest:
         [] if request.out_dirs else [os.environ.get("MLFLOW_TRACKING_URI", "")])
     stores = [*request.out_dirs, *filter(None, map(sqlite_path, uris))]
     if not (request.out_dirs or request.tracking_uris or os.environ.get("MLFLOW_TRACKING_URI")):
-        stores.append(Path("rlbench_runs"))  # what open_stores reads when none is given
+        stores.append(DEFAULT_OUT_DIR)  # what open_stores reads when none is given
     for store in stores:  # compared as places: ``x/../S`` and a link to ``S`` are ``S``
         if is_inside(store, request.output):
             raise ConfigError(f"output={request.output} holds the store {store}: publishing "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from rlbench.harness.plan.command_keys import DEFAULT_OUT_DIR
 from rlbench.harness.store.results import open_store
 
 __all__ = ["Store", "open_stores", "public_uri"]
@@ -58,7 +59,7 @@ def open_stores(out_dirs: Sequence[Path], tracking_uris: Sequence[str]) -> list[
     if not given:
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         given = ([(uri, open_store(tracking_uri=uri), public_uri(uri))] if uri
-                 else [("rlbench_runs", open_store("rlbench_runs"), None)])
+                 else [(str(DEFAULT_OUT_DIR), open_store(DEFAULT_OUT_DIR), None)])
     stores, number, names = [], 0, set()
     for source, client, shown in given:
         if shown is None or shown in names:

@@ -24,12 +24,9 @@ from rich.text import Text
 
 from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.plan.command_keys import REGRESS_TABLE
-from rlbench.harness.plan.config import (
-    RunConfig,
-    SweepConfig,
-    resolve_sweep,
-    valid_keys,
-)
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.plan.overrides import valid_keys
+from rlbench.harness.plan.run_config import RunConfig, SweepConfig
 from rlbench.harness.regress.reference import (
     CODE_TAGS,
     ENV_LIBRARIES,
@@ -322,7 +319,7 @@ def run_regress(args: Sequence[str], console: Console) -> int:
     """The command; returns its exit code."""
     if args and args[0] == "bench":
         # deferred: the throughput gate reads benchmark files only
-        from rlbench.harness.regress.throughput import run_bench_gate
+        from rlbench.harness.regress.throughput.command import run_bench_gate
 
         return run_bench_gate(args[1:], console)
     request = parse_gate_args(args)

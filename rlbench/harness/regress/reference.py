@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.errors import ConfigError, quote
-from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.regress.statistics import MAX_SCORE
 from rlbench.owned_files import check_target, write_file
 from rlbench.untrusted_files import path_is, read_json

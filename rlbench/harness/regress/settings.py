@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlbench.errors import ConfigError, quote
-from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.plan.suites import Suite
 
 __all__ = ["DEFAULT_ALPHA", "GateSettings", "gate_settings"]

@@ -1,2 +1,3 @@
-"""Running a planned sweep: one run (runner), its launchers (a local pool, Ray), the sweep
-that drives them, run locks, resume of what a killed sweep left, progress and summary."""
+"""Running a planned sweep: one run (runner), the launchers behind one protocol (local,
+Ray, Slurm, and any registered), the sweep that drives them, run locks, resume of what a
+killed sweep left, progress and summary."""

@@ -38,7 +38,7 @@ from mlflow.entities import Run
 
 from rlbench.data.offline_dataset import d4rl_score
 from rlbench.errors import ConfigError
-from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.harness.render import inert
 from rlbench.harness.run.locks import RunInProgressError

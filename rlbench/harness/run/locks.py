@@ -29,7 +29,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.run_config import RunConfig
 
 __all__ = ["PLAN_WAIT_S", "RunInProgressError", "SweepLock", "is_running", "is_running_id",
            "is_sweep_alive",

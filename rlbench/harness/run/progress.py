@@ -16,7 +16,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run.runner import ELSEWHERE, RunResult
 
 __all__ = ["SweepProgress"]

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.errors import ConfigError
-from rlbench.harness.plan.config import RunConfig
-from rlbench.harness.run.launchers import Listener, mark_dead
+from rlbench.harness.plan.run_config import RunConfig, SweepConfig
+from rlbench.harness.run.launchers import Launcher, Listener, SweepParent
+from rlbench.harness.run.lost_runs import mark_dead
 from rlbench.harness.run.runner import RunResult, execute_run, one_line
 from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import Tracker
 
-__all__ = ["RETRIES", "check_store_shared", "connect", "run_on_ray"]
+__all__ = ["RETRIES", "RayLauncher", "check_store_shared", "connect", "ray_launcher"]
 
 
 def connect(address: str | None) -> None:
@@ -115,50 +116,79 @@ def _death(err: Exception) -> str:
     return f"{causes.get(name, 'Ray lost it')} ({name})"
 
 
-def run_on_ray(runs: list[RunConfig], tracker: Tracker, experiment_id: str, parent_id: str,
-               listener: Listener, address: str | None,
-               retries: int = RETRIES) -> list[RunResult]:
-    """Submit every run as a Ray task; report progress and results as they come. A run
-    whose worker or node dies is marked KILLED and started again, up to ``retries`` times
+def ray_launcher(sweep: SweepConfig) -> Launcher:
+    """Ray at ``sweep.ray_address`` (a local instance when None)."""
+    return RayLauncher(sweep.ray_address)
+
+
+class RayLauncher:
+    """Every run a Ray task; progress and results as they come. A run whose worker or node
+    dies is marked KILLED and started again, up to ``retries`` times
     (``RunResult.retried`` says why, once a retry)."""
-    # deferred: ray is optional, loaded only for launcher=ray
-    import ray
-    from ray.util.queue import Queue
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # ray's too
 
-    connect(address)
-    remote = ray.remote(_task)
-    # on the driver's node: progress must not die with a worker node
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
-                                          soft=False)
-    updates = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
-    datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
-    by_ref: dict[Any, tuple[RunConfig, str]] = {}
-    by_identity = {run.identity: run for run in runs}
-    retried: dict[str, list[str]] = {}
-    buried: dict[str, tuple[str, ...]] = {}  # the tokens of each run's dead tasks
+    name = "ray"
 
-    def submit(run: RunConfig, dead: tuple[str, ...] = ()) -> None:
-        options = {"num_cpus": run.threads,
-                   "num_gpus": 1 if run.device.startswith("cuda") else 0,
-                   "max_retries": 0}
-        token = uuid.uuid4().hex
-        ref = remote.options(**options).remote(run, tracker.out_dir, tracker.uri,
-                                               experiment_id, parent_id, updates,
-                                               datasets, token, dead)
-        by_ref[ref] = (run, token)
+    def __init__(self, address: str | None, retries: int = RETRIES):
+        self.address, self.retries = address, retries
+        self._in_flight: dict[Any, tuple[RunConfig, str]] = {}  # each task's run and token
 
-    for run in runs:
-        submit(run)
-    results: dict[str, RunResult] = {}
-    started: set[str] = set()
+    def describe(self) -> str:
+        return f"ray at {self.address or 'a local instance'}"
 
-    def start(run: RunConfig) -> None:
-        if run.identity not in started:
-            started.add(run.identity)
-            listener.started(run)
+    def check(self, uri: str) -> None:
+        """The cluster answers, and its nodes can reach the store at ``uri``."""
+        connect(self.address)
+        check_store_shared(uri)
 
-    try:
+    def cancel(self) -> None:
+        """Cancel every task still running: each marks its run KILLED."""
+        # deferred: ray is optional, loaded only for launcher=ray
+        import ray
+
+        for ref in self._in_flight:
+            ray.cancel(ref)
+        self._in_flight.clear()
+
+    def run(self, runs: list[RunConfig], parent: SweepParent,
+            listener: Listener) -> list[RunResult]:
+        # deferred: ray is optional, loaded only for launcher=ray
+        import ray
+        from ray.util.queue import Queue
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # ray's too
+
+        connect(self.address)
+        tracker = parent.tracker
+        remote = ray.remote(_task)
+        # on the driver's node: progress must not die with a worker node
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                              soft=False)
+        updates = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+        datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
+        by_ref = self._in_flight
+        by_identity = {run.identity: run for run in runs}
+        retried: dict[str, list[str]] = {}
+        buried: dict[str, tuple[str, ...]] = {}  # the tokens of each run's dead tasks
+
+        def submit(run: RunConfig, dead: tuple[str, ...] = ()) -> None:
+            options = {"num_cpus": run.threads,
+                       "num_gpus": 1 if run.device.startswith("cuda") else 0,
+                       "max_retries": 0}
+            token = uuid.uuid4().hex
+            ref = remote.options(**options).remote(run, tracker.out_dir, tracker.uri,
+                                                   parent.experiment_id, parent.parent_id,
+                                                   updates, datasets, token, dead)
+            by_ref[ref] = (run, token)
+
+        for run in runs:
+            submit(run)
+        results: dict[str, RunResult] = {}
+        started: set[str] = set()
+
+        def start(run: RunConfig) -> None:
+            if run.identity not in started:
+                started.add(run.identity)
+                listener.started(run)
+
         while by_ref:
             done, _ = ray.wait(list(by_ref), num_returns=1, timeout=0.2)
             while not updates.empty():
@@ -173,30 +203,24 @@ def run_on_ray(runs: list[RunConfig], tracker: Tracker, experiment_id: str, pare
                 try:
                     result = ray.get(ref)
                 except ray.exceptions.TaskCancelledError:
-                    result = mark_dead(tracker, experiment_id, parent_id, run,
-                                       "its Ray task was cancelled", status="KILLED")
+                    result = mark_dead(parent, run, "its Ray task was cancelled",
+                                       status="KILLED")
                 except ray.exceptions.RayTaskError as err:  # the harness raised in it
-                    result = mark_dead(tracker, experiment_id, parent_id, run,
+                    result = mark_dead(parent, run,
                                        f"its Ray task raised {one_line(err.cause)}")
                 except ray.exceptions.RayError as err:  # the worker or its node died
                     why = _death(err)
                     history = retried.setdefault(run.identity, [])
-                    if len(history) < retries:
-                        mark_dead(tracker, experiment_id, parent_id, run,
-                                  f"{why}; started again", status="KILLED")
+                    if len(history) < self.retries:
+                        mark_dead(parent, run, f"{why}; started again", status="KILLED")
                         history.append(why)
                         # every earlier task of the run is dead, whether it claimed or not
                         buried[run.identity] = (*buried.get(run.identity, ()), token)
                         submit(run, dead=buried[run.identity])
                         continue
-                    result = mark_dead(tracker, experiment_id, parent_id, run,
-                                       f"{why}, after {len(history)} retries")
+                    result = mark_dead(parent, run, f"{why}, after {len(history)} retries")
                 result.retried = retried.get(run.identity, [])
                 results[run.identity] = result
                 start(run)  # a task that died before it could say so
                 listener.finished(result)
-    except KeyboardInterrupt:
-        for ref in by_ref:
-            ray.cancel(ref)
-        raise
-    return [results[run.identity] for run in runs]
+        return [results[run.identity] for run in runs]

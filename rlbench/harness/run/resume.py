@@ -29,7 +29,7 @@ from pathlib import Path
 from mlflow.entities import Run
 
 from rlbench.errors import ConfigError
-from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run.locks import (
     RunInProgressError,
     is_running,

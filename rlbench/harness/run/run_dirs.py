@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rlbench.checkpoint import CheckpointRefused, read_manifest
 from rlbench.errors import one_line
-from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run.locks import is_running_id
 from rlbench.owned_files import OwnedDir, remove_entry, remove_owned
 

@@ -29,9 +29,8 @@ from mlflow.entities import Run
 from rlbench.checkpoint import (
     CheckpointRefused,
     CheckpointSettings,
-    read_checkpoint,
 )
-from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds
 from rlbench.harness.render import inert
 from rlbench.harness.run.locks import RunInProgressError, run_lock
@@ -39,16 +38,13 @@ from rlbench.harness.run.run_dirs import (
     checkpoint_dir_for,
     prepare_run_dir,
     remove_checkpoints,
-    remove_other_codes_checkpoints,
     run_dir_for,
-    set_aside_strays,
 )
+from rlbench.harness.run.start_point import decide_start
 from rlbench.harness.run.training import train
 from rlbench.harness.signals import checkpoint_on_signals, fatal_errors_into
 from rlbench.harness.store.checkpoint_uploads import (
     CheckpointUploader,
-    checkpoint_elsewhere,
-    download_newest,
     remove_uploads,
     uploads_checkpoints,
 )
@@ -261,52 +257,78 @@ def _execute_locked(
     """The run, resumed from its checkpoint where one fits; ``refused``: why the one it
     had was refused (the run starts from the beginning and says so)."""
     start = time.perf_counter()
-    seeds = derive_seeds(config.base_seed, config.seed_index)
     run_dir = run_dir_for(tracker.out_dir, config)
     checkpoints = checkpoint_dir_for(tracker.out_dir, config)
     upload = uploads_checkpoints(config.checkpoint_store, tracker.uri)
-    why_not = remove_other_codes_checkpoints(tracker.out_dir, config, checkpoints, say)
-    set_aside_strays(run_dir, say)  # before an upload's snapshots are put there
-    source, not_fetched = (_download_checkpoint(tracker, config, taken.attempts, checkpoints,
-                                                run_dir) if upload and not refused
-                           else (None, None))
-    resume, unreadable = (None, None) if refused else _checkpoint_to_resume(config,
-                                                                            checkpoints)
-    why_not = refused or unreadable or not_fetched or why_not
-    progress = None if resume is None else resume["progress"]
-    if progress is None and why_not is None and not upload:
-        elsewhere = checkpoint_elsewhere(taken.attempts)
-        if elsewhere is not None:  # out of this machine's reach
-            why_not = (f"its checkpoint {elsewhere} is not in this out dir "
-                       "(checkpoint_store=tracking carries checkpoints between hosts)")
-    prepare_run_dir(run_dir, progress, say)
+    point, resume = decide_start(config, tracker.out_dir, tracker.client, taken.attempts,
+                                 run_dir, checkpoints, upload=upload, refused=refused,
+                                 say=say)
+    prepare_run_dir(run_dir, point.progress, say)
     tags = {**environment_tags(config.device), **taken.claim.tags(), **extra_tags,
-            "run_dir": str(run_dir)}
-    if progress is not None:
-        tags["resumed_from"] = f"{progress} {config.unit}"
-        came = "" if source is None else f", uploaded by run {source.info.run_id}"
-        say(f"rlbench: {config.name} resumes from its checkpoint at {progress:,} "
-            f"{config.unit}{came}")
-    elif why_not is not None:
-        tags["checkpoint_refused"] = why_not[:5000]
-        say(f"rlbench: {config.name} starts from {config.unit} 0: {why_not}")
+            "run_dir": str(run_dir), **point.tags(config)}
+    if (line := point.line(config)) is not None:
+        say(line)
     run_id = tracker.start_run(experiment_id, parent_id, config, tags)
+    attempt = _Attempt(config, tracker, run_id, run_dir, checkpoints, taken, upload, say,
+                       resume)
+    del resume  # the attempt holds it until the run's loop has loaded it
     with heartbeat(tracker.client, run_id):  # until the run's end is recorded
         recorder = RunRecorder(tracker, run_id, run_dir, on_update)
-        config_path = run_dir / "config.yaml"
-        status, error, unrecorded = "FAILED", None, False
-        try:  # from here on the MLflow run exists: whatever happens, it gets an end
+        status, error, unrecorded = attempt.train(recorder)
+        status, error, unrecorded = attempt.record(recorder, status, error, unrecorded)
+    if status == _DOES_NOT_FIT:  # discarded: the caller makes the run again from 0
+        return RunResult(config=config, run_id=run_id, status=status, final_return=None,
+                         fps=None, frames=0, seconds=0.0, error=error)
+    last = recorder.curve[-1] if recorder.curve else None
+    return RunResult(
+        config=config,
+        run_id=run_id,
+        status=status,
+        final_return=last["eval/return_mean"] if last else None,
+        fps=recorder.last_metrics.get(config.throughput_metric),
+        frames=int(last["frames"]) if last else 0,
+        seconds=time.perf_counter() - start,
+        error=error,
+        unrecorded=unrecorded,
+    )
+
+
+@dataclass
+class _Attempt:
+    """One attempt of a run whose MLflow run exists: trained, then its end recorded,
+    whatever happens in between."""
+
+    config: RunConfig
+    tracker: Tracker
+    run_id: str
+    run_dir: Path
+    checkpoints: Path
+    taken: Taken
+    upload: bool
+    say: Callable[[str], None]
+    resume: dict | None  # the checkpoint it resumes from, handed to the run's loop once
+
+    def train(self, recorder: RunRecorder) -> tuple[str, str | None, bool]:
+        """Train (``_train``): its status and error, and whether the harness's own writes
+        failed (a full disk, a read-only out dir). Ctrl-C marks the run KILLED and goes on
+        up."""
+        config, tracker, run_id = self.config, self.tracker, self.run_id
+        seeds = derive_seeds(config.base_seed, config.seed_index)
+        resume, self.resume = self.resume, None
+        try:
             tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
-            replace_file(config_path, yaml.safe_dump(
+            replace_file(self.run_dir / "config.yaml", yaml.safe_dump(
                 {**config.as_dict(), **({"recipe": config.recipe} if config.recipe else {}),
                  "seeds": dataclasses.asdict(seeds), "identity": config.identity},
                 sort_keys=False).encode())
             settings = CheckpointSettings(
-                checkpoints, config.identity, every=config.checkpoint_every, resume=resume,
-                after_write=CheckpointUploader(tracker.client, run_id, run_dir, upload=upload,
-                                               roots=tracker.artifact_roots(), say=say))
+                self.checkpoints, config.identity, every=config.checkpoint_every,
+                resume=resume, after_write=CheckpointUploader(
+                    tracker.client, run_id, self.run_dir, upload=self.upload,
+                    roots=tracker.artifact_roots(), say=self.say))
             del resume  # the run's loop lets go of it once loaded
-            status, error = _train(config, seeds, run_dir, recorder, settings)
+            status, error = _train(config, seeds, self.run_dir, recorder, settings)
+            return status, error, False
         except KeyboardInterrupt:
             with contextlib.suppress(Exception):  # a full disk must not swallow the interrupt
                 recorder.flush()
@@ -314,47 +336,41 @@ def _execute_locked(
                 tracker.finish(run_id, "KILLED")
             raise
         except Exception as exc:  # the harness's own writes (a full disk, a read-only out dir)
-            unrecorded, error = True, f"could not be recorded: {one_line(exc)}"
+            return "FAILED", f"could not be recorded: {one_line(exc)}", True
+
+    def record(self, recorder: RunRecorder, status: str, error: str | None,
+               unrecorded: bool) -> tuple[str, str | None, bool]:
+        """Record the attempt's end: its curve, files and status, and with FINISHED its
+        checkpoints removed; an attempt whose checkpoint did not fit is discarded. A write
+        that fails is said in ``error`` and the run is marked FAILED where it can be."""
+        tracker, run_id, run_dir = self.tracker, self.run_id, self.run_dir
         try:
             if status == _DOES_NOT_FIT:  # this attempt goes: the run starts again from 0
-                _discard_attempt(tracker, run_id, error, checkpoints, taken, upload, say)
-                return RunResult(config=config, run_id=run_id, status=status,
-                                 final_return=None, fps=None, frames=0, seconds=0.0,
-                                 error=error)
+                _discard_attempt(tracker, run_id, error, self.checkpoints, self.taken,
+                                 self.upload, self.say)
+                return status, error, unrecorded
             recorder.flush()
             curve = recorder.write_curve()
-            artifacts = [config_path, curve, *run_dir.glob("*.pt"), run_dir / "traceback.txt",
-                         run_dir / "snapshots", run_dir / "transitions"]
-            tracker.log_artifacts(run_id, artifacts)
+            tracker.log_artifacts(run_id, [
+                run_dir / "config.yaml", curve, *run_dir.glob("*.pt"),
+                run_dir / "traceback.txt", run_dir / "snapshots", run_dir / "transitions"])
             if error:
                 tracker.set_tags(run_id, {"error": error[:5000]})
             tracker.finish(run_id, status)
             if status == "FINISHED":  # recorded: nothing to resume any more
-                remove_checkpoints(checkpoints, say)
-                _remove_uploads(tracker, run_id, taken.attempts, upload, say)
+                remove_checkpoints(self.checkpoints, self.say)
+                _remove_uploads(tracker, run_id, self.taken.attempts, self.upload, self.say)
+            return status, error, unrecorded
         except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
             if not unrecorded:
                 ended = ("its checkpoint did not fit its recipe" if status == _DOES_NOT_FIT
                          else status.lower())
                 error = f"{ended}, but could not be recorded: {one_line(exc)}"
-            unrecorded, status = True, "FAILED"
             try:
                 tracker.finish(run_id, "FAILED")
             except Exception as again:
-                error += f"; its MLflow run stays RUNNING ({one_line(again)})"
-        last = recorder.curve[-1] if recorder.curve else None
-        return RunResult(
-            config=config,
-            run_id=run_id,
-            status=status,
-            final_return=last["eval/return_mean"] if last else None,
-            fps=recorder.last_metrics.get(config.throughput_metric),
-            frames=int(last["frames"]) if last else 0,
-            seconds=time.perf_counter() - start,
-            error=error,
-            unrecorded=unrecorded,
-        )
-
+                error = f"{error}; its MLflow run stays RUNNING ({one_line(again)})"
+            return "FAILED", error, True
 
 
 def _discard_attempt(tracker: Tracker, run_id: str, error: str | None, checkpoints: Path,
@@ -368,20 +384,6 @@ def _discard_attempt(tracker: Tracker, run_id: str, error: str | None, checkpoin
     _remove_uploads(tracker, run_id, taken.attempts, upload, say)
 
 
-def _download_checkpoint(tracker: Tracker, config: RunConfig, attempts: list[Run],
-                         directory: Path, run_dir: Path) -> tuple[Run | None, str | None]:
-    """The newest checkpoint an earlier attempt uploaded, put in ``directory`` when it
-    reaches further than the one there (``store.checkpoint_uploads``): the attempt it came
-    from, or why it could not be fetched (the run goes on from the local checkpoint, if
-    any, and says why)."""
-    try:
-        return download_newest(tracker.client, attempts, directory, run_dir,
-                               config.identity), None
-    except Exception as err:  # a store that fails, a refused upload: the local one stays
-        return None, f"the checkpoint an earlier attempt uploaded could not be fetched " \
-                     f"({one_line(err)})"
-
-
 def _remove_uploads(tracker: Tracker, run_id: str, attempts: list[Run], upload: bool,
                     say: Callable[[str], None]) -> None:
     """The checkpoints a finished run and its earlier attempts uploaded: none is resumed
@@ -392,19 +394,6 @@ def _remove_uploads(tracker: Tracker, run_id: str, attempts: list[Run], upload: 
     except Exception as err:
         say(f"rlbench: the checkpoints uploaded for run {run_id} could not be removed "
             f"({one_line(err)})")
-
-
-def _checkpoint_to_resume(config: RunConfig, directory: Path
-                          ) -> tuple[dict | None, str | None]:
-    """The checkpoint ``config``'s run resumes from, else None and why not (None when
-    there is none). A checkpoint that cannot be resumed from (truncated, corrupt) is
-    removed; a read that fails for this machine's reasons (memory, I/O) raises and the
-    checkpoint stays."""
-    try:
-        return read_checkpoint(directory, config.identity), None
-    except CheckpointRefused as refused:
-        remove_owned(directory)
-        return None, str(refused)
 
 
 def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder,

@@ -36,16 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.errors import ConfigError, UnknownNameError, one_line
-from rlbench.harness.plan.config import RunConfig, SlurmSettings
+from rlbench.harness.plan.run_config import RunConfig, SlurmSettings, SweepConfig
 from rlbench.harness.render import counted
-from rlbench.harness.run.launchers import Listener, mark_dead
+from rlbench.harness.run.launchers import Launcher, Listener, SweepParent
+from rlbench.harness.run.lost_runs import mark_dead
 from rlbench.harness.run.runner import RunResult, execute_run, stored_result
 from rlbench.harness.signals import stop_run_on
 from rlbench.harness.store.identity_tags import identity_of
 from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import Tracker
 
-__all__ = ["SlurmRun", "check_slurm", "run_on_slurm"]
+__all__ = ["SlurmLauncher", "SlurmRun", "check_slurm", "slurm_launcher"]
 
 _POLL_S = 2.0  # how often the driver asks squeue and the store how its jobs are
 _REPORT_S = 10.0  # how often it reads the progress of running runs from the store
@@ -179,43 +180,69 @@ def _max_array_size() -> int:
     return max(1, int(found.group(1)) - 1) if found else 1000
 
 
-def run_on_slurm(runs: list[RunConfig], tracker: Tracker, experiment_id: str,
-                 parent_id: str, listener: Listener, settings: SlurmSettings,
-                 say: Callable[[str], None] | None = None) -> list[RunResult]:
-    """Submit every run as a Slurm array task (arrays of at most ``MaxArraySize`` tasks,
-    one kind of run each); report starts, what the tasks say, progress and results as the
-    queue, their logs and the store show them. Ctrl-C cancels the jobs (each run
-    checkpoints and is recorded KILLED). When a submission fails, the arrays submitted
-    before it are cancelled and the error raised."""
-    # deferred: submitit is optional, loaded only for launcher=slurm
-    import submitit
+def slurm_launcher(sweep: SweepConfig) -> Launcher:
+    """Slurm with the sweep's ``slurm.*`` settings."""
+    return SlurmLauncher(sweep.slurm)
 
-    say = say or (lambda text: print(text, file=sys.stderr))
-    folder = (settings.folder or tracker.out_dir / "slurm") / parent_id
-    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
-    datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
-    groups: dict[tuple[int, str], list[RunConfig]] = {}
-    for run in runs:
-        groups.setdefault((run.threads, run.device), []).append(run)
-    size = _max_array_size()
-    jobs: dict[str, tuple[Any, RunConfig]] = {}
-    try:
-        for group in groups.values():
-            executor.update_parameters(**_parameters(settings, group[0]))
-            for first in range(0, len(group), size):
-                chunk = group[first:first + size]
-                with executor.batch():
-                    submitted = [executor.submit(SlurmRun(
-                        run, tracker.out_dir, tracker.uri, experiment_id, parent_id, datasets))
-                        for run in chunk]
-                for job, run in zip(submitted, chunk, strict=True):
-                    jobs[job.job_id] = (job, run)
-    except BaseException:
-        _cancel(jobs)
-        raise
-    say(f"rlbench: submitted {counted(len(runs), 'run')} to Slurm as job "
-        f"{', '.join(sorted(_arrays(jobs)))}; logs in {folder}")
-    return _Follower(jobs, tracker, experiment_id, parent_id, listener, say).follow()
+
+class SlurmLauncher:
+    """Every run a Slurm array task (arrays of at most ``MaxArraySize`` tasks, one kind of
+    run each); starts, what the tasks say, progress and results reported as the queue,
+    their logs and the store show them. A failed submission cancels the arrays submitted
+    before it and raises."""
+
+    name = "slurm"
+
+    def __init__(self, settings: SlurmSettings, say: Callable[[str], None] | None = None):
+        self.settings = settings
+        self.say = say or (lambda text: print(text, file=sys.stderr))
+        self._jobs: dict[str, tuple[Any, RunConfig]] = {}  # the tasks submitted, by job id
+        self._results: dict[str, RunResult] = {}  # the tasks' results, by job id
+
+    def describe(self) -> str:
+        return f"slurm, partition {self.settings.partition or 'the default'}"
+
+    def check(self, uri: str) -> None:
+        check_slurm(self.settings, uri)
+
+    def cancel(self) -> None:
+        """scancel the arrays of the tasks without a result (each run checkpoints and is
+        recorded KILLED)."""
+        _cancel({job_id: job for job_id, job in self._jobs.items()
+                 if job_id not in self._results})
+        self._jobs = {}
+
+    def run(self, runs: list[RunConfig], parent: SweepParent,
+            listener: Listener) -> list[RunResult]:
+        # deferred: submitit is optional, loaded only for launcher=slurm
+        import submitit
+
+        tracker = parent.tracker
+        folder = (self.settings.folder or tracker.out_dir / "slurm") / parent.parent_id
+        executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
+        datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
+        groups: dict[tuple[int, str], list[RunConfig]] = {}
+        for run in runs:
+            groups.setdefault((run.threads, run.device), []).append(run)
+        size = _max_array_size()
+        jobs = self._jobs
+        try:
+            for group in groups.values():
+                executor.update_parameters(**_parameters(self.settings, group[0]))
+                for first in range(0, len(group), size):
+                    chunk = group[first:first + size]
+                    with executor.batch():
+                        submitted = [executor.submit(SlurmRun(
+                            run, tracker.out_dir, tracker.uri, parent.experiment_id,
+                            parent.parent_id, datasets)) for run in chunk]
+                    for job, run in zip(submitted, chunk, strict=True):
+                        jobs[job.job_id] = (job, run)
+        except BaseException:
+            self.cancel()
+            raise
+        self.say(f"rlbench: submitted {counted(len(runs), 'run')} to Slurm as job "
+                 f"{', '.join(sorted(_arrays(jobs)))}; logs in {folder}")
+        return _Follower(jobs, self._results, parent, listener, self.say).follow()
 
 
 def _arrays(jobs: dict[str, Any]) -> set[str]:
@@ -239,12 +266,11 @@ _ENDED = ("FINISHED", "FAILED", "KILLED")
 class _Follower:
     """The driver's view of its submitted tasks, until each has a result."""
 
-    def __init__(self, jobs: dict[str, tuple[Any, RunConfig]], tracker: Tracker,
-                 experiment_id: str, parent_id: str, listener: Listener,
-                 say: Callable[[str], None]):
-        self.jobs, self.tracker, self.listener, self.say = jobs, tracker, listener, say
-        self.experiment_id, self.parent_id = experiment_id, parent_id
-        self.results: dict[str, RunResult] = {}
+    def __init__(self, jobs: dict[str, tuple[Any, RunConfig]], results: dict[str, RunResult],
+                 parent: SweepParent, listener: Listener, say: Callable[[str], None]):
+        self.jobs, self.results, self.listener, self.say = jobs, results, listener, say
+        self.parent, self.tracker = parent, parent.tracker
+        self.experiment_id, self.parent_id = parent.experiment_id, parent.parent_id
         self.started: set[str] = set()
         self.offsets: dict[str, int] = {}  # how far each task's log was read
         self.gone_since: dict[str, float] = {}
@@ -252,21 +278,16 @@ class _Follower:
 
     def follow(self) -> list[RunResult]:
         last_report = 0.0
-        try:
-            while len(self.results) < len(self.jobs):
-                queued = self._queued()
-                for job_id, (job, run) in self.jobs.items():
-                    if job_id not in self.results:
-                        self._look(job_id, job, run, queued)
-                if time.monotonic() - last_report > _REPORT_S:
-                    last_report = time.monotonic()
-                    self._report_progress()
-                if len(self.results) < len(self.jobs):
-                    time.sleep(_POLL_S)
-        except KeyboardInterrupt:
-            _cancel({job_id: job for job_id, job in self.jobs.items()
-                     if job_id not in self.results})
-            raise
+        while len(self.results) < len(self.jobs):
+            queued = self._queued()
+            for job_id, (job, run) in self.jobs.items():
+                if job_id not in self.results:
+                    self._look(job_id, job, run, queued)
+            if time.monotonic() - last_report > _REPORT_S:
+                last_report = time.monotonic()
+                self._report_progress()
+            if len(self.results) < len(self.jobs):
+                time.sleep(_POLL_S)
         return [self.results[job_id] for job_id in self.jobs]
 
     def _once(self, key: str, text: str) -> None:
@@ -326,7 +347,7 @@ class _Follower:
                              final_return=None, fps=None, frames=0, seconds=0.0,
                              error=f"{error}; {why}" if error != why else why)
         if latest is not None:  # RUNNING, and no process left to end it
-            return mark_dead(self.tracker, self.experiment_id, self.parent_id, run, why)
+            return mark_dead(self.parent, run, why)
         first = self.gone_since.setdefault(job_id, time.monotonic())
         if time.monotonic() - first < _GONE_S:
             return None  # its result may still be on its way through the filesystem
@@ -339,7 +360,7 @@ class _Follower:
             return job.result()
         except Exception as err:  # the harness raised in the task: submitit keeps the trace
             lines = str(err).strip().splitlines()
-            return mark_dead(self.tracker, self.experiment_id, self.parent_id, run,
+            return mark_dead(self.parent, run,
                              f"its Slurm task raised {one_line(lines[-1] if lines else err)}"
                              f"; its log: {job.paths.stderr}")
 

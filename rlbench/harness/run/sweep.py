@@ -11,15 +11,14 @@ from rich.console import Console
 from rich.text import Text
 
 from rlbench.errors import ConfigError
-from rlbench.harness.plan.config import SweepConfig
+from rlbench.harness.plan.run_config import SweepConfig
 from rlbench.harness.render import TextTable, counted, render, to_rich
-from rlbench.harness.run.launchers import Listener, Listeners, run_local_pool, run_sequential
+from rlbench.harness.run.launcher_registry import launcher_for
+from rlbench.harness.run.launchers import Launcher, Listener, Listeners, SweepParent
 from rlbench.harness.run.locks import SweepLock, planning
 from rlbench.harness.run.progress import SweepProgress
-from rlbench.harness.run.ray_launcher import check_store_shared, connect, run_on_ray
 from rlbench.harness.run.resume import ResumePlan, plan_resume
 from rlbench.harness.run.runner import ELSEWHERE, RunResult, one_line
-from rlbench.harness.run.slurm_launcher import check_slurm, run_on_slurm
 from rlbench.harness.run.summary import SummaryRow, summarize, summary_table, write_csv
 from rlbench.harness.signals import sigterm_stops_sweep
 from rlbench.harness.store.provenance import environment_tags
@@ -52,35 +51,24 @@ def _mark_stopped_runs_killed(tracker: Tracker, experiment_id: str, parent_id: s
             tracker.finish(run.info.run_id, "KILLED")
 
 
-def _launcher_name(sweep: SweepConfig) -> str:
-    if sweep.launcher == "ray":
-        return f"ray at {sweep.ray_address or 'a local instance'}"
-    if sweep.launcher == "slurm":
-        return f"slurm, partition {sweep.slurm.partition or 'the default'}"
-    return "sequential" if sweep.jobs == 1 else f"local pool of {sweep.jobs}"
-
-
 def run_sweep(sweep: SweepConfig, console: Console | None = None,
               listener: Listener | None = None) -> SweepResult:
     """Run every run of ``sweep`` not finished earlier; failed runs are recorded, the rest
-    go on. ``sweep.jobs > 1`` runs that many at a time, each in its own process;
-    ``launcher=ray`` makes each run a Ray task, ``launcher=slurm`` a Slurm array task. Bad
-    input (a device this machine lacks, an out dir that cannot be written, a damaged store,
-    an unreachable server, an unknown partition) raises
-    ``ConfigError`` before anything is written. Ctrl-C and SIGTERM mark the runs in
-    progress KILLED, write the summary and raise ``KeyboardInterrupt`` (``Terminated``).
-    ``listener`` hears what the progress display hears (``rlbench tune`` reads the
-    evaluations as they come)."""
+    go on. ``sweep.launcher`` picks the launcher (``launcher_registry``): ``local`` runs
+    ``sweep.jobs`` at a time (more than one: each in its own process), ``ray`` makes each
+    run a Ray task, ``slurm`` a Slurm array task. Bad input (a device this machine lacks,
+    an out dir that cannot be written, a damaged store, an unreachable server, an unknown
+    partition or launcher) raises ``ConfigError`` before anything is written. Ctrl-C and
+    SIGTERM mark the runs in progress KILLED, write the summary and raise
+    ``KeyboardInterrupt`` (``Terminated``). ``listener`` hears what the progress display
+    hears (``rlbench tune`` reads the evaluations as they come)."""
     console = console or Console()
     # absolute before a worker sees it: Ray tasks start in their raylet's directory
     sweep = replace(sweep, out_dir=sweep.out_dir.absolute())
     suite = sweep.suite.name
     uri = tracking_uri(sweep.out_dir)
-    if sweep.launcher == "ray":
-        connect(sweep.ray_address)
-        check_store_shared(uri)
-    elif sweep.launcher == "slurm":
-        check_slurm(sweep.slurm, uri)
+    launcher = launcher_for(sweep)
+    launcher.check(uri)
     check_reachable(uri)
     with sigterm_stops_sweep():
         tracker = Tracker(sweep.out_dir)
@@ -100,22 +88,25 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None,
         for death in plan.deaths:
             console.print(Text.assemble(("died earlier", "red"), f": {death}"))
         try:
-            return _run_planned(sweep, plan, tracker, experiment_id, parent_id, console,
+            return _run_planned(sweep, launcher, plan,
+                                SweepParent(tracker, experiment_id, parent_id), console,
                                 listener)
         finally:
             lock.release()
 
 
-def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experiment_id: str,
-                 parent_id: str, console: Console, listener: Listener | None) -> SweepResult:
+def _run_planned(sweep: SweepConfig, launcher: Launcher, plan: ResumePlan,
+                 parent: SweepParent, console: Console,
+                 listener: Listener | None) -> SweepResult:
     suite = sweep.suite.name
+    tracker, experiment_id, parent_id = parent.tracker, parent.experiment_id, parent.parent_id
     tracker.log_params(parent_id, {"runs": len(sweep.runs), "suite_file": str(sweep.suite.path),
                                    "jobs": sweep.jobs})
     console.print(Text.assemble(
         "rlbench: suite ", (suite, "bold"),
         f", {counted(len(sweep.runs), 'run')} ({len(plan.finished)} finished earlier, "
         + (f"{len(plan.elsewhere)} run elsewhere, " if plan.elsewhere else "")
-        + f"{len(plan.to_run)} to run, launcher {_launcher_name(sweep)}), tracking at "
+        + f"{len(plan.to_run)} to run, launcher {launcher.describe()}), tracking at "
         f"{tracker.uri}"))
     elsewhere = [RunResult(config=config, run_id="", status=ELSEWHERE, final_return=None,
                            fps=None, frames=0, seconds=0.0,
@@ -138,17 +129,11 @@ def _run_planned(sweep: SweepConfig, plan: ResumePlan, tracker: Tracker, experim
     status = "KILLED"
     try:
         with progress:
-            if sweep.launcher == "ray":
-                run_on_ray(plan.to_run, tracker, experiment_id, parent_id, hears,
-                           sweep.ray_address)
-            elif sweep.launcher == "slurm":
-                run_on_slurm(plan.to_run, tracker, experiment_id, parent_id, hears,
-                             sweep.slurm)
-            elif sweep.jobs == 1:
-                run_sequential(plan.to_run, tracker, experiment_id, parent_id, hears)
-            else:
-                run_local_pool(plan.to_run, tracker, experiment_id, parent_id, hears,
-                               sweep.jobs)
+            try:
+                launcher.run(plan.to_run, parent, hears)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the runs in flight stop KILLED
+                launcher.cancel()
+                raise
         status = ("FINISHED" if all(r.status in ("FINISHED", ELSEWHERE)
                                     for r in progress.results) else "FAILED")
     finally:  # after Ctrl-C and SIGTERM too: the summary has every run that ended

@@ -27,7 +27,7 @@ from mlflow.store.artifact.artifact_repository_registry import get_artifact_repo
 
 from rlbench.checkpoint import MANIFEST, CheckpointRefused, read_manifest, verify_checkpoint
 from rlbench.errors import one_line
-from rlbench.harness.plan.config import CHECKPOINT_STORES
+from rlbench.harness.plan.run_config import CHECKPOINT_STORES
 from rlbench.harness.store.artifact_places import check_readable, not_removable
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.tracking import quiet_downloads

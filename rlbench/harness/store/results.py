@@ -44,8 +44,7 @@ from rlbench.harness.store.server_read import metric_histories as served_histori
 from rlbench.harness.store.sqlite import INCOMPLETE, MISSING, inspect_store, sqlite_path
 from rlbench.harness.store.sqlite_read import metric_histories, runs_tagged
 from rlbench.harness.store.tracking import all_experiments, search_all
-from rlbench.harness.store.uri import check_reachable, check_tracking_uri
-from rlbench.harness.store.uri import tracking_uri as uri_of
+from rlbench.harness.store.uri import StoreLocation, check_reachable
 
 __all__ = ["CURVE_COLUMNS", "MAX_SCORE", "RETURN", "RUN_COLUMNS", "budget_unit", "config_key",
            "curves", "curves_of", "latest_attempts", "load", "load_filter", "open_store",
@@ -87,12 +86,8 @@ def open_store(out_dir: str | Path | None = None, *,
     """A client of the store that holds the runs. An embedded store that does not exist,
     was never completely made or cannot be read, and a tracking server that does not
     answer, are ``ConfigError``s; nothing is written."""
-    out_dir = Path(out_dir if out_dir is not None else "rlbench_runs")
-    if tracking_uri is None:
-        tracking_uri = uri_of(out_dir)
-    else:
-        check_tracking_uri(tracking_uri)
-    database = sqlite_path(tracking_uri)
+    location = StoreLocation.of(out_dir, tracking_uri)
+    out_dir, tracking_uri, database = location.out_dir, location.uri, location.database
     state = None if database is None else inspect_store(database)  # raises if unreadable
     if state == MISSING:
         raise ConfigError(f"no tracking store at {database}: give the out_dir= your runs "

@@ -15,7 +15,9 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -23,13 +25,16 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from rlbench.cache import cache_dir
 from rlbench.errors import ConfigError
+from rlbench.owned_files import open_replacement
 
 __all__ = ["INCOMPLETE", "MISSING", "READY", "check_out_dir", "inspect_store", "prepare_store",
            "sqlite_path", "store_lock"]
 
 READY, MISSING, INCOMPLETE = "ready", "missing", "incomplete"
 _BUSY_TIMEOUT_S = 60.0
+_TEMPLATE_MAX_BYTES = 64 << 20  # an empty store is about 1 MB
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -171,18 +176,111 @@ def _remove_database(path: Path) -> None:
 
 
 def _make_store(path: Path) -> None:
-    """MLflow's tables and migrations in a file beside ``path``, renamed to ``path`` when
-    done: the rename is atomic, so ``path`` is either absent or complete."""
+    """A migrated empty store in a file beside ``path``, renamed to ``path`` when done: the
+    rename is atomic, so ``path`` is either absent or complete. The store is copied from
+    the cache's template for this MLflow (``_copy_template``) where one is whole; else it
+    is made by MLflow's migrations (seconds) and kept as that template."""
+    for leftover in path.parent.glob(f"{path.name}.making-*"):  # of killed processes: the
+        leftover.unlink(missing_ok=True)                         # caller holds the lock
+    draft = path.with_name(f"{path.name}.making-{os.getpid()}")
+    try:
+        if not _copy_template(draft):
+            _migrate(draft)
+            _keep_as_template(draft)
+        os.replace(draft, path)
+    except BaseException:
+        draft.unlink(missing_ok=True)
+        raise
+
+
+def _migrate(draft: Path) -> None:
+    """MLflow's tables and migrations, run in ``draft``."""
     # deferred: MLflow's database layer (alembic) loads only to make a store
     import sqlalchemy
     from mlflow.store.db.utils import _initialize_tables
 
-    for leftover in path.parent.glob(f"{path.name}.making-*"):  # of killed processes: the
-        leftover.unlink(missing_ok=True)                         # caller holds the lock
-    draft = path.with_name(f"{path.name}.making-{os.getpid()}")
     engine = sqlalchemy.create_engine(f"sqlite:///{draft.absolute()}")
     try:
         _initialize_tables(engine)
     finally:
         engine.dispose()
-    os.replace(draft, path)
+
+
+def _templates_prefix() -> Path | None:
+    """Where the empty stores of this MLflow and schema revision are kept in the cache, as
+    a name prefix: each is named after the digest of its contents (``_digest``). None where
+    the cache has no place (no home directory)."""
+    # deferred: MLflow loads only to make a store
+    import mlflow
+
+    try:
+        stores = cache_dir() / "stores"
+    except RuntimeError:  # no $RLBENCH_CACHE and no home to find ~/.cache in
+        return None
+    return stores / f"mlflow-{mlflow.__version__}-{_head_revision()}-"
+
+
+def _digest(store: Path) -> str | None:
+    """A digest of everything ``store`` holds as SQL (schema, rows, indexes, triggers), or
+    None where it cannot be read: two stores with one digest hold the same. The statements
+    are sorted; a migration's order of indexes and constraints varies between runs, so two
+    fresh stores may still differ in digest, and each template is checked against its own."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{store.absolute().as_uri()}?mode=ro",
+                                                uri=True)) as db:
+            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                return None
+            return hashlib.sha256("\n".join(sorted(db.iterdump())).encode()).hexdigest()[:16]
+    except sqlite3.Error:
+        return None
+
+
+def _copy_template(draft: Path) -> bool:
+    """Copy the kept empty store to ``draft`` and say whether ``draft`` is now that store,
+    whole: the copy (not the template, which another process may change meanwhile) holds
+    exactly what its name's digest says, so a template someone used, damaged or added a
+    table or trigger to is never a new store's start, and is dropped from the cache.
+    Templates are written by rename (``_keep_as_template``), so one being kept by another
+    process is never seen half written. False leaves no ``draft``."""
+    prefix = _templates_prefix()
+    if prefix is None:
+        return False
+    for template in sorted(prefix.parent.glob(f"{prefix.name}*.db")):
+        try:
+            if not template.is_file() or template.stat().st_size > _TEMPLATE_MAX_BYTES:
+                continue
+            with template.open("rb") as source, draft.open("wb") as copy:
+                shutil.copyfileobj(source, copy)
+                copy.flush()
+                os.fsync(copy.fileno())
+        except OSError:
+            draft.unlink(missing_ok=True)
+            continue
+        if (template.name == f"{prefix.name}{_digest(draft)}.db"
+                and _is_ready(draft)):
+            return True
+        draft.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # not what its name says: never tried again
+            template.unlink()
+    return False
+
+
+def _is_ready(store: Path) -> bool:
+    try:
+        return inspect_store(store, locked=True) == READY
+    except ConfigError:
+        return False
+
+
+def _keep_as_template(draft: Path) -> None:
+    """Copy the freshly migrated ``draft`` into the cache, named after its digest, whole or
+    not at all. The cache only saves time: where it cannot be written (a read-only home),
+    nothing is kept."""
+    prefix = _templates_prefix()
+    digest = _digest(draft)
+    if prefix is None or digest is None:
+        return
+    with contextlib.suppress(OSError):
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        with open_replacement(prefix.with_name(f"{prefix.name}{digest}.db")) as kept:
+            kept.write(draft.read_bytes())

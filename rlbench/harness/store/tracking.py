@@ -18,7 +18,7 @@ from mlflow.environment_variables import MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from rlbench.harness.plan.config import RunConfig
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.store.artifact_places import ARTIFACT_DIR_NAME, artifact_roots
 from rlbench.harness.store.identity_tags import CONFIG_IDENTITY, IDENTITY, LEGACY_IDENTITY
 from rlbench.harness.store.retry import with_retry
@@ -27,11 +27,10 @@ from rlbench.harness.store.sqlite import (
     check_out_dir,
     inspect_store,
     prepare_store,
-    sqlite_path,
     store_lock,
 )
 from rlbench.harness.store.sqlite_read import runs_tagged
-from rlbench.harness.store.uri import check_reachable, tracking_uri
+from rlbench.harness.store.uri import StoreLocation, check_reachable
 
 __all__ = ["Tracker", "all_experiments", "flatten", "quiet_downloads", "search_all"]
 
@@ -103,13 +102,14 @@ class Tracker:
         store is readable, then make the store if it is missing (``store.prepare_store``):
         a bad out dir or store raises ``ConfigError`` before anything is written. Workers
         open the store the sweep prepared with ``prepare=False``."""
-        self.uri = tracking_uri(out_dir)
+        self.location = StoreLocation.of(out_dir)
+        self.uri = self.location.uri
         self.out_dir = out_dir
         # MLflow's client prints two "View run" lines to stdout as it ends each run of a
         # server (and reads the run back to do so): into a sweep's own output, once a run.
         # The sweep names the tracking URI once; a user's own setting is kept.
         os.environ.setdefault(MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT.name, "true")
-        database = sqlite_path(self.uri)
+        database = self.location.database
         if prepare:
             check_out_dir(out_dir)
             # an unreadable store is refused before a file is made
@@ -157,7 +157,7 @@ class Tracker:
     def runs_tagged(self, experiment_id: str, key: str, value: str) -> list[Run]:
         """The experiment's active runs whose tag ``key`` is ``value``: from the embedded
         store in a few bulk queries (``sqlite_read``), from a server by a paged search."""
-        database = sqlite_path(self.uri)
+        database = self.location.database
         if database is None or not database.exists():
             return self.runs(experiment_id, f"tags.`{key}` = '{value}'")
         return runs_tagged(database, experiment_id, key, value)

@@ -8,14 +8,44 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
 from mlflow.tracking._tracking_service.utils import _tracking_store_registry
 
 from rlbench.errors import ConfigError, quote
+from rlbench.harness.plan.command_keys import DEFAULT_OUT_DIR
+from rlbench.harness.store.sqlite import sqlite_path
 
-__all__ = ["check_reachable", "check_tracking_uri", "tracking_uri"]
+__all__ = ["StoreLocation", "check_reachable", "check_tracking_uri", "tracking_uri"]
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """The tracking store a command works with, resolved once and passed down: the out dir
+    (the runs' files, and the embedded store's home), the store's URI, and the embedded
+    store's database file (None for a server)."""
+
+    out_dir: Path
+    uri: str
+    database: Path | None
+
+    @classmethod
+    def of(cls, out_dir: str | Path | None = None, uri: str | None = None) -> StoreLocation:
+        """The store of ``out_dir`` (default ``rlbench_runs``), or the one ``uri`` names:
+        ``MLFLOW_TRACKING_URI`` where set, else ``<out_dir>/mlflow.db`` (``tracking_uri``)."""
+        directory = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
+        if uri is None:
+            uri = tracking_uri(directory)
+        else:
+            check_tracking_uri(uri)
+        return cls(directory, uri, sqlite_path(uri))
+
+    @property
+    def served(self) -> bool:
+        """Whether the store is an ``mlflow server`` (reached over HTTP)."""
+        return self.uri.startswith(("http://", "https://"))
 
 
 def tracking_uri(out_dir: Path) -> str:

@@ -55,13 +55,15 @@ from rlbench.errors import ConfigError, UnknownNameError, one_line
 from rlbench.harness.analysis.statistics import iqm
 from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
 from rlbench.harness.plan.command_keys import TUNE_TABLE
-from rlbench.harness.plan.config import RunConfig, SweepConfig, parse_overrides, resolve_sweep
+from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.plan.grid import value_word
+from rlbench.harness.plan.overrides import parse_overrides
+from rlbench.harness.plan.run_config import RunConfig, SweepConfig
 from rlbench.harness.run.runner import RunResult
 from rlbench.harness.run.sweep import run_sweep
-from rlbench.harness.store.sqlite import check_out_dir, sqlite_path
+from rlbench.harness.store.sqlite import check_out_dir
 from rlbench.harness.store.tracking import Tracker
-from rlbench.harness.store.uri import tracking_uri
+from rlbench.harness.store.uri import StoreLocation
 from rlbench.harness.tune.space import Dimension, fixed_fields, read_space, space_key
 from rlbench.owned_files import same_place
 
@@ -199,7 +201,7 @@ def check_storage(storage: str, out_dir: Path) -> None:
     path = _sqlite_file(storage)
     if path is None:
         return
-    tracking = sqlite_path(tracking_uri(out_dir))
+    tracking = StoreLocation.of(out_dir).database
     for store in (out_dir / "mlflow.db", *([tracking] if tracking else [])):
         if same_place(path, store):
             raise ConfigError(f"storage={storage} is the tracking store {store}: Optuna's and "

@@ -27,6 +27,7 @@ from tensordict import TensorDict
 
 from rlbench.cli import main
 from rlbench.data import load_dataset
+from rlbench.data.episodes import Episode
 from rlbench.errors import ConfigError
 from rlbench.harness.datasets import atomic_install, families
 from rlbench.harness.datasets import make as dataset_make
@@ -372,11 +373,11 @@ def test_a_dataset_swapped_meanwhile_for_another_kind_is_not_replaced(
         flush(where)
 
     monkeypatch.setattr(dataset_make, "fsync_path", swap_then_flush)
-    episode = dataset_make.Episode(
+    episode = Episode(
         observations=[np.zeros(3)] * 3, actions=[np.zeros(1)] * 2, rewards=[0.0, 1.0],
         terminations=[False, True], truncations=[False, False])
     with pytest.raises(ConfigError, match=r"rlbench-pendulum-random-v0\.hdf5 is a") as refused:
-        dataset_make.write_d4rl(path, [episode], {"env_id": "Pendulum-v1"})
+        dataset_make.install_d4rl(path, [episode], {"env_id": "Pendulum-v1"})
     assert "\n" not in str(refused.value)
     assert path.is_symlink() == (swapped_in == "link")
     assert path.read_bytes() == store.read_bytes()

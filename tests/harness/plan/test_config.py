@@ -9,7 +9,8 @@ import torch
 
 from rlbench.cli import main
 from rlbench.errors import ConfigError, UnknownNameError
-from rlbench.harness.plan.config import parse_overrides, resolve_sweep
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.plan.overrides import parse_overrides
 from rlbench.harness.plan.seeding import derive_seeds
 
 

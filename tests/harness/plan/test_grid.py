@@ -9,7 +9,8 @@ import pytest
 
 from rlbench.cli import main
 from rlbench.errors import ConfigError
-from rlbench.harness.plan.config import MAX_RUNS, resolve_sweep
+from rlbench.harness.plan.checks import MAX_RUNS
+from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.plan.grid import split_values, variant_label
 
 GRID = ["algo=ppo", "env=CartPole-v1,Acrobot-v1", "eval_every=1024"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.harness.regress.benchmark_code import benchmark_code, same_code
+from rlbench.harness.regress.throughput.benchmark_code import benchmark_code, same_code
 
 PYPROJECT = """\
 [project]

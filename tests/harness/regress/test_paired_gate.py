@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rlbench.cli import main
-from rlbench.harness.regress import paired, paired_gate
-from rlbench.harness.regress.paired_gate import read_base
+from rlbench.harness.regress.throughput import paired_gate, worker_pool
+from rlbench.harness.regress.throughput.paired_gate import read_base
 
 PYPROJECT = """\
 [project]
@@ -174,13 +174,13 @@ def test_a_commit_that_changes_no_benchmarked_code_times_nothing(
     (repo / "toy" / "unused.py").write_text("X = 2\n")
     _commit(repo)
     started: list[str] = []
-    start = paired._Worker.__init__
+    start = worker_pool.Worker.__init__
 
     def counted(self, label, *args, **kwargs) -> None:
         started.append(label)
         start(self, label, *args, **kwargs)
 
-    monkeypatch.setattr(paired._Worker, "__init__", counted)
+    monkeypatch.setattr(worker_pool.Worker, "__init__", counted)
     report = tmp_path / "report"
     assert main(["regress", "bench", f"base={base}", f"report={report}", *FAST]) == 0
     data = _report(report)
@@ -348,25 +348,25 @@ def _open_fds() -> set[str]:
 def test_a_worker_that_cannot_start_leaves_no_pipe_open(tmp_path: Path) -> None:
     before = _open_fds()
     with pytest.raises(FileNotFoundError):
-        paired._Worker("base", tmp_path, [], "throughput_gate", tmp_path,
-                       tmp_path / "missing" / "worker.log")
+        worker_pool.Worker("base", tmp_path, [], "throughput_gate", tmp_path,
+                           tmp_path / "missing" / "worker.log")
     assert _open_fds() == before
 
 
 def test_workers_that_do_not_end_share_one_grace_period_then_are_killed(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(paired, "CLOSE_GRACE_S", 1.0)
+    monkeypatch.setattr(worker_pool, "CLOSE_GRACE_S", 1.0)
     waited: list[float] = []
     workers = []
     for _ in range(3):
-        worker = paired._Worker.__new__(paired._Worker)
+        worker = worker_pool.Worker.__new__(worker_pool.Worker)
         worker._in_fd = -1  # hung up already
         worker.process = subprocess.Popen(["sleep", "60"])
         workers.append(worker)
         wait = worker.process.wait
         worker.process.wait = lambda timeout=None, wait=wait: (
             waited.append(timeout), wait(timeout))[1]
-    paired._close(workers)
+    worker_pool.close_workers(workers)
     assert [w.process.returncode for w in workers] == [-9, -9, -9]
     given = [t for t in waited if t is not None]
     assert len(given) == 3 and 0.5 < given[0] <= 1.0 and sum(given) <= 1.0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from rlbench.harness.regress.paired_statistics import (
+from rlbench.harness.regress.throughput.paired_statistics import (
     hodges_lehmann,
     judge_pairs,
     judge_processes,

@@ -14,7 +14,7 @@ import pytest
 
 from rlbench.cli import main
 from rlbench.harness.regress import report as regress_report
-from rlbench.harness.regress.throughput import compare_benchmarks
+from rlbench.harness.regress.throughput.stored_gate import compare_benchmarks
 
 
 def _run(times: dict[str, float], peers: dict[str, str] | None = None) -> dict:
@@ -161,7 +161,7 @@ def test_runs_that_disagree_by_more_than_the_threshold_judge_nothing(tmp_path: P
 
 
 def _spread(*runs: dict[str, float]) -> tuple[float, str]:
-    from rlbench.harness.regress.throughput import spread
+    from rlbench.harness.regress.throughput.benchmark_runs import spread
 
     loaded = [{n: {"time": t, "side_by_side": PEERS.get(n)} for n, t in run.items()}
               for run in runs]

@@ -20,7 +20,8 @@ import torch
 from mlflow.entities import Run, RunData, RunInfo
 
 import rlbench.results
-from rlbench.harness.plan.config import RunConfig, resolve_sweep
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run import external
 from rlbench.harness.run.external import ExternalResult, ExternalRun, renamed, run_external
 from rlbench.harness.store.recorder import RunRecorder

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlbench.harness.plan.config import RunConfig, resolve_sweep
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run.resume import plan_resume
 from rlbench.harness.store.tracking import Tracker
 

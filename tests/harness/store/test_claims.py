@@ -17,7 +17,8 @@ from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from rlbench.harness.plan.config import RunConfig, resolve_sweep
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run.progress import SweepProgress
 from rlbench.harness.run.resume import plan_resume
 from rlbench.harness.run.runner import ELSEWHERE, execute_run

@@ -53,10 +53,11 @@ def _finished_runs(out: Path, suite: str = "tiny") -> list:
             if r.info.status == "FINISHED"]
 
 
-def _kill_while_making(command: list[str], delay: float) -> None:
-    """Start ``command``, SIGKILL it ``delay`` s after MLflow says it creates the tables."""
+def _kill_while_making(command: list[str], delay: float, cache: Path) -> None:
+    """Start ``command``, SIGKILL it ``delay`` s after MLflow says it creates the tables;
+    ``cache`` is its own, empty: it makes the store from scratch, not from a template."""
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, env={**os.environ, "RLBENCH_CACHE": str(cache)})
     try:
         for line in process.stderr:
             if "Creating initial MLflow database tables" in line:
@@ -75,7 +76,8 @@ def test_sigkill_while_the_store_is_made_never_spoils_the_out_dir(tmp_path: Path
     # draft file renamed into place, so every kill before the rename leaves the same state
     for step in range(4):
         out = tmp_path / f"out{step}"
-        _kill_while_making([rlbench, "run", f"suite={tiny}", f"out_dir={out}"], step / 3)
+        _kill_while_making([rlbench, "run", f"suite={tiny}", f"out_dir={out}"], step / 3,
+                           tmp_path / f"cache{step}")
         assert inspect_store(out / "mlflow.db") in (MISSING, READY)  # never half made
         assert main(["run", f"suite={tiny}", f"out_dir={out}"]) == 0
         assert len(_finished_runs(out)) == 1
@@ -92,7 +94,7 @@ def test_a_half_made_store_without_runs_is_made_anew(tmp_path: Path, tiny: Path)
                      "SqlAlchemyStore; SqlAlchemyStore(sys.argv[1], sys.argv[2])")
     for delay in (0.2, 0.1, 0.4, 0.05):
         _kill_while_making([sys.executable, "-c", make_in_place, f"sqlite:///{database}",
-                            str(out / "artifacts")], delay)
+                            str(out / "artifacts")], delay, tmp_path / "cache")
         if inspect_store(database) == INCOMPLETE:
             break
     assert inspect_store(database) == INCOMPLETE, "no kill landed mid-migration"

@@ -1,9 +1,6 @@
-"""``rlbench regress bench``: the throughput gate.
-
-With ``base=<revision>`` (``paired_gate.py``) it times the base commit's benchmarks and
-this checkout's side by side and needs nothing stored: the gate CI runs on any machine.
-Without it, this module compares pytest-benchmark runs with stored ones of the *same
-machine*, for a user who keeps a quiet benchmark machine and its numbers:
+"""``rlbench regress bench`` without ``base=``: pytest-benchmark runs compared with stored
+ones of the *same machine*, for a user who keeps a quiet benchmark machine and its numbers
+(with ``base=``, ``paired_gate`` times two commits side by side and needs nothing stored):
 
     rlbench regress bench candidate=<json>[,<json>...] reference=<json>[,<json>...]
         [threshold=0.15] [statistic=min|median] [report=DIR] [update=true]
@@ -24,7 +21,7 @@ Exit 1 when a benchmark is SLOWER, 2 for bad input, else 0.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,113 +29,27 @@ from typing import Any
 from rich.console import Console
 
 from rlbench.errors import ConfigError, quote
-from rlbench.harness.plan.command_keys import BENCH_TABLE
 from rlbench.harness.regress.junit import Case, junit_xml
 from rlbench.harness.regress.report import BENCH_REPORT_FILES, check_report_targets
+from rlbench.harness.regress.throughput.benchmark_runs import (
+    MAX_JSON_BYTES,
+    best_of,
+    is_benchmark_file,
+    load_benchmarks,
+    spread,
+)
 from rlbench.harness.render import TextTable, to_markdown, to_rich
 from rlbench.harness.store.sqlite import check_out_dir
 from rlbench.owned_files import check_target, write_file, write_files
-from rlbench.untrusted_files import path_is, read_json, read_text
+from rlbench.untrusted_files import path_is, read_text
 
-__all__ = ["BenchVerdict", "compare_benchmarks", "load_benchmarks", "run_bench_gate", "spread"]
-
-MAX_JSON_BYTES = 64 * 2**20
-SHORTEST = 1e-9  # seconds: no benchmark round is shorter; a stat under it is not a time
-LONGEST = 1e6
-
-
-def load_benchmarks(path: Path, statistic: str) -> dict[str, dict[str, Any]]:
-    """``name -> {"time": seconds, "side_by_side": peer or None}`` of a pytest-benchmark
-    JSON file; anything else is a ``ConfigError`` naming the file."""
-    raw = read_json(path, MAX_JSON_BYTES, f"benchmark file {quote(str(path))}")
-    if not isinstance(raw, dict) or not isinstance(raw.get("benchmarks"), list):
-        raise ConfigError(f"benchmark file {quote(str(path))} is not a pytest-benchmark run "
-                          "(no benchmarks list): write one with --benchmark-json=<file>")
-    found: dict[str, dict[str, Any]] = {}
-    for entry in raw["benchmarks"]:
-        name = entry.get("name") if isinstance(entry, dict) else None
-        stats = entry.get("stats") if isinstance(entry, dict) else None
-        value = stats.get(statistic) if isinstance(stats, dict) else None
-        if not isinstance(name, str) or not _seconds(value):
-            raise ConfigError(f"benchmark file {quote(str(path))}: an entry has no name or "
-                              f"no stats.{statistic} between {SHORTEST:g} and {LONGEST:g} "
-                              "seconds")
-        if not _rounds(stats.get("rounds", 1)):
-            raise ConfigError(f"benchmark file {quote(str(path))}: {quote(name)} ran "
-                              f"{quote(stats.get('rounds'))} rounds: it timed nothing")
-        if name in found:
-            raise ConfigError(f"benchmark file {quote(str(path))}: two benchmarks are named "
-                              f"{quote(name)} (give one of them another test name)")
-        extra = entry.get("extra_info") if isinstance(entry.get("extra_info"), dict) else {}
-        peer = extra.get("side_by_side")
-        found[name] = {"time": float(value), "side_by_side": peer if isinstance(peer, str)
-                       else None}
-    return found
-
-
-def _rounds(value: Any) -> bool:
-    """Whether ``value`` is a count of rounds that timed something (at least one)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def _seconds(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return SHORTEST <= float(value) <= LONGEST
-    except OverflowError:
-        return False
-
-
-def best_of(runs: Sequence[dict[str, dict[str, Any]]], side: str = "candidate"
-            ) -> dict[str, dict[str, Any]]:
-    """Per benchmark, its shortest time over several runs of the same benchmarks: a load
-    that slowed one run for a moment (another process, a page cache flush) does not make a
-    benchmark SLOWER unless it slowed every run. Every run must hold the same benchmarks."""
-    names = set(runs[0])
-    for run in runs[1:]:
-        if set(run) != names:
-            raise ConfigError(f"the {side} runs hold different benchmarks: "
-                              f"{', '.join(sorted(names ^ set(run)))}")
-    return {name: {**runs[0][name], "time": min(run[name]["time"] for run in runs)}
-            for name in names}
-
-
-def _measures(benchmarks: dict[str, dict[str, Any]], judged: Collection[str]
-              ) -> dict[str, float]:
-    """What the gate compares in one run: each judged benchmark's time and side-by-side
-    ratio, keyed as the report names them."""
-    found = {}
-    for name in sorted(judged):
-        if name not in benchmarks:
-            continue
-        found[f"{name} (time)"] = benchmarks[name]["time"]
-        peer = benchmarks[name]["side_by_side"]
-        if peer and peer in benchmarks:
-            found[f"{name} (beside {peer})"] = benchmarks[peer]["time"] / benchmarks[name]["time"]
-    return found
-
-
-def spread(runs: Sequence[dict[str, dict[str, Any]]], judged: Collection[str]
-           ) -> tuple[float, str]:
-    """The largest disagreement between runs of the same code on one machine: over the
-    time and side-by-side ratio of every ``judged`` benchmark, the highest
-    max/min across the runs, with what it was measured on. 1.0 for a single run, which
-    cannot show it."""
-    if len(runs) < 2:
-        return 1.0, ""
-    measured = [_measures(run, judged) for run in runs]
-    worst, where = 1.0, ""
-    for key in measured[0]:
-        values = [m[key] for m in measured if key in m]
-        ratio = max(values) / min(values)
-        if ratio > worst:
-            worst, where = ratio, key
-    return worst, where
+__all__ = ["BenchVerdict", "compare_benchmarks", "run_stored_gate"]
 
 
 @dataclass(frozen=True)
 class BenchVerdict:
+    """One comparison: a benchmark's time, or its speed beside its peer, in both runs."""
+
     name: str
     what: str  # "time" or "beside <peer>"
     reference: float  # seconds, or the speed ratio beside the peer
@@ -196,15 +107,6 @@ def _table(verdicts: list[BenchVerdict], threshold: float, statistic: str,
         rows=rows, notes=notes, align="llrrrl")
 
 
-def _is_benchmark_file(path: Path) -> bool:
-    """Whether ``path`` holds a pytest-benchmark run: the only file a reference replaces."""
-    try:
-        raw = read_json(path, MAX_JSON_BYTES)
-    except ConfigError:
-        return False
-    return isinstance(raw, dict) and isinstance(raw.get("benchmarks"), list)
-
-
 def _reference_place(candidate_paths: Sequence[Path], reference_paths: Sequence[Path]
                      ) -> Path:
     """The one file ``update=true`` stores the one candidate run in, refused before
@@ -218,7 +120,7 @@ def _reference_place(candidate_paths: Sequence[Path], reference_paths: Sequence[
         raise ConfigError(f"reference= {reference_path} is a directory: name the file to "
                           "store the run in")
     check_out_dir(reference_path.parent, "reference's directory")
-    check_target(reference_path, "benchmark reference", ours=_is_benchmark_file)
+    check_target(reference_path, "benchmark reference", ours=is_benchmark_file)
     return reference_path
 
 
@@ -233,19 +135,13 @@ def _store_reference(candidate_path: Path, candidate: dict[str, dict[str, Any]],
         raise ConfigError("reference= and candidate= are the same file")
     data = read_text(candidate_path, MAX_JSON_BYTES,
                      f"benchmark file {quote(str(candidate_path))}")
-    write_file(reference_path, data, "benchmark reference", ours=_is_benchmark_file)
+    write_file(reference_path, data, "benchmark reference", ours=is_benchmark_file)
     console.print(f"reference written: {reference_path}", highlight=False, markup=False)
     return 0
 
 
-def run_bench_gate(args: Sequence[str], console: Console) -> int:
-    """The command; returns its exit code."""
-    words = BENCH_TABLE.parse(args)
-    if words["base"] is not None:
-        # the paired gate (git, subprocesses, scipy's t) loads only when base= asks for it
-        from rlbench.harness.regress.paired_gate import run_paired_gate
-
-        return run_paired_gate(words, console)
+def run_stored_gate(words: dict[str, Any], console: Console) -> int:
+    """The command without ``base=``, on its parsed words; returns its exit code."""
     candidate_paths, reference_paths = words["candidate"], words["reference"]
     for key, paths in (("candidate", candidate_paths), ("reference", reference_paths)):
         if not paths:
@@ -284,17 +180,25 @@ def run_bench_gate(args: Sequence[str], console: Console) -> int:
                    noise)
     console.print(to_rich(table))
     if report is not None:
-        cases = [Case(f"{v.name} ({v.what})", v.verdict,
-                      f"speed ratio {v.speed_ratio:.3f} (reference {v.reference:.4g}, "
-                      f"candidate {v.candidate:.4g})", v.verdict == "SLOWER",
-                      skipped=v.verdict == "NOISY")
-                 for v in verdicts]
-        md, data, junit = BENCH_REPORT_FILES
-        write_files(report, {
-            md: to_markdown(table),
-            data: json.dumps(
-                {"threshold": threshold, "statistic": statistic,
-                 "spread": {side: {"ratio": r, "where": w} for side, (r, w) in spreads.items()},
-                 "verdicts": [v.__dict__ for v in verdicts]}, indent=1, allow_nan=False) + "\n",
-            junit: junit_xml("rlbench regress bench", "rlbench.regress.bench", cases)})
+        _write_report(report, table, verdicts, spreads, threshold=threshold,
+                      statistic=statistic)
     return 1 if any(v.verdict == "SLOWER" for v in verdicts) else 0
+
+
+def _write_report(report: Path, table: TextTable, verdicts: list[BenchVerdict],
+                  spreads: dict[str, tuple[float, str]], *, threshold: float,
+                  statistic: str) -> None:
+    """The report's table, its data as JSON and a JUnit file of one case per verdict."""
+    cases = [Case(f"{v.name} ({v.what})", v.verdict,
+                  f"speed ratio {v.speed_ratio:.3f} (reference {v.reference:.4g}, "
+                  f"candidate {v.candidate:.4g})", v.verdict == "SLOWER",
+                  skipped=v.verdict == "NOISY")
+             for v in verdicts]
+    md, data, junit = BENCH_REPORT_FILES
+    write_files(report, {
+        md: to_markdown(table),
+        data: json.dumps(
+            {"threshold": threshold, "statistic": statistic,
+             "spread": {side: {"ratio": r, "where": w} for side, (r, w) in spreads.items()},
+             "verdicts": [v.__dict__ for v in verdicts]}, indent=1, allow_nan=False) + "\n",
+        junit: junit_xml("rlbench regress bench", "rlbench.regress.bench", cases)})

@@ -15,7 +15,7 @@ of the harness counts.
 
 Modules compare as they execute (``executed_source``: docstrings, comments and layout do
 not count), other files byte for byte. Both sides run the same installed libraries
-(``paired.check_dependencies``), so a benchmark whose code is the same on both sides runs
+(``pyproject.check_dependencies``), so a benchmark whose code is the same on both sides runs
 the same instructions: its speed has not changed, and timing it could only raise a false
 alarm. The unit is the test module: its benchmarks are the same or not together. Code
 that cannot be read (a module that does not parse on one side) is not the same.
@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 
 from rlbench.harness.plan.fingerprint import executed_source, module_tree, reached_modules
-from rlbench.harness.regress.paired import package_dirs
+from rlbench.harness.regress.throughput.pyproject import package_dirs
 
 try:
     import tomllib
