@@ -56,7 +56,7 @@ from rlbench.untrusted_files import path_is
 __all__ = ["GATE_KEYS", "GateRequest", "parse_gate_args", "run_regress"]
 
 GATE_KEYS = REGRESS_TABLE.names
-DEFAULT_OUT_DIR = REGRESS_TABLE.key("out_dir").default
+GATE_OUT_DIR = REGRESS_TABLE.key("out_dir").default
 
 
 @dataclass

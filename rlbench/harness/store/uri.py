@@ -42,11 +42,6 @@ class StoreLocation:
             check_tracking_uri(uri)
         return cls(directory, uri, sqlite_path(uri))
 
-    @property
-    def served(self) -> bool:
-        """Whether the store is an ``mlflow server`` (reached over HTTP)."""
-        return self.uri.startswith(("http://", "https://"))
-
 
 def tracking_uri(out_dir: Path) -> str:
     """``MLFLOW_TRACKING_URI`` if set (checked by ``check_tracking_uri``), else the embedded

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlbench.cli import main
-from rlbench.harness.regress.gate import DEFAULT_OUT_DIR
+from rlbench.harness.regress.gate import GATE_OUT_DIR
 
 SUITE = """\
 algos: [ppo]
@@ -236,7 +236,7 @@ def test_bad_words_exit_2(tmp_path: Path, monkeypatch, capsys, args: list[str],
     monkeypatch.chdir(Path(__file__).resolve().parents[3])
     assert main([*args, f"out_dir={tmp_path / 'out'}"]) == 2
     assert message in capsys.readouterr().err
-    assert not (tmp_path / "out").exists() and not Path(DEFAULT_OUT_DIR).exists()
+    assert not (tmp_path / "out").exists() and not Path(GATE_OUT_DIR).exists()
 
 
 def test_update_never_overwrites_the_store_named_as_the_reference(
