@@ -20,9 +20,13 @@ RUN_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; ech
 run: $(STAMP)  ## the main job: `make run ARGS="seeds=3"` passes overrides
 	$(BIN)/rlbench run suite=smoke jobs=$(RUN_JOBS) $(ARGS)
 
-test: $(STAMP)  ## lint, every test but the benchmarks (learning tests included), the gate
+# The tests run in TEST_WORKERS processes (pytest-xdist, one per core, at most 8): each test
+# module stays whole on one worker, and the tests that start Ray share one (tests/conftest.py).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 8 ] && n=8; echo $$n)
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+test: $(STAMP)  ## lint, every test but the benchmarks (slow ones included), the gate
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "not bench and not nightly" $(ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not bench and not nightly" $(ARGS)
 	$(MAKE) --no-print-directory regress
 
 # The regression gate (rlbench regress). Its candidate runs go to a fresh store each time;
@@ -73,7 +77,7 @@ reference-mujoco: $(STAMP)  ## PPO on the five MuJoCo v5 tasks at 1M frames, 5 s
 	test $(REFERENCE_FROM) = scratch || test -f $(REFERENCE_OUT)/mlflow.db || \
 		{ mkdir -p $(REFERENCE_OUT) && gunzip -c $(REFERENCE_STORE) > $(REFERENCE_OUT)/mlflow.db; }
 	$(BIN)/rlbench run suite=mujoco algo=ppo jobs=$(JOBS) out_dir=$(REFERENCE_OUT)
-	$(BIN)/rlbench compare suite=mujoco algo=ppo frames=1000000 out_dir=$(REFERENCE_OUT) \
+	$(BIN)/rlbench compare suite=mujoco algo=ppo frames=1000000 store=$(REFERENCE_OUT) \
 		output=results/reference/mujoco_v5_ppo_1m
 	gzip -9nc $(REFERENCE_OUT)/mlflow.db > $(REFERENCE_STORE)
 
@@ -123,16 +127,16 @@ reference-offline: $(STAMP)  ## bc, td3_bc, iql, rebrac and d3rlpy's on the Hopp
 		status=0; for pid in $$pids; do wait $$pid || status=$$?; done; \
 		trap - INT TERM; test $$status = 0 || exit $$status; \
 	done
-	$(BIN)/rlbench compare suite=offline out_dir=$(OFFLINE_OUT) \
+	$(BIN)/rlbench compare suite=offline store=$(OFFLINE_OUT) \
 		output=results/reference/offline_hopper_100k
 	gzip -9nc $(OFFLINE_OUT)/mlflow.db > $(OFFLINE_STORE)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-check: $(STAMP)  ## the loop while working: lint and the fast tests (no learning, no process trees)
+check: $(STAMP)  ## the loop while working: lint and the fast tests (none marked slow)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(ARGS)
 
 BENCH_NAME ?= run
 bench: $(STAMP)  ## throughput benchmarks, saved under results/benchmarks/, then a goal report
@@ -142,9 +146,9 @@ bench: $(STAMP)  ## throughput benchmarks, saved under results/benchmarks/, then
 
 .PHONY: nightly
 nightly: $(STAMP)  ## hostile-input property tests at 10,000 examples each; the nightly tests
-	HYPOTHESIS_PROFILE=nightly $(BIN)/python -m pytest -m "not bench and not nightly" \
+	HYPOTHESIS_PROFILE=nightly $(BIN)/python -m pytest $(XDIST) -m "not bench and not nightly" \
 		tests/properties $(ARGS)
-	$(BIN)/python -m pytest -m nightly $(ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m nightly $(ARGS)
 
 # The leaderboard of the reference runs, rlbench publish over the committed stores, on its
 # own; `make docs` builds it into the site as leaderboard/.

@@ -226,7 +226,7 @@ COMMANDS = {command.name: command for command in (
         "baselines; per env or dataset a sortable,\nfilterable table and learning curves; "
         "per run its config, tags, versions, curve and the\ncommand that makes it again. "
         "Every table also as CSV and JSON beside its page.\n", _publish,
-        PUBLISH_TABLE.help_text(), ("rlbench publish out_dir=rlbench_runs output=site",)),
+        PUBLISH_TABLE.help_text(), ("rlbench publish store=rlbench_runs output=site",)),
     Command(
         "regress", "rlbench regress suite=<gate suite> reference=<file> [key=value ...]\n"
         "       rlbench regress bench candidate=<benchmark json> reference=<benchmark json> "
@@ -288,8 +288,8 @@ COMMANDS = {command.name: command for command in (
          "rlbench eval run=4f1c... episodes=20 video=hopper.mp4")),
     Command(
         "dataset", "rlbench dataset info <d4rl:name | minari:dataset id | path> [env=<id>]\n"
-        "       rlbench dataset make quality=<q[,q...]> steps=<n> out=<dir> [policy=<run>] "
-        "[env=<id>]\n                            [format=minari,d4rl] [seed=0] "
+        "       rlbench dataset make quality=<q[,q...]> steps=<n> output=<dir> [policy=<run>]\n"
+        "                            [env=<id>] [format=minari,d4rl] [seed=0] "
         "[ref_episodes=100]",
         "info: load an offline dataset (a D4RL-format .hdf5 file or a Minari dataset; d4rl: "
         "looks in\n$D4RL_DATASET_DIR, default ~/.d4rl/datasets, minari: in "
@@ -301,14 +301,14 @@ COMMANDS = {command.name: command for command in (
         "D4RL defines them:\nrandom (no run needed; env=), expert (the run's final policy), "
         "medium (its snapshot closest\nto a third of the expert's return; the run needs "
         "save_snapshots=true), medium-replay (what\nthe run collected until then; "
-        "save_transitions=true) and medium-expert; written under out/\nas Minari datasets "
-        "(out/minari/rlbench/<env>/<quality>-v0) and D4RL-format files\n"
-        "(out/d4rl/rlbench_<env>_<quality>-v0.hdf5), with reference scores (random and "
-        "expert\npolicies, ref_episodes episodes each) and provenance. The same words give "
-        "the same bytes.\n", _dataset, MAKE_TABLE.help_text("keys of make:"),
+        "save_transitions=true) and medium-expert; written under\noutput/ as Minari "
+        "datasets (output/minari/rlbench/<env>/<quality>-v0) and D4RL-format\nfiles "
+        "(output/d4rl/rlbench_<env>_<quality>-v0.hdf5), with reference scores (random "
+        "and\nexpert policies, ref_episodes episodes each) and provenance. The same words "
+        "give\nthe same bytes.\n", _dataset, MAKE_TABLE.help_text("keys of make:"),
         ("rlbench dataset info d4rl:hopper-medium-v2",
-         "rlbench dataset make policy=<run dir> quality=medium,expert steps=1000000 "
-         "out=data")),
+         "rlbench dataset make policy=<run dir> quality=medium,expert steps=1e6 "
+         "output=data")),
     Command(
         "list", "rlbench list suites|algorithms|envs|datasets",
         "The shipped suites (with their descriptions), the algorithms (online or offline, "

@@ -33,6 +33,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(os.environ.pop("RLBENCH_CACHE", ""), ignore_errors=True)
 
 
+# Modules whose tests share one machine-wide thing (a Ray cluster's ``ray start`` and its
+# /tmp/ray session files): under pytest-xdist they run on one worker, one after another.
+SHARED_RAY = ("tests/harness/run/test_cluster.py", "tests/harness/run/test_launchers.py")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` each module's tests run on one worker, in
+    their order (a module's fixtures and its processes are made once), and every test that
+    starts Ray runs on the same worker as the others that do."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    root = Path(str(config.rootpath))
+    for item in items:
+        module = Path(str(item.path)).relative_to(root).as_posix()
+        uses_ray = module in SHARED_RAY or "ray_local" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("ray" if uses_ray else module))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_tracking(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """Tests never write to a user's tracking server or to the repository."""

@@ -280,29 +280,31 @@ def _bounded(text: str, most: int) -> bool:
 def dataset_make_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
     """``dataset make`` of random actions in an env, or of the session's run's policy, into
     an ``out`` inside the example's directory (or one refused before anything is written),
-    with few steps; and their spoilt forms. The outputs named are the ``out=`` paths."""
+    with few steps; and their spoilt forms. The outputs named are the ``output=`` paths."""
     values = {
         "env": st.sampled_from(MAKE_ENVS), "policy": st.sampled_from([str(run.run_dir),
                                                                        run.run_id, "nostore"]),
         "quality": _listed(["random", "expert", "medium", "medium-replay", "medium-expert"]),
         "steps": st.sampled_from(["1", "7", str(MAKE_STEPS)]),
-        "out": st.sampled_from(MAKE_OUTS), "format": _listed(list(DATASET_FORMATS)),
+        "output": st.sampled_from(MAKE_OUTS), "out": st.sampled_from(MAKE_OUTS),
+        "format": _listed(list(DATASET_FORMATS)),
         "seed": st.sampled_from(["0", "1", "2147483647"]),
         "ref_episodes": st.sampled_from(["0", "1", str(MAKE_REF_EPISODES)]),
+        "store": st.sampled_from([str(run.out_dir), "nostore"]),
         "out_dir": st.sampled_from([str(run.out_dir), "nostore"]),
     }
     valid = st.builds(
-        lambda env, out, fmt: [f"env={env}", "quality=random", "steps=7", f"out={out}",
+        lambda env, out, fmt: [f"env={env}", "quality=random", "steps=7", f"output={out}",
                                f"format={fmt}"],
         st.sampled_from(MAKE_ENVS[:5]), st.sampled_from(["made", "a/b/made", "nostore"]),
         st.sampled_from(["minari", "d4rl", "minari,d4rl"]))
     first = st.one_of(valid, st.just([f"policy={run.run_dir}", "quality=expert", "steps=7",
-                                      "ref_episodes=1", "out=made"]), st.just([]))
+                                      "ref_episodes=1", "output=made"]), st.just([]))
     rest = st.one_of(st.just([]), key_values(st.sampled_from(MAKE_KEYS), values.__getitem__))
 
     def line(head: list[str], tail: list[str]) -> CommandLine:
         words = [*head, *tail]
-        outputs = [w.partition("=")[2] for w in words if w.startswith("out=")]
+        outputs = [w.partition("=")[2] for w in words if w.startswith(("output=", "out="))]
         return CommandLine(["dataset", "make", *words], outputs=outputs)
 
     return st.builds(line, first, rest)
@@ -326,7 +328,8 @@ def eval_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
         "env": st.just("Pendulum-v1"), "snapshot": st.sampled_from(["0", "400"]),
         "episodes": st.sampled_from([str(n) for n in range(1, MAX_EPISODES + 1)]),
         "seed": st.sampled_from(["0", "1", "2147483647"]), "video": st.sampled_from(VIDEOS),
-        "device": st.just("cpu"), "out_dir": st.just(str(run.out_dir)),
+        "device": st.just("cpu"), "store": st.just(str(run.out_dir)),
+        "out_dir": st.just(str(run.out_dir)),
         "run": st.sampled_from([str(run.run_dir), run.run_id]),
         "recipe": st.just("ppo"),  # the run's own, built in
     }
@@ -335,14 +338,16 @@ def eval_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
                                    "notes.txt"]),
         "run": st.one_of(st.sampled_from(["0" * 32, "f" * 32, "nothing", "notes.txt", "dir.mp4",
                                           "/etc", "/", str(run.out_dir)]), hostile_text()),
-        "out_dir": st.one_of(st.sampled_from(["nostore", "notes.txt", "rlbench_runs"]),
-                             hostile_text()),
+        "store": st.one_of(st.sampled_from(["nostore", "notes.txt", "rlbench_runs"]),
+                           hostile_text()),
+        "out_dir": st.sampled_from(["nostore", "notes.txt", "rlbench_runs"]),
     }
     first = st.one_of(
         st.just(f"run={run.run_dir}"),
+        st.just(f"run={run.run_id} store={run.out_dir}"),
         st.just(f"run={run.run_id} out_dir={run.out_dir}"),
     ).map(str.split)
-    keys = st.one_of(st.sampled_from(["env", "episodes", "seed", "device", "out_dir"]),
+    keys = st.one_of(st.sampled_from(["env", "episodes", "seed", "device", "store"]),
                      st.sampled_from(EVAL_KEYS))  # snapshot, video and a second run refused
     rest = key_values(keys, values.__getitem__,
                       lambda key: junk.get(key, _junk()).filter(
@@ -361,11 +366,13 @@ def compare_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
         "frames": st.sampled_from(["400", "1000"]), "seed": st.sampled_from(["0", "1"]),
         "reps": st.sampled_from(["100", "2000", "100000"]), "config": st.just("0f"),
         "format": st.sampled_from(FORMATS), "output": st.sampled_from(OUTPUTS[:3]),
+        "store": st.sampled_from([str(run.out_dir), "nostore"]),
         "out_dir": st.sampled_from([str(run.out_dir), "nostore"]),
         "baselines": st.sampled_from(["nostore", "notes.txt"]),
         "tag.git_commit": st.just("abc"), "param.gamma": st.just("0.9"),
     }
-    return _report_lines("compare", values, COMPARE_KEYS, [[f"out_dir={run.out_dir}"], []])
+    return _report_lines("compare", values, COMPARE_KEYS,
+                         [[f"store={run.out_dir}"], [f"out_dir={run.out_dir}"], []])
 
 
 def _report_lines(command: str, values: dict[str, st.SearchStrategy[str]],
@@ -396,13 +403,16 @@ def publish_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
         "frames": st.sampled_from(["400", "1000"]), "steps": st.just("200"),
         "seed": st.sampled_from(["0", "1"]), "reps": st.sampled_from(["100", "2000"]),
         "config": st.just("0f"), "output": st.sampled_from(OUTPUTS[:3]),
-        "out_dir": st.sampled_from([str(run.out_dir), "nostore", f"{run.out_dir},nostore"]),
+        "stores": st.sampled_from([str(run.out_dir), "nostore", f"{run.out_dir},nostore"]),
+        "store": st.sampled_from([str(run.out_dir), "nostore"]),
+        "out_dir": st.sampled_from([str(run.out_dir), "nostore"]),
         "tracking_uri": st.sampled_from(["sqlite:///nostore/mlflow.db", "http://127.0.0.1:9"]),
         "baselines": st.sampled_from(["nostore", "notes.txt"]),
         "tag.git_commit": st.just("abc"), "param.gamma": st.just("0.9"),
     }
     return _report_lines("publish", values, PUBLISH_KEYS,
-                         [[f"out_dir={run.out_dir}", "output=report"], []])
+                         [[f"stores={run.out_dir}", "output=report"],
+                          [f"out_dir={run.out_dir}", "output=report"], []])
 
 
 def odd_lines() -> st.SearchStrategy[CommandLine]:

@@ -77,7 +77,7 @@ class CompareRequest:
     filters: Filters = field(default_factory=Filters)
     format: str = "table"
     output: Path | None = None
-    out_dir: Path = DEFAULT_OUT_DIR
+    store: Path = DEFAULT_OUT_DIR
     baselines: Path = field(default_factory=default_baseline_dir)
     seed: int = 0
     reps: int = 2000
@@ -88,7 +88,7 @@ def parse_compare_args(args: Sequence[str]) -> CompareRequest:
     words = COMPARE_TABLE.parse(args)
     request = CompareRequest(
         suite=words["suite"], filters=Filters.of(words), format=words["format"],
-        output=words["output"], out_dir=words["out_dir"],
+        output=words["output"], store=words["store"],
         baselines=words["baselines"] or default_baseline_dir(), seed=words["seed"],
         reps=words["reps"])
     for env in request.filters.envs:
@@ -419,7 +419,7 @@ def _curve_score(group: Group) -> str:
 def run_compare(args: Sequence[str], console: Console) -> int:
     """The command; returns the exit code. Bad input raises ``ConfigError`` (exit 2)."""
     request = parse_compare_args(args)
-    client = open_store(request.out_dir)  # read only: a missing or damaged store is refused
+    client = open_store(request.store)  # read only: a missing or damaged store is refused
     algos = request.filters.algos
     records = load_runs(client, request.suite, **request.filters.selection())
     stored = stored_algorithms(client, request.suite) if algos else set()

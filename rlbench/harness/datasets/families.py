@@ -72,8 +72,8 @@ def make_family(family: MadeFamily, log: Callable[[str], None]) -> None:
         run_dir = run_dir_for(runs, sweep.runs[0])
         with staging_dir(target) as scratch:  # beside the datasets: each moves in by a rename
             make_datasets(MakeRequest(env=None, policy=str(run_dir), qualities=QUALITIES,
-                                      steps=family.steps, out=scratch, formats=("minari",),
-                                      seed=0, ref_episodes=100, out_dir=None), log)
+                                      steps=family.steps, output=scratch, formats=("minari",),
+                                      seed=0, ref_episodes=100, store=None), log)
             install_namespace_metadata(scratch / "minari", minari_root())
             for quality in QUALITIES:
                 install_dir(scratch / "minari" / "rlbench" / family.stem / f"{quality}-v0",

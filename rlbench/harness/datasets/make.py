@@ -81,11 +81,11 @@ class MakeRequest:
     policy: str | None
     qualities: tuple[str, ...]
     steps: int
-    out: Path
+    output: Path
     formats: tuple[str, ...]
     seed: int
     ref_episodes: int
-    out_dir: str | None
+    store: str | None
 
 
 def parse_make(args: Sequence[str]) -> MakeRequest:
@@ -100,12 +100,12 @@ def parse_make(args: Sequence[str]) -> MakeRequest:
     if env is not None:
         validate_env_id(env)
         _check_gymnasium(env)
-    out = words["out"]
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"out={out} is a file: name a directory")
+    output = words["output"]
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"output={output} is a file: name a directory")
     return MakeRequest(env=env, policy=policy, qualities=qualities, steps=words["steps"],
-                       out=out, formats=tuple(words["format"]), seed=words["seed"],
-                       ref_episodes=words["ref_episodes"], out_dir=words["out_dir"])
+                       output=output, formats=tuple(words["format"]), seed=words["seed"],
+                       ref_episodes=words["ref_episodes"], store=words["store"])
 
 
 def _check_gymnasium(env_id: str) -> None:
@@ -324,9 +324,9 @@ def _replay_episodes(arrays: dict[tuple[str, ...], np.ndarray], until_frames: in
 
 
 def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path]:
-    """Every requested quality, in every requested format, under ``request.out``."""
+    """Every requested quality, in every requested format, under ``request.output``."""
     trusted = (request.env,) if request.env else ()  # an env the user named may be imported
-    expert = (load_policy(request.policy, out_dir=request.out_dir, trusted_envs=trusted)
+    expert = (load_policy(request.policy, out_dir=request.store, trusted_envs=trusted)
               if request.policy else None)
     env_id = request.env or expert.env
     if expert is not None and expert.env != env_id:
@@ -335,7 +335,7 @@ def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path
     probe = gym.make(gym_name(env_id))
     space = probe.action_space
     probe.close()
-    details = (_run_details(request.policy, request.out_dir, space,
+    details = (_run_details(request.policy, request.store, space,
                             transitions="medium-replay" in request.qualities)
                if expert is not None and any(q.startswith("medium") for q in request.qualities)
                else None)
@@ -352,7 +352,7 @@ def make_datasets(request: MakeRequest, log: Callable[[str], None]) -> list[Path
         if "d4rl" in places:
             written.append(install_d4rl(places["d4rl"], episodes, provenance))
         if "minari" in places:
-            root = request.out / "minari"
+            root = request.output / "minari"
             written.append(install_minari(root, places["minari"].relative_to(root).as_posix(),
                                           env_id, episodes, provenance))
         log(f"{quality}: {provenance['steps']:,} steps in {len(episodes):,} episodes, mean "
@@ -437,7 +437,7 @@ class _Behaviours:
         frames, logged = _medium_snapshot(self.details, self.random_ref)
         if quality == "medium":
             policy = (None if "medium" in self._cache else load_policy(
-                request.policy, out_dir=request.out_dir, snapshot=frames,
+                request.policy, out_dir=request.store, snapshot=frames,
                 trusted_envs=self.trusted))
             return self._sampled("medium", policy), {
                 "behaviour": f"the run's policy at {frames:,} frames (its evaluation: "
@@ -459,9 +459,10 @@ def _output_places(request: MakeRequest, env_id: str, quality: str) -> dict[str,
     places = {}
     if "d4rl" in request.formats:
         name = f"rlbench-{env_stem(env_id)}-{quality}-v0"
-        places["d4rl"] = request.out / "d4rl" / d4rl_file_name(name)
+        places["d4rl"] = request.output / "d4rl" / d4rl_file_name(name)
     if "minari" in request.formats:
-        places["minari"] = request.out / "minari" / "rlbench" / env_stem(env_id) / f"{quality}-v0"
+        places["minari"] = (request.output / "minari" / "rlbench" / env_stem(env_id)
+                            / f"{quality}-v0")
     return places
 
 
@@ -475,8 +476,8 @@ def _check_outputs(request: MakeRequest, env_id: str) -> None:
         for form, final in _output_places(request, env_id, quality).items():
             not_ours = _not_a_made_dataset(final, form)
             if not_ours is not None:
-                raise ConfigError(f"out={request.out}: {final} is {not_ours}, which a make "
-                                  "would replace: move it away, or name another out=")
+                raise ConfigError(f"output={request.output}: {final} is {not_ours}, which a make "
+                                  "would replace: move it away, or name another output=")
             existing = final.parent
             while not os.path.lexists(existing):
                 existing = existing.parent
@@ -484,12 +485,12 @@ def _check_outputs(request: MakeRequest, env_id: str) -> None:
                 continue
             tried.add(existing)
             if not existing.is_dir():
-                raise ConfigError(f"out={request.out} cannot be written: {existing} is not a "
+                raise ConfigError(f"output={request.output} cannot be written: {existing} is not a "
                                   "directory")
             try:
                 os.rmdir(tempfile.mkdtemp(prefix=STAGING, dir=existing))
             except OSError as err:
-                raise ConfigError(f"out={request.out} cannot be written: no new entry can be "
+                raise ConfigError(f"output={request.output} cannot be written: no new entry can be "
                                   f"made in {existing} ({err.strerror})") from err
 
 
@@ -542,7 +543,7 @@ def _command_words(request: MakeRequest) -> list[str]:
     words = {**dataclasses.asdict(request), "quality": ",".join(request.qualities),
              "format": ",".join(request.formats)}
     del words["qualities"], words["formats"]
-    return [f"{k}={v}" for k, v in words.items() if v is not None and k != "out_dir"]
+    return [f"{k}={v}" for k, v in words.items() if v is not None and k != "store"]
 
 
 def install_d4rl(path: Path, episodes: Sequence[Episode], provenance: dict[str, Any]
@@ -568,7 +569,7 @@ def _recheck_d4rl_target(path: Path) -> None:
     not_ours = _not_a_made_dataset(path, "d4rl")
     if not_ours is not None:
         raise ConfigError(f"{path} is {not_ours}, which this make would replace: move it "
-                          "away, or name another out=; nothing written")
+                          "away, or name another output=; nothing written")
 
 
 def install_minari(root: Path, dataset_id: str, env_id: str, episodes: Sequence[Episode],

@@ -189,7 +189,8 @@ COMPARE_TABLE = KeyTable("compare", (
     Key("format", "how the tables print", kind="choice", default="table",
         choices=("table", "markdown", "csv", "json", "latex", "html")),
     Key("output", "a directory: every format, runs.csv and the plots", kind="path"),
-    Key("out_dir", "the store", kind="path", default=DEFAULT_OUT_DIR),
+    Key("store", "the store the runs are read from (a directory holding mlflow.db)",
+        kind="path", default=DEFAULT_OUT_DIR, aliases=("out_dir",)),
     *_BOOTSTRAP_KEYS,
 ))
 
@@ -199,8 +200,9 @@ PUBLISH_TABLE = KeyTable("publish", (
     Key("suite", "suites", aliases=("suites",), many=True, convert=suite_name,
         shown_default="every suite of the stores"),
     *FILTER_KEYS,
-    Key("out_dir", "stores", kind="path", many=True,
-        shown_default="MLFLOW_TRACKING_URI, else rlbench_runs"),
+    Key("stores", "the stores the runs are read from", kind="path", many=True,
+        aliases=("store", "out_dir"),
+        shown_default=f"MLFLOW_TRACKING_URI, else {DEFAULT_OUT_DIR}"),
     Key("tracking_uri", "stores by MLflow tracking URI", many=True),
     *_BOOTSTRAP_KEYS,
 ))
@@ -278,8 +280,8 @@ EVAL_TABLE = KeyTable("eval", (
     Key("video", "a .mp4 or .gif file: the first episode, rendered (headless MuJoCo uses "
         "MUJOCO_GL=egl, picked when unset)", kind="path"),
     Key("device", "where the policy runs", default="cpu"),
-    Key("out_dir", "the store to find a run id in; MLFLOW_TRACKING_URI overrides it",
-        shown_default=str(DEFAULT_OUT_DIR)),
+    Key("store", "the store to find a run id in; MLFLOW_TRACKING_URI overrides it",
+        aliases=("out_dir",), shown_default=str(DEFAULT_OUT_DIR)),
     Key("env", "the run's env id, named by you: a stored run whose env is a module:EnvId, "
         "which would import that module, is refused without it; it vouches for the run's "
         "env, it picks no other"),
@@ -290,7 +292,8 @@ MAKE_TABLE = KeyTable("dataset make", (
     Key("quality", "D4RL's qualities to make", kind="choice", many=True, required=True,
         choices=QUALITIES),
     Key("steps", "transitions per dataset", kind="int", low=1, high=10**8, required=True),
-    Key("out", "the directory the datasets are written under", kind="path", required=True),
+    Key("output", "the directory the datasets are written under", kind="path",
+        required=True, aliases=("out",)),
     Key("policy", "the run whose policies act (an MLflow run id or a run directory); every "
         "quality but random needs it"),
     Key("env", "the env id, for quality=random without a policy="),
@@ -300,7 +303,8 @@ MAKE_TABLE = KeyTable("dataset make", (
         default=0, high=2**31 - 1),
     Key("ref_episodes", "episodes of the random and expert policies for reference scores",
         kind="int", default=100, low=1, high=10**6),
-    Key("out_dir", "the store to find a run id in", shown_default=str(DEFAULT_OUT_DIR)),
+    Key("store", "the store to find a run id in", aliases=("out_dir",),
+        shown_default=str(DEFAULT_OUT_DIR)),
 ))
 
 TUNE_TABLE = KeyTable("tune", (

@@ -32,7 +32,7 @@ class EvalRequest:
     seed: int | None  # None: the run's eval env seed
     video: Path | None
     device: str
-    out_dir: str | None
+    store: str | None
 
 
 def parse_eval(args: Sequence[str]) -> EvalRequest:
@@ -44,13 +44,13 @@ def parse_eval(args: Sequence[str]) -> EvalRequest:
     return EvalRequest(run=words["run"], env=words["env"], recipe=words["recipe"],
                        snapshot=words["snapshot"], episodes=words["episodes"],
                        seed=words["seed"], video=words["video"], device=words["device"],
-                       out_dir=words["out_dir"])
+                       store=words["store"])
 
 
 def run_eval(args: Sequence[str], console: Console) -> int:
     """Load the run's policy, play its episodes, print each return and their mean."""
     request = parse_eval(args)
-    policy = load_policy(request.run, out_dir=request.out_dir, device=request.device,
+    policy = load_policy(request.run, out_dir=request.store, device=request.device,
                          snapshot=request.snapshot, recipe=request.recipe,
                          trusted_envs=() if request.env is None else (request.env,))
     if request.env is not None and request.env != policy.env:

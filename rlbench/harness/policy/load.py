@@ -42,6 +42,7 @@ from rlbench.envs.registry import action_kind, make_to_inspect
 from rlbench.envs.transforms import ObservationNorm, VecNorm
 from rlbench.errors import ConfigError, one_line, quote
 from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm, resolve_algo_config
+from rlbench.harness.plan.command_keys import DEFAULT_OUT_DIR
 from rlbench.harness.plan.recipe_sources import name_recipe
 from rlbench.harness.store.artifact_places import check_readable
 from rlbench.harness.store.results import open_store
@@ -201,9 +202,10 @@ def _open_store(out_dir: str | Path | None, tracking_uri: str | None) -> MlflowC
         elif uri == os.environ.get("MLFLOW_TRACKING_URI"):
             fix = "MLFLOW_TRACKING_URI names none; point it to the run's store or unset it"
         else:
-            given = f"out_dir={out_dir}" if out_dir is not None else "out_dir (rlbench_runs)"
-            fix = (f"{given} holds none; give the out_dir= the run was made in, or its run "
-                   f"directory as run=")
+            given = (f"the store {out_dir}" if out_dir is not None
+                     else f"the default store {DEFAULT_OUT_DIR}")
+            fix = (f"{given} holds none; name the store the run was made in, or give its "
+                   "run directory as the run")
         raise ConfigError(f"no MLflow store at {local}: {fix}")
     try:
         return open_store(out_dir, tracking_uri=tracking_uri)

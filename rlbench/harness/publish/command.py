@@ -47,7 +47,7 @@ class PublishRequest:
     output: Path
     suites: list[str] = field(default_factory=list)  # empty: every suite of the stores
     filters: Filters = field(default_factory=Filters)
-    out_dirs: list[Path] = field(default_factory=list)
+    stores: list[Path] = field(default_factory=list)
     tracking_uris: list[str] = field(default_factory=list)
     baselines: Path = field(default_factory=default_baseline_dir)
     seed: int = 0
@@ -59,7 +59,7 @@ def parse_publish_args(args: Sequence[str]) -> PublishRequest:
     words = PUBLISH_TABLE.parse(args)
     request = PublishRequest(
         output=words["output"], suites=words["suite"] or [], filters=Filters.of(words),
-        out_dirs=words["out_dir"] or [], tracking_uris=words["tracking_uri"] or [],
+        stores=words["stores"] or [], tracking_uris=words["tracking_uri"] or [],
         baselines=words["baselines"] or default_baseline_dir(), seed=words["seed"],
         reps=words["reps"])
     for env in request.filters.envs:
@@ -67,9 +67,9 @@ def parse_publish_args(args: Sequence[str]) -> PublishRequest:
     if not (request.baselines / "normalization.csv").is_file():
         raise ConfigError(f"baselines={request.baselines}: no normalization.csv there")
     uris = request.tracking_uris or (
-        [] if request.out_dirs else [os.environ.get("MLFLOW_TRACKING_URI", "")])
-    stores = [*request.out_dirs, *filter(None, map(sqlite_path, uris))]
-    if not (request.out_dirs or request.tracking_uris or os.environ.get("MLFLOW_TRACKING_URI")):
+        [] if request.stores else [os.environ.get("MLFLOW_TRACKING_URI", "")])
+    stores = [*request.stores, *filter(None, map(sqlite_path, uris))]
+    if not (request.stores or request.tracking_uris or os.environ.get("MLFLOW_TRACKING_URI")):
         stores.append(DEFAULT_OUT_DIR)  # what open_stores reads when none is given
     for store in stores:  # compared as places: ``x/../S`` and a link to ``S`` are ``S``
         if is_inside(store, request.output):
@@ -173,7 +173,7 @@ def _suites(request: PublishRequest, stores: Sequence[Store]) -> list[str]:
 
 def publish(request: PublishRequest) -> tuple[list[SuiteData], int]:
     """Reads every suite and writes the site; returns the suites and the files written."""
-    stores = open_stores(request.out_dirs, request.tracking_uris)
+    stores = open_stores(request.stores, request.tracking_uris)
     clients = {store.name: store.client for store in stores}
     suites = [collect(clients, suite, request.filters, request.baselines, seed=request.seed,
                       reps=request.reps) for suite in _suites(request, stores)]

@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 from rlbench.harness.plan.run_config import RunConfig, SweepConfig
 from rlbench.harness.run.runner import RunResult
 from rlbench.harness.store.tracking import Tracker
+from rlbench.harness.store.uri import StoreLocation
 
 __all__ = ["Launcher", "LauncherFactory", "Listener", "Listeners", "SweepParent"]
 
@@ -73,9 +74,10 @@ class Launcher(Protocol):
         """What it is, for the sweep's first line (``local pool of 4``, ``ray at auto``)."""
         ...
 
-    def check(self, uri: str) -> None:
+    def check(self, store: StoreLocation) -> None:
         """Raise ``ConfigError`` with one line (Ray not reachable, Slurm missing, a store
-        the workers cannot reach at ``uri``) before anything is started or written."""
+        the workers cannot reach: ``store.database`` is the embedded one's file) before
+        anything is started or written."""
         ...
 
     def run(self, runs: list[RunConfig], parent: SweepParent,

@@ -21,7 +21,6 @@ import os
 import pickle
 import signal
 import threading
-from pathlib import Path
 from typing import Any
 
 from rlbench.harness.plan.run_config import RunConfig, SweepConfig
@@ -30,6 +29,7 @@ from rlbench.harness.run.lost_runs import mark_dead, not_started
 from rlbench.harness.run.runner import RunResult, execute_run
 from rlbench.harness.signals import deliver_deferred_signal, interrupt_worker_once
 from rlbench.harness.store.tracking import Tracker
+from rlbench.harness.store.uri import StoreLocation
 
 __all__ = ["LocalPool", "Sequential", "local_launcher"]
 
@@ -49,7 +49,7 @@ class Sequential:
     def describe(self) -> str:
         return "sequential"
 
-    def check(self, uri: str) -> None:
+    def check(self, store: StoreLocation) -> None:
         """Nothing beyond the sweep's own checks: the runs run here."""
 
     def run(self, runs: list[RunConfig], parent: SweepParent,
@@ -87,7 +87,7 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, name="rlbench parent watch", daemon=True).start()
 
 
-def _worker(run: RunConfig, out_dir: Path, experiment_id: str, parent_id: str,
+def _worker(run: RunConfig, store: StoreLocation, experiment_id: str, parent_id: str,
             messages: mp.connection.Connection) -> None:
     interrupt_worker_once()
     _die_with_parent()
@@ -98,7 +98,7 @@ def _worker(run: RunConfig, out_dir: Path, experiment_id: str, parent_id: str,
             messages.send(message)
 
     try:
-        result = execute_run(run, Tracker(out_dir, prepare=False), experiment_id, parent_id,
+        result = execute_run(run, Tracker(store, prepare=False), experiment_id, parent_id,
                              on_update=lambda values: send(("update", run.identity, values)))
     except KeyboardInterrupt:  # execute_run marked the run KILLED
         result = RunResult(config=run, run_id="", status="KILLED", final_return=None,
@@ -130,7 +130,7 @@ class LocalPool:
     def describe(self) -> str:
         return f"local pool of {self.jobs}"
 
-    def check(self, uri: str) -> None:
+    def check(self, store: StoreLocation) -> None:
         """Nothing beyond the sweep's own checks: the workers run on this machine."""
 
     def run(self, runs: list[RunConfig], parent: SweepParent,
@@ -152,7 +152,7 @@ class LocalPool:
                 receiver, sender = context.Pipe(duplex=False)
                 process = context.Process(
                     target=_worker, name=f"rlbench {run.name}",
-                    args=(run, parent.tracker.out_dir, parent.experiment_id,
+                    args=(run, parent.tracker.location, parent.experiment_id,
                           parent.parent_id, sender))
                 process.start()
                 sender.close()  # the worker's end: its death closes the pipe

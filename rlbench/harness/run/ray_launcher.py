@@ -14,7 +14,6 @@ import os
 import socket
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 from rlbench.errors import ConfigError
@@ -22,8 +21,8 @@ from rlbench.harness.plan.run_config import RunConfig, SweepConfig
 from rlbench.harness.run.launchers import Launcher, Listener, SweepParent
 from rlbench.harness.run.lost_runs import mark_dead
 from rlbench.harness.run.runner import RunResult, execute_run, one_line
-from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import Tracker
+from rlbench.harness.store.uri import StoreLocation
 
 __all__ = ["RETRIES", "RayLauncher", "check_store_shared", "connect", "ray_launcher"]
 
@@ -43,21 +42,21 @@ def connect(address: str | None) -> None:
         raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {err}") from err
 
 
-def check_store_shared(uri: str) -> None:
+def check_store_shared(store: StoreLocation) -> None:
     """Refuse the embedded SQLite store when the cluster has a node on another machine:
     that file is on this one, and tasks there would each make an empty store of their own.
     Call once connected."""
     # deferred: ray is optional, loaded only for launcher=ray
     import ray
 
-    if sqlite_path(uri) is None:
+    if store.database is None:
         return
     here = ray.util.get_node_ip_address()
     others = sorted({node["NodeManagerAddress"] for node in ray.nodes()
                      if node["Alive"] and node["NodeManagerAddress"] != here})
     if others:
         raise ConfigError(
-            f"launcher=ray with the embedded store ({uri}): the cluster has nodes on other "
+            f"launcher=ray with the embedded store ({store.uri}): the cluster has nodes on other "
             f"machines ({', '.join(others[:5])}), which cannot reach this machine's SQLite "
             "file. Start a shared `mlflow server` and point MLFLOW_TRACKING_URI at it")
 
@@ -84,13 +83,13 @@ DATASET_DIRS = ("D4RL_DATASET_DIR", "MINARI_DATASETS_PATH")
 RETRIES = 2
 
 
-def _task(run: RunConfig, out_dir: Path, uri: str, experiment_id: str, parent_id: str,
+def _task(run: RunConfig, store: StoreLocation, experiment_id: str, parent_id: str,
           updates: Any, datasets: dict[str, str], token: str,
           dead: tuple[str, ...]) -> RunResult:
     # deferred: ray is optional, loaded only for launcher=ray
     import ray
 
-    os.environ["MLFLOW_TRACKING_URI"] = uri  # the driver's store, whatever the node's env
+    os.environ["MLFLOW_TRACKING_URI"] = store.uri  # the driver's store, whatever the node's env
     os.environ.update(datasets)  # and the driver's dataset directories
 
     def report(values: dict[str, float]) -> None:
@@ -101,7 +100,7 @@ def _task(run: RunConfig, out_dir: Path, uri: str, experiment_id: str, parent_id
 
     updates.put((run.identity, "started", None))  # Ray may have queued the task until now
     node = ray.get_runtime_context().get_node_id()
-    return execute_run(run, Tracker(out_dir, prepare=False), experiment_id, parent_id,
+    return execute_run(run, Tracker(store, prepare=False), experiment_id, parent_id,
                        on_update=report, token=token, dead=dead,
                        tags={"ray_node_id": node}, say=say)
 
@@ -135,10 +134,10 @@ class RayLauncher:
     def describe(self) -> str:
         return f"ray at {self.address or 'a local instance'}"
 
-    def check(self, uri: str) -> None:
-        """The cluster answers, and its nodes can reach the store at ``uri``."""
+    def check(self, store: StoreLocation) -> None:
+        """The cluster answers, and its nodes can reach ``store``."""
         connect(self.address)
-        check_store_shared(uri)
+        check_store_shared(store)
 
     def cancel(self) -> None:
         """Cancel every task still running: each marks its run KILLED."""
@@ -174,7 +173,7 @@ class RayLauncher:
                        "num_gpus": 1 if run.device.startswith("cuda") else 0,
                        "max_retries": 0}
             token = uuid.uuid4().hex
-            ref = remote.options(**options).remote(run, tracker.out_dir, tracker.uri,
+            ref = remote.options(**options).remote(run, tracker.location,
                                                    parent.experiment_id, parent.parent_id,
                                                    updates, datasets, token, dead)
             by_ref[ref] = (run, token)

@@ -43,8 +43,8 @@ from rlbench.harness.run.lost_runs import mark_dead
 from rlbench.harness.run.runner import RunResult, execute_run, stored_result
 from rlbench.harness.signals import stop_run_on
 from rlbench.harness.store.identity_tags import identity_of
-from rlbench.harness.store.sqlite import sqlite_path
 from rlbench.harness.store.tracking import Tracker
+from rlbench.harness.store.uri import StoreLocation
 
 __all__ = ["SlurmLauncher", "SlurmRun", "check_slurm", "slurm_launcher"]
 
@@ -64,7 +64,7 @@ def _slurm_command(*args: str, timeout: float = 60.0) -> str:
     return done.stdout
 
 
-def check_slurm(settings: SlurmSettings, uri: str) -> None:
+def check_slurm(settings: SlurmSettings, store: StoreLocation) -> None:
     """Before anything is submitted: Slurm's commands answer, the partition exists, and an
     embedded store is used only where every node is this machine (SQLite over a network
     filesystem is not safe)."""
@@ -78,9 +78,9 @@ def check_slurm(settings: SlurmSettings, uri: str) -> None:
         raise UnknownNameError("slurm.partition", settings.partition, partitions)
     nodes = set(_slurm_command("sinfo", "--noheader", "--format=%n", timeout=20).split())
     here = {socket.gethostname(), socket.gethostname().split(".")[0]}
-    if sqlite_path(uri) is not None and nodes - here:
+    if store.database is not None and nodes - here:
         raise ConfigError(
-            f"launcher=slurm with the embedded store ({uri}): the cluster has nodes other "
+            f"launcher=slurm with the embedded store ({store.uri}): the cluster has nodes other "
             f"than this machine ({', '.join(sorted(nodes - here)[:5])}), and SQLite is not "
             "safe over a network filesystem. Start a shared `mlflow server` and point "
             "MLFLOW_TRACKING_URI at it")
@@ -90,13 +90,13 @@ class SlurmRun:
     """One run as a Slurm task: ``execute_run`` with a stop on SIGTERM or SIGUSR2 that
     checkpoints, then a requeue of the task."""
 
-    def __init__(self, run: RunConfig, out_dir: Path, uri: str, experiment_id: str,
+    def __init__(self, run: RunConfig, store: StoreLocation, experiment_id: str,
                  parent_id: str, datasets: dict[str, str]):
-        self.run, self.out_dir, self.uri = run, out_dir, uri
+        self.run, self.store = run, store
         self.experiment_id, self.parent_id, self.datasets = experiment_id, parent_id, datasets
 
     def __call__(self) -> RunResult:
-        os.environ["MLFLOW_TRACKING_URI"] = self.uri  # the driver's store, whatever the node's
+        os.environ["MLFLOW_TRACKING_URI"] = self.store.uri  # the driver's, whatever the node's
         os.environ.update(self.datasets)  # and the driver's dataset directories
         job = _job_id()
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
@@ -108,7 +108,7 @@ class SlurmRun:
         # and after, a stop signal stops the run where it is
         with stop_run_on(signal.SIGUSR2, signal.SIGTERM) as received:
             try:
-                return execute_run(self.run, Tracker(self.out_dir, prepare=False),
+                return execute_run(self.run, Tracker(self.store, prepare=False),
                                    self.experiment_id, self.parent_id, token=token,
                                    dead=dead, tags=tags)
             except KeyboardInterrupt:  # stopped, checkpointed and recorded KILLED
@@ -202,8 +202,8 @@ class SlurmLauncher:
     def describe(self) -> str:
         return f"slurm, partition {self.settings.partition or 'the default'}"
 
-    def check(self, uri: str) -> None:
-        check_slurm(self.settings, uri)
+    def check(self, store: StoreLocation) -> None:
+        check_slurm(self.settings, store)
 
     def cancel(self) -> None:
         """scancel the arrays of the tasks without a result (each run checkpoints and is
@@ -233,8 +233,8 @@ class SlurmLauncher:
                     chunk = group[first:first + size]
                     with executor.batch():
                         submitted = [executor.submit(SlurmRun(
-                            run, tracker.out_dir, tracker.uri, parent.experiment_id,
-                            parent.parent_id, datasets)) for run in chunk]
+                            run, tracker.location, parent.experiment_id, parent.parent_id,
+                            datasets)) for run in chunk]
                     for job, run in zip(submitted, chunk, strict=True):
                         jobs[job.job_id] = (job, run)
         except BaseException:

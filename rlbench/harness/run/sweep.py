@@ -23,7 +23,7 @@ from rlbench.harness.run.summary import SummaryRow, summarize, summary_table, wr
 from rlbench.harness.signals import sigterm_stops_sweep
 from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.tracking import Tracker
-from rlbench.harness.store.uri import check_reachable, tracking_uri
+from rlbench.harness.store.uri import StoreLocation, check_reachable
 from rlbench.owned_files import write_file
 
 __all__ = ["SweepResult", "run_sweep"]
@@ -66,12 +66,12 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None,
     # absolute before a worker sees it: Ray tasks start in their raylet's directory
     sweep = replace(sweep, out_dir=sweep.out_dir.absolute())
     suite = sweep.suite.name
-    uri = tracking_uri(sweep.out_dir)
+    store = StoreLocation.of(sweep.out_dir)
     launcher = launcher_for(sweep)
-    launcher.check(uri)
-    check_reachable(uri)
+    launcher.check(store)
+    check_reachable(store.uri)
     with sigterm_stops_sweep():
-        tracker = Tracker(sweep.out_dir)
+        tracker = Tracker(store)
         try:
             experiment_id = tracker.experiment(suite)  # before any worker opens the store
             plan = plan_resume(tracker, experiment_id, sweep.runs,

@@ -90,8 +90,9 @@ def open_store(out_dir: str | Path | None = None, *,
     out_dir, tracking_uri, database = location.out_dir, location.uri, location.database
     state = None if database is None else inspect_store(database)  # raises if unreadable
     if state == MISSING:
-        raise ConfigError(f"no tracking store at {database}: give the out_dir= your runs "
-                          f"were made with (it is {out_dir}), or set MLFLOW_TRACKING_URI")
+        raise ConfigError(f"no tracking store at {database}: name the store your runs "
+                          f"were made in (this one is {out_dir}), or set "
+                          "MLFLOW_TRACKING_URI")
     if state == INCOMPLETE:
         raise ConfigError(f"the store at {database} was never completely made (a sweep was "
                           "stopped while making it) and holds no runs: `rlbench run` with "

@@ -96,15 +96,16 @@ def quiet_downloads() -> Iterator[None]:
 class Tracker:
     """Creates the experiment, the sweep's parent run and one child run per run."""
 
-    def __init__(self, out_dir: Path, *, prepare: bool = True):
-        """Open the store of ``out_dir`` (``tracking_uri``). With ``prepare`` (the sweep's
-        own process), first check that ``out_dir`` can be written and that an embedded
-        store is readable, then make the store if it is missing (``store.prepare_store``):
-        a bad out dir or store raises ``ConfigError`` before anything is written. Workers
-        open the store the sweep prepared with ``prepare=False``."""
-        self.location = StoreLocation.of(out_dir)
+    def __init__(self, store: StoreLocation | Path, *, prepare: bool = True):
+        """Open ``store``: the location the command resolved once, or an out dir whose
+        store ``StoreLocation.of`` finds. With ``prepare`` (the sweep's own process), first
+        check that the out dir can be written and that an embedded store is readable, then
+        make the store if it is missing (``store.prepare_store``): a bad out dir or store
+        raises ``ConfigError`` before anything is written. Workers open the location the
+        sweep prepared with ``prepare=False``."""
+        self.location = store if isinstance(store, StoreLocation) else StoreLocation.of(store)
         self.uri = self.location.uri
-        self.out_dir = out_dir
+        self.out_dir = out_dir = self.location.out_dir
         # MLflow's client prints two "View run" lines to stdout as it ends each run of a
         # server (and reads the run back to do so): into a sweep's own output, once a run.
         # The sweep names the tracking URI once; a user's own setting is kept.

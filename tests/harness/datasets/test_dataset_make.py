@@ -47,7 +47,7 @@ def sac_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _make(run_dir: Path, out: Path, *extra: str) -> None:
     assert main(["dataset", "make", f"policy={run_dir}", f"quality={','.join(QUALITIES)}",
-                 f"steps={STEPS}", "ref_episodes=2", f"out={out}", *extra]) == 0
+                 f"steps={STEPS}", "ref_episodes=2", f"output={out}", *extra]) == 0
 
 
 def _arrays(path: Path) -> dict[str, np.ndarray]:
@@ -123,7 +123,7 @@ def test_the_qualities_are_what_d4rl_means(sac_run: Path, made: Path) -> None:
 
 def test_random_needs_no_run(tmp_path: Path) -> None:
     assert main(["dataset", "make", "env=CartPole-v1", "quality=random", "steps=100",
-                 "ref_episodes=1", f"out={tmp_path}", "format=d4rl"]) == 0
+                 "ref_episodes=1", f"output={tmp_path}", "format=d4rl"]) == 0
     dataset = load_dataset(tmp_path / "d4rl" / "rlbench_cartpole_random-v0.hdf5")
     assert len(dataset) == 100 and dataset.ref_max_score is None
     assert dataset.transitions["action"].dtype == torch.int64  # discrete: indices
@@ -131,12 +131,12 @@ def test_random_needs_no_run(tmp_path: Path) -> None:
 
 def test_a_relative_out_is_made_from_the_working_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``out=`` relative to where the command runs, as the README's examples give it: both
+    """``output=`` relative to where the command runs, as the README's examples give it: both
     formats land there and load to the same transitions."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MINARI_DATASETS_PATH", raising=False)
     assert main(["dataset", "make", "env=Pendulum-v1", "quality=random", "steps=60",
-                 "ref_episodes=1", "out=made/here"]) == 0
+                 "ref_episodes=1", "output=made/here"]) == 0
     d4rl, minari = _files(tmp_path / "made" / "here", "random")
     from_d4rl, from_minari = load_dataset(d4rl), load_dataset(minari)
     assert len(from_d4rl) == len(from_minari) == 60
@@ -145,15 +145,15 @@ def test_a_relative_out_is_made_from_the_working_directory(
 
 
 @pytest.mark.parametrize(("words", "message"), [
-    (["quality=medium", "steps=10", "out=o"], "policy=<run id or run directory> is needed"),
-    (["quality=random", "steps=10", "out=o"], "quality=random needs env=<id>"),
-    (["env=CartPole-v1", "quality=meduim", "steps=10", "out=o"],
+    (["quality=medium", "steps=10", "output=o"], "policy=<run id or run directory> is needed"),
+    (["quality=random", "steps=10", "output=o"], "quality=random needs env=<id>"),
+    (["env=CartPole-v1", "quality=meduim", "steps=10", "output=o"],
      "unknown quality 'meduim'; did you mean medium"),
-    (["env=CartPole-v1", "quality=random", "steps=0", "out=o"], "steps must be between 1"),
-    (["env=CartPole-v1", "quality=random", "steps=10"], "needs out=..."),
-    (["env=CartPole-v1", "quality=random", "steps=10", "out=o", "format=parquet"],
+    (["env=CartPole-v1", "quality=random", "steps=0", "output=o"], "steps must be between 1"),
+    (["env=CartPole-v1", "quality=random", "steps=10"], "needs output=..."),
+    (["env=CartPole-v1", "quality=random", "steps=10", "output=o", "format=parquet"],
      "unknown format 'parquet'"),
-    (["env=dmc:cartpole-balance", "quality=random", "steps=10", "out=o"],
+    (["env=dmc:cartpole-balance", "quality=random", "steps=10", "output=o"],
      "collects gymnasium envs only"),
 ])
 def test_bad_words_are_refused(capsys: pytest.CaptureFixture, words: list[str],
@@ -172,7 +172,7 @@ def test_a_run_without_snapshots_cannot_give_medium(tmp_path: Path,
     (run_dir,) = (out / "runs" / "adhoc").iterdir()
     capsys.readouterr()
     assert main(["dataset", "make", f"policy={run_dir}", "quality=medium", "steps=10",
-                 "ref_episodes=1", f"out={tmp_path / 'data'}"]) == 2
+                 "ref_episodes=1", f"output={tmp_path / 'data'}"]) == 2
     assert "kept no policy snapshot before its last evaluation" in capsys.readouterr().err
 
 
@@ -229,9 +229,9 @@ def test_an_out_that_cannot_be_written_is_refused_before_any_episode(
     formats = ["format=minari"] if where.startswith("minari") else []
     before = _tree(tmp_path)
     monkeypatch.setattr(dataset_make, "rollout", _no_episodes)
-    err = _refused(capsys, ["env=Pendulum-v1", "quality=random", "steps=10", f"out={out}",
+    err = _refused(capsys, ["env=Pendulum-v1", "quality=random", "steps=10", f"output={out}",
                             *formats])
-    assert f"out={out}" in err and message in err
+    assert f"output={out}" in err and message in err
     assert _tree(tmp_path) == before
     assert where.startswith(("taken", "minari")) or not os.path.lexists(out)
 
@@ -253,7 +253,7 @@ def test_an_out_file_that_cannot_be_read_is_refused_in_one_line(
     monkeypatch.setattr(os, "open", refuse)
     monkeypatch.setattr(dataset_make, "rollout", _no_episodes)
     err = _refused(capsys, ["env=Pendulum-v1", "quality=random", "steps=10",
-                            f"out={tmp_path}", "format=d4rl"])
+                            f"output={tmp_path}", "format=d4rl"])
     assert "is a file that cannot be read (Permission denied)" in err
     assert final.read_bytes() == b"someone's file"
 
@@ -291,7 +291,7 @@ def test_a_malformed_curve_is_refused_before_any_episode(
     monkeypatch.setattr(dataset_make, "rollout", _no_episodes)
     out = tmp_path / "out"
     err = _refused(capsys, [f"policy={run}", "quality=medium", "steps=10", "ref_episodes=1",
-                            f"out={out}"])
+                            f"output={out}"])
     assert f"rlbench: error: {curve}" in err and message in err and len(err) < 400
     assert not out.exists()
 
@@ -318,7 +318,7 @@ def test_a_run_file_linked_out_of_the_run_is_refused(
     monkeypatch.setattr(dataset_make, "rollout", _no_episodes)
     out = tmp_path / "out"
     err = _refused(capsys, [f"policy={run}", f"quality={quality}", "steps=10",
-                            "ref_episodes=1", f"out={out}"])
+                            "ref_episodes=1", f"output={out}"])
     assert "is a link out of the run directory" in err and Path(name).name in err, err
     assert not out.exists()
 
@@ -387,7 +387,7 @@ def test_malformed_transitions_are_refused_before_any_episode(
     monkeypatch.setattr(dataset_make, "rollout", _no_episodes)
     out = tmp_path / "out"
     err = _refused(capsys, [f"policy={run}", "quality=medium-replay", "steps=10",
-                            "ref_episodes=1", f"out={out}"])
+                            "ref_episodes=1", f"output={out}"])
     assert f"rlbench: error: {run / 'transitions' / file}" in err and message in err
     assert len(err) < 400 and not out.exists()
 
@@ -414,7 +414,7 @@ def test_medium_replay_is_bounded_by_max_steps(sac_run: Path, tmp_path: Path,
     monkeypatch.setattr(dataset_make, "MAX_STEPS", 100)
     out = tmp_path / "out"
     err = _refused(capsys, [f"policy={sac_run}", "quality=medium-replay", "steps=10",
-                            "ref_episodes=1", f"out={out}"])
+                            "ref_episodes=1", f"output={out}"])
     assert f"{sac_run}: medium-replay would hold" in err and "more than 100" in err
     assert not out.exists()
 
@@ -434,7 +434,7 @@ def test_a_run_made_on_another_host_is_read_from_its_store(sac_run: Path, made: 
         again = tmp_path / "again"
         assert main(["dataset", "make", f"policy={run_id}", f"out_dir={out}",
                      "quality=medium,medium-replay", f"steps={STEPS}", "ref_episodes=2",
-                     f"out={again}"]) == 0
+                     f"output={again}"]) == 0
     finally:
         shutil.move(away, sac_run)
     assert (out / "downloads" / run_id / "transitions").is_dir()

@@ -41,7 +41,7 @@ MINARI = Path("minari") / "rlbench" / "pendulum" / "random-v0"
 
 def _words(out: Path, seed: int) -> list[str]:
     return ["dataset", "make", "env=Pendulum-v1", "quality=random", "steps=50", f"seed={seed}",
-            f"out={out}"]
+            f"output={out}"]
 
 
 def _make(out: Path, seed: int) -> None:
@@ -230,7 +230,7 @@ def _fake_behaviour_run(monkeypatch: pytest.MonkeyPatch, made: Path) -> None:
 
     def make_datasets(request: dataset_make.MakeRequest, log: Callable) -> list[Path]:
         for quality in request.qualities:
-            target = request.out / "minari" / "rlbench" / "pendulum" / f"{quality}-v0"
+            target = request.output / "minari" / "rlbench" / "pendulum" / f"{quality}-v0"
             shutil.copytree(made / MINARI, target)
             shutil.copy(made / "minari" / "rlbench" / "namespace_metadata.json",
                         target.parent.parent)

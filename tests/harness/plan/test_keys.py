@@ -7,6 +7,15 @@ from pathlib import Path
 import pytest
 
 from rlbench.errors import ConfigError, UnknownNameError
+from rlbench.harness.plan.command_keys import (
+    COMPARE_TABLE,
+    EVAL_TABLE,
+    MAKE_TABLE,
+    PUBLISH_TABLE,
+    REGRESS_TABLE,
+    RUN_TABLE,
+    TUNE_TABLE,
+)
 from rlbench.harness.plan.keys import Key, KeyTable
 
 TABLE = KeyTable("demo", (
@@ -82,3 +91,32 @@ def test_a_key_listed_for_help_only_is_not_read() -> None:
 def test_a_table_refuses_a_name_declared_twice() -> None:
     with pytest.raises(ValueError, match="declared twice"):
         KeyTable("demo", (Key("a", "x"), Key("b", "y", aliases=("a",))))
+
+
+@pytest.mark.parametrize(("table", "key", "old"), [
+    (COMPARE_TABLE, "store", "out_dir"),
+    (EVAL_TABLE, "store", "out_dir"),
+    (MAKE_TABLE, "store", "out_dir"),
+    (MAKE_TABLE, "output", "out"),
+    (PUBLISH_TABLE, "stores", "store"),
+    (PUBLISH_TABLE, "stores", "out_dir"),
+])
+def test_a_store_read_is_named_store_and_the_old_word_still_reads(table, key, old) -> None:
+    """A command that reads a store names it ``store=`` (``stores=`` for several), one
+    that writes files elsewhere names them ``output=``; the words typed before still read,
+    to the same value, and giving both is refused as a key given twice."""
+    required = {"dataset make": ["quality=random", "steps=5", "output=o"],
+                "eval": ["run=r"], "publish": ["output=site"]}.get(table.command, [])
+    required = [w for w in required if not w.startswith(f"{key}=")]
+    new = table.parse([*required, f"{key}=somewhere"])
+    typed_before = table.parse([*required, f"{old}=somewhere"])
+    assert new[key] == typed_before[key]
+    assert new[key] in ("somewhere", Path("somewhere"), [Path("somewhere")])
+    with pytest.raises(ConfigError, match="given twice"):
+        table.parse([*required, f"{key}=a", f"{old}=b"])
+
+
+@pytest.mark.parametrize("table", [RUN_TABLE, TUNE_TABLE, REGRESS_TABLE])
+def test_a_command_that_makes_runs_writes_them_to_out_dir(table) -> None:
+    """``out_dir=`` is where a command that makes runs keeps its store and their files."""
+    assert "out_dir" in table.names and "store" not in table.names

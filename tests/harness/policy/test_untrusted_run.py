@@ -444,10 +444,10 @@ def test_a_stored_runs_bad_artifacts_are_named_by_run_id(
 
 
 @pytest.mark.parametrize(("uri", "end"), [
-    (None, "out_dir (rlbench_runs) holds none; give the out_dir= the run was made in, or its "
-           "run directory as run="),
-    ("OUT", "out_dir=OUT holds none; give the out_dir= the run was made in, or its run "
-            "directory as run="),
+    (None, "the default store rlbench_runs holds none; name the store the run was made in, "
+           "or give its run directory as the run"),
+    ("OUT", "the store OUT holds none; name the store the run was made in, or give its run "
+            "directory as the run"),
     ("file://OUT", "MLFLOW_TRACKING_URI names none; point it to the run's store or unset it"),
     ("sqlite:///OUT/runs.db", "MLFLOW_TRACKING_URI names none; point it to the run's store or "
                               "unset it"),

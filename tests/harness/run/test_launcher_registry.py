@@ -28,7 +28,7 @@ from rlbench.harness.run.launchers import Launcher, Listener, SweepParent
 from rlbench.harness.run.lost_runs import not_started
 from rlbench.harness.run.runner import RunResult, execute_run
 from rlbench.harness.run.sweep import run_sweep
-from rlbench.harness.store.uri import tracking_uri
+from rlbench.harness.store.uri import StoreLocation, tracking_uri
 
 SUITE = """
 algos: [ppo]
@@ -50,15 +50,15 @@ class Backwards:
     def __init__(self, sweep: SweepConfig, refuse: str | None = None,
                  stop_after: int | None = None):
         self.refuse, self.stop_after = refuse, stop_after
-        self.checked: list[str] = []
+        self.checked: list[StoreLocation] = []
         self.ran: list[str] = []
         self.cancelled = False
 
     def describe(self) -> str:
         return "backwards, here"
 
-    def check(self, uri: str) -> None:
-        self.checked.append(uri)
+    def check(self, store: StoreLocation) -> None:
+        self.checked.append(store)
         if self.refuse:
             raise ConfigError(f"launcher=backwards: {self.refuse}")
 
@@ -110,7 +110,7 @@ def test_a_registered_launcher_runs_a_sweep(sweep: SweepConfig) -> None:
     shown = io.StringIO()
     result = run_sweep(sweep, Console(file=shown, width=200))
     launcher = made[-1]
-    assert launcher.checked == [tracking_uri(sweep.out_dir.absolute())]
+    assert launcher.checked == [StoreLocation.of(sweep.out_dir.absolute())]
     assert launcher.ran == ["ppo/CartPole-v1/seed1", "ppo/CartPole-v1/seed0"]
     assert not launcher.cancelled
     assert [r.status for r in result.results] == ["FINISHED", "FINISHED"]
