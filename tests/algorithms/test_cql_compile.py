@@ -48,6 +48,7 @@ def _losses(compiled: bool, path: Path, run_dir: Path) -> list[dict[str, float]]
     return logger.metrics
 
 
+@pytest.mark.slow
 def test_compiled_critics_train_as_the_eager_ones(pendulum_file: Path,  # noqa: F811
                                                   tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:

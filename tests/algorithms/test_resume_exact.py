@@ -149,6 +149,7 @@ def _every(algo: str) -> int:
     return 25 if algo in OFFLINE else {**ONLINE, **OWN}[algo][5]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", [*ONLINE, *OFFLINE])
 def test_a_run_killed_three_times_logs_what_the_whole_run_logs(tmp_path: Path, algo: str) -> None:
     _killed_three_times_logs_what_the_whole_run_logs(tmp_path, algo)
@@ -159,6 +160,7 @@ def test_a_recipe_of_ones_own_resumes_exactly(tmp_path: Path, example_recipe: st
     _killed_three_times_logs_what_the_whole_run_logs(tmp_path, example_recipe)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not onednn.onednn_available(), reason="this PyTorch has no oneDNN")
 @pytest.mark.parametrize("algo", ["sac", "td3", "cql", "iql"])
 def test_a_run_through_onednn_resumes_exactly(tmp_path: Path, algo: str,

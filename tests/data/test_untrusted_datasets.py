@@ -111,6 +111,7 @@ def cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Completed
                           text=True, env=env, cwd=cwd, timeout=300)
 
 
+@pytest.mark.slow
 def test_an_env_module_named_by_a_dataset_is_never_imported(
         tmp_path: Path, evil: tuple[Path, dict[str, str]]) -> None:
     """D4RL attrs, D4RL metadata/ and a Minari env_spec naming ``evil_env:Evil-v0``:
@@ -140,6 +141,7 @@ def test_an_env_module_named_by_a_dataset_is_never_imported(
     assert "evil_env:Evil-v0" in done.stdout and marker.read_text() == "imported"
 
 
+@pytest.mark.slow
 def test_this_module_is_not_imported_from_a_file(tmp_path: Path) -> None:
     """``env_id = "this:Pendulum-v1"`` would print the Zen of Python if it were imported."""
     path = write_d4rl(tmp_path / "zen.hdf5", env_id="this:Pendulum-v1")
@@ -149,6 +151,7 @@ def test_this_module_is_not_imported_from_a_file(tmp_path: Path) -> None:
     assert "module 'this'" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_minari_env_spec_entry_point_is_never_used(
         tmp_path: Path, evil: tuple[Path, dict[str, str]]) -> None:
     """Only the spec's id is read: its entry point and kwargs choose nothing."""

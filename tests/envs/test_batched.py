@@ -62,6 +62,7 @@ def parallel_hopper():
     env.close()
 
 
+@pytest.mark.slow
 def test_parallel_env_matches_its_sub_envs(parallel_hopper) -> None:
     check_env_specs(parallel_hopper, steps=20)
     torch.manual_seed(1)
@@ -84,6 +85,7 @@ def test_parallel_env_resets_rows_a_parent_transform_ended(parallel_hopper) -> N
     assert ((rollout["observation"][starts][:, 0] - 1.25).abs() < 0.01).all()
 
 
+@pytest.mark.slow
 def test_worker_exception_surfaces_with_traceback_and_shuts_down() -> None:
     env = ParallelEnv(strict_pendulum, 2)
     root = env.reset()
@@ -125,6 +127,7 @@ def test_in_process_worker_matches_its_sub_envs() -> None:
         env.close()
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_reported_and_close_stops_the_others() -> None:
     env = ParallelEnv(hopper, 3)
     root = env.reset()
@@ -137,6 +140,7 @@ def test_a_killed_worker_is_reported_and_close_stops_the_others() -> None:
     env.close()  # idempotent after a failure
 
 
+@pytest.mark.slow
 def test_close_with_a_dead_worker_stops_the_others() -> None:
     env = ParallelEnv(hopper, 3)
     os.kill(env._processes[0].pid, signal.SIGKILL)

@@ -465,6 +465,7 @@ def _pixel_checks() -> None:
     env.close()
 
 
+@pytest.mark.slow
 def test_pixels() -> None:
     run = ("import runpy, sys; "
            f"runpy.run_path({str(Path(__file__).resolve())!r})['_pixel_checks']()")

@@ -51,6 +51,7 @@ def _through_a_file(state: dict) -> dict:
     return torch.load(buffer, weights_only=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_a_fresh_env_loaded_from_the_state_goes_on_exactly(name: str) -> None:
     original, copy = _collector(ENVS[name]()), _collector(ENVS[name]())

@@ -190,6 +190,7 @@ def test_action_from_tensor_rejects_nan_bounds_and_shape() -> None:
                                   np.float32([[-1.0, 2.0, 0.0]]))
 
 
+@pytest.mark.slow
 def test_parallel_env_caps_torch_threads_while_open() -> None:
     before = torch.get_num_threads()
     factory = SubEnvFactory("CartPole-v1", 1, 0, "cpu")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import event, given
 from hypothesis import strategies as st
@@ -462,6 +463,7 @@ def _prepare(here: Path, line: CommandLine) -> None:
         (here / "suite.yaml").write_text(text, errors="surrogateescape")
 
 
+@pytest.mark.slow
 @for_target("command_line")
 @given(data=st.data())
 def test_any_command_line_holds_the_contract(

@@ -10,6 +10,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -104,6 +105,7 @@ def _as_member(value: Any) -> Any:
     return value
 
 
+@pytest.mark.slow
 @for_target("d4rl")
 @given(data=st.data())
 def test_any_d4rl_file_holds_the_contract(data: st.DataObject, scratch: Path,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -145,6 +146,7 @@ def minari_cases(draw: st.DrawFn, attacker: str) -> MinariCase:
     return MinariCase(MinariDataset(meta, episodes, layout), not spoiled, modules)
 
 
+@pytest.mark.slow
 @for_target("minari")
 @given(data=st.data())
 def test_any_minari_directory_holds_the_contract(data: st.DataObject, scratch: Path,

@@ -289,6 +289,7 @@ def _copy_run(source: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 @for_target("run_dir")
 @given(data=st.data())
 def test_any_run_directory_holds_the_contract(

@@ -108,6 +108,7 @@ def _check_reproduce(site: Path, values: dict[str, str], here: Path) -> None:
         assert f"device={values['param']}" in words or not values["param"], (block, words)
 
 
+@pytest.mark.slow
 @for_target("store_text")
 @given(values=st.fixed_dictionaries({
     "algo": store_text(non_empty=True), "env": store_text(non_empty=True),

@@ -101,6 +101,7 @@ def _add(client: MlflowClient, out: Path, bad: dict) -> str:
     return run_id
 
 
+@pytest.mark.slow
 @for_target("stored_values")
 @given(bad=bad_runs())
 def test_a_bad_run_costs_itself_only(store: Path, scratch: Path, bad: dict) -> None:

@@ -83,6 +83,7 @@ def test_a_study_per_varied_setting_with_its_points_in_order(store: Path) -> Non
     assert rates.numeric
 
 
+@pytest.mark.slow
 def test_the_study_table_and_its_plot(store: Path, tmp_path: Path) -> None:
     comparison = _comparison(store)
     table = next(t for t in build_tables(comparison)

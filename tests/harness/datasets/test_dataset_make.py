@@ -71,6 +71,7 @@ def _files(out: Path, quality: str) -> tuple[Path, Path]:
     return d4rl, minari
 
 
+@pytest.mark.slow
 def test_the_same_command_gives_the_same_bytes(sac_run: Path, made: Path,
                                                tmp_path: Path) -> None:
     again = tmp_path / "again"

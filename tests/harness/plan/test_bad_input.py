@@ -60,6 +60,7 @@ def test_bad_values_are_refused_before_anything_starts(capsys, word: str,
     assert not Path("out").exists()
 
 
+@pytest.mark.slow
 def test_a_grid_of_more_than_a_hundred_thousand_runs_is_refused_with_its_size(capsys) -> None:
     line = _refused(capsys, "show", "seeds=60000", "env=CartPole-v1,Acrobot-v1")
     assert "more than 100,000 runs" in line and "60,000 seeds" in line
@@ -67,6 +68,7 @@ def test_a_grid_of_more_than_a_hundred_thousand_runs_is_refused_with_its_size(ca
     assert "eval_episodes=10,001 is beyond" in _refused(capsys, "show", "eval_episodes=10001")
 
 
+@pytest.mark.slow
 def test_show_lists_a_large_grid_in_bounded_time_and_lines(capsys) -> None:
     """The limit itself is planned and shown: the table lists the first runs and counts
     the rest (listing 10^5 rows took minutes and gigabytes)."""

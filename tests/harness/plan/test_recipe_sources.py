@@ -66,6 +66,7 @@ def _example_modules(project: Path, package: str = "my_recipes") -> dict[str, st
             for path in (project / "my_recipes").glob("*.py")}
 
 
+@pytest.mark.slow
 def test_a_recipe_file_runs_under_the_harness_by_its_stem(project: Path, tmp_path: Path,
                                                           capsys) -> None:
     recipe = project / "my_recipes" / "vpg.py"

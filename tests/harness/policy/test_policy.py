@@ -245,6 +245,7 @@ def _video_return(out: str) -> float:
     return float(re.search(r"video of the episode with seed \d+ \(return (\S+)\)", out).group(1))
 
 
+@pytest.mark.slow
 def test_video_of_a_classic_env(ppo_run: Path, tmp_path: Path,
                                 capsys: pytest.CaptureFixture) -> None:
     """Pendulum draws with pygame (no display here: SDL's dummy driver); a GIF of the
@@ -259,6 +260,7 @@ def test_video_of_a_classic_env(ppo_run: Path, tmp_path: Path,
     assert _video_return(out) == pytest.approx(episode_return, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_video_of_a_mujoco_env_renders_headless(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture) -> None:
     """MuJoCo renders with EGL (Mesa's software rasteriser on a machine with no GPU): an

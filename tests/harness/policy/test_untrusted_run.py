@@ -106,6 +106,7 @@ print("eval with env=:", main(["eval", f"run={run}", f"env={env}", "episodes=1"]
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["this", "rlbench_attack"])
 def test_a_module_env_id_is_imported_only_when_vouched_for(
         ppo_run: Path, run_config: dict[str, Any], tmp_path: Path, module: str) -> None:

@@ -78,6 +78,7 @@ def _rows(browser, table: str) -> list[list[str]]:
             for row in body.find_elements(By.TAG_NAME, "tr") if row.is_displayed()]
 
 
+@pytest.mark.slow
 def test_every_page_type_opens_from_disk_without_errors(browser, site: Path) -> None:
     _open(browser, site / "index.html", "index")
     suites = [row[0] for row in _rows(browser, "suites")]
@@ -163,6 +164,7 @@ def test_the_command_of_a_command_line_grid_plans_that_run(site: Path) -> None:
     assert (planned.suite, planned.identity) == ("adhoc", run.identity)
 
 
+@pytest.mark.slow
 def test_a_copied_site_renders_with_every_link_inside_it(browser, site: Path,
                                                          tmp_path: Path) -> None:
     """The site copied to another directory, the original moved out of reach: every page

@@ -113,6 +113,7 @@ def test_seeds_needed_is_the_first_count_at_which_the_rule_reaches_the_power() -
     assert verdict.verdict == "UNDERPOWERED" and n > 6
 
 
+@pytest.mark.slow
 def test_power_and_false_alarms_hold_in_simulation() -> None:
     """Normal scores: with no change the gate cries wolf at most alpha of the time; a true
     drop of the minimal effect is caught as often as the reported power says, and one of

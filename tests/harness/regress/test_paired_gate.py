@@ -114,6 +114,7 @@ def _report(report: Path) -> dict:
     return json.loads((report / "regress_bench.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_slower_commit_is_slower_against_its_parent_and_nothing_else(
         repo: Path, tmp_path: Path) -> None:
     base = _git(repo, "rev-parse", "HEAD")
@@ -142,6 +143,7 @@ def test_a_slower_commit_is_slower_against_its_parent_and_nothing_else(
         "tests/bench/test_toy.py::test_work"] == "FASTER"
 
 
+@pytest.mark.slow
 def test_a_commit_against_itself_is_not_slower_and_the_base_may_be_a_file(
         repo: Path, tmp_path: Path, capsys) -> None:
     (tmp_path / "BASE").write_text(_git(repo, "rev-parse", "HEAD") + "\n")
@@ -164,6 +166,7 @@ def test_other(benchmark):
 """
 
 
+@pytest.mark.slow
 def test_a_commit_that_changes_no_benchmarked_code_times_nothing(
         repo: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     (repo / "tests" / "bench" / "test_other.py").write_text(UNGATED.format(n=1))
@@ -205,6 +208,7 @@ def test_a_commit_that_changes_no_benchmarked_code_times_nothing(
     assert sorted(started) == ["base", "base", "candidate", "candidate"]
 
 
+@pytest.mark.slow
 def test_a_benchmark_of_one_side_is_named_and_one_failing_on_the_candidate_fails(
         repo: Path, tmp_path: Path, capsys) -> None:
     base = _git(repo, "rev-parse", "HEAD")
@@ -244,6 +248,7 @@ def test_a_callable_that_raises_while_timed_fails_that_benchmark_alone(
     assert {v["name"].split("::")[1] for v in data["verdicts"]} == {"test_sum", "test_spin"}
 
 
+@pytest.mark.slow
 def test_each_side_imports_its_own_package_dirs(repo: Path, tmp_path: Path) -> None:
     # toy.extra lives in extra/ ([tool.setuptools.package-dir]): each side finds its own
     base = _git(repo, "rev-parse", "HEAD")

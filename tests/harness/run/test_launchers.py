@@ -46,6 +46,7 @@ def _series(out: Path) -> dict[str, dict[str, list]]:
                               for k in KEYS} for r in runs}
 
 
+@pytest.mark.slow
 def test_alone_pool_and_ray_give_identical_series(tmp_path: Path, ray_local) -> None:
     suite = tmp_path / "pair.yaml"
     suite.write_text(SUITE)
@@ -111,6 +112,7 @@ def test_bad_launcher_keys(capsys: pytest.CaptureFixture[str],
     assert "only used with launcher=ray" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_runs_killed_in_the_local_pool_resume_under_ray(tmp_path: Path, ray_local) -> None:
     """SIGKILL to a pool sweep once both runs have checkpointed; Ray resumes both from
     their checkpoints, and the series are those of runs that never stopped."""

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
@@ -69,6 +70,7 @@ def _sweep_past_its_first_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen
             kill_group(sweep)
 
 
+@pytest.mark.slow
 def test_sigkill_then_rerun_finishes_every_run_once(tmp_path: Path) -> None:
     with _sweep_past_its_first_run(tmp_path) as (sweep, suite, out):
         kill_group(sweep)
@@ -86,6 +88,7 @@ def test_sigkill_then_rerun_finishes_every_run_once(tmp_path: Path) -> None:
     assert finished_before <= {r.info.run_id for r in runs}, "finished runs are not rerun"
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_with_a_summary_of_the_runs_that_ended(tmp_path: Path) -> None:
     with _sweep_past_its_first_run(tmp_path) as (sweep, _, out):
         os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's group

@@ -267,6 +267,7 @@ with planning(Path(sys.argv[1])):
 """
 
 
+@pytest.mark.slow
 def test_a_run_waits_for_a_planner_and_replaces_another_sweeps_dead_attempt(
         tiny_suite: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner, "LOCK_WAIT_S", 0.5)  # the planner's 2 s must not count
@@ -310,6 +311,7 @@ def test_rerun_skips_finished_runs_and_reruns_failed_ones(tiny_suite: Path,
     assert "CartPole-v1" in (summary / "summary.md").read_text()  # finished runs still count
 
 
+@pytest.mark.slow
 def test_local_pool_gives_the_sequential_numbers_and_loses_no_metric(tmp_path: Path) -> None:
     suite = tmp_path / "four.yaml"
     suite.write_text(TINY.split("per_env:")[0].replace("seeds: 2", "seeds: 4"))

@@ -61,6 +61,7 @@ except ClaimLost as lost:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["sqlite", "server"])
 def test_of_racing_processes_one_makes_the_ledger_and_one_wins_the_claim(
         store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

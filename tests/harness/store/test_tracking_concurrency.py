@@ -6,6 +6,8 @@ from __future__ import annotations
 import multiprocessing as mp
 from pathlib import Path
 
+import pytest
+
 from rlbench.harness.store.tracking import Tracker
 
 OPENERS = 3
@@ -19,6 +21,7 @@ def _open_store(out_dir: str, barrier, results) -> None:
         results.put(f"{type(err).__name__}: {err}")
 
 
+@pytest.mark.slow
 def test_concurrent_opens_of_a_fresh_store_share_one_experiment(tmp_path: Path) -> None:
     context = mp.get_context("spawn")
     barrier, results = context.Barrier(OPENERS), context.Queue()

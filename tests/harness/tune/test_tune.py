@@ -217,6 +217,7 @@ def _finished_runs(out: Path, study: str = "ppo-CartPole-v1") -> list:
                               "tags.kind = 'run' and attributes.status = 'FINISHED'")
 
 
+@pytest.mark.slow
 def test_a_small_study_its_report_and_its_best_configuration(capsys, tmp_path: Path) -> None:
     out = tmp_path / "store"
     words = ["tune", *TINY, SPACE, "trials=3", f"out_dir={out}"]
@@ -248,6 +249,7 @@ def test_a_small_study_its_report_and_its_best_configuration(capsys, tmp_path: P
     assert [t.value for t in _trials(again)] == [t.value for t in trials]
 
 
+@pytest.mark.slow
 def test_a_study_stopped_half_way_finishes_with_no_run_twice(tmp_path: Path) -> None:
     """SIGTERM in the middle of the second trial, then the same command: the stopped trial
     is queued again with its settings, its runs resume, and every run finished once."""
