@@ -52,6 +52,7 @@ from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat
 from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.recorder import RunRecorder
 from rlbench.harness.store.tracking import Tracker
+from rlbench.numerics import numerics_facts
 from rlbench.owned_files import remove_owned, replace_file
 from rlbench.recipe import Seeds
 
@@ -264,7 +265,9 @@ def _execute_locked(
                                  run_dir, checkpoints, upload=upload, refused=refused,
                                  say=say)
     prepare_run_dir(run_dir, point.progress, say)
-    tags = {**environment_tags(config.device), **taken.claim.tags(), **extra_tags,
+    tags = {**environment_tags(config.device),
+            **numerics_facts(threads=config.threads).as_tags(), **taken.claim.tags(),
+            **extra_tags,
             "run_dir": str(run_dir), **point.tags(config)}
     if (line := point.line(config)) is not None:
         say(line)

@@ -68,7 +68,7 @@ SEED_PARAMS = ("seed_index", "base_seed")
 # too); every other tag but MLflow's is ``tag.<name>``.
 _TAG_COLUMNS = ("suite", "algorithm", "env", "seed", "identity", "git_commit", "git_dirty",
                 "rlbench_version", "torch_version", "tensordict_version", "gymnasium_version",
-                "mujoco_version", "python_version", "host", "device", "error")
+                "mujoco_version", "python_version", "host", "device", "numerics_class", "error")
 RUN_COLUMNS = ("run_id", "suite", "algorithm", "env", "seed", "frames", "steps", "config",
                "identity", "status", "problem", "final_return", "final_score", "fps",
                "seconds", "start_time", "artifact_uri", *_TAG_COLUMNS[5:])

@@ -16,6 +16,7 @@ from rlbench.cli import main
 from rlbench.errors import ConfigError, UnknownNameError
 from rlbench.harness.store import results
 from rlbench.harness.store.uri import tracking_uri
+from rlbench.numerics import numerics_facts
 from rlbench.results import CURVE_COLUMNS, RUN_COLUMNS
 
 SUITE = """
@@ -52,6 +53,9 @@ def test_load_gives_one_tidy_row_per_run(store: Path) -> None:
     assert set(runs["param.algo_params.learning_rate"]) == {"0.001", "0.0005"}
     assert runs.git_commit.str.len().min() > 0 and set(runs.git_dirty) <= {"true", "false",
                                                                            "unknown"}
+    # each run's kernel choices, as its process read them (one thread per run)
+    assert set(runs.numerics_class) == {numerics_facts(threads=1).class_name()}
+    assert set(runs["tag.numerics.threads"]) == {"1"}
     client = MlflowClient(tracking_uri(store))
     for row in runs.itertuples():
         history = client.get_metric_history(row.run_id, "eval/return_mean")

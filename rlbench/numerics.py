@@ -1,0 +1,121 @@
+"""What a run's bits depend on beyond its config, its code and its library versions: the
+kernels each library picked on this machine, its numerics class.
+
+Most of these choices are made once, when a library loads, from the processor and the
+environment: ATen's vector kernels (``ATEN_CPU_CAPABILITY``), MKL's code branch (its own
+dispatch, or ``MKL_CBWR``), whether rlbench's dense layers go through oneDNN, numpy's SIMD
+loops (``NPY_DISABLE_CPU_FEATURES``) and OpenBLAS's kernels (``OPENBLAS_CORETYPE``). Two runs
+of one identity give the same bits where these facts are the same; ``class_name`` says them
+in one short line.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+
+import torch
+
+from rlbench.modules.onednn import cpu_vendor, onednn_outruns_mkl
+
+__all__ = ["MKL_BRANCHES", "NumericsFacts", "numerics_facts"]
+
+# MKL's code branches as ``mkl_cbwr.h`` numbers them (the values of ``MKL_CBWR``)
+MKL_BRANCHES = {1: "off", 2: "auto", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
+                8: "SSE4_2", 9: "AVX", 10: "AVX2", 11: "AVX512_MIC", 12: "AVX512",
+                13: "AVX512_MIC_E1", 14: "AVX512_E1"}
+_MKL_BRANCH = 1  # what ``mkl_cbwr_get`` is asked: the branch set
+
+
+@dataclass(frozen=True)
+class NumericsFacts:
+    """The kernel choices of this process, each as its library names it."""
+
+    machine: str  # x86_64, aarch64, arm64
+    cpu_vendor: str  # GenuineIntel, AuthenticAMD, or "" where it cannot be read
+    aten_capability: str  # ATen's vector kernels: AVX512, AVX2, DEFAULT (none)
+    mkl_branch: str  # the branch MKL runs: the one MKL_CBWR sets, else the one it picks
+    onednn_dense: bool  # rlbench's dense layers multiply through oneDNN (modules.onednn)
+    numpy_simd: str  # the highest SIMD target numpy's loops dispatch to here
+    openblas_core: str  # the kernels numpy's OpenBLAS runs
+    libc: str  # the C library and its version: its maths functions
+    threads: int  # torch's intra-op threads: a product's summation order follows them
+
+    def class_name(self) -> str:
+        """The facts in one short line, e.g. ``x86_64 GenuineIntel aten AVX512 mkl
+        AVX512_E1 onednn off numpy AVX512_SPR openblas SkylakeX glibc 2.36 1 thread``."""
+        vendor = self.cpu_vendor or "unknown-vendor"
+        return (f"{self.machine} {vendor} aten {self.aten_capability} mkl {self.mkl_branch} "
+                f"onednn {'on' if self.onednn_dense else 'off'} numpy {self.numpy_simd} "
+                f"openblas {self.openblas_core} {self.libc} "
+                f"{self.threads} thread{'s' if self.threads != 1 else ''}")
+
+    def as_tags(self) -> dict[str, str]:
+        """The facts as a run's tags: ``numerics_class`` and one ``numerics.<fact>`` each."""
+        tags = {f"numerics.{name}": str(value).lower() if isinstance(value, bool) else str(value)
+                for name, value in asdict(self).items()}
+        return {"numerics_class": self.class_name(), **tags}
+
+
+def _mkl_branch() -> str:
+    """MKL's branch: ``MKL_CBWR``'s where it is set (``,STRICT`` kept), else the one MKL
+    dispatches to on this processor; ``none`` without MKL. Read from the MKL built into
+    torch (its ``mkl_serv_cbwr_*`` functions), which is what torch's products run."""
+    if not torch.backends.mkl.is_available() or sys.platform != "linux":
+        return "none"
+    try:
+        library = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib",
+                                           "libtorch_cpu.so"))
+        chosen = library.mkl_serv_cbwr_get(_MKL_BRANCH)
+        picked = library.mkl_serv_cbwr_get_auto_branch()
+    except (OSError, AttributeError):
+        return "unknown"
+    branch = MKL_BRANCHES.get(picked if chosen in (1, 2) else chosen, f"branch {chosen}")
+    strict = "STRICT" in os.environ.get("MKL_CBWR", "").upper()
+    return f"{branch},STRICT" if strict else branch
+
+
+def _numpy_simd() -> str:
+    """The last of numpy's dispatch targets this processor has and numpy keeps enabled."""
+    try:  # numpy's private module: where numpy 2 keeps its dispatch tables
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:  # numpy 1.x
+        from numpy.core import _multiarray_umath as umath
+    features = umath.__cpu_features__
+    enabled = [name for name in umath.__cpu_dispatch__ if features.get(name)]
+    return enabled[-1] if enabled else "baseline " + " ".join(umath.__cpu_baseline__)
+
+
+def _openblas_core() -> str:
+    """The kernels numpy's OpenBLAS runs (``OPENBLAS_CORETYPE`` picks them), or what numpy
+    multiplies with instead."""
+    try:  # deferred: threadpoolctl comes with MLflow's scikit-learn, not named by rlbench
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown"
+    for pool in threadpool_info():
+        if pool.get("internal_api") == "openblas" and "numpy" in pool.get("filepath", ""):
+            return str(pool.get("architecture") or "unknown")
+    return "none"
+
+
+@functools.cache
+def _fixed_at_load() -> tuple[str, str, str, str, str, str]:
+    """The facts a library fixes when it loads: the same for the whole process."""
+    libc = " ".join(part for part in platform.libc_ver() if part) or "unknown libc"
+    return (platform.machine(), cpu_vendor(), torch.backends.cpu.get_cpu_capability(),
+            _mkl_branch(), _numpy_simd(), libc)
+
+
+def numerics_facts(threads: int | None = None) -> NumericsFacts:
+    """This process's kernel choices (``NumericsFacts``); ``threads``: those a run will set,
+    where it sets them after this is read (torch's own count otherwise)."""
+    machine, vendor, aten, mkl, simd, libc = _fixed_at_load()
+    return NumericsFacts(machine=machine, cpu_vendor=vendor, aten_capability=aten,
+                         mkl_branch=mkl, onednn_dense=onednn_outruns_mkl(),
+                         numpy_simd=simd, openblas_core=_openblas_core(), libc=libc,
+                         threads=torch.get_num_threads() if threads is None else threads)
