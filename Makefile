@@ -22,11 +22,13 @@ run: $(STAMP)  ## the main job: `make run ARGS="seeds=3"` passes overrides
 
 # The tests run in TEST_WORKERS processes (pytest-xdist, one per core, at most 8): each test
 # module stays whole on one worker, and the tests that start Ray share one (tests/conftest.py).
+# The tests marked timing judge times they measure, so they run afterwards, alone.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 8 ] && n=8; echo $$n)
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP)  ## lint, every test but the benchmarks (slow ones included), the gate
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(XDIST) -m "not bench and not nightly" $(ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not bench and not nightly and not timing" $(ARGS)
+	$(BIN)/python -m pytest -m "timing and not bench and not nightly" $(ARGS)
 	$(MAKE) --no-print-directory regress
 
 # The regression gate (rlbench regress). Its candidate runs go to a fresh store each time;

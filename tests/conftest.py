@@ -53,6 +53,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
+def _alone_when_timing(request: pytest.FixtureRequest) -> None:
+    """A test marked timing judges times it measures: beside another worker's tests its
+    verdict would be the neighbour's load, so it fails at once, naming how it runs."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if request.node.get_closest_marker("timing") and workers > 1:
+        pytest.fail(f"{request.node.nodeid} times code, so it runs alone, not beside "
+                    f"{workers - 1} other test worker(s): pytest -m timing (make test runs "
+                    "it after the others)", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_tracking(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """Tests never write to a user's tracking server or to the repository."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -115,6 +115,7 @@ def _report(report: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_a_slower_commit_is_slower_against_its_parent_and_nothing_else(
         repo: Path, tmp_path: Path) -> None:
     base = _git(repo, "rev-parse", "HEAD")
@@ -144,6 +145,7 @@ def test_a_slower_commit_is_slower_against_its_parent_and_nothing_else(
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_a_commit_against_itself_is_not_slower_and_the_base_may_be_a_file(
         repo: Path, tmp_path: Path, capsys) -> None:
     (tmp_path / "BASE").write_text(_git(repo, "rev-parse", "HEAD") + "\n")
