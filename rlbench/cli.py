@@ -12,10 +12,13 @@ from rich.console import Console
 from rlbench.commands import COMMANDS, HELP, USAGE
 from rlbench.errors import ConfigError, UnknownNameError, one_line, quote
 from rlbench.harness.render import inert_console
+from rlbench.numerics_environment import allow_restart, asks_for_portable, pin_portable
 from rlbench.version import __version__
 
 __all__ = ["HELP", "main"]
 
+# the commands that compute a run's numbers: numerics=portable pins their kernels first
+COMPUTING = ("run", "regress", "tune", "dataset")
 BAD_PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
 ERROR_LIMIT = 2000  # characters of an error line; the message is cut, never wrapped
 
@@ -41,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlbench: error: the word {quote(bad)} holds a NUL character", file=sys.stderr)
         return 2
     command, rest = args[0], args[1:]
+    if argv is None:  # the rlbench command's own process: it may start itself again
+        allow_restart(args)
+    if command in COMPUTING and asks_for_portable(rest):
+        pin_portable()  # before torch and numpy load; a refusal is the sweep's to say
     if command in HELP and any(word in ("-h", "--help") for word in rest):
         print(HELP[command], end="")
         return 0

@@ -52,6 +52,11 @@ def _sweep(args: Sequence[str], console: Console, *, show: bool) -> int:
     from rlbench.harness.plan.show import grid_table, hyperparameter_tables
 
     sweep = resolve_sweep(args)
+    if not (show or sweep.dry_run):
+        # deferred: a command's modules (torch, MLflow) load only when it runs
+        from rlbench.harness.plan.numerics_mode import check_process_numerics
+
+        check_process_numerics(sweep.runs)  # may start the command again, pinned
     for note in sweep.notes:
         console.print(Text(f"note: {note}"))
     if show or sweep.dry_run:

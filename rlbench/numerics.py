@@ -22,7 +22,7 @@ import torch
 
 from rlbench.modules.onednn import cpu_vendor, onednn_outruns_mkl
 
-__all__ = ["MKL_BRANCHES", "NumericsFacts", "numerics_facts"]
+__all__ = ["MKL_BRANCHES", "NumericsFacts", "numerics_facts", "portable_mismatches"]
 
 # MKL's code branches as ``mkl_cbwr.h`` numbers them (the values of ``MKL_CBWR``)
 MKL_BRANCHES = {1: "off", 2: "auto", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
@@ -47,12 +47,16 @@ class NumericsFacts:
 
     def class_name(self) -> str:
         """The facts in one short line, e.g. ``x86_64 GenuineIntel aten AVX512 mkl
-        AVX512_E1 onednn off numpy AVX512_SPR openblas SkylakeX glibc 2.36 1 thread``."""
+        AVX512_E1 onednn off numpy AVX512_SPR openblas SkylakeX glibc 2.36 1 thread``; where
+        every choice is the pinned one (``numerics=portable``), ``portable x86-64 AVX2 glibc
+        2.36 1 thread``: the same on every such processor."""
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        if not portable_mismatches(self):  # pinned: the vendor and ISA beyond AVX2 no longer count
+            return f"portable x86-64 AVX2 {self.libc} {threads}"
         vendor = self.cpu_vendor or "unknown-vendor"
         return (f"{self.machine} {vendor} aten {self.aten_capability} mkl {self.mkl_branch} "
                 f"onednn {'on' if self.onednn_dense else 'off'} numpy {self.numpy_simd} "
-                f"openblas {self.openblas_core} {self.libc} "
-                f"{self.threads} thread{'s' if self.threads != 1 else ''}")
+                f"openblas {self.openblas_core} {self.libc} {threads}")
 
     def as_tags(self) -> dict[str, str]:
         """The facts as a run's tags: ``numerics_class`` and one ``numerics.<fact>`` each."""
@@ -119,3 +123,22 @@ def numerics_facts(threads: int | None = None) -> NumericsFacts:
                          mkl_branch=mkl, onednn_dense=onednn_outruns_mkl(),
                          numpy_simd=simd, openblas_core=_openblas_core(), libc=libc,
                          threads=torch.get_num_threads() if threads is None else threads)
+
+
+def portable_mismatches(facts: NumericsFacts) -> list[str]:
+    """What in ``facts`` is not what ``numerics=portable`` pins (``numerics_environment``):
+    empty where every kernel choice is the portable one."""
+    wrong = []
+    if facts.machine.lower() not in ("x86_64", "amd64"):
+        wrong.append(f"machine {facts.machine}, not x86-64")
+    if facts.aten_capability != "AVX2":
+        wrong.append(f"aten {facts.aten_capability}, not AVX2")
+    if facts.mkl_branch not in ("COMPATIBLE,STRICT", "none"):
+        wrong.append(f"mkl {facts.mkl_branch}, not COMPATIBLE,STRICT")
+    if facts.onednn_dense:
+        wrong.append("dense layers on oneDNN, not on MKL")
+    if facts.numpy_simd.startswith(("AVX512", "X86_V4", "AVX10")):
+        wrong.append(f"numpy {facts.numpy_simd}, not at most AVX2")
+    if facts.openblas_core not in ("Haswell", "none"):
+        wrong.append(f"openblas {facts.openblas_core}, not Haswell")
+    return wrong

@@ -1,6 +1,8 @@
 """Every logged metric series of a short run per recipe, to check a refactor changes no number.
 
     python -m tools.reference.metric_series dump before.json     # on the old code
+    python -m tools.reference.metric_series dump p.json portable  # numerics=portable
+    python -m tools.reference.metric_series machine made_on.json  # the processor, versions
     python -m tools.reference.metric_series dump after.json      # on the new code
     python -m tools.reference.metric_series diff before.json after.json
     python -m tools.reference.metric_series stored <out_dir> <run name> run.json
@@ -18,12 +20,14 @@ offline recipes train on a random Pendulum dataset the dump makes first with
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 import rlbench.results
 from rlbench.cli import main
+from rlbench.numerics_environment import portable_environment, portable_pinned
 
 COMMON = ["frames=600", "seeds=1", "eval_every=300", "eval_episodes=2"]
 CONFIGS = {
@@ -66,9 +70,10 @@ DATASET_STEPS = 2_000  # transitions of the random Pendulum dataset the offline 
 WALL_CLOCK = {"train/fps", "train/steps_per_s"}
 
 
-def series(words: list[str], out: Path) -> dict[str, list[list[float]]]:
+def series(words: list[str], out: Path, numerics: str = "native"
+           ) -> dict[str, list[list[float]]]:
     """Run ``words`` into ``out``; its metric series but the wall-clock ones."""
-    if main(["run", *words, f"out_dir={out}"]) != 0:
+    if main(["run", *words, f"numerics={numerics}", f"out_dir={out}"]) != 0:
         raise SystemExit(f"{' '.join(words)}: the run failed")
     return stored_series(out, "tags.kind = 'run'")
 
@@ -88,22 +93,34 @@ def stored_series(out: Path, search: str) -> dict[str, list[list[float]]]:
             for key in sorted(run.data.metrics) if key not in WALL_CLOCK}
 
 
-def dump(path: Path) -> None:
+def all_series(scratch: Path, numerics: str = "native",
+               names: list[str] | None = None) -> dict[str, dict[str, list[list[float]]]]:
+    """The series of every config (or of ``names``: ``ppo``, ``offline-bc``...) in
+    ``numerics``, their stores under ``scratch``. Portable runs need this process started
+    with the pinned environment (``numerics_environment``)."""
+    names = names or [*CONFIGS, *(f"offline-{name}" for name in OFFLINE_CONFIGS)]
+    found = {name: series([*COMMON, *CONFIGS[name]], scratch / name, numerics)
+             for name in names if name in CONFIGS}
+    offline = [name for name in names if name.removeprefix("offline-") in OFFLINE_CONFIGS
+               and name.startswith("offline-")]
+    if offline:
+        dataset = random_dataset(scratch / "dataset", numerics)
+        found |= {name: series([*OFFLINE_COMMON, *OFFLINE_CONFIGS[name.removeprefix(
+            "offline-")], f"dataset={dataset}"], scratch / name, numerics) for name in offline}
+    return found
+
+
+def dump(path: Path, numerics: str = "native") -> None:
     with tempfile.TemporaryDirectory() as scratch:
-        found = {name: series([*COMMON, *words], Path(scratch) / name)
-                 for name, words in CONFIGS.items()}
-        dataset = random_dataset(Path(scratch) / "dataset")
-        found |= {f"offline-{name}": series([*OFFLINE_COMMON, *words, f"dataset={dataset}"],
-                                            Path(scratch) / f"offline-{name}")
-                  for name, words in OFFLINE_CONFIGS.items()}
+        found = all_series(Path(scratch), numerics)
     path.write_text(json.dumps(found, indent=1))
     print(f"wrote {sum(len(s) for s in found.values())} series of {len(found)} runs to {path}")
 
 
-def random_dataset(out: Path) -> Path:
+def random_dataset(out: Path, numerics: str = "native") -> Path:
     """A D4RL-format file of uniformly random Pendulum actions, made by ``dataset make``."""
     if main(["dataset", "make", "env=Pendulum-v1", "quality=random", f"steps={DATASET_STEPS}",
-             "format=d4rl", "seed=0", f"out={out}"]) != 0:
+             "format=d4rl", "seed=0", f"numerics={numerics}", f"output={out}"]) != 0:
         raise SystemExit("the random Pendulum dataset could not be made")
     (path,) = out.rglob("*.hdf5")
     return path
@@ -122,9 +139,32 @@ def diff(before: Path, after: Path) -> int:
     return 1 if differ else 0
 
 
+def machine() -> dict[str, object]:
+    """The processor and the library versions series are made with: the bits of portable
+    series hold on every x86-64 processor with AVX2 for these versions."""
+    from importlib.metadata import version
+
+    from rlbench.numerics import numerics_facts
+
+    model = next((line.partition(":")[2].strip() for line in
+                  Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown")
+    facts = numerics_facts(threads=1)
+    return {"processor": model, "vendor": facts.cpu_vendor, "numerics_class": facts.class_name(),
+            "versions": {name: version(name) for name in
+                         ("rlbench", "torch", "numpy", "mujoco", "gymnasium", "h5py")}}
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "dump":
         dump(Path(sys.argv[2]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "dump" and sys.argv[3] == "portable":
+        if not portable_pinned():  # the kernels are chosen as torch loads: start again pinned
+            os.execve(sys.executable, [sys.executable, "-m", "tools.reference.metric_series",
+                                       *sys.argv[1:]], {**os.environ, **portable_environment()})
+        dump(Path(sys.argv[2]), "portable")
+    elif len(sys.argv) == 3 and sys.argv[1] == "machine":
+        Path(sys.argv[2]).write_text(json.dumps(machine(), indent=1) + "\n")
     elif len(sys.argv) == 5 and sys.argv[1] == "stored":
         found = {sys.argv[3]: stored_series(Path(sys.argv[2]),
                                             f"attributes.run_name = '{sys.argv[3]}'")}

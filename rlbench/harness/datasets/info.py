@@ -19,6 +19,7 @@ from rlbench.data.offline import (
 )
 from rlbench.errors import ConfigError, UnknownNameError, one_line
 from rlbench.harness.datasets.make import make_datasets, parse_make
+from rlbench.harness.plan.numerics_mode import check_process_mode
 
 __all__ = ["DATASET_COMMANDS", "episode_returns", "known_datasets", "print_datasets",
            "run_dataset"]
@@ -38,6 +39,7 @@ def run_dataset(args: Sequence[str], console: Console) -> int:
         raise UnknownNameError("dataset command", args[0], DATASET_COMMANDS)
     if args[0] == "make":
         request = parse_make(args[1:])
+        check_process_mode(request.numerics)  # may start the command again, pinned
         for path in make_datasets(request, lambda line: console.print(Text(line))):
             console.print(Text(f"wrote {path}"))
         return 0

@@ -86,6 +86,7 @@ class MakeRequest:
     seed: int
     ref_episodes: int
     store: str | None
+    numerics: str = "native"  # portable: recorded in the provenance (native: as before)
 
 
 def parse_make(args: Sequence[str]) -> MakeRequest:
@@ -105,7 +106,8 @@ def parse_make(args: Sequence[str]) -> MakeRequest:
         raise ConfigError(f"output={output} is a file: name a directory")
     return MakeRequest(env=env, policy=policy, qualities=qualities, steps=words["steps"],
                        output=output, formats=tuple(words["format"]), seed=words["seed"],
-                       ref_episodes=words["ref_episodes"], store=words["store"])
+                       ref_episodes=words["ref_episodes"], store=words["store"],
+                       numerics=words["numerics"])
 
 
 def _check_gymnasium(env_id: str) -> None:
@@ -388,6 +390,7 @@ def _common_provenance(request: MakeRequest, env_id: str, expert: Policy | None,
     seed, episodes = _reference_seed(request), request.ref_episodes
     return {
         "env_id": env_id, "seed": request.seed, "versions": _versions(),
+        **({"numerics": request.numerics} if request.numerics != "native" else {}),
         "ref_min_score": random_ref, "ref_max_score": expert_ref,
         "ref_episodes": episodes if expert is not None else None,
         "ref_min_measured": (f"uniform random actions, {episodes} episodes, "

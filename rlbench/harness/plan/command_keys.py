@@ -88,6 +88,9 @@ RUN_TABLE = KeyTable("run", (
     _setting("threads", "torch threads per run, at most the cores here", high=1024),
     Key("force_threads", "true: allow more threads than cores", kind="value", default=False),
     Key("device", "cpu, cuda, cuda:N or mps", default=SUITE_SETTINGS["device"]),
+    Key("numerics", "native: each library picks its kernels for this processor; portable: "
+        "they are pinned, and a run gives the same numbers on every x86-64 processor with "
+        "AVX2 (docs: What reproduces where)", default=SUITE_SETTINGS["numerics"]),
     Key("reuse", "code: a finished run of the same config by other code counts as done "
         "(for a change you know leaves the numbers alone; a run's identity includes its "
         "code's hash)", kind="choice", choices=("code",)),
@@ -301,6 +304,9 @@ MAKE_TABLE = KeyTable("dataset make", (
         default=("minari", "d4rl"), choices=("minari", "d4rl")),
     Key("seed", "the rollouts' seed: the same words give the same bytes", kind="int",
         default=0, high=2**31 - 1),
+    Key("numerics", "portable: the kernels pinned, the same bytes on every x86-64 "
+        "processor with AVX2 (native: this processor's)", kind="choice", default="native",
+        choices=("native", "portable")),
     Key("ref_episodes", "episodes of the random and expert policies for reference scores",
         kind="int", default=100, low=1, high=10**6),
     Key("store", "the store to find a run id in", aliases=("out_dir",),

@@ -48,6 +48,11 @@ from rlbench.harness.plan.grid import (
     read_suite_grid,
     variant_label,
 )
+from rlbench.harness.plan.numerics_mode import (
+    checked_numerics,
+    sweep_numerics,
+    without_host_code,
+)
 from rlbench.harness.plan.overrides import SWEEP_KEYS, Overrides, parse_overrides
 from rlbench.harness.plan.recipe_sources import recipe_sources
 from rlbench.harness.plan.run_config import RunConfig, SweepConfig
@@ -128,6 +133,9 @@ def resolve_sweep(args: Sequence[str], *, check_here: bool = True) -> SweepConfi
                        sweep.kinds)
     suite_grid = _SuiteGrid(*read_suite_grid(sweep.suite.grid, f"suite {sweep.suite.name}: grid"))
     runs, sources = _runs_of(sweep, tasks, suite_grid)
+    sweep_numerics(runs)
+    runs, portable_notes = without_host_code(runs)
+    sweep.notes.extend(portable_notes)
     sweep.notes.extend(f"{p.source} is not made yet: `rlbench run` makes it first (about "
                        f"{p.family.minutes} min for its family)"
                        for p in tasks.planned.values() if p.family)
@@ -301,6 +309,7 @@ def _seed_runs(suite: str, task_grid: _TaskGrid, params: dict[str, Any], variant
         eval_episodes=bounded_int(settings, "eval_episodes"),
         threads=bounded_int(settings, "threads"),
         device=checked_device(settings["device"]),
+        numerics=checked_numerics(settings["numerics"]),
         algo_params=params,
         code=code_fingerprint(algo),
         recipe=recipe_sources()[algo].location,

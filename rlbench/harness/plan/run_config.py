@@ -61,6 +61,9 @@ class RunConfig:
     dataset_sha256: str | None = None
     dataset_refs: tuple[float, float] | None = None
     steps: int = 0
+    # how the kernels are chosen (``plan.numerics_mode``): native, the default, is left out
+    # of the identity, so a run is the run it was before the setting existed
+    numerics: str = "native"
     # the fingerprint of the code the run executes (``plan.fingerprint``): part of its
     # identity, so a changed recipe or loss makes its runs new; empty: not taken
     code: str = ""
@@ -129,6 +132,8 @@ class RunConfig:
             del fields["frames"]
         if not fields["code"]:
             del fields["code"]
+        if fields["numerics"] == "native":
+            del fields["numerics"]
         for name in _NOT_IDENTITY:
             del fields[name]
         return fields

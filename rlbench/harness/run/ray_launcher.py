@@ -23,6 +23,7 @@ from rlbench.harness.run.lost_runs import mark_dead
 from rlbench.harness.run.runner import RunResult, execute_run, one_line
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import StoreLocation
+from rlbench.numerics_environment import portable_environment
 
 __all__ = ["RETRIES", "RayLauncher", "check_store_shared", "connect", "ray_launcher"]
 
@@ -163,6 +164,9 @@ class RayLauncher:
                                               soft=False)
         updates = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
         datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
+        # a portable run's worker starts with its kernels pinned (numerics_environment)
+        pinned = ({"env_vars": portable_environment()}
+                  if any(run.numerics == "portable" for run in runs) else None)
         by_ref = self._in_flight
         by_identity = {run.identity: run for run in runs}
         retried: dict[str, list[str]] = {}
@@ -172,6 +176,8 @@ class RayLauncher:
             options = {"num_cpus": run.threads,
                        "num_gpus": 1 if run.device.startswith("cuda") else 0,
                        "max_retries": 0}
+            if run.numerics == "portable":
+                options["runtime_env"] = pinned
             token = uuid.uuid4().hex
             ref = remote.options(**options).remote(run, tracker.location,
                                                    parent.experiment_id, parent.parent_id,

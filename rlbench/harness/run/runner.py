@@ -52,7 +52,7 @@ from rlbench.harness.store.claims import Claim, ClaimLost, Ledger, heartbeat
 from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.recorder import RunRecorder
 from rlbench.harness.store.tracking import Tracker
-from rlbench.numerics import numerics_facts
+from rlbench.numerics import numerics_facts, portable_mismatches
 from rlbench.owned_files import remove_owned, replace_file
 from rlbench.recipe import Seeds
 
@@ -406,6 +406,7 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder
     ``traceback.txt`` when the recipe raises."""
     with fatal_errors_into(run_dir / FATAL_ERROR_FILE), checkpoint_on_signals():
         try:
+            _check_numerics(config)
             train(config, seeds, run_dir, recorder, checkpoint)
         except CheckpointRefused as refused:  # raised by the recipe loading its checkpoint
             return _DOES_NOT_FIT, str(refused)
@@ -417,6 +418,22 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder
                 error += f" (its traceback could not be written: {one_line(again)})"
             return "FAILED", error
     return "FINISHED", None
+
+
+class NumericsMismatch(RuntimeError):
+    """A portable run in a process whose kernels are not the pinned ones."""
+
+
+def _check_numerics(config: RunConfig) -> None:
+    """Refuse a ``numerics=portable`` run in a process whose kernels are not pinned (a
+    worker started without the command's environment): its numbers would be this
+    processor's, under a portable identity."""
+    if config.numerics != "portable":
+        return
+    wrong = portable_mismatches(numerics_facts(threads=config.threads))
+    if wrong:
+        raise NumericsMismatch(f"numerics=portable, but this process's kernels are not the "
+                               f"pinned ones: {'; '.join(wrong)}")
 
 
 # Where a run's fatal errors (a segfault in a native library, an abort) are written by

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from rlbench.errors import ConfigError
+from rlbench.harness.plan.numerics_mode import check_process_numerics
 from rlbench.harness.plan.run_config import SweepConfig
 from rlbench.harness.render import TextTable, counted, render, to_rich
 from rlbench.harness.run.launcher_registry import launcher_for
@@ -63,6 +64,7 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None,
     ``KeyboardInterrupt`` (``Terminated``). ``listener`` hears what the progress display
     hears (``rlbench tune`` reads the evaluations as they come)."""
     console = console or Console()
+    check_process_numerics(sweep.runs)
     # absolute before a worker sees it: Ray tasks start in their raylet's directory
     sweep = replace(sweep, out_dir=sweep.out_dir.absolute())
     suite = sweep.suite.name

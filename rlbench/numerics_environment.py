@@ -1,0 +1,127 @@
+"""``numerics=portable``: the environment that pins every kernel choice a library would
+otherwise make from the processor, so that one run identity gives the same bits on every
+x86-64 processor with AVX2 and FMA, Intel's or AMD's, AVX2-only or AVX-512.
+
+Each variable is read once, when its library loads, so the environment is set before torch
+and numpy load: the ``rlbench`` command sets it first thing, or starts itself again with it
+(``pin_portable``). This module imports neither.
+
+- ATen's vector kernels: AVX2 (``ATEN_CPU_CAPABILITY``), what every such processor has.
+- MKL: its ``COMPATIBLE`` branch in strict reproducibility mode. MKL honours a named branch
+  (``MKL_CBWR=AVX2``) on Intel processors only and falls back to its own dispatch elsewhere;
+  ``COMPATIBLE`` (SSE2 without approximate reciprocals) it runs everywhere, with fixed cache
+  sizes and a fixed reduction order.
+- oneDNN kept to AVX2 (``ONEDNN_MAX_CPU_ISA``), which also keeps rlbench's dense layers on
+  MKL (``modules.onednn``): oneDNN's blocking follows the cache sizes it reads.
+- numpy's loops at AVX2: every dispatch target above it disabled (``NPY_DISABLE_CPU_FEATURES``).
+- numpy's OpenBLAS on its Haswell kernels (``OPENBLAS_CORETYPE``), on one thread.
+- torch.compile is turned off by the planner (``plan.config``): inductor builds its C++ for
+  this host with this host's compiler, which no variable pins.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+
+__all__ = ["NUMERICS_MODES", "PORTABLE_FIXED", "allow_restart", "asks_for_portable",
+           "host_cannot_be_portable", "pin_portable", "portable_environment", "portable_pinned"]
+
+NUMERICS_MODES = ("native", "portable")
+# set on the process that pinned the environment, and inherited by its workers
+MARKER = "RLBENCH_NUMERICS"
+PORTABLE_FIXED = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "COMPATIBLE,STRICT",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "OPENBLAS_CORETYPE": "Haswell",
+    "OPENBLAS_NUM_THREADS": "1",
+}
+_NUMPY_TARGETS = ("from numpy._core import _multiarray_umath as u; "
+                  "print(' '.join(u.__cpu_dispatch__))")
+_ABOVE_AVX2 = ("AVX512", "X86_V4", "AVX10")
+
+
+def host_cannot_be_portable(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """Why this machine cannot run ``numerics=portable``, or None where it can: it needs an
+    x86-64 processor with AVX2 and FMA (ARM's kernels are a class of their own)."""
+    machine = platform.machine().lower()
+    if machine not in ("x86_64", "amd64"):
+        return (f"numerics=portable pins the kernels of x86-64 processors with AVX2; this "
+                f"machine is {machine or 'unknown'}, whose kernels are a numerics class of "
+                "their own: use numerics=native")
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as lines:
+            flags = next((line.partition(":")[2].split() for line in lines
+                          if line.startswith("flags")), [])
+    except OSError:
+        return None  # not Linux: the run's own check of what loaded decides
+    missing = [flag for flag in ("avx2", "fma") if flag not in flags]
+    if missing:
+        return (f"numerics=portable runs AVX2 kernels; this processor lacks "
+                f"{' and '.join(missing)}: use numerics=native")
+    return None
+
+
+def _numpy_targets_above_avx2() -> list[str]:
+    """numpy's dispatch targets above AVX2, asked of a numpy loaded in a process of its own
+    (their names change across numpy versions; naming one numpy lacks is a warning)."""
+    env = {key: value for key, value in os.environ.items() if key != "NPY_DISABLE_CPU_FEATURES"}
+    found = subprocess.run([sys.executable, "-c", _NUMPY_TARGETS], capture_output=True,
+                           text=True, env=env, check=True)
+    return [name for name in found.stdout.split() if name.startswith(_ABOVE_AVX2)]
+
+
+def portable_environment() -> dict[str, str]:
+    """The variables of ``numerics=portable`` on this machine."""
+    disabled = _numpy_targets_above_avx2()
+    return {**PORTABLE_FIXED, "NPY_DISABLE_CPU_FEATURES": " ".join(disabled), MARKER: "portable"}
+
+
+def portable_pinned(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``environ`` (this process's) carries the portable variables."""
+    environ = os.environ if environ is None else environ
+    return environ.get(MARKER) == "portable" and all(
+        environ.get(key) == value for key, value in PORTABLE_FIXED.items())
+
+
+def _libraries_loaded() -> list[str]:
+    return [name for name in ("torch", "numpy") if name in sys.modules]
+
+
+_restart_words: list[str] | None = None
+
+
+def allow_restart(words: Sequence[str]) -> None:
+    """Let ``pin_portable`` start this process again as ``rlbench <words>``: called by the
+    ``rlbench`` command, whose process is its own, never by a caller's."""
+    global _restart_words
+    _restart_words = list(words)
+
+
+def asks_for_portable(words: Sequence[str]) -> bool:
+    """Whether a command's words set ``numerics=portable``."""
+    return any(word.replace(" ", "") == "numerics=portable" for word in words)
+
+
+def pin_portable() -> bool:
+    """Give this process the portable environment: set it here while neither torch nor numpy
+    has loaded, or start the ``rlbench`` command again with it (``allow_restart``).
+    Returns whether the environment is in place; False: the libraries loaded first, in a
+    process that is not the command's own."""
+    if portable_pinned():
+        return True
+    if not _libraries_loaded():
+        os.environ.update(portable_environment())
+        return True
+    argv = _restart_words
+    if argv is None:
+        return False
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "rlbench.cli", *argv],
+              {**os.environ, **portable_environment()})
+    return False  # not reached: execve replaces the process
