@@ -178,6 +178,7 @@ SWEEP_VALUES = {
     "eval_episodes": st.sampled_from(["1", "10", "10000"]),
     "threads": st.sampled_from(["1", "2"]), "jobs": st.sampled_from(["1", "2", "4"]),
     "device": st.just("cpu"), "launcher": st.sampled_from(["local", "ray"]),
+    "numerics": st.sampled_from(["native", "portable"]),
     "ray.address": st.just("auto"), "out_dir": st.sampled_from(["out", "a/b"]),
     **dict.fromkeys(["dry_run", "force_threads", "save_snapshots", "save_transitions"],
                     st.sampled_from(["true", "false"])),
@@ -291,6 +292,7 @@ def dataset_make_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
         "format": _listed(list(DATASET_FORMATS)),
         "seed": st.sampled_from(["0", "1", "2147483647"]),
         "ref_episodes": st.sampled_from(["0", "1", str(MAKE_REF_EPISODES)]),
+        "numerics": st.just("native"),
         "store": st.sampled_from([str(run.out_dir), "nostore"]),
         "out_dir": st.sampled_from([str(run.out_dir), "nostore"]),
     }
