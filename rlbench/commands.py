@@ -21,6 +21,7 @@ from rlbench.harness.plan.command_keys import (
     MAKE_TABLE,
     PUBLISH_TABLE,
     REGRESS_TABLE,
+    REPRODUCE_TABLE,
     RUN_TABLE,
     TUNE_TABLE,
 )
@@ -36,6 +37,7 @@ usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
        rlbench regress suite=<gate> reference=<file> [...]   the regression gate
        rlbench regress bench candidate=<json> reference=<json>   the throughput gate
        rlbench eval run=<id|dir> [...]   play a finished run's policy again (and film it)
+       rlbench reproduce run=<id|dir> [frames=<n>]   train a stored run again, compare bit for bit
        rlbench dataset info <source>     what an offline dataset holds and where it came from
        rlbench dataset make [...]        offline datasets from a run (random ... medium-expert)
        rlbench list suites|algorithms|envs|datasets
@@ -121,6 +123,13 @@ def _eval(args: Sequence[str], console: Console) -> int:
     from rlbench.harness.policy.eval import run_eval
 
     return run_eval(args, console)
+
+
+def _reproduce(args: Sequence[str], console: Console) -> int:
+    # deferred: a command's modules (torch, MLflow) load only when it runs
+    from rlbench.harness.reproduce.command import run_reproduce
+
+    return run_reproduce(args, console)
 
 
 def _dataset(args: Sequence[str], console: Console) -> int:
@@ -291,6 +300,20 @@ COMMANDS = {command.name: command for command in (
         _eval, EVAL_TABLE.help_text(),
         ("rlbench eval run=rlbench_runs/runs/mujoco/sac-Hopper-v5-seed0-1a2b3c4d5e6f7a8b",
          "rlbench eval run=4f1c... episodes=20 video=hopper.mp4")),
+    Command(
+        "reproduce", "rlbench reproduce run=<MLflow run id or run directory> [key=value ...]",
+        "Train a finished run again from its record (config, recipe, seeds) in this "
+        "checkout and\ncompare every metric series with the stored one, bit for bit "
+        "(wall-clock metrics aside).\nframes= (steps= offline) checks a prefix: the run "
+        "trains with its whole budget and stops\nthere. Exit 0 with \"identical: N series, "
+        "M points\"; 1 where the series part, naming the\nfirst step and metric that differ "
+        "and what differs between the two records (code and\nthe modules behind it, library "
+        "versions, numerics class); 2 when this checkout cannot\nrun it (nothing trains). "
+        "against= compares two stored runs instead.\n",
+        _reproduce, REPRODUCE_TABLE.help_text(),
+        ("rlbench reproduce run=rlbench_runs/runs/smoke/ppo-CartPole-v1-seed0-1a2b3c4d5e6f7a8b",
+         "rlbench reproduce run=4f1c... store=results/mujoco_v5 frames=20000",
+         "rlbench reproduce run=4f1c... against=9e2d...")),
     Command(
         "dataset", "rlbench dataset info <d4rl:name | minari:dataset id | path> [env=<id>]\n"
         "       rlbench dataset make quality=<q[,q...]> steps=<n> output=<dir> [policy=<run>]\n"

@@ -6,8 +6,8 @@
 - No import circle, between files or between packages, counting imports at any depth
   (an import placed inside a function still ties two modules).
 - The harness imports downwards only, in its order: plan < store < run < analysis and
-  policy < datasets, with ``render`` and ``signals`` beneath them all and the CLI and the
-  public facades (``rlbench``, ``rlbench.results``) on top.
+  policy < datasets and reproduce, with ``render`` and ``signals`` beneath them all and the
+  CLI and the public facades (``rlbench``, ``rlbench.results``) on top.
 - An import inside a function says why it is deferred (a heavy or optional dependency, or
   a command's modules loaded only when that command runs), in a comment beside it.
 """
@@ -32,7 +32,8 @@ STACK = ("envs", "data", "returns", "modules", "objectives", "collectors")
 # The harness's packages, lowest first; a package imports only from lower ranks (and from
 # itself). Packages of one rank import nothing of each other.
 HARNESS_RANKS = {"render": 0, "signals": 0, "plan": 1, "store": 2, "run": 3, "analysis": 4,
-                 "policy": 4, "datasets": 5, "publish": 5, "tune": 5, "regress": 6}
+                 "policy": 4, "datasets": 5, "publish": 5, "reproduce": 5, "tune": 5,
+                 "regress": 6}
 # may import any part of the harness
 TOP = {"rlbench", "rlbench.cli", "rlbench.commands", "rlbench.results"}
 

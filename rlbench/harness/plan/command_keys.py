@@ -20,7 +20,7 @@ from rlbench.harness.plan.suites import SUITE_SETTINGS
 
 __all__ = ["BENCH_TABLE", "CHECKPOINT_EVERY", "COMPARE_TABLE", "DEFAULT_OUT_DIR", "EVAL_TABLE",
            "FILTER_KEYS", "MAKE_TABLE", "PUBLISH_TABLE", "QUALITIES", "REGRESS_TABLE",
-           "RUN_TABLE", "TABLES", "TUNE_TABLE",
+           "REPRODUCE_TABLE", "RUN_TABLE", "TABLES", "TUNE_TABLE",
            "Filters", "key_reference", "suite_name"]
 
 # frames or gradient steps between a run's checkpoints: at SAC's CPU speed a few minutes,
@@ -291,6 +291,24 @@ EVAL_TABLE = KeyTable("eval", (
     Key("recipe", "the run's recipe, when its command line named it by module or file"),
 ))
 
+REPRODUCE_TABLE = KeyTable("reproduce", (
+    Key("run", "the stored run to make again: an MLflow run id or a run directory",
+        required=True, placeholder="<MLflow run id or run directory>"),
+    Key("frames", "an online run's prefix: its frames 1 to frames= only, trained with the "
+        "run's whole budget (its schedules depend on it) and stopped there", kind="int",
+        low=1, high=10**12, shown_default="the whole run"),
+    Key("steps", "an offline run's prefix, in gradient steps, as frames=", kind="int", low=1,
+        high=10**12, shown_default="the whole run"),
+    Key("against", "a second stored run (id or directory): compare the two runs' series and "
+        "records; nothing trains"),
+    Key("store", "the store to find run ids in; a run directory's own store by default; "
+        "MLFLOW_TRACKING_URI overrides it", aliases=("out_dir",),
+        shown_default=str(DEFAULT_OUT_DIR)),
+    Key("env", "the run's env id, named by you: a stored run whose env is a module:EnvId, "
+        "which would import that module, is refused without it"),
+    Key("recipe", "the run's recipe, when its command line named it by module or file"),
+))
+
 MAKE_TABLE = KeyTable("dataset make", (
     Key("quality", "D4RL's qualities to make", kind="choice", many=True, required=True,
         choices=QUALITIES),
@@ -348,7 +366,7 @@ TUNE_TABLE = KeyTable("tune", (
          "with them."))
 
 TABLES = (RUN_TABLE, COMPARE_TABLE, PUBLISH_TABLE, REGRESS_TABLE, BENCH_TABLE, EVAL_TABLE,
-          MAKE_TABLE, TUNE_TABLE)
+          REPRODUCE_TABLE, MAKE_TABLE, TUNE_TABLE)
 
 
 def key_reference() -> str:

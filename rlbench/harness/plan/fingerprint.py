@@ -205,12 +205,12 @@ def fingerprint_of(sources: Mapping[str, bytes], versions: Mapping[str, str]) ->
     return digest.hexdigest()[:16]
 
 
-def executed_source(path: Path) -> bytes:
-    """The source of ``path`` as it executes: its syntax tree without docstrings (the
-    first string statement of the module and of each class and function, which only sets
-    ``__doc__``), written back as text by ``ast.unparse``, so comments, layout and quoting
-    do not reach it."""
-    return _executed(path.read_bytes(), str(path))
+def executed_source(path: Path, source: bytes | None = None) -> bytes:
+    """The source of ``path`` (or ``source``, that file's bytes in another version) as it
+    executes: its syntax tree without docstrings (the first string statement of the
+    module and of each class and function, which only sets ``__doc__``), written back as
+    text by ``ast.unparse``, so comments, layout and quoting do not reach it."""
+    return _executed(path.read_bytes() if source is None else source, str(path))
 
 
 @functools.cache

@@ -56,8 +56,8 @@ from rlbench.untrusted_files import read_text
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_WEIGHTS_BYTES", "Policy", "RunFiles", "load_policy", "play",
-           "run_files"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_WEIGHTS_BYTES", "Policy", "RunFiles", "load_policy",
+           "open_run_store", "play", "run_files"]
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 _SNAPSHOT = re.compile(r"[0-9]{1,13}")  # a frame count, as a snapshot directory is named
@@ -161,7 +161,7 @@ def _read_store_run(run: str, out_dir: str | Path | None, tracking_uri: str | No
                     snapshot: int | None, trusted: Collection[str]) -> RunFiles:
     """The files of MLflow run ``run``, downloaded to a scratch directory and read there
     (messages name the run and the artifact, never the scratch directory)."""
-    client = _open_store(out_dir, tracking_uri)
+    client = open_run_store(out_dir, tracking_uri)
     try:
         found = client.get_run(run)
     except MlflowException as err:
@@ -191,7 +191,7 @@ def _read_store_run(run: str, out_dir: str | Path | None, tracking_uri: str | No
         return _read_run_dir(Path(scratch), source, snapshot, trusted)
 
 
-def _open_store(out_dir: str | Path | None, tracking_uri: str | None) -> MlflowClient:
+def open_run_store(out_dir: str | Path | None, tracking_uri: str | None) -> MlflowClient:
     """The client of the store a run id is looked up in; a store that is not there (which
     MLflow would make, empty) or cannot be opened is a ``ConfigError``."""
     uri = tracking_uri or StoreLocation.of(out_dir).uri

@@ -24,7 +24,7 @@ from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.tracking import Tracker
 from rlbench.owned_files import check_target, remove_owned, replace_file, write_file
 
-__all__ = ["SCORE", "RunRecorder"]
+__all__ = ["SCORE", "RunRecorder", "eval_row"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 SCORE = "eval/normalized_score"  # D4RL's normalized score of an offline run's evaluation
@@ -98,13 +98,7 @@ class RunRecorder:
             self.on_update({"frames": frames, **metrics})
 
     def log_eval(self, frames: int, returns: Sequence[float]) -> None:
-        if not returns:
-            raise ValueError("log_eval needs at least one episode return")
-        values = torch.tensor(returns, dtype=torch.float64)
-        row = {
-            "eval/return_mean": values.mean().item(),
-            "eval/return_std": values.std(unbiased=False).item(),
-        }
+        row = eval_row(returns)
         self._buffer(frames, row)
         self.curve.append({"frames": frames, **row, "episodes": len(returns)})
         self.flush()
@@ -157,6 +151,16 @@ class RunRecorder:
         writer.writerows(self.curve)
         write_file(path, text.getvalue(), "curve file")
         return path
+
+
+def eval_row(returns: Sequence[float]) -> dict[str, float]:
+    """An evaluation's metrics: the mean and the population standard deviation of its
+    episodes' returns, in float64."""
+    if not returns:
+        raise ValueError("log_eval needs at least one episode return")
+    values = torch.tensor(returns, dtype=torch.float64)
+    return {"eval/return_mean": values.mean().item(),
+            "eval/return_std": values.std(unbiased=False).item()}
 
 
 def _new_dir(target: Path) -> Path:

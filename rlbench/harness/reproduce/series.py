@@ -1,0 +1,121 @@
+"""Metric series as a run logs them, kept in memory, and where two sets of series part.
+
+A series is what the store keeps of one metric: ``(step, value)`` points, steps being
+frames (online) or gradient steps (offline). Wall-clock metrics (``train/fps``,
+``train/steps_per_s``) are left out everywhere: they are the only values a run does not
+fix bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from mlflow.tracking import MlflowClient
+from tensordict import TensorDict
+from torch import nn
+
+from rlbench.harness.store.recorder import SCORE, eval_row
+
+__all__ = [
+    "WALL_CLOCK",
+    "Parting",
+    "PrefixDone",
+    "Series",
+    "SeriesLogger",
+    "first_parting",
+    "points",
+    "prefix",
+    "stored_series",
+]
+
+WALL_CLOCK = frozenset({"train/fps", "train/steps_per_s"})
+Series = dict[str, list[tuple[int, float]]]
+
+
+class PrefixDone(Exception):
+    """Raised by ``SeriesLogger`` at the first point past its prefix: the run stops there."""
+
+
+class SeriesLogger:
+    """A ``RunLogger`` that keeps each metric's points as the harness's recorder would
+    store them (evaluations as ``eval/return_mean`` and ``eval/return_std``), drops the
+    models and tensors a run saves, and stops the run (``PrefixDone``) at the first point
+    logged past ``until``."""
+
+    def __init__(self, until: int) -> None:
+        self.until = until
+        self.series: Series = {}
+
+    def _add(self, step: int, metrics: Mapping[str, float]) -> None:
+        if step > self.until:
+            raise PrefixDone(step)
+        for key, value in metrics.items():
+            if key not in WALL_CLOCK:
+                self.series.setdefault(key, []).append((int(step), float(value)))
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        self._add(step, metrics)
+
+    def log_eval(self, step: int, returns: Sequence[float]) -> None:
+        self._add(step, eval_row(returns))
+
+    def log_score(self, step: int, score: float) -> None:
+        self._add(step, {SCORE: score})
+
+    def save_model(self, name: str, module: nn.Module) -> None:
+        pass
+
+    def save_tensordict(self, name: str, data: TensorDict) -> None:
+        pass
+
+
+def stored_series(client: MlflowClient, run_id: str) -> Series:
+    """Every metric series of a stored run but the wall-clock ones, in step order."""
+    keys = sorted(client.get_run(run_id).data.metrics)
+    return {key: sorted((int(m.step), float(m.value))
+                        for m in client.get_metric_history(run_id, key))
+            for key in keys if key not in WALL_CLOCK}
+
+
+def prefix(series: Series, until: int) -> Series:
+    """The points of ``series`` at steps up to ``until``; a metric with none is left out."""
+    cut = {key: [point for point in found if point[0] <= until] for key, found in series.items()}
+    return {key: found for key, found in cut.items() if found}
+
+
+def points(series: Series) -> int:
+    return sum(len(found) for found in series.values())
+
+
+@dataclass(frozen=True)
+class Parting:
+    """The first step at which two sets of series differ, and how."""
+
+    step: int
+    metric: str
+    stored: float | None  # None: that side has no point there
+    again: float | None
+
+    def line(self, stored: str = "stored", again: str = "again") -> str:
+        def shown(value: float | None) -> str:
+            return "no point" if value is None else repr(value)
+
+        return (f"the series part at step {self.step:,}: {self.metric} is "
+                f"{shown(self.stored)} ({stored}) and {shown(self.again)} ({again})")
+
+
+def first_parting(stored: Series, again: Series) -> Parting | None:
+    """The earliest step where a metric has another value, or a point on one side only
+    (ties in step: the metric first by name); None when the series are identical."""
+    found: Parting | None = None
+    for metric in sorted(set(stored) | set(again)):
+        left, right = dict(stored.get(metric, [])), dict(again.get(metric, []))
+        for step in sorted(set(left) | set(right)):
+            a, b = left.get(step), right.get(step)
+            if a == b and a is not None:
+                continue
+            if found is None or step < found.step:
+                found = Parting(step, metric, a, b)
+            break
+    return found

@@ -1,0 +1,133 @@
+"""A stored run as ``reproduce`` needs it: its record (config, seeds, tags), its metric
+series, and the ``RunConfig`` that makes it again in this checkout."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+
+from rlbench.errors import ConfigError, quote
+from rlbench.harness.plan.datasets import plan_dataset
+from rlbench.harness.plan.fingerprint import code_fingerprint
+from rlbench.harness.plan.recipe_sources import name_recipe, recipe_sources
+from rlbench.harness.plan.run_config import RunConfig
+from rlbench.harness.policy.load import open_run_store, run_files
+from rlbench.harness.reproduce.series import Series, stored_series
+from rlbench.harness.store.identity_tags import IDENTITY, config_identity_of
+from rlbench.recipe import Seeds
+from rlbench.version import __version__
+
+__all__ = ["StoredRun", "find_stored_run", "rebuilt_config"]
+
+_RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A finished run of a store: where it was found, its record and its series."""
+
+    source: str  # the run directory or "<run id> in <store>"
+    run_id: str
+    config: dict[str, Any]  # its config.yaml
+    params: dict[str, Any]  # its hyperparameters, read by its recipe
+    tags: dict[str, str]
+    series: Series
+
+    @property
+    def budget(self) -> tuple[str, int]:
+        """The run's unit (frames or steps) and its whole budget."""
+        if self.config.get("dataset") is not None:
+            return "steps", int(self.config["steps"])
+        return "frames", int(self.config["frames"])
+
+    @property
+    def seeds(self) -> Seeds:
+        return Seeds(**self.config["seeds"])
+
+
+def find_stored_run(run: str, *, store: str | None, recipe: str | None,
+                    env: str | None) -> StoredRun:
+    """The finished run ``run`` names: an MLflow run id in ``store`` (default
+    ``rlbench_runs``), or a run directory, whose MLflow run is the newest finished one of
+    its identity in ``store`` or, without it, in the store the directory lies in
+    (``<out_dir>/runs/<suite>/<run>``). ``recipe`` and ``env`` are what the user vouches
+    for (a recipe named by module or file, a ``module:EnvId`` env): both import code."""
+    named = None if recipe is None else name_recipe(recipe)
+    files = run_files(run, out_dir=store, trusted_envs=() if env is None else (env,))
+    if named is not None and named != files.config["algo"]:
+        raise ConfigError(f"recipe={recipe} is the recipe {named}, but {files.source} was "
+                          f"trained by {files.config['algo']}")
+    directory = Path(run)
+    if directory.is_dir():
+        client = open_run_store(store if store is not None else directory.resolve().parents[2],
+                                None)
+        run_id = _newest_of_identity(client, files.config, files.source)
+    else:
+        client, run_id = open_run_store(store, None), run
+    tags = dict(client.get_run(run_id).data.tags)
+    return StoredRun(files.source, run_id, files.config, files.params, tags,
+                     stored_series(client, run_id))
+
+
+def _newest_of_identity(client: MlflowClient, config: dict[str, Any], source: str) -> str:
+    identity = config.get("identity")
+    if not isinstance(identity, str) or not identity.isalnum():
+        raise ConfigError(f"{source}: config.yaml names no identity {quote(identity)}")
+    found = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()],
+        f"tags.{IDENTITY} = '{identity}' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"], max_results=1)
+    if not found:
+        raise ConfigError(f"{source}: the store at {client.tracking_uri} holds no finished run "
+                          f"of its identity {identity}; name the store it was made in with "
+                          "store=, or the run by its MLflow run id")
+    return found[0].info.run_id
+
+
+def rebuilt_config(stored: StoredRun) -> RunConfig:
+    """The run's config as this checkout makes it: its recorded fields with this checkout's
+    code fingerprint. What this checkout cannot run (a recipe it does not know, a recipe
+    named by module or file and not named again, a dataset that is not here or not the
+    same file) is a ``ConfigError``."""
+    config = stored.config
+    algo = config["algo"]
+    location = config.get("recipe") or ""
+    if algo not in recipe_sources():
+        how = (f"name it again: recipe={location}" if location else
+               "install the package that provides it")
+        raise ConfigError(f"{stored.source} was trained by the recipe {algo}, which this "
+                          f"checkout does not know: {how}")
+    fields = {key: value for key, value in config.items() if key in _RUN_FIELDS}
+    fields["algo_params"] = dict(stored.params)
+    if fields.get("dataset") is not None:
+        fields.setdefault("frames", 0)  # an offline run's record has none
+    if fields.get("dataset_refs") is not None:
+        fields["dataset_refs"] = tuple(fields["dataset_refs"])
+    fields["code"] = code_fingerprint(algo)
+    fields["recipe"] = recipe_sources()[algo].location
+    try:
+        rebuilt = RunConfig(**fields)
+    except TypeError as err:
+        raise ConfigError(f"{stored.source}: config.yaml is not a run config this checkout "
+                          f"reads ({err})") from None
+    recorded = config_identity_of(stored.tags)
+    same_version = stored.tags.get("rlbench_version") == __version__  # the hash holds it
+    if recorded and same_version and rebuilt.config_identity != recorded:
+        raise ConfigError(f"{stored.source}: its config.yaml rebuilds a config of identity "
+                          f"{rebuilt.config_identity}, not the run's {recorded}: the file was "
+                          "changed, or this checkout reads it otherwise")
+    if rebuilt.offline:
+        _check_dataset(rebuilt, stored.source)
+    return rebuilt
+
+
+def _check_dataset(config: RunConfig, source: str) -> None:
+    planned = plan_dataset(str(config.dataset))
+    if planned.sha256 != config.dataset_sha256:
+        raise ConfigError(f"{source} trained on {config.dataset} with sha256 "
+                          f"{config.dataset_sha256}; the file here has sha256 "
+                          f"{planned.sha256}: another dataset, so other numbers")
