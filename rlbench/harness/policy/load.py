@@ -56,8 +56,8 @@ from rlbench.untrusted_files import read_text
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_WEIGHTS_BYTES", "Policy", "RunFiles", "load_policy",
-           "open_run_store", "play", "run_files"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_WEIGHTS_BYTES", "Policy", "RunFiles", "checked_run_config",
+           "load_policy", "open_run_store", "play", "read_run_config", "run_files"]
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 _SNAPSHOT = re.compile(r"[0-9]{1,13}")  # a frame count, as a snapshot directory is named
@@ -255,8 +255,8 @@ def _read_run_dir(path: Path, source: str, snapshot: int | None,
         why = " (see its traceback.txt)" if (path / "traceback.txt").is_file() else ""
         raise ConfigError(f"{source} holds no {weights}policy.pt: the run did not finish{why}")
     where = f"{source}: config.yaml"
-    config = _read_config(config_path, where)
-    params = _check_config(config, where, trusted)
+    config = read_run_config(config_path, where)
+    params = checked_run_config(config, where, trusted)
     norm_path = run_member(path, f"{weights}normalization.pt", source)
     label = source if snapshot is None else f"{source}, snapshot {snapshot}"
     return RunFiles(
@@ -269,7 +269,7 @@ def _read_run_dir(path: Path, source: str, snapshot: int | None,
     )
 
 
-def _read_config(path: Path, where: str) -> Any:
+def read_run_config(path: Path, where: str) -> Any:
     """The YAML document of ``path``, read as plain data (no tags that build objects)."""
     text = read_text(path, MAX_CONFIG_BYTES, where)
     try:
@@ -280,7 +280,7 @@ def _read_config(path: Path, where: str) -> Any:
         raise ConfigError(f"{where} is not readable YAML ({one_line(err, 300)})") from None
 
 
-def _check_config(config: Any, where: str, trusted: Collection[str]) -> dict[str, Any]:
+def checked_run_config(config: Any, where: str, trusted: Collection[str]) -> dict[str, Any]:
     """Check what the rebuilt policy depends on before anything is imported or built from
     it; the recipe's hyperparameters, resolved and checked by the recipe."""
     if not isinstance(config, dict):
