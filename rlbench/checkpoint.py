@@ -3,7 +3,9 @@ they are not exactly the run's.
 
 A run's checkpoints live in one directory: ``checkpoint-<progress>.pt`` files and a
 ``checkpoint.json`` manifest naming the newest one with its size and sha256, the run's
-identity and the rlbench version. A checkpoint is written to a temporary file, flushed to
+identity, the rlbench version and the numerics class of the process that wrote it (its
+kernels: a run continued under other kernels is another series, so the harness decides
+whether it goes on). A checkpoint is written to a temporary file, flushed to
 disk (fsync) and renamed into place; only then is the manifest replaced the same way, so a
 kill or a full disk at any moment leaves the previous checkpoint valid. Older files are
 removed once the manifest names the new one (``keep`` of them stay).
@@ -28,6 +30,7 @@ from typing import Any, BinaryIO
 
 import torch
 
+from rlbench.numerics import numerics_facts
 from rlbench.owned_files import new_file_mode, open_replacement, replace_file
 from rlbench.version import __version__
 
@@ -118,8 +121,9 @@ def write_checkpoint(directory: Path, identity: str, progress: int, state: dict[
     stays the valid one and the error propagates."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"checkpoint-{progress}.pt"
+    numerics = numerics_facts(threads=torch.get_num_threads()).class_name()
     payload = {"format": FORMAT, "rlbench": __version__, "identity": identity,
-               "progress": progress, "state": state}
+               "progress": progress, "numerics": numerics, "state": state}
     with open_replacement(path, new_file_mode()) as handle:  # as a plain open, not 0600
         writer = _HashingWriter(handle)
         try:
@@ -129,8 +133,8 @@ def write_checkpoint(directory: Path, identity: str, progress: int, state: dict[
                 raise writer.error from None
             raise
     manifest = {"format": FORMAT, "rlbench": __version__, "identity": identity,
-                "progress": progress, "file": path.name, "size": writer.size,
-                "sha256": writer.digest.hexdigest()}
+                "progress": progress, "numerics": numerics, "file": path.name,
+                "size": writer.size, "sha256": writer.digest.hexdigest()}
     # the checkpoint's name is on disk (open_replacement flushed its directory) before a
     # manifest names it
     replace_file(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
@@ -175,6 +179,8 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
             not isinstance(manifest.get(key), kind) or isinstance(manifest.get(key), bool)
             for key, kind in expected.items()):
         raise CheckpointRefused(f"{path} lacks the fields of a checkpoint manifest")
+    if not isinstance(manifest.get("numerics", ""), str):
+        raise CheckpointRefused(f"{path} names no numerics class")
     if manifest["format"] != FORMAT:
         raise CheckpointRefused(f"{path} is of format {manifest['format']!r}; this rlbench "
                                 f"reads {FORMAT!r}")

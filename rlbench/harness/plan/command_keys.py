@@ -101,6 +101,9 @@ RUN_TABLE = KeyTable("run", (
         "to the run's MLflow run, so a run taken over on another host resumes; auto: "
         "tracking when the store is an mlflow server", kind="choice", default="auto",
         choices=("auto", "out_dir", "tracking")),
+    Key("resume_numerics", "same: a checkpoint made in another numerics class (another "
+        "processor's kernels) is not continued, the run starts again; any: it is continued, "
+        "and the run records it", kind="choice", default="same", choices=("same", "any")),
     Key("out_dir", "the store and the runs' files; MLFLOW_TRACKING_URI overrides its store",
         default=str(DEFAULT_OUT_DIR)),
     Key("jobs", "runs at a time, each in its own process", kind="value", default=1,

@@ -348,6 +348,8 @@ def _with_checkpoint_options(runs: list[RunConfig], options: SweepOptions) -> li
         runs = [replace(run, checkpoint_every=options.checkpoint_every) for run in runs]
     if options.checkpoint_store != "auto":
         runs = [replace(run, checkpoint_store=options.checkpoint_store) for run in runs]
+    if options.resume_numerics != "same":
+        runs = [replace(run, resume_numerics=options.resume_numerics) for run in runs]
     return runs
 
 

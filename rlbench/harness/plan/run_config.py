@@ -33,7 +33,7 @@ ARTIFACT_OPTIONS = ("save_snapshots", "save_transitions")
 # An offline run's fields: left out of an online run's identity
 OFFLINE_FIELDS = ("dataset", "dataset_label", "dataset_sha256", "dataset_refs", "steps")
 # How a run is kept and named, not what it computes: never part of its identity
-_NOT_IDENTITY = ("checkpoint_every", "checkpoint_store", "recipe", "variant")
+_NOT_IDENTITY = ("checkpoint_every", "checkpoint_store", "resume_numerics", "recipe", "variant")
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,9 @@ class RunConfig:
     # computes (a resumed run computes the same numbers), so not part of its identity
     checkpoint_every: int = field(default=CHECKPOINT_EVERY, compare=False)
     checkpoint_store: str = field(default="auto", compare=False)  # one of CHECKPOINT_STORES
+    # "any": a checkpoint written in another numerics class is continued (and recorded);
+    # "same": the run starts again instead
+    resume_numerics: str = field(default="same", compare=False)
     # a recipe named on the command line by module or file: where other processes import
     # it from (``recipe_sources``); its code is in ``code``, wherever it lies
     recipe: str = field(default="", compare=False)

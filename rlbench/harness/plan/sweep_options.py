@@ -36,6 +36,7 @@ class SweepOptions:
     jobs: int
     checkpoint_every: int
     checkpoint_store: str
+    resume_numerics: str  # same or any: whether a checkpoint of another numerics class goes on
     reuse_code: bool
     slurm: SlurmSettings
 
@@ -70,7 +71,8 @@ def sweep_options(given: dict[str, Any]) -> SweepOptions:
         ray_address=None if address is None else str(address),
         jobs=bounded_int(sweep, "jobs"),
         checkpoint_every=bounded_int(sweep, "checkpoint_every"),
-        checkpoint_store=checkpoint_store, reuse_code=reuse == "code",
+        checkpoint_store=checkpoint_store, resume_numerics=sweep["resume_numerics"],
+        reuse_code=reuse == "code",
         slurm=slurm_settings(sweep, launcher, list(given)))
 
 

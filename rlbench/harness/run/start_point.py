@@ -5,8 +5,9 @@ The candidates, in order: the newest checkpoint an earlier attempt uploaded (wit
 ``checkpoint_store=tracking``, fetched when it reaches further than the local one), the
 checkpoint in this out dir (checked whole against the run's identity), and nothing. What
 costs a checkpoint is said: one made by other code, one corrupt or truncated, one its
-recipe refused (``refused``), one that could not be fetched, or one written on another host
-out of this machine's reach.
+recipe refused (``refused``), one that could not be fetched, one written on another host
+out of this machine's reach, or one written under other kernels (another numerics class)
+without ``resume_numerics=any``, which would continue the run as a series of neither class.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rlbench.errors import one_line
 from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run.run_dirs import remove_other_codes_checkpoints, set_aside_strays
 from rlbench.harness.store.checkpoint_uploads import checkpoint_elsewhere, download_newest
+from rlbench.numerics import numerics_facts
 from rlbench.owned_files import remove_owned
 
 __all__ = ["StartPoint", "decide_start"]
@@ -36,11 +38,15 @@ class StartPoint:
     progress: int | None
     source: Run | None
     why_not: str | None
+    # the numerics class of a checkpoint resumed under another one (resume_numerics=any)
+    across_numerics: str | None = None
 
     def tags(self, config: RunConfig) -> dict[str, str]:
         """The tags that record it on the attempt's MLflow run."""
         if self.progress is not None:
-            return {"resumed_from": f"{self.progress} {config.unit}"}
+            across = ({} if self.across_numerics is None else
+                      {"resumed_across_numerics": self.across_numerics[:5000]})
+            return {"resumed_from": f"{self.progress} {config.unit}", **across}
         if self.why_not is not None:
             return {"checkpoint_refused": self.why_not[:5000]}
         return {}
@@ -49,8 +55,10 @@ class StartPoint:
         """The one line that says it, None for a first attempt with nothing to say."""
         if self.progress is not None:
             came = "" if self.source is None else f", uploaded by run {self.source.info.run_id}"
+            across = ("" if self.across_numerics is None else
+                      f", written under other kernels ({self.across_numerics})")
             return (f"rlbench: {config.name} resumes from its checkpoint at "
-                    f"{self.progress:,} {config.unit}{came}")
+                    f"{self.progress:,} {config.unit}{came}{across}")
         if self.why_not is not None:
             return f"rlbench: {config.name} starts from {config.unit} 0: {self.why_not}"
         return None
@@ -68,7 +76,10 @@ def decide_start(config: RunConfig, out_dir: Path, client: Any, attempts: Sequen
     if upload and not refused:
         source, not_fetched = _fetch_upload(client, config, attempts, checkpoints, run_dir)
     resume, unreadable = (None, None) if refused else _local_checkpoint(config, checkpoints)
-    why_not = refused or unreadable or not_fetched or why_not
+    across, other_class = _numerics_of(config, resume)
+    if other_class is not None:
+        resume = None
+    why_not = refused or unreadable or other_class or not_fetched or why_not
     progress = None if resume is None else resume["progress"]
     if progress is None and why_not is None and not upload:
         elsewhere = checkpoint_elsewhere(attempts)
@@ -76,8 +87,24 @@ def decide_start(config: RunConfig, out_dir: Path, client: Any, attempts: Sequen
             why_not = (f"its checkpoint {elsewhere} is not in this out dir "
                        "(checkpoint_store=tracking carries checkpoints between hosts)")
     if progress is None:
-        source = None
-    return StartPoint(progress, source, None if progress is not None else why_not), resume
+        source, across = None, None
+    return StartPoint(progress, source, None if progress is not None else why_not,
+                      across), resume
+
+
+def _numerics_of(config: RunConfig, resume: dict | None) -> tuple[str | None, str | None]:
+    """For a checkpoint written under another numerics class than this process's: what the
+    run records when it goes on (``resume_numerics=any``), or why it does not. A checkpoint
+    that names no class (written before checkpoints named theirs) goes on."""
+    written = None if resume is None else resume.get("numerics")
+    here = numerics_facts(threads=config.threads).class_name()
+    if not written or written == here:
+        return None, None
+    if config.resume_numerics == "any":
+        return f"{written} -> {here}", None
+    return None, (f"its checkpoint at {resume['progress']:,} {config.unit} was written under "
+                  f"other kernels ({written}; here: {here}): continued here it would be a "
+                  "series of neither; resume_numerics=any continues it")
 
 
 def _fetch_upload(client: Any, config: RunConfig, attempts: Sequence[Run], directory: Path,
