@@ -16,7 +16,8 @@ __all__ = ["__version__", "load_policy"]
 
 def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
                 tracking_uri: str | None = None, device: str = "cpu",
-                snapshot: int | None = None, trusted_envs: Collection[str] = ()) -> Policy:
+                snapshot: int | None = None, trusted_envs: Collection[str] = (),
+                recipe: str | None = None) -> Policy:
     """The deterministic policy of a finished run, normalisation included: a module that
     maps raw observations to actions (``rlbench.harness.policy.load.load_policy``).
 
@@ -24,11 +25,13 @@ def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
     ``rlbench_runs``) or at ``tracking_uri``; ``snapshot`` picks the policy the run kept at
     that evaluation (``save_snapshots=true``). A run whose stored env is a
     ``module:EnvId`` (which would import that module) loads only when ``trusted_envs``
-    names that id: the stored run is untrusted input. Imported on first call, so that ``import
-    rlbench.envs`` and the rest of the RL stack never load the harness.
+    names that id: the stored run is untrusted input. A run of a recipe named on its command
+    line by module or file (``algo=my_recipes/vpg.py``) needs that recipe named again,
+    ``recipe="my_recipes/vpg.py"``, for the same reason. Imported on first call, so that
+    ``import rlbench.envs`` and the rest of the RL stack never load the harness.
     """
     # deferred: the RL stack never loads the harness (see the docstring)
     from rlbench.harness.policy.load import load_policy as load
 
     return load(run, out_dir=out_dir, tracking_uri=tracking_uri, device=device,
-                snapshot=snapshot, trusted_envs=trusted_envs)
+                snapshot=snapshot, trusted_envs=trusted_envs, recipe=recipe)

@@ -29,24 +29,6 @@ from rlbench.harness.plan.command_keys import (
 __all__ = ["COMMANDS", "HELP", "LISTABLE", "USAGE", "Command"]
 
 LISTABLE = ("suites", "algorithms", "envs", "datasets")
-USAGE = """\
-usage: rlbench run [key=value ...]       run a suite (default suite=smoke)
-       rlbench show [key=value ...]      print the resolved grid without running it
-       rlbench compare [key=value ...]   compare finished runs: tables, baselines, plots
-       rlbench publish output=<dir> [...]   a static leaderboard site from the store
-       rlbench regress suite=<gate> reference=<file> [...]   the regression gate
-       rlbench regress bench candidate=<json> reference=<json>   the throughput gate
-       rlbench eval run=<id|dir> [...]   play a finished run's policy again (and film it)
-       rlbench reproduce run=<id|dir> [frames=<n>]   train a stored run again, compare bit for bit
-       rlbench dataset info <source>     what an offline dataset holds and where it came from
-       rlbench dataset make [...]        offline datasets from a run (random ... medium-expert)
-       rlbench list suites|algorithms|envs|datasets
-       rlbench --version
-
-`rlbench <command> --help` explains a command and its keys.
-"""
-
-
 def _sweep(args: Sequence[str], console: Console, *, show: bool) -> int:
     """``run`` and ``show``: plan the grid, then print it or run what is not done."""
     # deferred: a command's modules (torch, MLflow) load only when it runs
@@ -196,6 +178,8 @@ class Command:
     run: Callable[[Sequence[str], Console], int]
     keys: str = ""  # the ``keys:`` block and what follows it
     examples: tuple[str, ...] = ()
+    # the lines ``rlbench --help`` gives it: (its words, what they do), one per form
+    overview: tuple[tuple[str, str], ...] = ()
 
     @property
     def help(self) -> str:
@@ -219,19 +203,23 @@ COMMANDS = {command.name: command for command in (
          "rlbench run algo=my_recipes/mybc.py dataset=d4rl:hopper-medium-v2 steps=100000",
          "rlbench run suite=mujoco algo=ppo jobs=2",
          "rlbench run suite=mujoco launcher=ray ray.address=auto",
-         "rlbench run suite=mujoco launcher=slurm slurm.partition=gpu")),
+         "rlbench run suite=mujoco launcher=slurm slurm.partition=gpu"),
+        overview=(("rlbench run [key=value ...]", "run a suite (default suite=smoke)"),)),
     Command(
         "show", "rlbench show [key=value ...]",
         "Print the resolved grid (runs, budgets, devices, config identities); nothing runs. "
         "With one\nalgorithm (algo=<name>), also its resolved hyperparameters for each env, "
         "each with its help\nand the layer it came from: recipe default, env family, env, "
-        "suite, command line.\n", _show, _RUN_KEYS),
+        "suite, command line.\n", _show, _RUN_KEYS,
+        overview=(("rlbench show [key=value ...]", "print the resolved grid without running it"),)),
     Command(
         "compare", "rlbench compare [key=value ...]",
         "Tables of the finished runs in a store: per group, beside published baselines,\n"
         "normalized aggregates across envs, probabilities of improvement; plots with "
         "output=.\n", _compare, COMPARE_TABLE.help_text(),
-        ("rlbench compare suite=mujoco env=Hopper-v5,HalfCheetah-v5 output=report",)),
+        ("rlbench compare suite=mujoco env=Hopper-v5,HalfCheetah-v5 output=report",),
+        overview=(("rlbench compare [key=value ...]",
+                   "compare finished runs: tables, baselines, plots"),)),
     Command(
         "publish", "rlbench publish output=<dir> [key=value ...]",
         "A static leaderboard site from one or more stores, to open from disk or host "
@@ -240,11 +228,13 @@ COMMANDS = {command.name: command for command in (
         "baselines; per env or dataset a sortable,\nfilterable table and learning curves; "
         "per run its config, tags, versions, curve and the\ncommand that makes it again. "
         "Every table also as CSV and JSON beside its page.\n", _publish,
-        PUBLISH_TABLE.help_text(), ("rlbench publish store=rlbench_runs output=site",)),
+        PUBLISH_TABLE.help_text(), ("rlbench publish store=rlbench_runs output=site",),
+        overview=(("rlbench publish output=<dir> [...]",
+                   "a static leaderboard site from the store"),)),
     Command(
         "regress", "rlbench regress suite=<gate suite> reference=<file> [key=value ...]\n"
-        "       rlbench regress bench candidate=<benchmark json> reference=<benchmark json> "
-        "[...]",
+        "       rlbench regress bench base=<revision> [key=value ...]\n"
+        "       rlbench regress bench candidate=<benchmark json> reference=<benchmark json>",
         "The regression gate. Runs the gate suite's candidate runs (or reads them, "
         "run=false) and\ncompares each task's final scores with the reference's seeds: a "
         "one-sided Welch t-test\nand a bootstrap CI of the difference of means. REGRESSION "
@@ -275,7 +265,9 @@ COMMANDS = {command.name: command for command in (
          "rlbench regress suite=regress reference=my_ref.json update=true seeds=20 "
          "base_seed=100",
          "rlbench regress bench base=results/reference/regress_bench/BASE",
-         "rlbench regress bench base=origin/main rounds=60")),
+         "rlbench regress bench base=origin/main rounds=60"),
+        overview=(("rlbench regress suite=<gate> reference=<file> [...]", "the regression gate"),
+                  ("rlbench regress bench base=<revision> [...]", "the throughput gate"))),
     Command(
         "tune", "rlbench tune algo=<algo> env=<id> space=<space> trials=<n> [key=value ...]",
         "An Optuna study (TPE, a median pruner) whose trials are rlbench runs: each trial "
@@ -290,7 +282,9 @@ COMMANDS = {command.name: command for command in (
         ("rlbench tune algo=ppo env=CartPole-v1 trials=30 frames=50000 "
          "space='learning_rate=log(1e-4,3e-3);clip_epsilon=float(0.1,0.3)'",
          "rlbench tune algo=ppo env=Hopper-v5 space=my_space.yaml trials=100 seeds=5 "
-         "storage=postgresql://db/optuna")),
+         "storage=postgresql://db/optuna"),
+        overview=(("rlbench tune algo=<a> env=<id> space=<s> trials=<n> [...]",
+                   "an Optuna study of runs"),)),
     Command(
         "eval", "rlbench eval run=<MLflow run id or run directory> [key=value ...]",
         "Rebuild a finished run's policy from its saved config, weights and observation\n"
@@ -299,7 +293,9 @@ COMMANDS = {command.name: command for command in (
         "count).\nIn Python: rlbench.load_policy(run) gives the same policy as a module.\n",
         _eval, EVAL_TABLE.help_text(),
         ("rlbench eval run=rlbench_runs/runs/mujoco/sac-Hopper-v5-seed0-1a2b3c4d5e6f7a8b",
-         "rlbench eval run=4f1c... episodes=20 video=hopper.mp4")),
+         "rlbench eval run=4f1c... episodes=20 video=hopper.mp4"),
+        overview=(("rlbench eval run=<id|dir> [...]",
+                   "play a finished run's policy again (and film it)"),)),
     Command(
         "reproduce", "rlbench reproduce run=<MLflow run id or run directory> [key=value ...]",
         "Train a finished run again from its record (config, recipe, seeds) in this "
@@ -313,7 +309,9 @@ COMMANDS = {command.name: command for command in (
         _reproduce, REPRODUCE_TABLE.help_text(),
         ("rlbench reproduce run=rlbench_runs/runs/smoke/ppo-CartPole-v1-seed0-1a2b3c4d5e6f7a8b",
          "rlbench reproduce run=4f1c... store=results/mujoco_v5 frames=20000",
-         "rlbench reproduce run=4f1c... against=9e2d...")),
+         "rlbench reproduce run=4f1c... against=9e2d..."),
+        overview=(("rlbench reproduce run=<id|dir> [frames=<n>]",
+                   "train a stored run again, compare bit for bit"),)),
     Command(
         "dataset", "rlbench dataset info <d4rl:name | minari:dataset id | path> [env=<id>]\n"
         "       rlbench dataset make quality=<q[,q...]> steps=<n> output=<dir> [policy=<run>]\n"
@@ -336,7 +334,11 @@ COMMANDS = {command.name: command for command in (
         "give\nthe same bytes.\n", _dataset, MAKE_TABLE.help_text("keys of make:"),
         ("rlbench dataset info d4rl:hopper-medium-v2",
          "rlbench dataset make policy=<run dir> quality=medium,expert steps=1e6 "
-         "output=data")),
+         "output=data"),
+        overview=(("rlbench dataset info <source>",
+                   "what an offline dataset holds and where it came from"),
+                  ("rlbench dataset make [...]",
+                   "offline datasets from a run (random ... medium-expert)"))),
     Command(
         "list", "rlbench list suites|algorithms|envs|datasets",
         "The shipped suites (with their descriptions), the algorithms (online or offline, "
@@ -344,6 +346,20 @@ COMMANDS = {command.name: command for command in (
         "a package\nthrough an entry point of the group rlbench.algorithms), the env ids "
         "rlbench knows, each\nmade once (an env whose dependency is missing here says so "
         "beside its id), or the offline\ndatasets present locally and the known remote "
-        "names.\n", _list),
+        "names.\n", _list,
+        overview=(("rlbench list suites|algorithms|envs|datasets", "what there is to run"),)),
 )}
 HELP = {name: command.help for name, command in COMMANDS.items()}
+
+
+def _usage() -> str:
+    """``rlbench --help``: every form of every command, from the table above."""
+    forms = [form for command in COMMANDS.values() for form in command.overview]
+    forms.append(("rlbench --version", ""))
+    width = max(len(words) for words, _ in forms) + 3
+    lines = [f"{'usage:' if i == 0 else '':7}{words:{width}}{what}".rstrip()
+             for i, (words, what) in enumerate(forms)]
+    return "\n".join(lines) + "\n\n`rlbench <command> --help` explains a command and its keys.\n"
+
+
+USAGE = _usage()

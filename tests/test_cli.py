@@ -86,3 +86,19 @@ def test_a_hyperparameter_typo_suggests_that_algorithms_fields(capsys, word: str
     algo = word.split(".")[0]
     assert all(name.startswith(f"{algo}.") for name in
                err.split("did you mean ")[1].rstrip("?\n").split(", "))
+
+
+def test_the_overview_lists_every_command_and_its_forms_parse(capsys) -> None:
+    """``rlbench --help`` is written from the command table: every command is in it, and
+    each form's keys are keys of that command."""
+    from rlbench.commands import COMMANDS
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name, command in COMMANDS.items():
+        assert f"rlbench {name} " in out, name
+        assert command.overview, name
+    keys = {name for table in TABLES for key in table.keys for name in (key.name, *key.aliases)}
+    written = {word.strip("[").split("=")[0] for line in out.splitlines()
+               for word in line.split() if "=" in word} - {"key"}
+    assert written <= keys, written - keys

@@ -272,8 +272,8 @@ def check_contract(module: types.ModuleType, what: str) -> None:
     missing = [attr for attr in CONTRACT if not hasattr(module, attr)]
     if missing:
         raise ConfigError(f"{what} is not a recipe: it does not define {', '.join(missing)} "
-                          "(the contract is in rlbench.recipe's docstring and the README's "
-                          "\"Write a recipe\")")
+                          "(the contract is in rlbench.recipe's docstring and the docs page "
+                          "\"Your own algorithm\", docs/guide/own-algorithm.md)")
     problems = []
     if module.KIND not in KINDS:
         problems.append(f"KIND must be one of {', '.join(KINDS)}, got {quote(module.KIND)}")

@@ -21,6 +21,7 @@ from rlbench.harness.plan.fingerprint import code_files, code_fingerprint
 from rlbench.harness.policy.load import load_policy, play
 from tests.conftest import EXAMPLE_PROJECT, forget_modules_under
 
+ROOT = Path(__file__).resolve().parents[3]
 TINY = ["env=CartPole-v1", "frames=512", "eval_episodes=2"]
 TINY_VPG = ["vpg.num_envs=2", "vpg.rollout_steps=64", "vpg.value_iterations=2"]
 
@@ -96,8 +97,14 @@ def test_a_recipe_file_runs_under_the_harness_by_its_stem(project: Path, tmp_pat
                 for line in (run_dir / "curve.csv").read_text().splitlines()[1:]]
     assert sum(returns) / 2 == first
     recipe_sources._named.clear()
+    public = rlbench.load_policy(run_dir, recipe=str(recipe))  # as the docs show it
+    assert play(public, episodes=2, seed=policy.config["seeds"]["eval_env"]) == returns
+    recipe_sources._named.clear()
     assert main(["eval", f"run={run_dir}", f"recipe={recipe}"]) == 0
     assert f"mean return {first:.6g}" in capsys.readouterr().out
+    recipe_sources._named.clear()
+    assert main(["reproduce", f"run={run_dir}", f"recipe={recipe}"]) == 0
+    assert "identical: " in capsys.readouterr().out
 
 
 # a Ray instance of its own (minutes): nightly; Ray's workers are checked in every CI run by
@@ -202,9 +209,11 @@ def test_a_module_that_is_not_a_recipe_says_what_it_lacks(tmp_path: Path, capsys
     almost.write_text("KIND = 'online'\nACTION_SPACES = ('discrete', 'grid')\n"
                       "def train(spec, logger):\n    pass\n")
     assert main(["show", f"algo={almost}", *TINY]) == 2
+    err = capsys.readouterr().err
     assert (f"{almost} is not a recipe: it does not define Config, FAMILY_DEFAULTS, "
-            "make_policy (the contract is in rlbench.recipe's docstring") in (
-        capsys.readouterr().err)
+            "make_policy (the contract is in rlbench.recipe's docstring") in err
+    page = err.split("docs page")[1].split(", ")[1].rstrip(")\n")
+    assert (ROOT / page).is_file(), page  # the page it points at exists
     almost.write_text(almost.read_text() + "from dataclasses import dataclass\n@dataclass\n"
                       "class Config:\n    x: int = 1\nFAMILY_DEFAULTS = {}\nmake_policy = 3\n")
     sys.modules.pop("almost", None)
