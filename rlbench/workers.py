@@ -12,6 +12,20 @@ from typing import Any
 
 __all__ = ["read_reply"]
 
+# what a worker started by spawn or forkserver does first: import the parent's main module
+_MAIN_AGAIN = ("; its own error is above. A worker started by spawn or forkserver imports "
+               "the main module again: a script that starts workers at its top level (a "
+               "ParallelEnv, a MultiCollector) must start them under "
+               "`if __name__ == \"__main__\":`")
+
+
+def _why(process: BaseProcess) -> str:
+    """What likely killed a worker that died while starting: exit code 1 from a child
+    started by spawn or forkserver is, most often, the main module run again."""
+    method = getattr(process, "_start_method", None) or type(process).__name__.lower()
+    return _MAIN_AGAIN if process.exitcode == 1 and (
+        "spawn" in method or "forkserver" in method) else ""
+
 
 def read_reply(conn: Connection, who: str, expect: str, process: BaseProcess) -> Any:
     """The payload of ``who``'s next reply; ``RuntimeError`` for a death (with
@@ -20,7 +34,9 @@ def read_reply(conn: Connection, who: str, expect: str, process: BaseProcess) ->
     try:
         kind, payload = conn.recv()
     except EOFError:
-        raise RuntimeError(f"{who} died (exit code {process.exitcode})") from None
+        process.join(timeout=10)  # its pipe closed as it exited: its exit code follows
+        raise RuntimeError(f"{who} died (exit code {process.exitcode}){_why(process)}"
+                           ) from None
     if kind == "error":
         raise RuntimeError(f"{who} raised:\n{payload}")
     if kind != expect:
