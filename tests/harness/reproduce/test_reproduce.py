@@ -188,3 +188,22 @@ def test_a_prefix_of_a_committed_reference_run_is_reproduced(tmp_path: Path, cap
     else:
         assert code in (0, 1), out
         assert code == 0 or "numerics class:" in out
+
+
+@pytest.mark.slow
+def test_a_portable_run_is_reproduced_by_a_process_of_other_kernels(tmp_path: Path) -> None:
+    """The same emulated machine that parts a native run's series (above) reproduces a
+    portable run bit for bit: the command pins its kernels again before torch loads."""
+    env = {k: v for k, v in os.environ.items() if k != "RLBENCH_NUMERICS"}
+    out = tmp_path / "portable"
+    made = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", *ONLINE, "seeds=1",
+                           "numerics=portable", f"out_dir={out}"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert made.returncode == 0, made.stderr
+    run = _run_dir(out, "ppo-CartPole-v1-seed0-*")
+    again = subprocess.run([sys.executable, "-m", "rlbench.cli", "reproduce", f"run={run}"],
+                           capture_output=True, text=True, timeout=300,
+                           env={**env, "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX512"})
+    assert again.returncode == 0, again.stdout + again.stderr
+    series, points = _stored_points(out, run, 1536)
+    assert f"identical: {series} series, {points:,} points" in again.stdout
