@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 # The main job's runs go side by side, one per core up to the suite's four: each run keeps
 # its one thread, so its numbers are those of a run made alone.
 RUN_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+# portable numerics where the processor has them (x86-64 with AVX2), else native (ARM)
+RUN_NUMERICS ?= $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo portable || echo native)
 run: $(STAMP)  ## the main job: `make run ARGS="seeds=3"` passes overrides
-	$(BIN)/rlbench run suite=smoke jobs=$(RUN_JOBS) $(ARGS)
+	$(BIN)/rlbench run suite=smoke numerics=$(RUN_NUMERICS) jobs=$(RUN_JOBS) $(ARGS)
 
 # The tests run in TEST_WORKERS processes (pytest-xdist, one per core, at most 8): each test
 # module stays whole on one worker, and the tests that start Ray share one (tests/conftest.py).
@@ -31,9 +33,10 @@ test: $(STAMP)  ## lint, every test but the benchmarks (slow ones included), the
 	$(BIN)/python -m pytest -m "timing and not bench and not nightly" $(ARGS)
 	$(MAKE) --no-print-directory regress
 
-# The regression gate (rlbench regress). Its candidate runs go to a fresh store each time;
-# its Pendulum dataset is the committed one (the bytes its reference was measured on: a
-# dataset made here would differ with the processor's rounding). Its throughput tier times
+# The regression gate (rlbench regress). Its candidate runs go to a fresh store each time,
+# with numerics=portable; its Pendulum dataset is the committed copy of what the suite makes
+# on first use with numerics=portable (the same bytes on every x86-64 with AVX2), put in
+# place to save making it (about 5 min). Its throughput tier times
 # the commit named in BENCH_BASE beside this checkout, on this machine: moving that file's
 # commit is how a change accepts a new speed.
 REGRESS_DIR ?= .regress

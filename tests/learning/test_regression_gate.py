@@ -8,13 +8,21 @@ ones on Pendulum-v1 (100k frames a run) are nightly: with all 6 seeds, p < 1e-5 
 -1,403 against the reference's -175 for a learning rate ten times too small, -892 to -1,054
 for the truncation).
 
+The suite runs with ``numerics=portable``, so the gate is a command of its own process
+(which pins its kernels before torch loads); a regression planted by patching this process's
+code runs the suite with ``numerics=native`` in this process instead: numerics changes a
+run's rounding, not what the reference's scores mean.
+
 The fast tier itself, on this code, runs in ``make test`` (``make regress``) after pytest.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,12 +35,18 @@ REFERENCE = ROOT / "results" / "reference" / "regress.json"
 DATASETS = ROOT / "results" / "reference" / "regress_datasets"
 
 
-def _gate(tmp_path: Path, *words: str, jobs: int = 1) -> dict:
-    """The gate on the tasks ``words`` pick; with one job its runs are in this process, so
-    patches reach them."""
+def _gate(tmp_path: Path, *words: str, jobs: int = 1, patched: bool = False) -> dict:
+    """The gate on the tasks ``words`` pick, as the ``rlbench`` command; ``patched``: in
+    this process, natively, with one job, so that patches reach the runs."""
     report = tmp_path / "report"
-    code = main(["regress", "suite=regress", f"reference={REFERENCE}",
-                 f"out_dir={tmp_path / 'runs'}", f"report={report}", f"jobs={jobs}", *words])
+    command = ["regress", "suite=regress", f"reference={REFERENCE}",
+               f"out_dir={tmp_path / 'runs'}", f"report={report}", f"jobs={jobs}", *words]
+    if patched:
+        code = main([*command, "numerics=native"])
+    else:
+        env = {key: value for key, value in os.environ.items() if key != "RLBENCH_NUMERICS"}
+        code = subprocess.run([sys.executable, "-m", "rlbench.cli", *command], env=env,
+                              timeout=3600).returncode
     tasks = json.loads((report / "regress.json").read_text())["tasks"]
     assert code == (1 if any(t["verdict"] == "REGRESSION" for t in tasks) else 0)
     return {(t["algorithm"], t["task"]): t for t in tasks}
@@ -72,7 +86,8 @@ def test_truncation_taken_for_termination_in_gae_is_a_regression(tmp_path: Path,
                    time_dim=time_dim)
 
     monkeypatch.setattr(returns, "gae", truncation_as_termination)
-    task = _gate(tmp_path, "algo=ppo", "env=Pendulum-v1", "seeds=3")[("ppo", "Pendulum-v1")]
+    task = _gate(tmp_path, "algo=ppo", "env=Pendulum-v1", "seeds=3",
+                 patched=True)[("ppo", "Pendulum-v1")]
     assert task["verdict"] == "REGRESSION", task["why"]
     assert task["hyperparameter_overrides"] == []
 
@@ -89,5 +104,6 @@ def test_a_value_target_one_step_off_is_a_regression(tmp_path: Path, monkeypatch
                    time_dim=time_dim)
 
     monkeypatch.setattr(returns, "gae", one_step_off)
-    task = _gate(tmp_path, "algo=ppo", "env=Pendulum-v1", "seeds=3")[("ppo", "Pendulum-v1")]
+    task = _gate(tmp_path, "algo=ppo", "env=Pendulum-v1", "seeds=3",
+                 patched=True)[("ppo", "Pendulum-v1")]
     assert task["verdict"] == "REGRESSION", task["why"]

@@ -25,6 +25,7 @@ from rich.text import Text
 from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.plan.command_keys import REGRESS_TABLE
 from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.plan.numerics_mode import check_process_numerics
 from rlbench.harness.plan.overrides import valid_keys
 from rlbench.harness.plan.run_config import RunConfig, SweepConfig
 from rlbench.harness.regress.reference import (
@@ -333,6 +334,7 @@ def run_regress(args: Sequence[str], console: Console) -> int:
     here = environment_tags("cpu") if sweep.launcher == "local" else None
     _check_plan(request, sweep, reference, here)
     if request.run:
+        check_process_numerics(sweep.runs)  # a portable suite: pinned before anything runs
         _refuse_reuse(sweep)
         sweep = _make_datasets(request, sweep, console)
         _refuse_reuse(sweep)  # offline runs have their identities once their data is made

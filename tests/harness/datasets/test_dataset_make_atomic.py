@@ -16,9 +16,8 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import h5py
 import numpy as np
@@ -224,22 +223,19 @@ def test_make_family_moves_each_quality_in_whole(
 
 
 def _fake_behaviour_run(monkeypatch: pytest.MonkeyPatch, made: Path) -> None:
-    """``make_family`` with its behaviour run skipped, and ``make_datasets`` writing a copy
-    of the seed=1 random dataset under every quality's name."""
+    """``make_family`` with its behaviour run skipped, and its ``dataset make`` writing a
+    copy of the seed=1 random dataset under every quality's name."""
     _make(made, seed=1)
 
-    def make_datasets(request: dataset_make.MakeRequest, log: Callable) -> list[Path]:
-        for quality in request.qualities:
-            target = request.output / "minari" / "rlbench" / "pendulum" / f"{quality}-v0"
+    def make_qualities(family: MadeFamily, run_dir: Path, output: Path, numerics: str) -> None:
+        for quality in QUALITIES:
+            target = output / "minari" / "rlbench" / "pendulum" / f"{quality}-v0"
             shutil.copytree(made / MINARI, target)
             shutil.copy(made / "minari" / "rlbench" / "namespace_metadata.json",
                         target.parent.parent)
-        return []
 
-    monkeypatch.setattr(families, "resolve_sweep", lambda words: SimpleNamespace(runs=[None]))
-    monkeypatch.setattr(families, "run_sweep", lambda s: SimpleNamespace(failed=[]))
-    monkeypatch.setattr(families, "run_dir_for", lambda runs, run: runs / "run")
-    monkeypatch.setattr(families, "make_datasets", make_datasets)
+    monkeypatch.setattr(families, "_behaviour_run", lambda family, runs, numerics: runs / "run")
+    monkeypatch.setattr(families, "_make_qualities", make_qualities)
 
 
 # A child that runs ``python -m rlbench.cli <args>`` and, at the ``count``-th call of the
