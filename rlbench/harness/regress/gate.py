@@ -22,9 +22,11 @@ import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
+from rlbench.data.offline import minari_path
 from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.plan.command_keys import REGRESS_TABLE
 from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.plan.datasets import own_family
 from rlbench.harness.plan.numerics_mode import check_process_numerics
 from rlbench.harness.plan.overrides import valid_keys
 from rlbench.harness.plan.run_config import RunConfig, SweepConfig
@@ -113,8 +115,22 @@ def _check_protocol(key: tuple[str, str, int], runs: list[RunConfig], found: Ref
         if mine != theirs:
             raise ConfigError(f"{key[0]} on {key[1]}: the candidate's {name} is {quote(mine)}, "
                               f"the reference's ({reference}) is {quote(theirs)}: its scores "
-                              "measure something else, so they are not compared (make a new "
-                              "reference with update=true)")
+                              f"measure something else, so they are not compared ("
+                              f"{_what_works(name, runs[0], reference)})")
+
+
+def _what_works(name: str, run: RunConfig, reference: Path) -> str:
+    """What to do about a protocol that differs: for one of rlbench's own datasets made
+    elsewhere, make it again; otherwise a reference of one's own, in a file of one's own."""
+    own = own_family(run.dataset) if name == "dataset_sha256" and run.dataset else None
+    if own is not None:
+        where = minari_path(str(run.dataset).removeprefix("minari:"))
+        return (f"rlbench makes its {own[0]} datasets with numerics=portable, the same bytes "
+                f"on every x86-64 with AVX2; the copy in {where.parent} was made otherwise "
+                "or by an older rlbench: remove that directory and the next run makes it "
+                "again")
+    return (f"to gate against this protocol, write a reference of your own: update=true "
+            f"reference=<a new file>, not {reference.name}, which others compare against")
 
 
 def _overrides(runs: list[RunConfig], found: ReferenceTask) -> list[str]:

@@ -4,6 +4,7 @@ a real MLflow store, the report files read back."""
 from __future__ import annotations
 
 import json
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 
 from rlbench.cli import main
 from rlbench.harness.regress.gate import GATE_OUT_DIR
+
+ROOT = Path(__file__).resolve().parents[3]
 
 SUITE = """\
 algos: [ppo]
@@ -140,7 +143,33 @@ def test_another_protocol_or_task_is_refused_before_any_run(
         message: str) -> None:
     out = tmp_path / "candidate"
     assert _regress(gate, out, *words) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err
+    assert not out.exists()
+    if "the candidate's" in message:  # what works instead: never the shared reference
+        assert "update=true reference=<a new file>, not " in err
+
+
+@pytest.mark.slow
+def test_an_old_copy_of_rlbenchs_own_dataset_is_named_with_what_to_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The gate's expert dataset as it was made before it was made portably: its sha256 is
+    not the reference's, and the error says to remove the copy (which is made again)."""
+    import h5py
+
+    copy = tmp_path / "datasets"
+    shutil.copytree(ROOT / "results/reference/regress_datasets", copy)
+    with h5py.File(copy / "rlbench/pendulum/expert-v0/data/main_data.hdf5", "a") as data:
+        data.attrs["changed"] = 1  # other bytes, as another processor's rounding gives
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(copy))
+    out = tmp_path / "candidate"
+    reference = ROOT / "results/reference/regress.json"
+    assert main(["regress", "suite=regress", f"reference={reference}", "algo=bc", "seeds=2",
+                 f"out_dir={out}", "numerics=native"]) == 2
+    err = capsys.readouterr().err
+    assert "the candidate's dataset_sha256 is" in err
+    assert f"the copy in {copy / 'rlbench' / 'pendulum'} was made otherwise" in err
+    assert "remove that directory and the next run makes it again" in err
     assert not out.exists()
 
 
