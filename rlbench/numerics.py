@@ -44,6 +44,9 @@ class NumericsFacts:
     openblas_core: str  # the kernels numpy's OpenBLAS runs
     libc: str  # the C library and its version: its maths functions
     threads: int  # torch's intra-op threads: a product's summation order follows them
+    # a CUDA run's GPU model, compute capability, CUDA and cuDNN versions (every run asks
+    # for deterministic algorithms: ``seed_everything``); "" for a run on the CPU
+    gpu: str = ""
 
     def class_name(self) -> str:
         """The facts in one short line, e.g. ``x86_64 GenuineIntel aten AVX512 mkl
@@ -51,12 +54,13 @@ class NumericsFacts:
         every choice is the pinned one (``numerics=portable``), ``portable x86-64 AVX2 glibc
         2.36 1 thread``: the same on every such processor."""
         threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        on_gpu = f" on {self.gpu}" if self.gpu else ""
         if not portable_mismatches(self):  # pinned: the vendor and ISA beyond AVX2 no longer count
-            return f"portable x86-64 AVX2 {self.libc} {threads}"
+            return f"portable x86-64 AVX2 {self.libc} {threads}{on_gpu}"
         vendor = self.cpu_vendor or "unknown-vendor"
         return (f"{self.machine} {vendor} aten {self.aten_capability} mkl {self.mkl_branch} "
                 f"onednn {'on' if self.onednn_dense else 'off'} numpy {self.numpy_simd} "
-                f"openblas {self.openblas_core} {self.libc} {threads}")
+                f"openblas {self.openblas_core} {self.libc} {threads}{on_gpu}")
 
     def as_tags(self) -> dict[str, str]:
         """The facts as a run's tags: ``numerics_class`` and one ``numerics.<fact>`` each."""
@@ -115,14 +119,29 @@ def _fixed_at_load() -> tuple[str, str, str, str, str, str]:
             _mkl_branch(), _numpy_simd(), libc)
 
 
-def numerics_facts(threads: int | None = None) -> NumericsFacts:
+def _gpu(device: str) -> str:
+    """A CUDA device's facts: its model and compute capability, the CUDA and cuDNN versions.
+    With the deterministic algorithms every run asks for (``seed_everything``), the same
+    bits are promised across runs on one model, not across models."""
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return ""
+    index = torch.device(device).index or 0
+    major, minor = torch.cuda.get_device_capability(index)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return (f"{torch.cuda.get_device_name(index)} sm{major}{minor} cuda {torch.version.cuda} "
+            f"cudnn {cudnn or 'none'}")
+
+
+def numerics_facts(threads: int | None = None, device: str = "cpu") -> NumericsFacts:
     """This process's kernel choices (``NumericsFacts``); ``threads``: those a run will set,
-    where it sets them after this is read (torch's own count otherwise)."""
+    where it sets them after this is read (torch's own count otherwise); ``device``: the
+    run's, whose GPU is part of the class on CUDA."""
     machine, vendor, aten, mkl, simd, libc = _fixed_at_load()
     return NumericsFacts(machine=machine, cpu_vendor=vendor, aten_capability=aten,
                          mkl_branch=mkl, onednn_dense=onednn_outruns_mkl(),
                          numpy_simd=simd, openblas_core=_openblas_core(), libc=libc,
-                         threads=torch.get_num_threads() if threads is None else threads)
+                         threads=torch.get_num_threads() if threads is None else threads,
+                         gpu=_gpu(device))
 
 
 def portable_mismatches(facts: NumericsFacts) -> list[str]:

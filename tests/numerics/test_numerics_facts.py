@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from rlbench.numerics import numerics_facts
 
@@ -35,7 +36,20 @@ def test_the_class_names_every_fact_in_one_line() -> None:
         assert value and value in facts.class_name()
     assert {key.removeprefix("numerics.") for key in tags if key != "numerics_class"} == {
         "machine", "cpu_vendor", "aten_capability", "mkl_branch", "onednn_dense",
-        "numpy_simd", "openblas_core", "libc", "threads"}
+        "numpy_simd", "openblas_core", "libc", "threads", "gpu"}
+    assert facts.gpu == "" and facts.class_name().endswith(("thread", "threads"))  # on the CPU
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_cuda_runs_class_names_its_gpu_model_and_libraries() -> None:
+    """Bits repeat across runs on one GPU model (with the deterministic algorithms every run
+    asks for), not across models: the model is part of the class."""
+    facts = numerics_facts(device="cuda")
+    name = torch.cuda.get_device_name(0)
+    assert facts.gpu.startswith(f"{name} sm")
+    assert f"cuda {torch.version.cuda}" in facts.gpu
+    assert facts.class_name().endswith(f" on {facts.gpu}")
+    assert numerics_facts(device="cpu").gpu == ""
 
 
 @pytest.mark.skipif(not X86, reason="ATen's AVX2 kernels and MKL's branches are x86's")

@@ -90,8 +90,8 @@ def _again(stored: StoredRun, until: int, console: Console) -> int:
         except Exception as err:
             _say(console, f"the run failed again before {unit} {until:,}: {one_line(err)}")
             return 1
-    here = {**environment_tags(config.device),
-            **numerics_facts(threads=config.threads).as_tags(), "code": config.code}
+    facts = numerics_facts(threads=config.threads, device=config.device)
+    here = {**environment_tags(config.device), **facts.as_tags(), "code": config.code}
     return _verdict(stored, prefix(stored.series, until), logger.series,
                     {**stored.tags, "code": stored.config.get("code", "")}, here,
                     ("stored", "again"), console)

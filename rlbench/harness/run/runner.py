@@ -266,7 +266,8 @@ def _execute_locked(
                                  say=say)
     prepare_run_dir(run_dir, point.progress, say)
     tags = {**environment_tags(config.device),
-            **numerics_facts(threads=config.threads).as_tags(), **taken.claim.tags(),
+            **numerics_facts(threads=config.threads, device=config.device).as_tags(),
+            **taken.claim.tags(),
             **extra_tags,
             "run_dir": str(run_dir), **point.tags(config)}
     if (line := point.line(config)) is not None:

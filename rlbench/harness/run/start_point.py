@@ -97,7 +97,7 @@ def _numerics_of(config: RunConfig, resume: dict | None) -> tuple[str | None, st
     run records when it goes on (``resume_numerics=any``), or why it does not. A checkpoint
     that names no class (written before checkpoints named theirs) goes on."""
     written = None if resume is None else resume.get("numerics")
-    here = numerics_facts(threads=config.threads).class_name()
+    here = numerics_facts(threads=config.threads, device=config.device).class_name()
     if not written or written == here:
         return None, None
     if config.resume_numerics == "any":
