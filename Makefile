@@ -49,6 +49,7 @@ regress: $(STAMP)  ## the gate's fast tier: learning (suite=regress), then throu
 	@status=0; \
 	MINARI_DATASETS_PATH=$(CURDIR)/$(REGRESS_DIR)/datasets $(BIN)/rlbench regress \
 		suite=regress reference=results/reference/regress.json out_dir=$(REGRESS_DIR)/runs \
+		numerics=$(RUN_NUMERICS) \
 		report=$(REGRESS_DIR)/report jobs=$(JOBS) || status=$$?; \
 	if git diff --quiet HEAD 2>/dev/null; then \
 		$(BIN)/rlbench regress bench base=$(BENCH_BASE) report=$(REGRESS_DIR)/report \

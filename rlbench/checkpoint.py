@@ -121,7 +121,9 @@ def write_checkpoint(directory: Path, identity: str, progress: int, state: dict[
     stays the valid one and the error propagates."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"checkpoint-{progress}.pt"
-    numerics = numerics_facts(threads=torch.get_num_threads()).class_name()
+    # a run on CUDA has initialised it by its first checkpoint: its GPU is part of the class
+    device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_initialized() else "cpu"
+    numerics = numerics_facts(threads=torch.get_num_threads(), device=device).class_name()
     payload = {"format": FORMAT, "rlbench": __version__, "identity": identity,
                "progress": progress, "numerics": numerics, "state": state}
     with open_replacement(path, new_file_mode()) as handle:  # as a plain open, not 0600

@@ -310,7 +310,7 @@ COMMANDS = {command.name: command for command in (
         ("rlbench reproduce run=rlbench_runs/runs/smoke/ppo-CartPole-v1-seed0-1a2b3c4d5e6f7a8b",
          "rlbench reproduce run=4f1c... store=results/mujoco_v5 frames=20000",
          "rlbench reproduce run=4f1c... against=9e2d..."),
-        overview=(("rlbench reproduce run=<id|dir> [frames=<n>]",
+        overview=(("rlbench reproduce run=<id|dir> [frames=<n>] [against=<run>]",
                    "train a stored run again, compare bit for bit"),)),
     Command(
         "dataset", "rlbench dataset info <d4rl:name | minari:dataset id | path> [env=<id>]\n"

@@ -47,8 +47,9 @@ def family_numerics() -> str:
 def _rlbench(words: Sequence[str], what: str) -> None:
     """``rlbench <words>`` in a process of its own, its output the user's. The behaviour
     run is tracked in its own directory's store, never in the user's
-    ``MLFLOW_TRACKING_URI``, where it would join their ``classic`` suite; the process pins
-    its own kernels (a parent's pinned environment is not handed down)."""
+    ``MLFLOW_TRACKING_URI``, where it would join their ``classic`` suite. The process pins
+    its own kernels as it starts: the parent's marker of a pinned process is not handed
+    down, so the child checks and sets the whole environment itself."""
     env = {key: value for key, value in os.environ.items()
            if key not in ("MLFLOW_TRACKING_URI", MARKER)}
     done = subprocess.run([sys.executable, "-m", "rlbench.cli", *words], env=env, check=False)

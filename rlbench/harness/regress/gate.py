@@ -53,6 +53,7 @@ from rlbench.harness.store.results import RUN_COLUMNS, load, open_store
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.sqlite import check_out_dir
 from rlbench.harness.store.tracking import flatten
+from rlbench.numerics_environment import host_cannot_be_portable
 from rlbench.owned_files import check_target
 from rlbench.untrusted_files import path_is
 
@@ -123,6 +124,11 @@ def _what_works(name: str, run: RunConfig, reference: Path) -> str:
     """What to do about a protocol that differs: for one of rlbench's own datasets made
     elsewhere, make it again; otherwise a reference of one's own, in a file of one's own."""
     own = own_family(run.dataset) if name == "dataset_sha256" and run.dataset else None
+    if own is not None and host_cannot_be_portable() is not None:
+        return (f"rlbench makes its {own[0]} datasets with numerics=portable where the "
+                "processor allows, and this one does not: point MINARI_DATASETS_PATH at a "
+                "copy of the portable datasets (results/reference/regress_datasets for the "
+                "gate's)")
     if own is not None:
         where = minari_path(str(run.dataset).removeprefix("minari:"))
         return (f"rlbench makes its {own[0]} datasets with numerics=portable, the same bytes "

@@ -56,16 +56,16 @@ def _say(console: Console, text: str) -> None:
 
 
 def _prefix(stored: StoredRun, words: dict) -> int:
-    """The last step compared: the prefix asked for, in the run's unit, or its budget."""
-    unit, budget = stored.budget
+    """The last step compared: the prefix asked for, in the run's unit, or the run's end."""
+    unit, end = stored.budget[0], stored.end
     other = "frames" if unit == "steps" else "steps"
     if words[other] is not None:
         raise ConfigError(f"{stored.source} counts its progress in {unit} "
                           f"({'offline' if unit == 'steps' else 'online'}): give its prefix "
                           f"as {unit}=, not {other}=")
-    until = words[unit] if words[unit] is not None else budget
-    if until > budget:
-        raise ConfigError(f"{unit}={until:,} is past the run's budget of {budget:,} {unit}")
+    until = words[unit] if words[unit] is not None else end
+    if until > end:
+        raise ConfigError(f"{unit}={until:,} is past the run's end at {end:,} {unit}")
     first = min((found[0][0] for found in stored.series.values() if found), default=None)
     if first is None or first > until:
         where = "nothing" if first is None else f"its first point at {unit} {first:,}"
@@ -78,15 +78,17 @@ def _again(stored: StoredRun, until: int, console: Console) -> int:
     config = rebuilt_config(stored)
     check_device_here(config.device)
     check_process_mode(config.numerics)  # portable: pins this process, or starts it again
-    unit, budget = stored.budget
+    unit, end = stored.budget[0], stored.end
     _say(console, f"reproducing {config.algo} on {config.task}, seed {config.seed_index} "
-                  f"({stored.source}): {unit} 1 to {until:,} of {budget:,}")
+                  f"({stored.source}): {unit} 1 to {until:,} of {end:,}")
     logger = SeriesLogger(until)
     with tempfile.TemporaryDirectory(prefix="rlbench-reproduce-") as scratch:
         try:
             train(config, stored.seeds, Path(scratch), logger, None)
         except PrefixDone:
             pass
+        except ConfigError:  # what this checkout cannot run: refused, exit 2
+            raise
         except Exception as err:
             _say(console, f"the run failed again before {unit} {until:,}: {one_line(err)}")
             return 1
@@ -109,13 +111,16 @@ def _against(stored: StoredRun, other: StoredRun, until: int, console: Console) 
 
 def _verdict(stored: StoredRun, first: Series, second: Series, first_record: dict,
              second_record: dict, labels: tuple[str, str], console: Console) -> int:
+    """Print whether the series are identical, else where they part and why the records
+    say they may; the exit code."""
     parting = first_parting(first, second)
     if parting is None:
         _say(console, f"identical: {len(first)} series, {points(first):,} points")
         return 0
     _say(console, parting.line(*labels))
     differences = record_differences(first_record, second_record,
-                                     algo=str(stored.config["algo"]), labels=labels)
+                                     algo=str(stored.config["algo"]), labels=labels,
+                                     again_is_here=labels[1] == "again")
     if differences:
         _say(console, "what differs between the two records:")
         for line in differences:

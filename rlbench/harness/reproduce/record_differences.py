@@ -19,26 +19,31 @@ _MISSING = "(none)"
 
 
 def record_differences(stored: Mapping[str, str], again: Mapping[str, str], *, algo: str,
-                       labels: tuple[str, str] = ("stored", "here")) -> list[str]:
+                       labels: tuple[str, str] = ("stored", "here"),
+                       again_is_here: bool = True) -> list[str]:
     """One line per fact that differs between two records, each a mapping of the run's tags
-    with its ``code`` fingerprint; ``algo``'s modules are named where the code differs and
-    the first record's ``git_commit`` is in this repository (with ``again`` this
-    checkout)."""
+    with its ``code`` fingerprint. Where the code differs, ``algo``'s modules that differ
+    between the first record's ``git_commit`` and the second's (this checkout where
+    ``again_is_here``) are named, when both are in this repository."""
     first, second = labels
     lines = []
     if stored.get("code", _MISSING) != again.get("code", _MISSING):
         line = (f"code: fingerprint {stored.get('code', _MISSING)} ({first}), "
                 f"{again.get('code', _MISSING)} ({second})")
-        modules = changed_modules(stored.get("git_commit", ""), algo)
+        other = None if again_is_here else again.get("git_commit", "")
+        modules = changed_modules(stored.get("git_commit", ""), algo, other)
+        dirty = [label for label, record in ((first, stored), (second, again))
+                 if record.get("git_dirty") == "true"]
         if modules is None:
-            line += (f"; the {first} run's commit {stored.get('git_commit', 'unknown')} is not "
-                     "in this repository, so the modules that differ cannot be named")
+            line += ("; the modules that differ cannot be named: a commit of the records is "
+                     "not in this repository")
         elif modules:
             line += f"; modules that differ: {', '.join(modules)}"
-        else:
-            line += "; its modules are those of its commit here: the library versions differ"
-        if stored.get("git_dirty") == "true":
-            line += f" (the {first} run's checkout had uncommitted changes)"
+        elif not dirty:
+            line += "; the commits' modules are the same: the library versions differ"
+        if dirty:
+            line += (f" (the {' and '.join(dirty)} record's checkout had uncommitted changes, "
+                     "which its commit does not show)")
         lines.append(line)
     for tag in (*VERSION_TAGS, "numerics_class"):
         a, b = stored.get(tag, _MISSING), again.get(tag, _MISSING)
@@ -56,26 +61,33 @@ def _git(root: Path, *args: str) -> bytes | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def changed_modules(commit: str, algo: str) -> list[str] | None:
-    """The modules a run of ``algo`` executes in this checkout whose executed source
-    differs from ``commit``'s (or that ``commit`` lacks); None when ``commit`` is not in
-    this repository (or this is no repository)."""
-    if not commit or not all(c in "0123456789abcdef" for c in commit):
-        return None
+def _is_commit(root: Path, commit: str) -> bool:
+    return bool(commit) and all(c in "0123456789abcdef" for c in commit) and _git(
+        root, "cat-file", "-e", f"{commit}^{{commit}}") is not None
+
+
+def changed_modules(commit: str, algo: str, other: str | None = None) -> list[str] | None:
+    """The modules a run of ``algo`` executes (in this checkout) whose executed source
+    differs between ``commit`` and ``other`` (None: this checkout's files), or that one of
+    them lacks; None when a commit is not in this repository (or this is no repository)."""
     here = Path(__file__).resolve().parent
     top = _git(here, "rev-parse", "--show-toplevel")
-    if top is None or _git(here, "cat-file", "-e", f"{commit}^{{commit}}") is None:
+    if top is None:
         return None
     root = Path(top.decode().strip())
+    if not _is_commit(root, commit) or (other is not None and not _is_commit(root, other)):
+        return None
     changed = []
     for name, path in code_files(algo).items():
         try:
-            relative = path.resolve().relative_to(root)
+            relative = path.resolve().relative_to(root).as_posix()
         except ValueError:  # a recipe outside this repository: not in its history
             continue
-        old = _git(root, "show", f"{commit}:{relative.as_posix()}")
+        old = _git(root, "show", f"{commit}:{relative}")
+        new = path.read_bytes() if other is None else _git(root, "show", f"{other}:{relative}")
         try:
-            same = old is not None and executed_source(path, old) == executed_source(path)
+            same = old is not None and new is not None and (
+                executed_source(path, old) == executed_source(path, new))
         except (SyntaxError, ValueError):  # a file of that commit that does not parse
             same = False
         if not same:

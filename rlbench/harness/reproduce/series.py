@@ -8,6 +8,7 @@ fix bit for bit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -105,17 +106,35 @@ class Parting:
                 f"{shown(self.stored)} ({stored}) and {shown(self.again)} ({again})")
 
 
+def _same(a: float, b: float) -> bool:
+    """The same double as the store keeps it: every bit but zero's sign, which MLflow's
+    store does not keep (a run logs -0.0, the store gives back 0.0); NaN is NaN."""
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _first_in(metric: str, left: list[tuple[int, float]], right: list[tuple[int, float]]
+              ) -> Parting | None:
+    """Where one metric's two series first differ, point by point: a step on one side
+    only, or another value (``_same``)."""
+    for index in range(max(len(left), len(right))):
+        a = left[index] if index < len(left) else None
+        b = right[index] if index < len(right) else None
+        if a is not None and b is not None and a[0] == b[0]:
+            if not _same(a[1], b[1]):
+                return Parting(a[0], metric, a[1], b[1])
+            continue
+        step = min(point[0] for point in (a, b) if point is not None)
+        return Parting(step, metric, a[1] if a is not None and a[0] == step else None,
+                       b[1] if b is not None and b[0] == step else None)
+    return None
+
+
 def first_parting(stored: Series, again: Series) -> Parting | None:
     """The earliest step where a metric has another value, or a point on one side only
     (ties in step: the metric first by name); None when the series are identical."""
     found: Parting | None = None
     for metric in sorted(set(stored) | set(again)):
-        left, right = dict(stored.get(metric, [])), dict(again.get(metric, []))
-        for step in sorted(set(left) | set(right)):
-            a, b = left.get(step), right.get(step)
-            if a == b and a is not None:
-                continue
-            if found is None or step < found.step:
-                found = Parting(step, metric, a, b)
-            break
+        parting = _first_in(metric, stored.get(metric, []), again.get(metric, []))
+        if parting is not None and (found is None or parting.step < found.step):
+            found = parting
     return found

@@ -57,6 +57,13 @@ class StoredRun:
         return "frames", int(self.config["frames"])
 
     @property
+    def end(self) -> int:
+        """The run's last step: its budget, or past it where the budget was rounded up to
+        whole rollouts or batches (the last point it logged)."""
+        last = max((found[-1][0] for found in self.series.values() if found), default=0)
+        return max(self.budget[1], last)
+
+    @property
     def seeds(self) -> Seeds:
         return Seeds(**self.config["seeds"])
 
@@ -142,6 +149,7 @@ def recorded_config(run: Run) -> dict[str, Any]:
                 raise ConfigError(f"run {run.info.run_id}: its param {key} does not nest")
         top = not path and leaf in _TEXT_FIELDS
         node[leaf] = (None if text == "None" else text) if top else _value(text)
+    config.setdefault("algo_params", {})  # a recipe without hyperparameters logs none
     tags = run.data.tags
     config["identity"] = identity_of(tags)
     if tags.get("recipe"):

@@ -33,7 +33,8 @@ __all__ = ["StartPoint", "decide_start"]
 @dataclass(frozen=True)
 class StartPoint:
     """Where the attempt starts: ``progress`` (None: from the beginning), the attempt whose
-    upload it resumes (``source``), or why it starts from the beginning (``why_not``)."""
+    upload it resumes (``source``), or why it starts from the beginning (``why_not``);
+    ``across_numerics``: the classes a checkpoint resumed under other kernels crossed."""
 
     progress: int | None
     source: Run | None
@@ -92,12 +93,17 @@ def decide_start(config: RunConfig, out_dir: Path, client: Any, attempts: Sequen
                       across), resume
 
 
+def numerics_class(config: RunConfig) -> str:
+    """The numerics class this process gives ``config``'s run."""
+    return numerics_facts(threads=config.threads, device=config.device).class_name()
+
+
 def _numerics_of(config: RunConfig, resume: dict | None) -> tuple[str | None, str | None]:
     """For a checkpoint written under another numerics class than this process's: what the
     run records when it goes on (``resume_numerics=any``), or why it does not. A checkpoint
     that names no class (written before checkpoints named theirs) goes on."""
     written = None if resume is None else resume.get("numerics")
-    here = numerics_facts(threads=config.threads, device=config.device).class_name()
+    here = numerics_class(config)
     if not written or written == here:
         return None, None
     if config.resume_numerics == "any":
@@ -113,8 +119,10 @@ def _fetch_upload(client: Any, config: RunConfig, attempts: Sequence[Run], direc
     reaches further than the one there (``store.checkpoint_uploads``): the attempt it came
     from, or why it could not be fetched (the run goes on from the local checkpoint, if
     any, and says why)."""
+    here = None if config.resume_numerics == "any" else numerics_class(config)
     try:
-        return download_newest(client, attempts, directory, run_dir, config.identity), None
+        return download_newest(client, attempts, directory, run_dir, config.identity,
+                               numerics=here), None
     except Exception as err:  # a store that fails, a refused upload: the local one stays
         return None, ("the checkpoint an earlier attempt uploaded could not be fetched "
                       f"({one_line(f'{type(err).__name__}: {err}', 500)})")

@@ -122,13 +122,14 @@ def local_progress(directory: Path, identity: str) -> int | None:
 
 
 def download_newest(client: MlflowClient, attempts: Sequence[Run], directory: Path,
-                    run_dir: Path, identity: str) -> Run | None:
+                    run_dir: Path, identity: str, numerics: str | None = None) -> Run | None:
     """Put the newest checkpoint of ``identity`` uploaded by one of ``attempts`` into
     ``directory`` (in place of what is there) and the snapshots it kept up to it into
     ``run_dir``, when it reaches further than the checkpoint ``directory`` holds; returns
     the attempt it came from, or None (nothing newer). The download is checked whole
     (``verify_checkpoint``) before it replaces anything: one that cannot be resumed from
-    is a ``CheckpointRefused`` and the local checkpoint stays; a download that fails
+    is a ``CheckpointRefused`` and the local checkpoint stays, as does one written under
+    another numerics class than ``numerics`` (None: any class); a download that fails
     raises MLflow's error."""
     uploaded = [(progress, run) for run in attempts
                 if (progress := _progress(run, UPLOADED_TAG)) is not None]
@@ -153,6 +154,11 @@ def download_newest(client: MlflowClient, attempts: Sequence[Run], directory: Pa
         if Path(name).name != name or not name.startswith("checkpoint-"):
             raise CheckpointRefused(f"the checkpoint uploaded by run {run_id} names "
                                     f"{name!r}, not a checkpoint file of its directory")
+        written = manifest.get("numerics") if manifest else None
+        if numerics is not None and written and written != numerics:
+            raise CheckpointRefused(f"the checkpoint uploaded by run {run_id} was written "
+                                    f"under other kernels ({written}; here: {numerics}); "
+                                    "resume_numerics=any continues it")
         _download(client, run_id, f"{ARTIFACT_DIR}/{name}", fetched)
         verify_checkpoint(fetched, identity)
         snapshots = _fetch_snapshots(client, run_id, manifest["progress"],

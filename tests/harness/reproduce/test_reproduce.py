@@ -111,7 +111,7 @@ def test_two_seeds_against_each_other_part_at_their_first_point(store: Path, cap
 
 
 @pytest.mark.parametrize("words, says", [
-    (["frames=100000"], "past the run's budget of 1,536 frames"),
+    (["frames=100000"], "past the run's end at 1,536 frames"),
     (["steps=100"], "give its prefix as frames="),
     (["frames=1"], "compares no point"),
 ])
@@ -145,6 +145,10 @@ def test_a_parting_is_the_earliest_step_of_any_metric() -> None:
     assert (parting.step, parting.metric, parting.stored, parting.again) == (2, "a", 1.0, 1.5)
     missing = {"a": stored["a"], "b": [(1, 0.0)]}
     assert first_parting(stored, missing).again is None
+    assert first_parting({"a": [(1, 0.0)]}, {"a": [(1, -0.0)]}) is None  # the store drops -0's sign
+    assert first_parting({"a": [(1, 1.0)]}, {"a": [(1, 1.0 + 2**-52)]}) is not None  # one ulp
+    twice = first_parting({"a": [(1, 1.0), (1, 2.0)]}, {"a": [(1, 2.0)]})
+    assert twice is not None and twice.step == 1  # every point counts, repeats too
     assert prefix(stored, 1) == {"a": [(1, 0.5)], "b": [(1, 0.0)]}
 
 
@@ -156,7 +160,7 @@ def test_record_differences_name_each_fact() -> None:
     lines = record_differences(stored, here, algo="ppo")
     assert len(lines) == 2
     assert lines[0].startswith("code: fingerprint aaaa (stored), bbbb (here)")
-    assert "is not in this repository" in lines[0]
+    assert "a commit of the records is not in this repository" in lines[0]
     assert lines[1] == "torch version: 2.12.0 (stored), 2.13.0 (here)"
     assert record_differences(here, here, algo="ppo") == []
     assert changed_modules("f" * 40, "ppo") is None
