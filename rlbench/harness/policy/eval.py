@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,9 +66,13 @@ def run_eval(args: Sequence[str], console: Console) -> int:
     for index, value in enumerate(returns):
         console.print(f"episode {index:>4}  seed {seed + index}  return {value:.6g}",
                       highlight=False)
-    spread = statistics.pstdev(returns) if len(returns) > 1 else math.nan
-    console.print(f"mean return {statistics.fmean(returns):.6g} ± {spread:.4g} (std over "
-                  f"{len(returns)} deterministic episodes)", highlight=False)
+    if len(returns) > 1:
+        console.print(f"mean return {statistics.fmean(returns):.6g} ± "
+                      f"{statistics.pstdev(returns):.4g} (std over {len(returns)} "
+                      "deterministic episodes)", highlight=False)
+    else:  # one episode has no spread to show
+        console.print(f"mean return {returns[0]:.6g} (one deterministic episode)",
+                      highlight=False)
     if request.seed is None and _evaluated_more_than_once(policy.config):
         console.print("These are the episodes of the run's first evaluation (its eval env's "
                       "first seeds). Its later evaluations, the final return of its tables "

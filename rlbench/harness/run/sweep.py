@@ -27,7 +27,7 @@ from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import StoreLocation, check_reachable
 from rlbench.owned_files import write_file
 
-__all__ = ["SweepResult", "run_sweep"]
+__all__ = ["SweepResult", "planned_counts", "run_sweep"]
 
 
 @dataclass
@@ -50,6 +50,15 @@ def _mark_stopped_runs_killed(tracker: Tracker, experiment_id: str, parent_id: s
     for run in tracker.runs(experiment_id, f"tags.`mlflow.parentRunId` = '{parent_id}'"):
         if run.info.status == "RUNNING":
             tracker.finish(run.info.run_id, "KILLED")
+
+
+def planned_counts(total: int, finished: int, elsewhere: int, to_run: int,
+                   launcher: str) -> str:
+    """The sweep header's counts: ``2,000 runs (2,000 finished earlier, 0 to run, launcher
+    sequential)``."""
+    away = f"{elsewhere:,} run elsewhere, " if elsewhere else ""
+    return (f"{counted(total, 'run')} ({finished:,} finished earlier, {away}{to_run:,} to run, "
+            f"launcher {launcher})")
 
 
 def run_sweep(sweep: SweepConfig, console: Console | None = None,
@@ -104,12 +113,10 @@ def _run_planned(sweep: SweepConfig, launcher: Launcher, plan: ResumePlan,
     tracker, experiment_id, parent_id = parent.tracker, parent.experiment_id, parent.parent_id
     tracker.log_params(parent_id, {"runs": len(sweep.runs), "suite_file": str(sweep.suite.path),
                                    "jobs": sweep.jobs})
-    console.print(Text.assemble(
-        "rlbench: suite ", (suite, "bold"),
-        f", {counted(len(sweep.runs), 'run')} ({len(plan.finished)} finished earlier, "
-        + (f"{len(plan.elsewhere)} run elsewhere, " if plan.elsewhere else "")
-        + f"{len(plan.to_run)} to run, launcher {launcher.describe()}), tracking at "
-        f"{tracker.uri}"))
+    counts = planned_counts(len(sweep.runs), len(plan.finished), len(plan.elsewhere),
+                            len(plan.to_run), launcher.describe())
+    console.print(Text.assemble("rlbench: suite ", (suite, "bold"),
+                                f", {counts}, tracking at {tracker.uri}"))
     elsewhere = [RunResult(config=config, run_id="", status=ELSEWHERE, final_return=None,
                            fps=None, frames=0, seconds=0.0,
                            error=f"being run by {claim.describe()}")

@@ -408,3 +408,12 @@ def test_a_checkpoint_that_does_not_fit_its_recipe_is_dropped_and_the_run_starts
     assert "does not fit" in run.data.tags["checkpoint_refused"]
     assert not list((out / "checkpoints").rglob("checkpoint.json"))
     assert _eval_series(client, run.info.run_id) == never_resumed
+
+
+def test_the_sweep_header_counts_with_thousands_separators() -> None:
+    from rlbench.harness.run.sweep import planned_counts
+
+    assert planned_counts(2000, 2000, 0, 0, "sequential") == (
+        "2,000 runs (2,000 finished earlier, 0 to run, launcher sequential)")
+    assert planned_counts(1, 0, 1500, 0, "ray") == (
+        "1 run (0 finished earlier, 1,500 run elsewhere, 0 to run, launcher ray)")
