@@ -286,15 +286,19 @@ COMMANDS = {command.name: command for command in (
         overview=(("rlbench tune algo=<a> env=<id> space=<s> trials=<n> [...]",
                    "an Optuna study of runs"),)),
     Command(
-        "eval", "rlbench eval run=<MLflow run id or run directory> [key=value ...]",
+        "eval", "rlbench eval run=<MLflow run id or run directory> [key=value ...]\n"
+        "       rlbench eval suite=<suite> [algo=<a>] [env=<id>] [seed=<n>] [key=value ...]",
         "Rebuild a finished run's policy from its saved config, weights and observation\n"
         "normalisation, play deterministic episodes and print their returns. With the "
         "defaults\nthey are the episodes of the run's first evaluation (the same seeds and "
-        "count).\nIn Python: rlbench.load_policy(run) gives the same policy as a module.\n",
+        "count).\nsuite= with algo=, env=, seed= picks the newest finished run they match "
+        "when every\nmatch is one identity; otherwise it names the candidates.\n"
+        "In Python: rlbench.load_policy(run) gives the same policy as a module.\n",
         _eval, EVAL_TABLE.help_text(),
-        ("rlbench eval run=rlbench_runs/runs/mujoco/sac-Hopper-v5-seed0-1a2b3c4d5e6f7a8b",
+        ("rlbench eval suite=smoke algo=ppo env=CartPole-v1 seed=0 episodes=20",
+         "rlbench eval run=rlbench_runs/runs/mujoco/sac-Hopper-v5-seed0-1a2b3c4d5e6f7a8b",
          "rlbench eval run=4f1c... episodes=20 video=hopper.mp4"),
-        overview=(("rlbench eval run=<id|dir> [...]",
+        overview=(("rlbench eval run=<id|dir> | suite=<s> algo= env= seed= [...]",
                    "play a finished run's policy again (and film it)"),)),
     Command(
         "reproduce", "rlbench reproduce run=<MLflow run id or run directory> [key=value ...]",

@@ -275,22 +275,28 @@ BENCH_TABLE = KeyTable("regress bench", (
 ))
 
 EVAL_TABLE = KeyTable("eval", (
-    Key("run", "an MLflow run id or a run directory", required=True,
-        placeholder="<MLflow run id or run directory>"),
+    Key("run", "an MLflow run id or a run directory; or pick the run with suite= and algo=, "
+        "env=, seed=, config=", placeholder="<MLflow run id or run directory>"),
+    Key("suite", "the suite of the run to play, picked by its tags: the newest finished run "
+        "when every match is one identity", convert=suite_name),
+    Key("algo", "with suite=: the run's algorithm"),
+    Key("env", "with suite=: the run's env id. With run=, it vouches for the run's env (a "
+        "stored module:EnvId, which would import that module, is refused without it) and "
+        "picks no other"),
+    Key("seed", "with suite=: the run's seed", kind="int", high=MAX_SEED),
+    Key("config", "with suite=: a prefix of the run's config key, as the tables show it",
+        convert=_config_prefix),
     Key("snapshot", "a frame count at which the run kept its policy (save_snapshots=true)",
         kind="int", high=10**12, shown_default="the final policy"),
     Key("episodes", "episodes to play", kind="int", low=1, high=10_000,
         shown_default="the run's eval_episodes"),
-    Key("seed", "the first episode's env seed", kind="int", high=2**31 - 1,
+    Key("eval_seed", "the first episode's env seed", kind="int", high=2**31 - 1,
         shown_default="the run's eval env seed"),
     Key("video", "a .mp4 or .gif file: the first episode, rendered (headless MuJoCo uses "
         "MUJOCO_GL=egl, picked when unset)", kind="path"),
     Key("device", "where the policy runs", default="cpu"),
     Key("store", "the store to find a run id in; MLFLOW_TRACKING_URI overrides it",
         aliases=("out_dir",), shown_default=str(DEFAULT_OUT_DIR)),
-    Key("env", "the run's env id, named by you: a stored run whose env is a module:EnvId, "
-        "which would import that module, is refused without it; it vouches for the run's "
-        "env, it picks no other"),
     Key("recipe", "the run's recipe, when its command line named it by module or file"),
 ))
 

@@ -44,6 +44,7 @@ from rlbench.errors import ConfigError, one_line, quote
 from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm, resolve_algo_config
 from rlbench.harness.plan.command_keys import DEFAULT_OUT_DIR
 from rlbench.harness.plan.recipe_sources import name_recipe
+from rlbench.harness.policy.select import RunSelector, select_run
 from rlbench.harness.store.artifact_places import check_readable
 from rlbench.harness.store.results import open_store
 from rlbench.harness.store.run_artifacts import run_member
@@ -386,14 +387,18 @@ def _not_weights(value: Any) -> str | None:
     return None
 
 
-def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
+def load_policy(run: str | Path | None = None, *, suite: str | None = None,
+                algo: str | None = None, env: str | None = None, seed: int | None = None,
+                config: str | None = None, out_dir: str | Path | None = None,
                 tracking_uri: str | None = None, device: str = "cpu",
                 snapshot: int | None = None, trusted_envs: Collection[str] = (),
                 recipe: str | None = None) -> Policy:
     """The policy of a finished run, as a module on ``device`` (see ``Policy``).
 
     ``run`` is a run directory (``<out_dir>/runs/<suite>/<algo>-<env>-seed<i>-<hash>``) or an
-    MLflow run id in the store of ``out_dir`` or at ``tracking_uri``; ``snapshot`` picks the
+    MLflow run id in the store of ``out_dir`` or at ``tracking_uri``. Without it, ``suite``
+    with any of ``algo``, ``env``, ``seed`` and ``config`` pick the run (``select_run``); an
+    ``env`` named there is vouched for, as ``trusted_envs`` would. ``snapshot`` picks the
     policy the run kept at that evaluation (``save_snapshots=true``). The module is rebuilt
     by the run's recipe from its resolved hyperparameters; its weights, and the observation
     statistics when the run normalised observations, are loaded strictly: a file that does
@@ -404,6 +409,17 @@ def load_policy(run: str | Path, *, out_dir: str | Path | None = None,
     recipe named again, ``recipe="my_pkg.mybc"``, for the same reason.
     """
     named = None if recipe is None else name_recipe(recipe)
+    trusted_envs = (trusted_envs,) if isinstance(trusted_envs, str) else tuple(trusted_envs)
+    if run is None:
+        if suite is None:
+            raise ConfigError("load_policy needs the run: a run directory or MLflow run id, "
+                              "or suite= with algo=, env=, seed= to pick it")
+        selector = RunSelector(suite=suite, algo=algo, env=env, seed=seed, config=config)
+        run = select_run(open_run_store(out_dir, tracking_uri), selector)
+        trusted_envs += () if env is None else (env,)
+    elif any(value is not None for value in (suite, algo, env, seed, config)):
+        raise ConfigError("load_policy: run names the run; suite, algo, env, seed and config "
+                          "would pick one too: give one or the other")
     files = run_files(run, out_dir=out_dir, tracking_uri=tracking_uri, snapshot=snapshot,
                       trusted_envs=trusted_envs)
     config = files.config

@@ -178,7 +178,7 @@ def test_eval_prints_the_runs_returns(ppo_run: Path, capsys: pytest.CaptureFixtu
     assert len(re.findall(r"^episode ", out, flags=re.M)) == 2
     assert "first evaluation" not in out  # its only one: the table's final return
 
-    assert main(["eval", f"run={ppo_run}", "episodes=3", "seed=7"]) == 0
+    assert main(["eval", f"run={ppo_run}", "episodes=3", "eval_seed=7"]) == 0
     out = capsys.readouterr().out
     assert re.findall(r"seed (\d+)", out) == ["7", "8", "9"]
     assert "first evaluation" not in out
@@ -204,7 +204,9 @@ def test_act_gives_a_discrete_env_an_action_its_space_holds(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(("words", "message"), [
-    ([], "rlbench eval needs run="),
+    ([], "eval needs the run to play: run=<MLflow run id or run directory>, or suite=<suite>"),
+    (["run=RUN", "seed=7"], "run= names the run; seed= would pick one too: give one or the "
+                            "other (the first episode's env seed is eval_seed=)"),
     (["run=abc"], "neither a run directory nor an MLflow run id"),
     (["run=RUN", "epsiodes=3"], "unknown eval key 'epsiodes'; did you mean episodes?"),
     (["run=RUN", "episodes=0"], "episodes must be between 1 and 10,000, got 0"),
