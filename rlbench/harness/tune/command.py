@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.text import Text
 
-from rlbench.harness.tune.report import check_report_places, write_report
+from rlbench.harness.tune.report import check_report_places, confirm_command, write_report
 from rlbench.harness.tune.study import (
     TrialsFailing,
     finished_trials,
@@ -37,6 +37,9 @@ def run_tune(args: Sequence[str], console: Console) -> int:
     console.print(Text(f"rlbench: study {request.study}: {finished_trials(study)} trials; "
                        f"report, best configuration and trials under {request.report} "
                        f"({', '.join(p.name for p in written)})"))
+    if any(path.name == "best.yaml" for path in written):
+        console.print(Text(f"rlbench: confirm the best on fresh seeds: "
+                           f"{confirm_command(request)}"), soft_wrap=True)  # one line to copy
     if failing is not None:
         print(f"rlbench: {failing}", file=sys.stderr)
         return 1

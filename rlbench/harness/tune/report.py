@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from rlbench.owned_files import check_target, write_files
 from rlbench.untrusted_files import read_text
 
 __all__ = ["CONFIRM_SEED_OFFSET", "REPORT_FILES", "best_suite", "check_report_places",
-           "is_report_file", "write_report"]
+           "confirm_command", "is_report_file", "write_report"]
 
 # best.yaml's base_seed: the study's seed plus this, so its seeds are not the study's
 CONFIRM_SEED_OFFSET = 1_000_000
@@ -69,6 +70,15 @@ def _shown(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else value_word(value)
 
 
+def confirm_command(request: TuneRequest) -> str:
+    """The command that runs ``best.yaml``: a suite names recipes by name, so a recipe the
+    study's command line named by module or file is named there again (``algo=``)."""
+    recipe = request.base.runs[0].recipe
+    words = ["rlbench", "run", f"suite={request.report / 'best.yaml'}",
+             *([f"algo={recipe}"] if recipe else [])]
+    return shlex.join(words)
+
+
 def best_suite(request: TuneRequest, best: FrozenTrial) -> dict[str, Any]:
     """A suite that runs the best trial's configuration on as many fresh seeds: the
     study's settings and every hyperparameter as the trial's runs resolved it (its suite's
@@ -76,11 +86,13 @@ def best_suite(request: TuneRequest, best: FrozenTrial) -> dict[str, Any]:
     first = trial_sweep(request, _settings(request, best)).runs[0]
     params = first.algo_params
     task_key = "datasets" if first.offline else "envs"
+    named_again = f"; run it with {confirm_command(request)}" if first.recipe else ""
     suite: dict[str, Any] = {
         "description": f"{request.algo} on {request.task}{_BEST_OF}"
                        f"{request.study} (trial {best.number}, {request.objective} "
-                       f"{best.value:.4g} over {request.seeds} seeds), on fresh seeds",
-        "algos": [first.recipe or request.algo],
+                       f"{best.value:.4g} over {request.seeds} seeds), on fresh seeds"
+                       + named_again,
+        "algos": [request.algo],
         task_key: [first.dataset if first.offline else first.env],
         "seeds": request.seeds,
         "base_seed": request.seed + CONFIRM_SEED_OFFSET,
@@ -167,7 +179,7 @@ def write_report(request: TuneRequest, study: optuna.Study) -> list[Path]:
             align="rr" + "r" * len(extra) + "rrl",
             notes=["the best of many trials is chosen for its score, which then overstates "
                    "it (the winner's curse): best.yaml runs it on fresh seeds to confirm "
-                   f"(rlbench run suite={request.report / 'best.yaml'})"]))
+                   f"({confirm_command(request)})"]))
         files["best.yaml"] = yaml.safe_dump(best_suite(request, best), sort_keys=False)
         written.append(request.report / "best.yaml")
     files["tune.md"] = render(tables, "markdown")
