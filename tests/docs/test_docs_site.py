@@ -28,6 +28,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     log = built.stdout + built.stderr
     assert built.returncode == 0, log[-5000:]
     assert "WARNING" not in log, log[-5000:]
+    assert "rlbench-docs-" not in log, "a scratch directory gone once the build ends"
     return output
 
 

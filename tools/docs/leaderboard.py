@@ -5,15 +5,20 @@ keeps the stores, not the generated pages."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import shutil
+import sys
 from pathlib import Path
 
 STORES = Path(__file__).resolve().parents[2] / "results" / "reference" / "store"
 
 
-def publish_reference_stores(scratch: Path, output: Path) -> None:
-    """Unpack every committed store under ``scratch`` and publish them all to ``output``."""
+def publish_reference_stores(scratch: Path, output: Path, *, echo: bool = True) -> None:
+    """Unpack every committed store under ``scratch`` and publish them all to ``output``.
+    ``echo=False`` keeps publish's lines to itself (they would name ``output``, which a
+    caller building a larger site removes), but for those of a failure."""
     from rlbench.cli import main  # deferred: torch and MLflow load only when it publishes
 
     out_dirs = []
@@ -23,9 +28,13 @@ def publish_reference_stores(scratch: Path, output: Path) -> None:
         with gzip.open(store) as packed, (out_dir / "mlflow.db").open("wb") as unpacked:
             shutil.copyfileobj(packed, unpacked)
         out_dirs.append(str(out_dir))
-    status = main(["publish", f"out_dir={','.join(out_dirs)}", f"output={output}"])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(sys.stdout if echo else printed), \
+            contextlib.redirect_stderr(sys.stderr if echo else printed):
+        status = main(["publish", f"out_dir={','.join(out_dirs)}", f"output={output}"])
     if status != 0:
-        raise RuntimeError(f"rlbench publish over {STORES} exited {status}")
+        raise RuntimeError(f"rlbench publish over {STORES} exited {status}: "
+                           f"{printed.getvalue()[-2000:]}")
 
 
 if __name__ == "__main__":

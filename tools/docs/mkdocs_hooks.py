@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from mkdocs.structure.files import File, Files
 from tools.docs.algorithm_pages import algorithm_pages
 from tools.docs.leaderboard import publish_reference_stores
 
+_LOG = logging.getLogger("mkdocs.plugins.rlbench")
 _scratch: tempfile.TemporaryDirectory | None = None
 
 
@@ -25,10 +27,13 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         files.append(File.generated(config, path, content=text))
     _scratch = tempfile.TemporaryDirectory(prefix="rlbench-docs-")
     site = Path(_scratch.name) / "site"
-    publish_reference_stores(Path(_scratch.name) / "stores", site)
-    for path in sorted(p for p in site.rglob("*") if p.is_file()):
+    publish_reference_stores(Path(_scratch.name) / "stores", site, echo=False)
+    pages = sorted(p for p in site.rglob("*") if p.is_file())
+    for path in pages:
         relative = path.relative_to(site).as_posix()
         files.append(File.generated(config, f"leaderboard/{relative}", abs_src_path=str(path)))
+    _LOG.info("rlbench: the leaderboard of the reference stores, %d files, goes to "
+              "leaderboard/ in the site", len(pages))
     return files
 
 

@@ -39,6 +39,7 @@ from rlbench.harness.plan.checks import (
     checked_param_axes,
 )
 from rlbench.harness.plan.command_keys import CHECKPOINT_EVERY, RUN_TABLE
+from rlbench.harness.plan.env_versions import older_version_notes
 from rlbench.harness.plan.fingerprint import code_fingerprint
 from rlbench.harness.plan.grid import (
     Axis,
@@ -136,6 +137,7 @@ def resolve_sweep(args: Sequence[str], *, check_here: bool = True) -> SweepConfi
     sweep_numerics(runs)
     runs, portable_notes = without_host_code(runs)
     sweep.notes.extend(portable_notes)
+    sweep.notes.extend(older_version_notes(run.env for run in runs if not run.offline))
     sweep.notes.extend(f"{p.source} is not made yet: `rlbench run` makes it first (about "
                        f"{p.family.minutes} min for its family)"
                        for p in tasks.planned.values() if p.family)

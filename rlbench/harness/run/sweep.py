@@ -19,7 +19,8 @@ from rlbench.harness.run.launchers import Launcher, Listener, Listeners, SweepPa
 from rlbench.harness.run.locks import SweepLock, planning
 from rlbench.harness.run.progress import SweepProgress
 from rlbench.harness.run.resume import ResumePlan, plan_resume
-from rlbench.harness.run.runner import ELSEWHERE, RunResult, one_line
+from rlbench.harness.run.run_dirs import run_dir_for
+from rlbench.harness.run.runner import ELSEWHERE, FATAL_ERROR_FILE, RunResult, one_line
 from rlbench.harness.run.summary import SummaryRow, summarize, summary_table, write_csv
 from rlbench.harness.signals import sigterm_stops_sweep
 from rlbench.harness.store.provenance import environment_tags
@@ -164,12 +165,25 @@ def _run_planned(sweep: SweepConfig, launcher: Launcher, plan: ResumePlan,
                 console.print(Text.assemble(("elsewhere", "yellow"),
                                             f" {result.config.name}: {result.error}"))
             elif result.status != "FINISHED":
-                where = f" (traceback in MLflow run {result.run_id})" if result.run_id else ""
+                where = _failure_files(sweep.out_dir, result)
                 console.print(Text.assemble((result.status.lower(), "red"),
-                                            f" {result.config.name}: {result.error}{where}"))
+                                            f" {result.config.name}: {result.error}{where}"),
+                              soft_wrap=True)  # one line: its path is copied
         for problem in problems:
             console.print(Text.assemble(("not recorded", "red"), f": {problem}"))
     return SweepResult(parent_id, results, summary_dir, tracker.uri, problems)
+
+
+def _failure_files(out_dir: Path, result: RunResult) -> str:
+    """Where a run that did not finish left what it said when it stopped: its run
+    directory's traceback (or fatal error) file, which its MLflow run keeps too."""
+    run_dir = run_dir_for(out_dir, result.config)
+    files = [run_dir / name for name in ("traceback.txt", FATAL_ERROR_FILE)
+             if (run_dir / name).is_file()]
+    kept = f", kept in MLflow run {result.run_id}" if result.run_id else ""
+    if files:
+        return f" (traceback: {', '.join(map(str, files))}{kept})"
+    return f" (MLflow run {result.run_id})" if result.run_id else ""
 
 
 def _made_where(results: list[RunResult], finished_earlier: int) -> str:

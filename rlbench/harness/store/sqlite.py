@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import sqlite3
@@ -194,16 +195,33 @@ def _make_store(path: Path) -> None:
 
 
 def _migrate(draft: Path) -> None:
-    """MLflow's tables and migrations, run in ``draft``."""
+    """MLflow's tables and migrations, run in ``draft``. Their progress lines (MLflow's and
+    alembic's, at INFO) are not printed: making a store is rlbench's business, not a step
+    the user took; their warnings and errors still are."""
     # deferred: MLflow's database layer (alembic) loads only to make a store
     import sqlalchemy
     from mlflow.store.db.utils import _initialize_tables
 
     engine = sqlalchemy.create_engine(f"sqlite:///{draft.absolute()}")
     try:
-        _initialize_tables(engine)
+        with _progress_unlogged("mlflow.store.db.utils", "alembic"):
+            _initialize_tables(engine)
     finally:
         engine.dispose()
+
+
+@contextlib.contextmanager
+def _progress_unlogged(*names: str) -> Iterator[None]:
+    """The loggers ``names`` log warnings and above only, for the block."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _templates_prefix() -> Path | None:

@@ -60,10 +60,14 @@ def _eval_series(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in history)
 
 
-def test_sweep_tracks_everything_and_records_failures(tiny_suite: Path, tmp_path: Path) -> None:
+def test_sweep_tracks_everything_and_records_failures(tiny_suite: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "out"
     code = main(["run", f"suite={tiny_suite}", f"out_dir={out}"])
     assert code == 1, "a failed run makes the sweep exit 1"
+    *_, said = [line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("failed ppo/Acrobot-v1/seed0")]  # the summary last
+    (run_dir,) = (out / "runs" / "tiny").glob("ppo-Acrobot-v1-seed0-*")
 
     client = MlflowClient(tracking_uri(out))
     experiment = client.get_experiment_by_name("tiny")
@@ -88,6 +92,8 @@ def test_sweep_tracks_everything_and_records_failures(tiny_suite: Path, tmp_path
     assert "NonFiniteLossError" in failed.data.tags["error"]
     artifacts = {a.path for a in client.list_artifacts(failed.info.run_id)}
     assert "traceback.txt" in artifacts
+    assert said.endswith(f"(traceback: {run_dir / 'traceback.txt'}, kept in MLflow run "
+                         f"{failed.info.run_id})")
 
     for name in ("ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1"):
         run = children[name]

@@ -53,15 +53,22 @@ def _finished_runs(out: Path, suite: str = "tiny") -> list:
             if r.info.status == "FINISHED"]
 
 
-def _kill_while_making(command: list[str], delay: float, cache: Path) -> None:
-    """Start ``command``, SIGKILL it ``delay`` s after MLflow says it creates the tables;
-    ``cache`` is its own, empty: it makes the store from scratch, not from a template."""
+def _kill_while_making(command: list[str], delay: float, cache: Path,
+                       drafts: Path | None = None) -> None:
+    """Start ``command``, SIGKILL it ``delay`` s after it starts making the store: once a
+    draft ``mlflow.db.making-*`` appears in ``drafts`` (rlbench's own making, which prints
+    nothing), else once MLflow says it creates the tables. ``cache`` is its own, empty: it
+    makes the store from scratch, not from a template."""
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, env={**os.environ, "RLBENCH_CACHE": str(cache)})
     try:
-        for line in process.stderr:
-            if "Creating initial MLflow database tables" in line:
-                break
+        if drafts is None:
+            for line in process.stderr:
+                if "Creating initial MLflow database tables" in line:
+                    break
+        else:
+            while process.poll() is None and not list(drafts.glob("mlflow.db.making-*")):
+                time.sleep(0.005)
         time.sleep(delay)
     finally:
         process.send_signal(signal.SIGKILL)
@@ -77,7 +84,7 @@ def test_sigkill_while_the_store_is_made_never_spoils_the_out_dir(tmp_path: Path
     for step in range(4):
         out = tmp_path / f"out{step}"
         _kill_while_making([rlbench, "run", f"suite={tiny}", f"out_dir={out}"], step / 3,
-                           tmp_path / f"cache{step}")
+                           tmp_path / f"cache{step}", drafts=out)
         assert inspect_store(out / "mlflow.db") in (MISSING, READY)  # never half made
         assert main(["run", f"suite={tiny}", f"out_dir={out}"]) == 0
         assert len(_finished_runs(out)) == 1

@@ -6,7 +6,10 @@ costs only the time."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +137,18 @@ def test_a_cache_that_cannot_be_written_costs_only_time(
     assert len(migrations) == 2
     assert inspect_store(tmp_path / "b" / "mlflow.db") == READY
     assert blocked.read_text() == ""
+
+
+def test_making_a_store_from_scratch_prints_nothing(tmp_path: Path) -> None:
+    """MLflow's migrations log their progress at INFO ("Creating initial MLflow database
+    tables..."): a user who typed ``rlbench run`` sees none of it, in a process of its own
+    with an empty cache, as a first run on a machine makes it."""
+    made = subprocess.run(
+        [sys.executable, "-c", "import sys; from rlbench.harness.store.sqlite import "
+         "prepare_store; prepare_store(__import__('pathlib').Path(sys.argv[1]))",
+         str(tmp_path / "out" / "mlflow.db")],
+        env={**os.environ, "RLBENCH_CACHE": str(tmp_path / "cache")},
+        capture_output=True, text=True, check=True)
+    assert inspect_store(tmp_path / "out" / "mlflow.db") == READY
+    assert (made.stdout, made.stderr) == ("", "")
+    assert list((tmp_path / "cache" / "stores").glob("mlflow-*.db")), "made from scratch"
