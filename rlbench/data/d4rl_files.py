@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlbench.baseline_files import baselines_dir
 from rlbench.data.hdf5_arrays import (
     FLAG_KINDS,
     NUMBER_KINDS,
@@ -52,7 +53,7 @@ __all__ = ["D4RL_ENVS", "read_d4rl"]
 # files load with no eval env.
 D4RL_ENVS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5"}
 _D4RL_KEYS = ("observations", "actions", "rewards", "terminals")
-_REF_SCORES = Path(__file__).resolve().parents[2] / "results" / "baselines" / "d4rl_ref_scores.csv"
+_REF_SCORES = baselines_dir() / "d4rl_ref_scores.csv"
 
 
 def _d4rl_name(path: Path) -> str:

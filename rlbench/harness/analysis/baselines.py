@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from rlbench.baseline_files import baselines_dir
 from rlbench.errors import ConfigError, one_line
 from rlbench.harness.analysis.statistics import Interval
 
@@ -37,8 +38,8 @@ _VERSION = re.compile(r"^(?P<base>.+)-v(?P<version>\d+)$")
 
 
 def default_baseline_dir() -> Path:
-    """``results/baselines`` of the rlbench checkout."""
-    return Path(__file__).resolve().parents[3] / "results" / "baselines"
+    """The reference scores rlbench ships (``baseline_files.baselines_dir``)."""
+    return baselines_dir()
 
 
 def env_base(env_id: str) -> tuple[str, str | None]:
