@@ -33,8 +33,8 @@ from rlbench.errors import ConfigError, quote
 
 __all__ = ["FOREIGN_KINDS", "HDF5_MAGIC", "NotFlushed", "OwnedDir", "check_target",
            "create_file", "fsync_path", "is_inside", "new_dir_mode", "new_file_mode",
-           "open_replacement", "ready_dir", "remove_entry", "remove_owned", "replace_file",
-           "same_place", "write_file", "write_files"]
+           "open_dir", "open_replacement", "ready_dir", "remove_entry", "remove_owned",
+           "replace_file", "same_place", "write_file", "write_files"]
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 # First bytes of files rlbench never overwrites with a file of another kind.
@@ -292,7 +292,9 @@ def write_files(directory: Path, files: dict[str, str], what: str = "report file
         write_file(directory / name, text, what, ours)
 
 
-def _open_dir(name: str | Path, dir_fd: int | None = None) -> int:
+def open_dir(name: str | Path, dir_fd: int | None = None) -> int:
+    """A descriptor of the directory ``name`` (of ``dir_fd``), opened without following a
+    link: an ``OSError`` for a link or a non-directory."""
     return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
 
 
@@ -360,7 +362,7 @@ class OwnedDir:
         name = self.path.name
         for _ in range(3):  # a place swapped again between the look and the act
             try:
-                return _open_dir(name, self._parent)
+                return open_dir(name, self._parent)
             except FileNotFoundError:
                 with contextlib.suppress(FileExistsError):  # made by another meanwhile
                     os.mkdir(name, dir_fd=self._parent)
@@ -386,7 +388,7 @@ class OwnedDir:
     def child(self, name: str) -> int:
         """A descriptor of the subdirectory ``name``, opened without following a link
         (``OSError`` if it is not a directory); the caller closes it."""
-        return _open_dir(name, self.fd)
+        return open_dir(name, self.fd)
 
     def move_aside(self, name: str, why: str, within: str | None = None) -> None:
         """Move the entry ``name`` (of this directory, or of its subdirectory ``within``,
@@ -417,7 +419,7 @@ class OwnedDir:
                 aside += suffix
                 break
             self._aside = aside
-        aside_fd = _open_dir(self._aside, self._parent)
+        aside_fd = open_dir(self._aside, self._parent)
         try:
             kept = next(candidate for candidate in
                         (name, *(f"{name}-{i}" for i in range(1, 10_000)))

@@ -331,6 +331,10 @@ def eval_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
         "env": st.just("Pendulum-v1"), "snapshot": st.sampled_from(["0", "400"]),
         "episodes": st.sampled_from([str(n) for n in range(1, MAX_EPISODES + 1)]),
         "seed": st.sampled_from(["0", "1", "2147483647"]), "video": st.sampled_from(VIDEOS),
+        "eval_seed": st.sampled_from(["0", "1", "2147483647"]),
+        "suite": st.sampled_from(["smoke", "adhoc", "smok"]),
+        "algo": st.sampled_from(["ppo", "sac"]),
+        "config": st.sampled_from(["0", "#0", "ffffffff"]),
         "device": st.just("cpu"), "store": st.just(str(run.out_dir)),
         "out_dir": st.just(str(run.out_dir)),
         "run": st.sampled_from([str(run.run_dir), run.run_id]),
@@ -349,6 +353,7 @@ def eval_lines(run: FinishedRun) -> st.SearchStrategy[CommandLine]:
         st.just(f"run={run.run_dir}"),
         st.just(f"run={run.run_id} store={run.out_dir}"),
         st.just(f"run={run.run_id} out_dir={run.out_dir}"),
+        st.just(f"suite=smoke store={run.out_dir}"),  # picked by its tags
     ).map(str.split)
     keys = st.one_of(st.sampled_from(["env", "episodes", "seed", "device", "store"]),
                      st.sampled_from(EVAL_KEYS))  # snapshot, video and a second run refused

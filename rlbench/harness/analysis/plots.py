@@ -42,6 +42,7 @@ from rlbench.harness.render import inert
 from rlbench.owned_files import write_file
 
 __all__ = [
+    "PLOT_STAMP",
     "SensitivityCurve",
     "is_plot_file",
     "plot_aggregate_intervals",
@@ -58,6 +59,13 @@ _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # doctype at most before its root element
 _SVG_ROOT = re.compile(rb"(?:\xef\xbb\xbf)?\s*(?:<\?xml[^>]*\?>\s*)?(?:<!--.*?-->\s*)*"
                        rb"(?:<!DOCTYPE\s+svg[^>]*>\s*)?<svg[\s>/]", re.DOTALL)
+# What marks a plot as rlbench's: a PNG's Software text chunk (written before its image
+# data, within the first bytes), an SVG's Dublin Core creator
+PLOT_STAMP = "rlbench compare"
+_PNG_STAMP = b"tEXtSoftware\x00" + PLOT_STAMP.encode()
+_PNG_STAMP_WITHIN = 256
+_SVG_STAMP = re.compile(rb"<dc:creator>\s*<cc:Agent>\s*<dc:title>"
+                        + re.escape(PLOT_STAMP.encode()) + rb"</dc:title>")
 
 
 def plot_learning_curves(
@@ -318,16 +326,16 @@ def _shared_legend(fig: Figure, colours: Mapping[str, str], caption: str | None 
 
 
 def _save(fig: Figure, stem: Path) -> list[Path]:
-    """Write ``fig`` as ``stem.png`` and ``stem.svg`` with no dates or software stamps; its
-    text (names from a store among it) ``inert``: a control character has no glyph and no
-    place in an SVG's XML."""
+    """Write ``fig`` as ``stem.png`` and ``stem.svg`` with no dates, stamped as rlbench's
+    (``PLOT_STAMP``, which ``is_plot_file`` reads); its text (names from a store among it)
+    ``inert``: a control character has no glyph and no place in an SVG's XML."""
     for text in fig.findobj(Text):
         text.set_text(inert(text.get_text()))
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     png, svg = stem.with_suffix(".png"), stem.with_suffix(".svg")
-    for path, options in ((png, {"dpi": 120, "metadata": {"Software": None}}),
-                          (svg, {"metadata": {"Date": None, "Creator": None}})):
+    for path, options in ((png, {"dpi": 120, "metadata": {"Software": PLOT_STAMP}}),
+                          (svg, {"metadata": {"Date": None, "Creator": PLOT_STAMP}})):
         drawn = io.BytesIO()
         with matplotlib.rc_context(_RC):
             fig.savefig(drawn, format=path.suffix[1:], **options)
@@ -336,9 +344,13 @@ def _save(fig: Figure, stem: Path) -> list[Path]:
 
 
 def is_plot_file(path: Path) -> bool:
-    """Whether ``path`` holds a plot: a PNG, or an SVG (its root element ``<svg``, after at
-    most an XML declaration, comments and an SVG doctype): the only file a plot replaces.
-    Any other XML or HTML, an inline ``<svg`` in it included, is not one."""
+    """Whether ``path`` holds a plot rlbench drew, the only file a plot replaces (or a
+    report removes as stale): a PNG whose first chunks carry ``PLOT_STAMP`` as its
+    software, or an SVG (its root element ``<svg``, after at most an XML declaration,
+    comments and an SVG doctype) whose metadata names it as creator. A user's own image of
+    the same name, any other XML or HTML, an inline ``<svg`` in it included, is not one."""
     with open(path, "rb") as handle:
-        head = handle.read(1024)
-    return head.startswith(_PNG_MAGIC) or _SVG_ROOT.match(head) is not None
+        head = handle.read(4096)
+    if head.startswith(_PNG_MAGIC):
+        return _PNG_STAMP in head[:_PNG_STAMP_WITHIN]
+    return _SVG_ROOT.match(head) is not None and _SVG_STAMP.search(head) is not None

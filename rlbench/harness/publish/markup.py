@@ -13,17 +13,20 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from rlbench.harness.render import inert
+
 __all__ = ["LARGEST", "Cell", "Table", "attr", "facts", "fmt", "link", "page", "table", "text"]
 
 
 def text(value: object) -> str:
-    """``value`` as HTML text."""
-    return html.escape(str(value), quote=True)
+    """``value`` as HTML text, control characters shown as escapes (``inert``): HTML has
+    no place for them, and a page copied to a terminal must run none."""
+    return html.escape(inert(str(value)), quote=True)
 
 
 def attr(value: object) -> str:
-    """``value`` as a double-quoted attribute value (quotes included)."""
-    return f'"{html.escape(str(value), quote=True)}"'
+    """``value`` as a double-quoted attribute value (quotes included), as ``text``."""
+    return f'"{html.escape(inert(str(value)), quote=True)}"'
 
 
 def link(href: str, label: object) -> str:

@@ -44,6 +44,7 @@ from rlbench.harness.regress.report import (
     REPORT_FILES,
     GateReport,
     TaskResult,
+    is_gate_report,
     write_report,
 )
 from rlbench.harness.regress.settings import check_alpha, gate_settings
@@ -87,7 +88,7 @@ def parse_gate_args(args: Sequence[str]) -> GateRequest:
     if words["report"] is not None:
         check_out_dir(report, "report")
     for name in REPORT_FILES:  # a report it could not write is refused before any run
-        check_target(report / name, "report file")
+        check_target(report / name, "report file", ours=is_gate_report)
     return GateRequest(
         reference=reference, run=words["run"], update=words["update"],
         alpha=None if words["alpha"] is None else check_alpha(words["alpha"], "alpha"),

@@ -24,7 +24,7 @@ from rlbench.harness.store.sqlite import check_out_dir
 from rlbench.owned_files import check_target, write_files
 
 __all__ = ["BENCH_REPORT_FILES", "REPORT_FILES", "GateReport", "TaskResult",
-           "check_report_targets", "write_report"]
+           "check_report_targets", "is_gate_report", "write_report"]
 
 # What ``write_report`` writes into the report directory.
 REPORT_FILES = ("regress.md", "regress.json", "regress.xml")
@@ -32,13 +32,38 @@ REPORT_FILES = ("regress.md", "regress.json", "regress.xml")
 BENCH_REPORT_FILES = ("regress_bench.md", "regress_bench.json", "regress_bench.xml")
 
 
+# The most of a report file ``is_gate_report`` reads: a gate's JSON is kilobytes
+_REPORT_LIMIT = 16 << 20
+
+
 def check_report_targets(directory: Path, names: Sequence[str]) -> None:
     """Refuses a report directory that cannot hold a report, or a file of ``names`` in it
-    that rlbench may not write over (a link, a store, a dataset), before any work starts:
-    a report refused only once it is ready would cost the runs or timings behind it."""
+    that rlbench may not write over (a link, a store, a dataset, a file that is no gate's
+    report), before any work starts: a report refused only once it is ready would cost the
+    runs or timings behind it."""
     check_out_dir(directory, "report")
     for name in names:
-        check_target(directory / name, "report file")
+        check_target(directory / name, "report file", ours=is_gate_report)
+
+
+def is_gate_report(path: Path) -> bool:
+    """Whether ``path`` holds a report file the gates write (``regress`` or ``regress
+    bench``), the only file a report replaces: Markdown under a gate table's title, JSON
+    of a gate report's keys, JUnit XML of a gate's test suite."""
+    with open(path, "rb") as handle:
+        head = handle.read(_REPORT_LIMIT + 1)
+    if path.suffix == ".md":
+        return head.startswith(b"**rlbench regress")
+    if path.suffix == ".xml":
+        return head.startswith(b"<?xml") and b'<testsuite name="rlbench regress' in head[:200]
+    if path.suffix != ".json" or len(head) > _REPORT_LIMIT:
+        return False
+    try:
+        data = json.loads(head)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and ({"suite", "tasks", "regressed"} <= data.keys()
+                                       or "verdicts" in data)
 
 
 @dataclass
@@ -186,7 +211,7 @@ def write_report(report: GateReport, directory: Path, console: Console) -> None:
                   "\n".join(f"{seed}:\n{error}" for seed, error in t.failed.items()))
              for t in report.tasks]
     md, data, junit = REPORT_FILES
-    write_files(directory, {
+    write_files(directory, ours=is_gate_report, files={
         md: to_markdown(table),
         data: json.dumps(report.as_dict(), indent=1, allow_nan=False) + "\n",
         junit: junit_xml(f"rlbench regress {report.suite}", f"rlbench.regress.{report.suite}",

@@ -55,7 +55,6 @@ from rlbench.harness.store.claims import ClaimLost, heartbeat
 from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.recorder import RunRecorder
 from rlbench.harness.store.tracking import Tracker
-from rlbench.owned_files import write_file
 from rlbench.recipe import Seeds
 
 __all__ = ["ExternalResult", "ExternalRun", "renamed", "run_external"]
@@ -122,7 +121,9 @@ def run_external(configs: Sequence[RunConfig], train: Callable[[ExternalRun], No
     ``out_dir`` (or ``MLFLOW_TRACKING_URI``), tracked under the ``suite``'s experiment with
     a ``library`` tag; ``log`` gets one line per config. ``train`` must log at least one
     evaluation. Raises ``ConfigError`` before anything runs when the store cannot be used
-    or another process is running one of the configs into it."""
+    or another process is running one of the configs into it. Each line reaches ``log``
+    made ``inert``: it names hosts, runs and errors read from the store."""
+    log = _inert_lines(log)
     tracker = Tracker(Path(out_dir))
     experiment_id = tracker.experiment(suite)
     plan = plan_resume(tracker, experiment_id, list(configs))  # deletes killed attempts
@@ -147,6 +148,10 @@ def run_external(configs: Sequence[RunConfig], train: Callable[[ExternalRun], No
     return result
 
 
+def _inert_lines(log: Callable[[str], None]) -> Callable[[str], None]:
+    return lambda text: log(inert(text))
+
+
 def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig,
                    train: Callable[[ExternalRun], None], tags: Mapping[str, str],
                    log: Callable[[str], None], result: ExternalResult) -> None:
@@ -155,7 +160,7 @@ def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config:
         with claimed(tracker, experiment_id, config, LOCK_WAIT_S) as taken:
             if isinstance(taken, Run):
                 who = finished_elsewhere(tracker, experiment_id, config, taken).finished_by
-                log(f"{config.name}: finished elsewhere meanwhile (by {inert(str(who))})")
+                log(f"{config.name}: finished elsewhere meanwhile (by {who})")
                 result.skipped.append(config.name)
                 return
             final = _run_one(tracker, experiment_id, parent_id, config, train,
@@ -185,16 +190,19 @@ def _run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunCo
     run_dir = run_dir_for(tracker.out_dir, config)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = tracker.start_run(experiment_id, parent_id, config, dict(tags))
-    with heartbeat(tracker.client, run_id):
-        return _train_recorded(tracker, run_id, ExternalRun(
-            config, seeds, run_dir, RunRecorder(tracker, run_id, run_dir)), train)
+    recorder = RunRecorder(tracker, run_id, run_dir)
+    try:
+        with heartbeat(tracker.client, run_id):
+            return _train_recorded(tracker, run_id, ExternalRun(
+                config, seeds, run_dir, recorder), train)
+    finally:
+        recorder.close()
 
 
 def _train_recorded(tracker: Tracker, run_id: str, run: ExternalRun,
                     train: Callable[[ExternalRun], None]) -> float:
     """Train the claimed ``run`` and record how it ended; its final mean eval return."""
-    run_dir = run.run_dir
-    failure = run_dir / "traceback.txt"
+    failure = run.run_dir / "traceback.txt"
     failure.unlink(missing_ok=True)
     status = "FAILED"
     try:
@@ -208,13 +216,16 @@ def _train_recorded(tracker: Tracker, run_id: str, run: ExternalRun,
     except Exception as exc:
         error = one_line(exc)
         try:
-            write_file(failure, traceback.format_exc(), "traceback file")
-        except ConfigError as refused:  # the error itself is kept, in the run's tags
+            run.recorder.pinned.replace("traceback.txt", traceback.format_exc().encode(),
+                                        "traceback file")
+        except (ConfigError, OSError) as refused:  # the error itself is kept, in the run's tags
             error += f" (its traceback could not be written: {one_line(refused)})"
         tracker.set_tags(run_id, {"error": error[:5000]})
         raise
     finally:
         run.recorder.flush()
-        tracker.log_artifacts(run_id, [run.recorder.write_curve(), failure])
+        curve = run.recorder.write_curve()
+        run.recorder.pinned.check_here()  # MLflow reads by path: only the run's own files
+        tracker.log_artifacts(run_id, [curve, failure])
         tracker.finish(run_id, status)
     return run.recorder.curve[-1]["eval/return_mean"]

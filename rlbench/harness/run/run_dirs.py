@@ -10,6 +10,7 @@ itself replaced by a link) is moved aside beside it and named in one line.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 from collections.abc import Callable
@@ -112,27 +113,70 @@ def prepare_run_dir(run_dir: Path, progress: int | None, say: Callable[[str], No
                 owned.remove(name)
 
 
-# The files a run writes in its directory, beside its ``*.pt`` weights (``RunRecorder``).
+# The files a run writes in its directory, beside its ``*.pt`` weights (``RunRecorder``),
+# each by how it starts: a file of the name that starts otherwise is not a run's.
 RUN_FILES = frozenset({"config.yaml", "curve.csv", "traceback.txt", "fatal_error.txt"})
+_FILE_STARTS: dict[str, tuple[bytes, ...]] = {
+    "config.yaml": (b"suite: ",),
+    "curve.csv": (b"frames,eval/return_mean,",),
+    "traceback.txt": (b"Traceback (most recent call last):",),
+    "fatal_error.txt": (b"Fatal Python error", b"Current thread", b"Thread 0x"),
+}
+_ZIP = b"PK\x03\x04"  # what torch.save writes
+_META_LIMIT = 1 << 20  # a tensordict's meta.json: a few kB per level
 
 
 def _made_by_a_run(owned: OwnedDir, name: str, mode: int) -> bool:
-    """Whether the entry is one a run makes: its files, its ``*.pt`` weights, its
-    ``snapshots`` and the memory-mapped tensordicts it saves (a directory of
-    ``meta.json`` and tensors)."""
+    """Whether the entry is one a run makes, judged by its name and what it holds: its
+    files (each as it starts), its ``*.pt`` weights (a ``torch.save`` zip), its
+    ``snapshots`` and the memory-mapped tensordicts it saves (a directory whose
+    ``meta.json`` is tensordict's). A user's file of such a name is not."""
     if stat.S_ISREG(mode):
-        return name in RUN_FILES or name.endswith(".pt")
+        if name.endswith(".pt"):
+            return _starts_with(owned.fd, name, (_ZIP,))
+        return name in RUN_FILES and _starts_with(owned.fd, name, _FILE_STARTS[name])
     if not stat.S_ISDIR(mode):
         return False
     if name == "snapshots":
         return True
     child = owned.child(name)
     try:
-        return stat.S_ISREG(os.stat("meta.json", dir_fd=child, follow_symlinks=False).st_mode)
-    except FileNotFoundError:
-        return False
+        return _is_tensordict_meta(child)
     finally:
         os.close(child)
+
+
+def _starts_with(directory: int, name: str, starts: tuple[bytes, ...]) -> bool:
+    """Whether the file ``name`` of ``directory`` (not followed if a link) starts with one
+    of ``starts``; one that cannot be opened is not judged a run's."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
+    except OSError:
+        return False
+    try:
+        head = os.read(fd, max(map(len, starts)))
+    finally:
+        os.close(fd)
+    return head.startswith(starts)
+
+
+def _is_tensordict_meta(directory: int) -> bool:
+    """Whether ``directory`` holds a ``meta.json`` that tensordict's ``memmap`` wrote."""
+    try:
+        fd = os.open("meta.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        text = os.read(fd, _META_LIMIT + 1)
+    finally:
+        os.close(fd)
+    try:
+        meta = json.loads(text) if len(text) <= _META_LIMIT else None
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and str(meta.get("_class", "")).startswith("tensordict:")
 
 
 def _entry_kind(mode: int) -> str:

@@ -30,6 +30,8 @@ from rlbench.checkpoint import (
     CheckpointRefused,
     CheckpointSettings,
 )
+from rlbench.errors import ConfigError
+from rlbench.harness.plan.env_versions import older_version_unwarned
 from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.plan.seeding import derive_seeds
 from rlbench.harness.render import inert
@@ -53,7 +55,7 @@ from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.recorder import RunRecorder
 from rlbench.harness.store.tracking import Tracker
 from rlbench.numerics import numerics_facts, portable_mismatches
-from rlbench.owned_files import remove_owned, replace_file
+from rlbench.owned_files import remove_owned
 from rlbench.recipe import Seeds
 
 __all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "Taken",
@@ -278,8 +280,11 @@ def _execute_locked(
     del resume  # the attempt holds it until the run's loop has loaded it
     with heartbeat(tracker.client, run_id):  # until the run's end is recorded
         recorder = RunRecorder(tracker, run_id, run_dir, on_update)
-        status, error, unrecorded = attempt.train(recorder)
-        status, error, unrecorded = attempt.record(recorder, status, error, unrecorded)
+        try:
+            status, error, unrecorded = attempt.train(recorder)
+            status, error, unrecorded = attempt.record(recorder, status, error, unrecorded)
+        finally:
+            recorder.close()
     if status == _DOES_NOT_FIT:  # discarded: the caller makes the run again from 0
         return RunResult(config=config, run_id=run_id, status=status, final_return=None,
                          fps=None, frames=0, seconds=0.0, error=error)
@@ -321,10 +326,10 @@ class _Attempt:
         resume, self.resume = self.resume, None
         try:
             tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
-            replace_file(self.run_dir / "config.yaml", yaml.safe_dump(
+            recorder.pinned.replace("config.yaml", yaml.safe_dump(
                 {**config.as_dict(), **({"recipe": config.recipe} if config.recipe else {}),
                  "seeds": dataclasses.asdict(seeds), "identity": config.identity},
-                sort_keys=False).encode())
+                sort_keys=False).encode(), "run config")
             settings = CheckpointSettings(
                 self.checkpoints, config.identity, every=config.checkpoint_every,
                 resume=resume, after_write=CheckpointUploader(
@@ -355,6 +360,7 @@ class _Attempt:
                 return status, error, unrecorded
             recorder.flush()
             curve = recorder.write_curve()
+            recorder.pinned.check_here()  # MLflow reads by path: only the run's own files
             tracker.log_artifacts(run_id, [
                 run_dir / "config.yaml", curve, *run_dir.glob("*.pt"),
                 run_dir / "traceback.txt", run_dir / "snapshots", run_dir / "transitions"])
@@ -405,7 +411,8 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder
     """The run's training (``training.train``) with fatal errors written down and signals
     checkpointing: ``("FINISHED", None)``, or ``("FAILED", error)`` with the traceback in
     ``traceback.txt`` when the recipe raises."""
-    with fatal_errors_into(run_dir / FATAL_ERROR_FILE), checkpoint_on_signals():
+    with fatal_errors_into(run_dir / FATAL_ERROR_FILE), checkpoint_on_signals(), \
+            older_version_unwarned(config.env):
         try:
             _check_numerics(config)
             train(config, seeds, run_dir, recorder, checkpoint)
@@ -414,8 +421,9 @@ def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder
         except Exception as exc:
             error = one_line(exc)
             try:
-                replace_file(run_dir / "traceback.txt", traceback.format_exc().encode())
-            except OSError as again:  # the error itself is kept, in the run's tags
+                recorder.pinned.replace("traceback.txt", traceback.format_exc().encode(),
+                                        "traceback file")
+            except (OSError, ConfigError) as again:  # the error is kept, in the run's tags
                 error += f" (its traceback could not be written: {one_line(again)})"
             return "FAILED", error
     return "FINISHED", None

@@ -63,7 +63,7 @@ def planned_counts(total: int, finished: int, elsewhere: int, to_run: int,
 
 
 def run_sweep(sweep: SweepConfig, console: Console | None = None,
-              listener: Listener | None = None) -> SweepResult:
+              listener: Listener | None = None, *, part: bool = False) -> SweepResult:
     """Run every run of ``sweep`` not finished earlier; failed runs are recorded, the rest
     go on. ``sweep.launcher`` picks the launcher (``launcher_registry``): ``local`` runs
     ``sweep.jobs`` at a time (more than one: each in its own process), ``ray`` makes each
@@ -72,7 +72,9 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None,
     partition or launcher) raises ``ConfigError`` before anything is written. Ctrl-C and
     SIGTERM mark the runs in progress KILLED, write the summary and raise
     ``KeyboardInterrupt`` (``Terminated``). ``listener`` hears what the progress display
-    hears (``rlbench tune`` reads the evaluations as they come)."""
+    hears (``rlbench tune`` reads the evaluations as they come). ``part``: the sweep is a
+    step of a larger command (a tune trial's seeds), which says what it planned and how it
+    ended: no header, summary table or totals are printed (the summary is still recorded)."""
     console = console or Console()
     check_process_numerics(sweep.runs)
     # absolute before a worker sees it: Ray tasks start in their raylet's directory
@@ -102,22 +104,23 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None,
         try:
             return _run_planned(sweep, launcher, plan,
                                 SweepParent(tracker, experiment_id, parent_id), console,
-                                listener)
+                                listener, part)
         finally:
             lock.release()
 
 
 def _run_planned(sweep: SweepConfig, launcher: Launcher, plan: ResumePlan,
                  parent: SweepParent, console: Console,
-                 listener: Listener | None) -> SweepResult:
+                 listener: Listener | None, part: bool) -> SweepResult:
     suite = sweep.suite.name
     tracker, experiment_id, parent_id = parent.tracker, parent.experiment_id, parent.parent_id
     tracker.log_params(parent_id, {"runs": len(sweep.runs), "suite_file": str(sweep.suite.path),
                                    "jobs": sweep.jobs})
     counts = planned_counts(len(sweep.runs), len(plan.finished), len(plan.elsewhere),
                             len(plan.to_run), launcher.describe())
-    console.print(Text.assemble("rlbench: suite ", (suite, "bold"),
-                                f", {counts}, tracking at {tracker.uri}"))
+    if not part:
+        console.print(Text.assemble("rlbench: suite ", (suite, "bold"),
+                                    f", {counts}, tracking at {tracker.uri}"))
     elsewhere = [RunResult(config=config, run_id="", status=ELSEWHERE, final_return=None,
                            fps=None, frames=0, seconds=0.0,
                            error=f"being run by {claim.describe()}")
@@ -155,8 +158,9 @@ def _run_planned(sweep: SweepConfig, launcher: Launcher, plan: ResumePlan,
         summary_dir = sweep.out_dir / "sweeps" / f"{suite}-{stamp}-{parent_id}"
         problems = _record_sweep(tracker, experiment_id, parent_id, status, table, rows,
                                  summary_dir)
-        console.print(to_rich(table))
-        console.print(Text(_made_where(progress.results, len(plan.finished))))
+        if not part:
+            console.print(to_rich(table))
+            console.print(Text(_made_where(progress.results, len(plan.finished))))
         for result in results:
             for why in result.retried:
                 console.print(Text.assemble(("retried", "yellow"),

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
@@ -41,12 +42,17 @@ from mlflow.tracking import MlflowClient
 from rlbench.harness.store.provenance import host_id
 from rlbench.harness.store.retry import with_retry
 
-__all__ = ["Claim", "ClaimLost", "Ledger", "heartbeat", "heartbeat_seconds", "host_id",
-           "latest_claims", "stale_seconds"]
+__all__ = ["UNREADABLE_HOST", "Claim", "ClaimLost", "Ledger", "heartbeat",
+           "heartbeat_seconds", "host_id", "latest_claims", "stale_seconds"]
 
 LEDGER_POINTER = "rlbench-ledger:{experiment_id}:{shard}"
 LEDGER_TAG = "rlbench.ledger_run"
 _PREFIX = "claim."
+# the host of a claim whose stored value cannot be read: no process holds it
+UNREADABLE_HOST = "(a claim the store holds damaged)"
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "token": str, "host": str, "out_dir": str, "pid": int, "at": (int, float), "place": str}
+_REQUIRED_FIELDS = frozenset(_FIELD_TYPES) - {"place"}
 NO_ATTEMPT_LIFETIMES = 5
 
 
@@ -140,8 +146,34 @@ class Claim:
 
     @classmethod
     def parse(cls, key: str, value: str) -> Claim:
-        identity, epoch = key.removeprefix(_PREFIX).rsplit(".", 1)
-        return cls(identity=identity, epoch=int(epoch), **json.loads(value))
+        """The claim logged as ``key: value``. The store is untrusted: a value that is not
+        a claim's fields reads as a claim of no live process (``UNREADABLE_HOST``), so the
+        run is claimed anew and goes on; a key whose epoch is no number is a ``ValueError``
+        (the ledger cannot order it)."""
+        identity, _, epoch = key.removeprefix(_PREFIX).rpartition(".")
+        if not identity or not epoch.isdigit() or len(epoch) > 18:
+            raise ValueError(f"claim key {key!r} has no epoch")
+        fields = _claim_fields(value)
+        if fields is None:
+            return cls(identity=identity, epoch=int(epoch), token="", host=UNREADABLE_HOST,
+                       out_dir="?", pid=0, at=0.0)
+        return cls(identity=identity, epoch=int(epoch), **fields)
+
+
+def _claim_fields(value: str) -> dict[str, Any] | None:
+    """A claim's stored fields, each of its type; None for anything else."""
+    try:
+        fields = json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(fields, dict) or set(fields) - _FIELD_TYPES.keys() \
+            or not set(fields) >= _REQUIRED_FIELDS:
+        return None
+    for name, kind in _FIELD_TYPES.items():
+        if name in fields and (isinstance(fields[name], bool)
+                               or not isinstance(fields[name], kind)):
+            return None
+    return fields
 
 
 class Ledger:
@@ -183,12 +215,15 @@ class Ledger:
 
 def latest_claims(ledgers: Iterable[Run]) -> dict[str, Claim]:
     """Each identity's latest claim in ``ledgers`` (the suite's ``kind=ledger`` runs, as a
-    planner reads them all at once)."""
+    planner reads them all at once); a key of no epoch is passed over."""
     latest: dict[str, Claim] = {}
     for run in ledgers:
         for key, value in run.data.params.items():
             if key.startswith(_PREFIX):
-                claim = Claim.parse(key, value)
+                try:
+                    claim = Claim.parse(key, value)
+                except ValueError:
+                    continue
                 current = latest.get(claim.identity)
                 if current is None or claim.epoch > current.epoch:
                     latest[claim.identity] = claim

@@ -6,11 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
-import shutil
-import stat
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,13 +18,15 @@ from torch import nn
 
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.tracking import Tracker
-from rlbench.owned_files import check_target, remove_owned, replace_file, write_file
+from rlbench.pinned_dir import PinnedDir
 
-__all__ = ["SCORE", "RunRecorder", "eval_row"]
+__all__ = ["CURVE_HEADER", "SCORE", "RunRecorder", "eval_row"]
 
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 SCORE = "eval/normalized_score"  # D4RL's normalized score of an offline run's evaluation
 _ZIP = b"PK\x03\x04"  # the first bytes of what torch.save writes
+CURVE_HEADER = ("frames", "eval/return_mean", "eval/return_std", "episodes")
+_CURVE_START = ",".join(CURVE_HEADER).encode()
 
 
 class RunRecorder:
@@ -36,6 +34,10 @@ class RunRecorder:
 
     Metrics are buffered and written with one ``log_batch`` call per evaluation (and on
     close), so tracking costs a few database writes per run, not one per step.
+
+    Its files go into the run dir as ``PinnedDir`` writes them: into the directory that
+    ``run_dir`` named when the recorder was made, whatever the path names later; ``close``
+    lets it go.
 
     A checkpoint holds everything logged so far (``state_dict``, which stores what is
     pending first); a run resumed from it logs that again into its new MLflow run
@@ -51,11 +53,16 @@ class RunRecorder:
         on_update: Callable[[dict[str, float]], None] | None = None,
     ):
         self.tracker, self.run_id, self.run_dir = tracker, run_id, run_dir
+        self.pinned = PinnedDir(run_dir)
         self.on_update = on_update
         self.curve: list[dict[str, float]] = []
         self.last_metrics: dict[str, float] = {}
         self._pending: list[Metric] = []
         self._logged: list[Metric] = []  # every point, for checkpoints
+
+    def close(self) -> None:
+        """Let the run dir go: nothing more is written there."""
+        self.pinned.close()
 
     def _buffer(self, frames: int, metrics: Mapping[str, float]) -> None:
         now = int(time.time() * 1000)
@@ -114,43 +121,31 @@ class RunRecorder:
                 break
 
     def save_model(self, name: str, module: nn.Module) -> None:
-        """The module's weights as ``<name>.pt`` in the run dir, written whole beside it
-        and renamed into place; a link or a foreign file there is refused (``ConfigError``),
-        never written through."""
-        path = self.run_dir / f"{name}.pt"
-        _check_weights_target(path)
+        """The module's weights as ``<name>.pt`` in the run dir (``name`` may hold
+        directories: ``snapshots/300/policy``), written whole beside it and renamed into
+        place; a link or a foreign file there is refused (``ConfigError``), never written
+        through."""
         buffer = io.BytesIO()
         torch.save(module.state_dict(), buffer)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        replace_file(path, buffer.getvalue())
+        self.pinned.replace(f"{name}.pt", buffer.getvalue(), "model file",
+                            ours=lambda head: head.startswith(_ZIP))
 
     def save_tensordict(self, name: str, data: TensorDict) -> None:
         """``data`` memory-mapped into the directory ``name`` of the run dir: written into
         a new directory beside it, then put in its place (what was there, a link too, is
         removed, never written into)."""
-        target = self.run_dir / name
-        staging = _new_dir(target)
-        try:
+        with self.pinned.staging(name) as staging:
             data.memmap(staging)
-            remove_owned(target)
-            os.rename(staging, target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
 
     def write_curve(self) -> Path:
-        """The evaluations as ``curve.csv`` in the run dir, written whole (``write_file``)."""
-        path = self.run_dir / "curve.csv"
+        """The evaluations as ``curve.csv`` in the run dir, written whole."""
         text = io.StringIO(newline="")
         scored = any(SCORE in row for row in self.curve)
-        writer = csv.DictWriter(
-            text, fieldnames=["frames", "eval/return_mean", "eval/return_std", "episodes",
-                              *([SCORE] if scored else [])]
-        )
+        writer = csv.DictWriter(text, fieldnames=[*CURVE_HEADER, *([SCORE] if scored else [])])
         writer.writeheader()
         writer.writerows(self.curve)
-        write_file(path, text.getvalue(), "curve file")
-        return path
+        return self.pinned.replace("curve.csv", text.getvalue().encode(), "curve file",
+                                   ours=lambda head: head.startswith(_CURVE_START))
 
 
 def eval_row(returns: Sequence[float]) -> dict[str, float]:
@@ -163,31 +158,3 @@ def eval_row(returns: Sequence[float]) -> dict[str, float]:
             "eval/return_std": values.std(unbiased=False).item()}
 
 
-def _new_dir(target: Path) -> Path:
-    """A new directory beside ``target`` (``.<name>.*.partial``) to write it in, made by
-    ``mkdir``: never one that is there, nor a link, and with a plain ``mkdir``'s mode."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        staging = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.partial")
-        try:
-            staging.mkdir()
-        except FileExistsError:
-            continue
-        return staging
-
-
-def _check_weights_target(path: Path) -> None:
-    """``check_target`` for a ``.pt`` file, save that one ``torch.save`` wrote before (a
-    zip, which ``check_target`` takes for foreign weights) may be replaced: a link, a
-    directory, an SQLite store or an HDF5 dataset there is a ``ConfigError``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        check_target(path, "model file")  # missing, or not a file it can say why
-        return
-    try:
-        ours = stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) == _ZIP
-    finally:
-        os.close(fd)
-    if not ours:
-        check_target(path, "model file")

@@ -215,14 +215,23 @@ def check_storage(storage: str, out_dir: Path) -> None:
 
 def _sqlite_file(storage: str) -> Path | None:
     """The file of an SQLite storage URL, else None (a server, an in-memory database, a URL
-    Optuna will refuse itself)."""
+    Optuna will refuse itself). With ``?uri=true`` the database is an SQLite URI
+    (``sqlite:///file:/path?uri=true``), whose path is the file."""
     try:
         url = make_url(storage)
     except (ArgumentError, ValueError):
         return None
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return None
-    return None if url.database.startswith("file:") else Path(url.database)
+    if str(url.query.get("uri", "")).lower() not in ("true", "1"):
+        return Path(url.database)
+    parts = urllib.parse.urlsplit(url.database)
+    if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+        raise ConfigError(f"storage={storage}: an SQLite URI names a local file "
+                          "(file:/path/to/optuna.db)")
+    shared_memory = "memory" in urllib.parse.parse_qs(parts.query).get("mode", [])
+    return None if shared_memory or parts.path in ("", ":memory:") else Path(
+        urllib.parse.unquote(parts.path))
 
 
 def _not_a_study_database(path: Path) -> str | None:
@@ -499,7 +508,7 @@ def _run_seeds(sweep: SweepConfig, trial: Trial, console: Console
     pruning = _Pruning(trial, in_process=sweep.launcher == "local")
     try:
         first = run_sweep(replace(sweep, runs=sweep.runs[:1], jobs=1), console,
-                          listener=pruning)
+                          listener=pruning, part=True)
     except RunStopped:
         if not pruning.pruned:
             raise
@@ -510,8 +519,8 @@ def _run_seeds(sweep: SweepConfig, trial: Trial, console: Console
     _report_history(Tracker(sweep.out_dir), first.results[0], pruning)
     if pruning.pruned or len(sweep.runs) == 1:
         return list(first.results), pruning
-    return [*first.results, *run_sweep(replace(sweep, runs=sweep.runs[1:]), console).results
-            ], pruning
+    rest = run_sweep(replace(sweep, runs=sweep.runs[1:]), console, part=True)
+    return [*first.results, *rest.results], pruning
 
 
 def _report_history(tracker: Tracker, result: RunResult, pruning: _Pruning) -> None:

@@ -326,6 +326,12 @@ def test_cli_writes_every_format_and_plot(store: Path, baselines: Path, tmp_path
     assert main([*args[:-2], "env=Humanoid-v5", f"output={report}"]) == 0
     assert not (report / "aggregates-1.svg").exists()
     assert not (report / "profiles-1.png").exists()
+    # A user's own image that a plot's name would fit is neither removed nor replaced.
+    (report / "profiles-7.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"a user's image")
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "profiles-7.png' is not a plot rlbench wrote" in capsys.readouterr().err
+    assert (report / "profiles-7.png").read_bytes() == b"\x89PNG\r\n\x1a\na user's image"
 
 
 @pytest.mark.parametrize(("name", "text"), [

@@ -71,22 +71,37 @@ def test_learning_curves_files_text_and_determinism(tmp_path: Path) -> None:
     assert other.with_suffix(".svg").read_bytes() != stem.with_suffix(".svg").read_bytes()
 
 
+_STAMPED_SVG = (b"<metadata>\n  <rdf:RDF>\n   <cc:Work>\n    <dc:creator>\n     <cc:Agent>\n"
+                b"      <dc:title>rlbench compare</dc:title>")
+
+
 @pytest.mark.parametrize(("head", "plot"), [
-    (b"\x89PNG\r\n\x1a\n\x00\x00", True),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(17) + b"\x00\x00\x00\x18"
+     b"tEXtSoftware\x00rlbench compare", True),
     (b'<?xml version="1.0"?>\n<!DOCTYPE svg PUBLIC "-//W3C//DTD SVG 1.1//EN"\n  "x.dtd">\n'
-     b'<svg xmlns="http://www.w3.org/2000/svg">', True),
-    (b"\xef\xbb\xbf<!-- drawn -->\n<svg width='1'/>", True),
+     b'<svg xmlns="http://www.w3.org/2000/svg">\n' + _STAMPED_SVG, True),
+    (b"\xef\xbb\xbf<!-- drawn -->\n<svg width='1'>" + _STAMPED_SVG, True),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", False),  # a user's own PNG
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\x18tEXtSoftware\x00GIMP 2.10", False),
+    (b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"><g/></svg>', False),
     (b'<?xml version="1.0"?>\n<notes>my own XML</notes>\n', False),
-    (b"<!DOCTYPE html><html><body><svg width='1'></svg></body></html>", False),
+    (b"<!DOCTYPE html><html><body><svg width='1'>" + _STAMPED_SVG, False),
     (b"my notes mention <svg tags\n", False),
 ])
-def test_only_a_png_or_an_svg_document_is_a_plot_file(tmp_path: Path, head: bytes,
-                                                      plot: bool) -> None:
-    """A plot replaces a PNG or an SVG only: any XML, or an HTML page with an inline SVG,
-    is someone else's file."""
+def test_only_a_plot_rlbench_drew_is_a_plot_file(tmp_path: Path, head: bytes,
+                                                 plot: bool) -> None:
+    """A plot replaces (or removes as stale) only a PNG or an SVG document that rlbench
+    drew: a user's own image of the name, any XML, an HTML page with an inline SVG is
+    someone else's file."""
     path = tmp_path / "curves.svg"
     path.write_bytes(head)
     assert is_plot_file(path) is plot
+
+
+def test_what_is_drawn_is_known_as_drawn(tmp_path: Path) -> None:
+    stem = tmp_path / "curves"
+    for path in plot_learning_curves(_curves(), stem, reps=REPS, title="Runs"):
+        assert is_plot_file(path), path
 
 
 def test_learning_curves_reject_bad_input(tmp_path: Path) -> None:

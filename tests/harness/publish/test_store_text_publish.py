@@ -16,6 +16,7 @@ import pytest
 
 from rlbench.cli import main
 from rlbench.harness.publish.run_page import shell_word
+from rlbench.harness.render import inert
 from tests.harness.analysis.hostile_store import (
     CLEAR,
     CSI,
@@ -70,7 +71,7 @@ def test_a_shell_word_is_pasted_back_exactly(word: str, tmp_path: Path) -> None:
 
 def test_the_reproduce_block_runs_nothing_a_store_holds(site: Path, tmp_path: Path) -> None:
     blocks = reproduce_blocks(site)
-    hostile = [b for title, b in blocks.items() if title.startswith(HOSTILE_ALGO)]
+    hostile = [b for title, b in blocks.items() if title.startswith(inert(HOSTILE_ALGO))]
     plain = [b for title, b in blocks.items() if title.startswith("dqn")]
     assert len(hostile) == len(plain) == len(RETURNS)
     for block in hostile + plain:
@@ -102,3 +103,13 @@ def test_no_csv_cell_of_the_site_starts_a_formula(site: Path) -> None:
     dashed = [c for c in cells if c.startswith("-")]
     assert dashed and all(float(c.replace(",", "")) < 0 for c in dashed)  # numbers, unquoted
     assert str(-RETURNS[0]) in cells
+
+
+def test_no_page_of_the_site_holds_a_raw_control_character(site: Path) -> None:
+    """A tag's terminal escape codes reach the site's pages as visible escapes: HTML has
+    no place for them, and a page printed in a terminal runs none of them (the CSV and
+    JSON files keep the store's text as it is, as data)."""
+    texts = {path: path.read_text() for path in site.rglob("*.html")}
+    assert any(CLEAR.replace("\x1b", "\\x1b") in text for text in texts.values())
+    raw = [path for path, text in texts.items() if RAW_CONTROL.search(text)]
+    assert raw == []

@@ -285,3 +285,23 @@ def test_update_never_overwrites_the_store_named_as_the_reference(
     assert "is not a reference rlbench wrote" in capsys.readouterr().err
     assert other.read_text() == '{"mine": true}\n'
     assert _regress(gate, out, "run=false", f"report={gate['root'] / 'judged'}") == 0
+
+
+@pytest.mark.parametrize("name", ["regress.md", "regress.json", "regress.xml"])
+def test_a_report_file_the_gate_did_not_write_is_never_replaced(
+        gate: dict[str, Path], capsys: pytest.CaptureFixture, name: str) -> None:
+    """A user's notes where a report file goes: refused before any run, kept byte for
+    byte; the gate's own report of an earlier judgment is replaced."""
+    out = gate["root"] / "reference_runs"
+    report = gate["root"] / f"notes-{name}"
+    report.mkdir()
+    (report / name).write_text("my own notes\n")
+    assert _regress(gate, out, "run=false", f"report={report}") == 2
+    err = capsys.readouterr().err
+    assert "is not a report file rlbench wrote" in err and err.count("\n") == 1
+    assert (report / name).read_text() == "my own notes\n"
+    (report / name).unlink()
+    assert _regress(gate, out, "run=false", f"report={report}") == 0
+    written = (report / name).read_bytes()
+    assert _regress(gate, out, "run=false", f"report={report}") == 0, "its own, replaced"
+    assert (report / name).read_bytes() == written

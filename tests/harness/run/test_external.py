@@ -4,6 +4,7 @@ tracked, failures recorded, its runs read back through ``rlbench.results``."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -24,6 +25,7 @@ from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run import external
 from rlbench.harness.run.external import ExternalResult, ExternalRun, renamed, run_external
+from rlbench.harness.store.claims import Claim, Ledger
 from rlbench.harness.store.recorder import RunRecorder
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import tracking_uri
@@ -253,6 +255,29 @@ def test_who_finished_a_run_elsewhere_is_logged_inert(monkeypatch: pytest.Monkey
     config = SimpleNamespace(name="ppo/CartPole-v1/0")
     result = ExternalResult()
     external._claim_and_run(cast(Tracker, None), "0", "p", cast(RunConfig, config),
-                            lambda run: None, {}, lines.append, result)
+                            lambda run: None, {}, external._inert_lines(lines.append), result)
     assert lines == ["ppo/CartPole-v1/0: finished elsewhere meanwhile (by \\x1b[2Jhost)"]
     assert result.skipped == ["ppo/CartPole-v1/0"]
+
+
+def test_a_live_claim_from_the_store_is_logged_inert(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process that holds a run, as the store names it, reaches the log as text: a
+    host whose name sets the terminal's title and clears its screen is shown escaped."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    configs, suite = _plan(tmp_path, "seeds=1")
+    tracker = Tracker(tmp_path)
+    experiment_id = tracker.experiment(suite)
+    parent_id = tracker.start_sweep(experiment_id, suite, {})
+    ledger = Ledger(tracker.client, experiment_id, configs[0].identity)
+    claim = dataclasses.replace(Claim.new(configs[0].identity, 0, Path("/elsewhere")),
+                                host="\x1b]0;PWNED\x07\x1b[2Jevil/boot")
+    tracker.client.log_param(ledger.run_id, claim.key, claim.value())
+    tracker.start_run(experiment_id, parent_id, configs[0], claim.tags())
+    lines: list[str] = []
+    result = run_external(configs, _trainer([]), out_dir=tmp_path, suite=suite,
+                          library="mylib 1.0", log=lines.append)
+    assert result.elsewhere == [configs[0].name]
+    (said,) = [line for line in lines if "being run by" in line]
+    assert "\x1b" not in said and "\x07" not in said
+    assert "\\x1b]0;PWNED\\x07\\x1b[2Jevil" in said

@@ -267,3 +267,30 @@ def test_a_ledger_whose_creation_answer_was_lost_is_kept(tmp_path: Path,
     assert ledger.take(None, tracker.out_dir).epoch == 0
     assert [e.name for e in all_experiments(tracker.client)
             if e.name.startswith("rlbench-ledger")] == [], "its pointer is deleted"
+
+
+@pytest.mark.parametrize("value", [
+    "{not json", json.dumps({"token": "t", "host": "h", "out_dir": "/o", "pid": 1, "at": 0.0,
+                             "evil": 1}),
+    json.dumps({"token": "t", "host": "h", "out_dir": "/o", "pid": "one", "at": 0.0}),
+    json.dumps([1, 2]), "[" * 50_000,
+])
+def test_a_damaged_claim_costs_nothing_the_run_is_claimed_anew(tmp_path: Path,
+                                                               value: str) -> None:
+    """A claim the store holds damaged (a value that is no claim's fields) is read as a
+    claim of no live process: the planner and the run go on, and the run takes the next
+    epoch."""
+    config, out = _config(tmp_path)
+    tracker = Tracker(out)
+    experiment_id = tracker.experiment("claims")
+    parent_id = tracker.start_sweep(experiment_id, "claims", {})
+    ledger = Ledger(tracker.client, experiment_id, config.identity)
+    tracker.client.log_param(ledger.run_id, f"claim.{config.identity}.0", value)
+    tracker.client.log_param(ledger.run_id, f"claim.{config.identity}.x", value)
+    damaged = ledger.latest()
+    assert damaged.epoch == 0 and not damaged.alive(None)
+    plan = plan_resume(tracker, experiment_id, [config])
+    assert plan.to_run == [config] and plan.elsewhere == []
+    result = execute_run(config, tracker, experiment_id, parent_id)
+    assert result.status == "FINISHED"
+    assert ledger.latest().epoch == 1 and ledger.latest().host == host_id()

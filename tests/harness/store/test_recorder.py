@@ -70,3 +70,36 @@ def test_transitions_replace_a_link_in_their_place_and_write_nothing_through_it(
     assert target.is_dir() and not target.is_symlink()
     assert torch.equal(TensorDict.load_memmap(target)["reward"], data["reward"])
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["transitions"]
+
+
+def test_a_run_dir_swapped_for_a_link_mid_run_receives_nothing(tmp_path: Path) -> None:
+    """The run dir moved away and a link to a user's directory put at its path while the
+    run writes: every file still lands in the run's own directory, none in the user's, and
+    the recorder says its directory is gone before anything reads its files by path."""
+    run_dir = tmp_path / "runs" / "ppo-seed0"
+    recorder = _recorder(run_dir)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "curve.csv").write_text("my own curve\n")
+    (user / "policy.pt").write_text("my own weights\n")
+    recorder.save_model("policy", torch.nn.Linear(2, 1))
+    moved = tmp_path / "moved"
+    run_dir.rename(moved)
+    run_dir.symlink_to(user)
+    recorder.curve.append({"frames": 10, "eval/return_mean": 1.0, "eval/return_std": 0.0,
+                           "episodes": 1})
+    recorder.write_curve()
+    recorder.save_model("policy", torch.nn.Linear(2, 1))
+    recorder.save_model("snapshots/10/policy", torch.nn.Linear(2, 1))
+    assert sorted(p.name for p in user.iterdir()) == ["curve.csv", "policy.pt"]
+    assert (user / "curve.csv").read_text() == "my own curve\n"
+    assert (user / "policy.pt").read_text() == "my own weights\n"
+    assert (moved / "curve.csv").read_bytes().startswith(b"frames,")
+    assert (moved / "snapshots" / "10" / "policy.pt").is_file()
+    with pytest.raises(ConfigError, match="was replaced while the run wrote in it"):
+        recorder.pinned.check_here()
+    with pytest.raises(ConfigError, match="was replaced while the run wrote in it"):
+        recorder.save_tensordict("transitions", TensorDict({"x": torch.zeros(3)}, [3]))
+    assert sorted(p.name for p in user.iterdir()) == ["curve.csv", "policy.pt"]
+    assert not list(moved.glob(".transitions*"))
+    recorder.close()

@@ -5,6 +5,9 @@ half-way and run again."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -24,6 +27,7 @@ from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.store.uri import tracking_uri
 from rlbench.harness.tune.space import read_space
 from rlbench.harness.tune.study import _Pruning
+from tests.conftest import EXAMPLE_PROJECT
 
 # A trial of two seeds in about 2 s: tiny PPO on CartPole
 TINY = ["algo=ppo", "env=CartPole-v1", "frames=1024", "eval_every=512", "eval_episodes=2",
@@ -116,18 +120,23 @@ def _tree(root: Path) -> dict[str, bytes | str]:
             (p.read_bytes() if p.is_file() else "dir") for p in root.rglob("*")}
 
 
-@pytest.mark.parametrize("spelling", ["plain", "dot-dot", "link"])
+@pytest.mark.parametrize("spelling", ["plain", "dot-dot", "link", "uri", "uri-escaped"])
 def test_a_storage_that_is_the_tracking_store_is_refused(capsys, tmp_path: Path,
                                                           spelling: str) -> None:
     """Optuna's schema in MLflow's file would break the store: ``storage=`` naming
-    ``<out_dir>/mlflow.db``, however spelled, is refused before anything is made."""
+    ``<out_dir>/mlflow.db``, however spelled (an SQLite URI too), is refused before
+    anything is made."""
     out = tmp_path / "store"
     os.symlink(out / "mlflow.db", tmp_path / "study.db")
-    named = {"plain": out / "mlflow.db", "dot-dot": out / "tune" / ".." / "mlflow.db",
-             "link": tmp_path / "study.db"}[spelling]
+    escaped = str(out / "mlflow.db").replace("/", "%2F").replace("%2F", "/", 1)
+    storage = {"plain": f"sqlite:///{out / 'mlflow.db'}",
+               "dot-dot": f"sqlite:///{out / 'tune' / '..' / 'mlflow.db'}",
+               "link": f"sqlite:///{tmp_path / 'study.db'}",
+               "uri": f"sqlite:///file:{out / 'mlflow.db'}?uri=true",
+               "uri-escaped": f"sqlite:///file:{escaped}?mode=rwc&uri=true"}[spelling]
     before = _tree(tmp_path)
     line = _refused(capsys, "tune", *TINY, SPACE, "trials=1", f"out_dir={out}",
-                    f"storage=sqlite:///{named}")
+                    f"storage={storage}")
     assert "is the tracking store" in line
     assert _tree(tmp_path) == before and not out.exists()
 
@@ -222,6 +231,9 @@ def test_a_small_study_its_report_and_its_best_configuration(capsys, tmp_path: P
     out = tmp_path / "store"
     words = ["tune", *TINY, SPACE, "trials=3", f"out_dir={out}"]
     assert main(words) == 0
+    printed = capsys.readouterr().out  # a line per trial, no sweep header or table per seed
+    assert "rlbench: suite" not in printed and "over seeds" not in printed
+    assert len(re.findall(r"^trial \d: iqm ", printed, flags=re.M)) == 3
     trials = _trials(out)
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     runs = _finished_runs(out)
@@ -294,3 +306,27 @@ def test_without_optuna_tune_says_what_to_install(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "rlbench tune needs Optuna: pip install 'rlbench[tune]'" in done.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_what_tune_prints_for_a_recipe_file_runs(capsys, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study of a recipe named by its file: the confirming command it prints (and
+    best.yaml's description) names the file again, and runs as printed."""
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLE_PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(project)
+    out = tmp_path / "store"
+    assert main(["tune", "algo=my_recipes/vpg.py", "env=CartPole-v1", "frames=256",
+                 "eval_every=256", "eval_episodes=1", "seeds=1", "vpg.num_envs=2",
+                 "vpg.rollout_steps=64", "vpg.value_iterations=1",
+                 "space=policy_lr=log(1e-4,3e-3)", "trials=1", f"out_dir={out}"]) == 0
+    printed = capsys.readouterr().out
+    (command,) = re.findall(r"^rlbench: confirm the best on fresh seeds: (.+)$", printed,
+                            flags=re.M)
+    words = shlex.split(command)
+    assert words[:2] == ["rlbench", "run"] and f"algo={project / 'my_recipes' / 'vpg.py'}" in words
+    best = yaml.safe_load((out / "tune" / "vpg-CartPole-v1" / "best.yaml").read_text())
+    assert best["algos"] == ["vpg"] and command in best["description"]
+    assert main([*words[1:], f"out_dir={out}"]) == 0
+    assert "done vpg/CartPole-v1/seed0" in capsys.readouterr().out

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.harness.regress.junit import Case, junit_xml
-from rlbench.harness.regress.report import BENCH_REPORT_FILES
+from rlbench.harness.regress.report import BENCH_REPORT_FILES, is_gate_report
 from rlbench.harness.regress.throughput.measurement import Measurement
 from rlbench.harness.regress.throughput.paired_statistics import (
     MAX_PAIRS_NEEDED,
@@ -104,7 +104,7 @@ def write_paired_report(report: Path, table: TextTable, verdicts: list[PairedVer
     cases += [Case(name, "FAILED", text, True)
               for name, text in sorted(measurement.failed.get("candidate", {}).items())]
     md, data, junit = BENCH_REPORT_FILES
-    write_files(report, {
+    write_files(report, ours=is_gate_report, files={
         md: to_markdown(table),
         data: json.dumps({
             "base": base, "candidate": candidate, "delta": words["delta"],

@@ -30,7 +30,11 @@ from rich.console import Console
 
 from rlbench.errors import ConfigError, quote
 from rlbench.harness.regress.junit import Case, junit_xml
-from rlbench.harness.regress.report import BENCH_REPORT_FILES, check_report_targets
+from rlbench.harness.regress.report import (
+    BENCH_REPORT_FILES,
+    check_report_targets,
+    is_gate_report,
+)
 from rlbench.harness.regress.throughput.benchmark_runs import (
     MAX_JSON_BYTES,
     best_of,
@@ -195,7 +199,7 @@ def _write_report(report: Path, table: TextTable, verdicts: list[BenchVerdict],
                   skipped=v.verdict == "NOISY")
              for v in verdicts]
     md, data, junit = BENCH_REPORT_FILES
-    write_files(report, {
+    write_files(report, ours=is_gate_report, files={
         md: to_markdown(table),
         data: json.dumps(
             {"threshold": threshold, "statistic": statistic,
