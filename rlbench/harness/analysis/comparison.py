@@ -334,7 +334,21 @@ def group_runs(records: Sequence[RunRecord]) -> tuple[list[Group], list[str]]:
                          f"({', '.join(g.label for g in same)}), each its own entry; they "
                          f"differ in {', '.join(differ) or 'code version'}")
     notes += [note for group in ordered if (note := _code_note(group))]
+    notes += [note for group in ordered if (note := _overrun_note(group))]
     return ordered, notes
+
+
+def _overrun_note(group: Group) -> str | None:
+    """Says what a group's runs ran where it is more than their budget: a recipe collects
+    whole batches (PPO's rollouts, an off-policy recipe's train_every steps of every env),
+    so a budget that is no whole number of batches runs to the next one. What ran is each
+    run's last evaluation's step."""
+    reached = sorted({max(run.curve) for run in group.runs if run.curve})
+    if not reached or reached[-1] <= group.budget:
+        return None
+    ran = f"{reached[0]:,}" if len(reached) == 1 else f"{reached[0]:,} to {reached[-1]:,}"
+    return (f"{group.label} on {group.env} at {group.budget:,} {group.unit}: its runs collect "
+            f"whole batches, so they ran {ran} {group.unit}")
 
 
 def _code_note(group: Group) -> str | None:

@@ -26,6 +26,7 @@ from rlbench.harness.plan.algorithms import (
     missing_defaults,
     resolve_with_sources,
 )
+from rlbench.harness.plan.budgets import rounded_budget_notes
 from rlbench.harness.plan.checks import (
     MAX_RUNS,
     artifact_options,
@@ -138,6 +139,7 @@ def resolve_sweep(args: Sequence[str], *, check_here: bool = True) -> SweepConfi
     runs, portable_notes = without_host_code(runs)
     sweep.notes.extend(portable_notes)
     sweep.notes.extend(older_version_notes(run.env for run in runs if not run.offline))
+    sweep.notes.extend(rounded_budget_notes(runs))
     sweep.notes.extend(f"{p.source} is not made yet: `rlbench run` makes it first (about "
                        f"{p.family.minutes} min for its family)"
                        for p in tasks.planned.values() if p.family)
