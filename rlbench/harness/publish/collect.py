@@ -7,7 +7,7 @@ the same groups, intervals, aggregates and verdicts, from the same seeded bootst
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,9 +23,13 @@ from rlbench.harness.analysis.comparison import (
 )
 from rlbench.harness.plan.command_keys import Filters
 from rlbench.harness.store.results import RUN_COLUMNS
-from rlbench.harness.store.tracking import all_experiments
+from rlbench.harness.store.sqlite import sqlite_path
+from rlbench.harness.store.sqlite_read import experiments_tagged
+from rlbench.harness.store.tracking import all_experiments, search_all
 
 __all__ = ["SuiteData", "collect", "suites_in"]
+
+_EXPERIMENTS_PER_SEARCH = 100  # experiment ids in one search of a server
 
 
 @dataclass
@@ -44,18 +48,31 @@ class SuiteData:
 
 
 def suites_in(client: MlflowClient) -> list[str]:
-    """The suites a store holds runs of (its experiments but MLflow's default one)."""
-    return sorted(e.name for e in all_experiments(client)
-                  if e.name != "Default")
+    """The suites a store holds runs of: the experiments with a run of rlbench's (tag
+    ``kind=run``), found in one query of an embedded store, one scan of the runs through a
+    server; an experiment that holds none (made by hand, or emptied) is no suite."""
+    database = sqlite_path(client.tracking_uri)
+    if database is not None:
+        return sorted(experiments_tagged(database, "kind", "run"))
+    names = {e.experiment_id: e.name for e in all_experiments(client)}
+    held: set[str] = set()
+    ids = sorted(names)
+    for start in range(0, len(ids), _EXPERIMENTS_PER_SEARCH):
+        chunk = ids[start:start + _EXPERIMENTS_PER_SEARCH]
+        held.update(names[run.info.experiment_id]
+                    for run in search_all(client, chunk, "tags.kind = 'run'"))
+    return sorted(held)
 
 
 def collect(stores: Mapping[str, MlflowClient], suite: str, filters: Filters,
-            baselines: Path, *, seed: int, reps: int) -> SuiteData:
-    """The suite's runs in every store that has it, and their comparison."""
+            baselines: Path, *, seed: int, reps: int,
+            held: Mapping[str, Collection[str]] | None = None) -> SuiteData:
+    """The suite's runs in every store that has it, and their comparison. ``held``: the
+    suites each store holds (``suites_in``), when the caller has them already."""
     frames, records, notes = [], [], []
     seen: set[str] = set()
     for name, client in stores.items():
-        if suite not in suites_in(client):
+        if suite not in (held[name] if held is not None else suites_in(client)):
             continue
         runs = select_runs(client, suite, **filters.selection())
         repeated = runs.run_id.isin(seen)

@@ -14,7 +14,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,8 +157,9 @@ def _not_a_site_entry(path: Path) -> str | None:
     return None
 
 
-def _suites(request: PublishRequest, stores: Sequence[Store]) -> list[str]:
-    present = sorted({s for store in stores for s in suites_in(store.client)})
+def _suites(request: PublishRequest, stores: Sequence[Store],
+            held: Mapping[str, Collection[str]]) -> list[str]:
+    present = sorted({s for store in stores for s in held[store.name]})
     if not present:
         raise ConfigError(f"no runs to publish: {', '.join(s.given for s in stores)} hold "
                           "no suite")
@@ -175,8 +176,9 @@ def publish(request: PublishRequest) -> tuple[list[SuiteData], int]:
     """Reads every suite and writes the site; returns the suites and the files written."""
     stores = open_stores(request.stores, request.tracking_uris)
     clients = {store.name: store.client for store in stores}
+    held = {store.name: set(suites_in(store.client)) for store in stores}  # once per store
     suites = [collect(clients, suite, request.filters, request.baselines, seed=request.seed,
-                      reps=request.reps) for suite in _suites(request, stores)]
+                      reps=request.reps, held=held) for suite in _suites(request, stores, held)]
     suites = [s for s in suites if not s.runs.empty]
     if not suites:
         raise ConfigError("no run of the suites matches the filters given")

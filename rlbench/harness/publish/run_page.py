@@ -13,6 +13,7 @@ import re
 import shlex
 import urllib.parse
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
@@ -23,12 +24,13 @@ from rlbench.harness.publish.charts import PALETTE, Series, line_chart
 from rlbench.harness.publish.data_files import slug, stacked_csv, table_record
 from rlbench.harness.publish.markup import Cell, Table, facts, fmt, page, table, text
 
-__all__ = ["run_page", "shell_word"]
+__all__ = ["portable_tags", "run_page", "shell_word"]
 
-# Columns of a run's rlbench.results row shown among its tags
+# Columns of a run's rlbench.results row shown among its tags (not its host: a machine's
+# id means nothing where the site is read)
 _VERSIONS = ("git_commit", "git_dirty", "rlbench_version", "torch_version",
              "tensordict_version", "gymnasium_version", "mujoco_version", "python_version",
-             "host", "device", "identity")
+             "device", "identity")
 
 
 def run_page(suite: str, row: Mapping[str, Any], record: RunRecord) -> dict[str, str]:
@@ -40,8 +42,8 @@ def run_page(suite: str, row: Mapping[str, Any], record: RunRecord) -> dict[str,
     files: dict[str, str] = {}
     params = {c.removeprefix("param."): row[c] for c in row
               if c.startswith("param.") and isinstance(row[c], str)}
-    tags = {c.removeprefix("tag."): row[c] for c in row
-            if c.startswith("tag.") and isinstance(row[c], str) and row[c]}
+    tags = portable_tags({c.removeprefix("tag."): row[c] for c in row
+                          if c.startswith("tag.") and isinstance(row[c], str) and row[c]})
     tags.update({c: row[c] for c in _VERSIONS if isinstance(row.get(c), str) and row[c]})
     final = record.final_return
     summary = [("algorithm", text(row["algorithm"])),
@@ -86,14 +88,38 @@ def run_page(suite: str, row: Mapping[str, Any], record: RunRecord) -> dict[str,
     return files
 
 
+def portable_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """A run's tags as a reader elsewhere can use them: its run directory relative to the
+    store's out dir (``runs/<suite>/<run>``), a recipe file by its name (its sha256 is the
+    ``recipe_sha256`` tag); absolute paths of the machine that ran it say nothing there."""
+    shown = dict(tags)
+    if "run_dir" in shown:
+        shown["run_dir"] = _in_store(shown["run_dir"])
+    if shown.get("recipe", "").endswith(".py"):
+        shown["recipe"] = PurePath(shown["recipe"]).name
+    return shown
+
+
+def _in_store(run_dir: str) -> str:
+    """``<out_dir>/runs/<suite>/<run>`` as ``runs/<suite>/<run>``; another absolute path as
+    its last part, a relative one (another tool's) as it is."""
+    path = PurePath(run_dir)
+    if not path.is_absolute():
+        return run_dir
+    parts = path.parts
+    return "/".join(parts[-3:]) if len(parts) >= 4 and parts[-3] == "runs" else path.name
+
+
 def _command(row: Mapping[str, Any], params: dict[str, str]) -> str:
     """The commands that make this run again: its commit, then ``rlbench run`` with its
     suite, algorithm, env or dataset, budget, evaluation and every hyperparameter as it
     ran (``seeds`` counts from 0, so this seed is the last of those it runs; finished
-    ones in the out_dir are kept)."""
+    ones in the out_dir are kept). The commit is rlbench's: a recipe named by file or
+    module lies outside it, and the block says what to supply (a file by its sha256)."""
     suite = [] if row["suite"] == ADHOC_SUITE else [f"suite={row['suite']}"]
     recipe = row.get("tag.recipe")  # a recipe named by module or file: named so again
-    algo_word = recipe if isinstance(recipe, str) and recipe else row["algorithm"]
+    recipe = recipe if isinstance(recipe, str) and recipe else ""
+    algo_word = PurePath(recipe).name if recipe.endswith(".py") else recipe or row["algorithm"]
     words = ["rlbench", "run", *suite, f"algo={algo_word}"]
     words.append(f"dataset={params['dataset']}" if params.get("dataset")
                  else f"env={row['env']}")
@@ -108,13 +134,22 @@ def _command(row: Mapping[str, Any], params: dict[str, str]) -> str:
     commit = row.get("git_commit")
     lines = []
     if isinstance(commit, str) and _COMMIT.fullmatch(commit):
-        lines.append(f"git checkout {commit}" + ("  # it ran with uncommitted changes"
-                                                  if row.get("git_dirty") == "true" else ""))
+        lines.append(f"git checkout {commit}  # rlbench's code"
+                     + (" (it ran with uncommitted changes)" if row.get("git_dirty") == "true"
+                        else "") + (f", which holds no {shell_word(algo_word)}" if recipe else ""))
+    if recipe.endswith(".py"):
+        digest = row.get("tag.recipe_sha256")
+        digest = digest if isinstance(digest, str) and _SHA256.fullmatch(digest) else None
+        lines.append(f"# put the recipe file {shell_word(algo_word)} here"
+                     + (f" (sha256 {digest})" if digest else " (its sha256 was not recorded)"))
+    elif recipe:
+        lines.append(f"# install the package of the recipe module {shell_word(recipe)}")
     lines.append(" ".join(shell_word(w) for w in words))
     return "\n".join(lines)
 
 
 _COMMIT = re.compile(r"[0-9a-fA-F]{7,64}")  # a commit id: anything else is not checked out
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def shell_word(word: str) -> str:
@@ -162,8 +197,7 @@ def _artifacts(row: Mapping[str, Any]) -> str:
         pairs.append(("recorded at", f"<code>{text(uri)}</code>"))
     run_dir = row.get("tag.run_dir")
     if isinstance(run_dir, str) and run_dir:
-        host = row.get("host")
-        where = f" on {text(host)}" if isinstance(host, str) and host else ""
-        pairs.append(("run directory", f"<code>{text(run_dir)}</code>{where} (its "
-                                       "config.yaml, curve.csv and saved policies)"))
+        pairs.append(("run directory", f"<code>{text(_in_store(run_dir))}</code> in the "
+                                       "out dir of the store it ran into (its config.yaml, "
+                                       "curve.csv and saved policies)"))
     return facts(pairs)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
 
-__all__ = ["metric_histories", "runs_tagged"]
+__all__ = ["experiments_tagged", "metric_histories", "runs_tagged"]
 
 _BUSY_TIMEOUT_S = 60.0
 _IDS_PER_QUERY = 500
@@ -42,6 +42,18 @@ def _snapshot(path: Path) -> Iterator[sqlite3.Connection]:
 
 def _metric(key: str, value: float, timestamp: int, step: int, is_nan: int) -> Metric:
     return Metric(key, float("nan") if is_nan else float(value), timestamp, step)
+
+
+def experiments_tagged(path: Path, key: str, value: str) -> set[str]:
+    """The names of the active experiments holding an active run whose tag ``key`` is
+    ``value``: one query, however many experiments the store holds."""
+    with _snapshot(path) as db:
+        rows = db.execute(
+            "SELECT DISTINCT e.name FROM experiments e JOIN runs r "
+            "ON r.experiment_id = e.experiment_id AND r.lifecycle_stage = 'active' "
+            "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? AND t.value = ? "
+            "WHERE e.lifecycle_stage = 'active'", (key, value)).fetchall()
+    return {name for (name,) in rows}
 
 
 def runs_tagged(path: Path, experiment_id: str, key: str, value: str) -> list[Run]:

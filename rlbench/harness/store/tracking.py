@@ -7,8 +7,9 @@ what it is (``identity_tags``) and its config is logged as flattened params.
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -47,15 +48,16 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def search_all(client: MlflowClient, experiment_id: str, filter_string: str, *,
-               deleted: bool = False) -> list[Run]:
-    """Every active run of the experiment matching ``filter_string`` (and every deleted one
-    with ``deleted``), all pages."""
+def search_all(client: MlflowClient, experiment_id: str | Sequence[str], filter_string: str,
+               *, deleted: bool = False) -> list[Run]:
+    """Every active run of the experiment (or experiments) matching ``filter_string`` (and
+    every deleted one with ``deleted``), all pages."""
     found: list[Run] = []
     token = None
     view = ViewType.ALL if deleted else ViewType.ACTIVE_ONLY
+    ids = [experiment_id] if isinstance(experiment_id, str) else list(experiment_id)
     while True:
-        page = with_retry(client.search_runs, [experiment_id], filter_string,
+        page = with_retry(client.search_runs, ids, filter_string,
                           run_view_type=view, max_results=1000, page_token=token)
         found.extend(page)
         token = page.token
@@ -198,6 +200,7 @@ class Tracker:
                 CONFIG_IDENTITY: config.config_identity,
                 **({"code_fingerprint": config.code} if config.code else {}),
                 **({"recipe": config.recipe} if config.recipe else {}),
+                **_recipe_file_tags(config.recipe),
                 **_offline_tags(config),
                 **tags,
             },
@@ -224,6 +227,17 @@ class Tracker:
 
     def finish(self, run_id: str, status: str) -> None:
         with_retry(self.client.set_terminated, run_id, status)
+
+
+def _recipe_file_tags(recipe: str) -> dict[str, str]:
+    """A recipe file's sha256 (``recipe_sha256``): what a reader of the run elsewhere must
+    supply, since the recipe lies in no commit of rlbench's."""
+    if not recipe.endswith(".py"):
+        return {}
+    try:
+        return {"recipe_sha256": hashlib.sha256(Path(recipe).read_bytes()).hexdigest()}
+    except OSError:
+        return {}
 
 
 def _offline_tags(config: RunConfig) -> dict[str, str]:

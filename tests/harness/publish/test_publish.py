@@ -285,8 +285,9 @@ def test_a_runs_command_resolves_to_its_own_config(site: Path, store: Path) -> N
     real sweep)."""
     page = next(p for p in (site / "suites" / slug("unit") / "runs").glob("*.html")
                 if "ppo on CartPole-v1, seed 2" in p.read_text())
-    command = re.search(r"<pre>git checkout 0123456789abcdef0123456789abcdef01234567\n"
-                        r"(rlbench run [^<]+)</pre>", page.read_text()).group(1)
+    command = re.search(r"<pre>git checkout 0123456789abcdef0123456789abcdef01234567  "
+                        r"# rlbench&#x27;s code\n(rlbench run [^<]+)</pre>",
+                        page.read_text()).group(1)
     words = shlex.split(html.unescape(command))[2:]
     assert "seeds=3" in words and "ppo.hidden_sizes=[64,64]" in words
     sweep = resolve_sweep([w for w in words if not w.startswith("suite=")])

@@ -8,6 +8,7 @@ go to ``RLBENCH_ARTIFACTS`` (default ``.artifacts/`` in the repository)/``site/`
 
 from __future__ import annotations
 
+import hashlib
 import html
 import os
 import shlex
@@ -150,16 +151,24 @@ def test_a_real_runs_command_plans_that_run(browser, site: Path) -> None:
     assert planned[-1].seed_index == 1
 
 
-def test_the_command_of_a_command_line_grid_plans_that_run(site: Path) -> None:
+def test_the_command_of_a_command_line_grid_plans_that_run(
+        site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run of suite adhoc, by a recipe named by its file: its command names no suite
-    (``suite=adhoc`` is no suite file) and names the recipe by its file again."""
+    (``suite=adhoc`` is no suite file), names the recipe by its file's name and says to
+    supply that file by its sha256; run beside that file, it plans the same run. No path
+    of the machine that ran it is on the page."""
     store = site.parent / "adhoc"
     (run,) = rlbench.results.load(store, suite="adhoc").itertuples()
     page = (site / "suites" / slug("adhoc") / "runs" / f"{slug(run.run_id)}.html").read_text()
-    command = html.unescape(page.rsplit("<pre>", 1)[1].split("</pre>", 1)[0]).splitlines()[-1]
-    words = shlex.split(command)
-    recipe = str(site.parent / "recipes" / "my_recipes" / "vpg.py")
-    assert words[:3] == ["rlbench", "run", f"algo={recipe}"]
+    block = html.unescape(page.rsplit("<pre>", 1)[1].split("</pre>", 1)[0]).splitlines()
+    recipe = site.parent / "recipes" / "my_recipes" / "vpg.py"
+    digest = hashlib.sha256(recipe.read_bytes()).hexdigest()
+    assert f"# put the recipe file vpg.py here (sha256 {digest})" in block
+    words = shlex.split(block[-1])
+    assert words[:3] == ["rlbench", "run", "algo=vpg.py"]
+    assert str(site.parent) not in page, "no absolute path of the machine that ran it"
+    assert "runs/adhoc/vpg-CartPole-v1-seed0-" in page
+    monkeypatch.chdir(recipe.parent)
     (planned,) = resolve_sweep(words[2:]).runs
     assert (planned.suite, planned.identity) == ("adhoc", run.identity)
 
