@@ -1,4 +1,5 @@
-"""Stopping a command's process group and waiting until all of it is gone.
+"""Stopping a command's process group and waiting until all of it is gone; how many runs
+ran at once.
 
 A killed process holds its run's lock until it has exited, and its exit (unmapping a torch
 process's memory) can come well after its parent's on a loaded machine: a test that runs the
@@ -13,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["kill_group", "live_members"]
+__all__ = ["kill_group", "live_members", "most_at_once"]
 
 
 def live_members(group: int) -> list[int]:
@@ -43,3 +44,15 @@ def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL,
         assert time.monotonic() < deadline, f"{alive} of group {process.pid} outlived {sig!r}"
         time.sleep(0.02)
     return output
+
+
+def most_at_once(runs: list) -> int:
+    """The most MLflow runs of ``runs`` running at one moment, by their start and end
+    times."""
+    events = sorted([(r.info.start_time, 1) for r in runs] + [(r.info.end_time, -1)
+                                                             for r in runs])
+    running = most = 0
+    for _, change in events:  # an end before a start at the same millisecond
+        running += change
+        most = max(most, running)
+    return most

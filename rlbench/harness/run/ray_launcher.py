@@ -4,8 +4,9 @@
 none is given, starts a local Ray instance. Tasks call the same ``execute_run`` as the other
 launchers, so a run gives the same numbers on Ray as alone. They report to the sweep's
 tracking URI: on a cluster, point ``MLFLOW_TRACKING_URI`` at a shared ``mlflow server`` and
-install rlbench on every node. Progress flows back through a Ray queue; Ctrl-C cancels the
-tasks, which mark their runs KILLED.
+install rlbench on every node. Progress flows back through an actor on the driver's node,
+which tasks never wait on (a blocked task would hand its CPUs to another run); Ctrl-C
+cancels the tasks, which mark their runs KILLED.
 """
 
 from __future__ import annotations
@@ -84,6 +85,28 @@ DATASET_DIRS = ("D4RL_DATASET_DIR", "MINARI_DATASETS_PATH")
 RETRIES = 2
 
 
+class _Progress:
+    """What the tasks tell the driver (a run started, its metrics, a line to print), in
+    the order each task said it: an actor on the driver's node. A task sends without
+    waiting for the answer: a task blocked in ``ray.get`` hands its CPUs back to Ray, which
+    starts another run on them, so waiting on progress would run more runs than the node
+    has CPUs."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[str, str, Any]] = []
+
+    def put(self, item: tuple[str, str, Any]) -> None:
+        self._items.append(item)
+
+    def drain(self) -> list[tuple[str, str, Any]]:
+        items, self._items = self._items, []
+        return items
+
+    def drain_nothing(self) -> None:
+        """Answered once every item a caller sent before it is kept (a caller's calls to
+        one actor run in the order it made them)."""
+
+
 def _task(run: RunConfig, store: StoreLocation, experiment_id: str, parent_id: str,
           updates: Any, datasets: dict[str, str], token: str,
           dead: tuple[str, ...]) -> RunResult:
@@ -94,16 +117,19 @@ def _task(run: RunConfig, store: StoreLocation, experiment_id: str, parent_id: s
     os.environ.update(datasets)  # and the driver's dataset directories
 
     def report(values: dict[str, float]) -> None:
-        updates.put((run.identity, "update", values))
+        updates.put.remote((run.identity, "update", values))
 
     def say(text: str) -> None:
-        updates.put((run.identity, "say", text))
+        updates.put.remote((run.identity, "say", text))
 
-    updates.put((run.identity, "started", None))  # Ray may have queued the task until now
+    updates.put.remote((run.identity, "started", None))  # Ray may have queued it until now
     node = ray.get_runtime_context().get_node_id()
-    return execute_run(run, Tracker(store, prepare=False), experiment_id, parent_id,
-                       on_update=report, token=token, dead=dead,
-                       tags={"ray_node_id": node}, say=say)
+    try:
+        return execute_run(run, Tracker(store, prepare=False), experiment_id, parent_id,
+                           on_update=report, token=token, dead=dead,
+                           tags={"ray_node_id": node}, say=say)
+    finally:  # the run has ended: what it said reaches the driver before its result
+        ray.get(updates.drain_nothing.remote())
 
 
 def _death(err: Exception) -> str:
@@ -153,7 +179,6 @@ class RayLauncher:
             listener: Listener) -> list[RunResult]:
         # deferred: ray is optional, loaded only for launcher=ray
         import ray
-        from ray.util.queue import Queue
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # ray's too
 
         connect(self.address)
@@ -162,7 +187,7 @@ class RayLauncher:
         # on the driver's node: progress must not die with a worker node
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
                                               soft=False)
-        updates = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+        updates = ray.remote(_Progress).options(num_cpus=0, scheduling_strategy=here).remote()
         datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
         # a portable run's worker starts with its kernels pinned (numerics_environment)
         pinned = ({"env_vars": portable_environment()}
@@ -196,8 +221,7 @@ class RayLauncher:
 
         while by_ref:
             done, _ = ray.wait(list(by_ref), num_returns=1, timeout=0.2)
-            while not updates.empty():
-                identity, kind, payload = updates.get()
+            for identity, kind, payload in ray.get(updates.drain.remote()):
                 start(by_identity[identity])
                 if kind == "update":
                     listener.update(by_identity[identity], payload)

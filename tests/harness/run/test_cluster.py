@@ -28,6 +28,8 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
+from tests.processes import most_at_once
+
 pytestmark = pytest.mark.slow
 
 RLBENCH = str(Path(sys.executable).parent / "rlbench")
@@ -262,5 +264,8 @@ def test_runs_spread_over_the_nodes_and_a_killed_node_loses_nothing(
     every = _attempts(client, "ray", ViewType.ALL)
     nodes = {run.data.tags.get("ray_node_id") for run in every}
     assert len(nodes) == 2 and ray_cluster.worker_id in nodes, "runs ran on both nodes"
+    for node in nodes:  # one CPU each: one run at a time on each
+        assert most_at_once([run for run in _attempts(client, "ray")
+                             if run.data.tags.get("ray_node_id") == node]) <= 1
     for run in _attempts(client, "ray"):
         assert Path(run.data.tags["run_dir"]).is_absolute()

@@ -21,7 +21,7 @@ from rlbench.harness.signals import (
     fatal_errors_into,
 )
 from rlbench.harness.store.uri import tracking_uri
-from tests.processes import kill_group
+from tests.processes import kill_group, most_at_once
 
 SUITE = """
 algos: [ppo]
@@ -59,6 +59,25 @@ def test_alone_pool_and_ray_give_identical_series(tmp_path: Path, ray_local) -> 
     assert outcomes["pool"] == outcomes["alone"]
     assert outcomes["ray"] == outcomes["alone"]
     assert all(len(series["eval/return_mean"]) == 2 for series in outcomes["ray"].values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ray_runs_no_more_runs_than_its_cpus_hold(tmp_path: Path, ray_local,
+                                                  threads: int) -> None:
+    """Two CPUs: two runs of one thread at a time, or one of two threads, however often
+    the runs report their progress (a task that waited on a report gave its CPU back to
+    Ray, which started the next run on it)."""
+    suite = tmp_path / "pair.yaml"
+    suite.write_text(SUITE.replace("seeds: 2", "seeds: 6"))
+    out = tmp_path / "out"
+    assert main(["run", f"suite={suite}", f"out_dir={out}", "launcher=ray",
+                 f"threads={threads}", "force_threads=true"]) == 0
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("pair")
+    runs = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
+    assert len(runs) == 6 and all(r.info.status == "FINISHED" for r in runs)
+    assert most_at_once(runs) <= 2 // threads
 
 
 def _free_port() -> int:
