@@ -46,7 +46,9 @@ class PinnedDir:
         self.close()
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     def check_here(self) -> None:
         """A ``ConfigError`` unless ``path`` still names the pinned directory: what reads
@@ -70,7 +72,7 @@ class PinnedDir:
         pinned directory (subdirectories made as needed, none followed through a link).
         What is there must be missing or a regular file that is not of a foreign kind and
         whose first bytes ``ours`` accepts; else a ``ConfigError`` and nothing written."""
-        parts = PurePosixPath(relative).parts
+        parts = _inside(relative)
         with self._directory(parts[:-1]) as parent:
             name = parts[-1]
             mode = self._checked_mode(parent, name, relative, what, ours)
@@ -78,7 +80,13 @@ class PinnedDir:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, mode, dir_fd=parent)
             try:
-                with os.fdopen(fd, "wb") as handle:
+                handle = os.fdopen(fd, "wb")
+            except BaseException:
+                os.close(fd)
+                os.unlink(temporary, dir_fd=parent)
+                raise
+            try:
+                with handle:
                     os.fchmod(handle.fileno(), mode)
                     handle.write(data)
                     handle.flush()
@@ -100,7 +108,7 @@ class PinnedDir:
         one, so a swap of the run dir meanwhile does not move the writes; elsewhere it is
         the run dir's path, checked first. A pinned directory no longer at its path is a
         ``ConfigError`` before anything is put in place."""
-        parts = PurePosixPath(relative).parts
+        parts = _inside(relative)
         with self._directory(parts[:-1]) as parent:
             name = f".{parts[-1]}.{uuid.uuid4().hex[:12]}.partial"
             os.mkdir(name, dir_fd=parent)
@@ -130,7 +138,7 @@ class PinnedDir:
         fd = self.fd
         try:
             for part in parts:
-                if part in ("", ".", ".."):
+                if part in ("", ".", "..", "/") or "/" in part:
                     raise ConfigError(f"{quote('/'.join(parts))} leaves the run directory")
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, dir_fd=fd)
@@ -170,3 +178,12 @@ class PinnedDir:
         if head and ours is not None and not ours(head):
             raise ConfigError(f"{shown} is not a {what} rlbench wrote; nothing written")
         return stat.S_IMODE(status.st_mode) & 0o777
+
+
+def _inside(relative: str) -> tuple[str, ...]:
+    """The parts of a path inside the pinned directory; an absolute one, one that climbs
+    out (``..``) or names no file is a ``ConfigError``."""
+    path = PurePosixPath(relative)
+    if path.is_absolute() or not path.parts or ".." in path.parts:
+        raise ConfigError(f"{quote(relative)} is no place inside the run directory")
+    return path.parts

@@ -78,7 +78,7 @@ def run_eval(args: Sequence[str], console: Console) -> int:
     policy = load_policy(request.run, **selected, out_dir=request.store, device=request.device,
                          snapshot=request.snapshot, recipe=request.recipe,
                          trusted_envs=() if request.env is None else (request.env,))
-    if request.env is not None and request.env != policy.env:
+    if request.selector is None and request.env is not None and request.env != policy.env:
         raise ConfigError(f"env={request.env}, but {policy.source} was trained on "
                           f"{policy.env}: env= vouches for the run's env, it picks no other")
     episodes = request.episodes or _run_episodes(policy)

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from rlbench.errors import ConfigError, UnknownNameError, one_line
+from rlbench.errors import ConfigError, UnknownNameError, one_line, quote
 from rlbench.harness.store.results import load, load_filter
 
 __all__ = ["RunSelector", "select_run"]
@@ -50,6 +50,7 @@ def select_run(client: MlflowClient, selector: RunSelector) -> str:
     Refused with one line (``ConfigError``): a suite, algorithm or env the store has no run
     of (with near matches), no finished match (saying what the matches are doing), and
     matches of more than one identity (naming each, with what tells them apart)."""
+    _check_types(selector)
     runs = load(client, suite=selector.suite, warn_problems=False)
     for column, wanted in (("algorithm", selector.algo), ("env", selector.env)):
         known = sorted(set(runs[column]))
@@ -62,13 +63,27 @@ def select_run(client: MlflowClient, selector: RunSelector) -> str:
                if value is not None}
     matches = load_filter(runs, **filters)
     if selector.config is not None:
-        matches = matches[matches.config.str.startswith(selector.config.removeprefix("#"))]
+        matches = matches[matches.config.str.startswith(selector.config.removeprefix("#"),
+                                                        na=False)]
     finished = matches[matches.status == "FINISHED"]
     if finished.empty:
         raise ConfigError(_none_finished(selector, matches))
     if len(finished) > 1:
         raise ConfigError(_candidates(selector, finished))
     return str(finished.run_id.iloc[0])
+
+
+def _check_types(selector: RunSelector) -> None:
+    """A selector of the types it names, else a ``ConfigError`` (``load_policy`` is called
+    from Python, with whatever a caller passes)."""
+    texts = {"suite": selector.suite, "algo": selector.algo, "env": selector.env,
+             "config": selector.config}
+    for name, value in texts.items():
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{name} must be text, got {quote(value)}")
+    seed = selector.seed
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"seed must be an integer, got {quote(seed)}")
 
 
 def _none_finished(selector: RunSelector, matches: pd.DataFrame) -> str:

@@ -43,14 +43,15 @@ from rlbench.harness.publish.charts import Band, Series, line_chart
 from rlbench.harness.publish.collect import SuiteData
 from rlbench.harness.publish.data_files import DataWriter, slug
 from rlbench.harness.publish.markup import Cell, Table, attr, facts, fmt, link, page, text
-from rlbench.harness.publish.run_page import run_page
+from rlbench.harness.publish.run_page import portable_tags, run_page
 from rlbench.harness.store.identity_tags import IDENTITY_TAGS
 from rlbench.harness.store.results import budget_unit
 
 __all__ = ["site_files"]
 
 # Tags shown as filterable row tags: what tells runs of one group apart, not per-run ids.
-_FILTER_TAGS = ("git_commit", "rlbench_version", "torch_version", "host", "device", "library")
+# a run's host is not among them: a machine's id means nothing where the site is read
+_FILTER_TAGS = ("git_commit", "rlbench_version", "torch_version", "device", "library")
 _NOT_TAGS = ("tag.run_dir", "tag.dataset_sha256", "tag.reused_for",
              *(f"tag.{name}" for name in IDENTITY_TAGS))
 _WHITESPACE = re.compile(r"\s+")
@@ -90,8 +91,9 @@ def _kind_words(data: SuiteData) -> dict[str, str]:
 def _run_tags(row: Mapping[str, Any]) -> list[str]:
     """``name=value`` tokens of a run for the tag filter (whitespace in them as ``_``)."""
     pairs = [(name, row.get(name)) for name in _FILTER_TAGS if name in row]
-    pairs += [(c.removeprefix("tag."), row[c]) for c in row
-              if c.startswith("tag.") and c not in _NOT_TAGS]
+    pairs += list(portable_tags({c.removeprefix("tag."): row[c] for c in row
+                                 if c.startswith("tag.") and c not in _NOT_TAGS
+                                 and isinstance(row[c], str)}).items())
     return sorted({_WHITESPACE.sub("_", f"{name}={value}") for name, value in pairs
                    if isinstance(value, str) and value})
 

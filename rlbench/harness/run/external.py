@@ -26,7 +26,9 @@ the run KILLED and stop the sweep, so the same call later runs what is left.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -189,9 +191,10 @@ def _run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunCo
     seed_everything(seeds, threads=config.threads, device="cpu")
     run_dir = run_dir_for(tracker.out_dir, config)
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_id = tracker.start_run(experiment_id, parent_id, config, dict(tags))
-    recorder = RunRecorder(tracker, run_id, run_dir)
+    recorder = RunRecorder(tracker, "", run_dir)  # the run dir held before the run exists
     try:
+        run_id = recorder.run_id = tracker.start_run(experiment_id, parent_id, config,
+                                                     dict(tags))
         with heartbeat(tracker.client, run_id):
             return _train_recorded(tracker, run_id, ExternalRun(
                 config, seeds, run_dir, recorder), train)
@@ -201,9 +204,12 @@ def _run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunCo
 
 def _train_recorded(tracker: Tracker, run_id: str, run: ExternalRun,
                     train: Callable[[ExternalRun], None]) -> float:
-    """Train the claimed ``run`` and record how it ended; its final mean eval return."""
-    failure = run.run_dir / "traceback.txt"
-    failure.unlink(missing_ok=True)
+    """Train the claimed ``run`` and record how it ended; its final mean eval return. A
+    failure to record (a full disk, a run dir replaced meanwhile) ends the run FAILED with
+    that error, and is raised."""
+    pinned = run.recorder.pinned
+    with contextlib.suppress(FileNotFoundError):  # an earlier attempt's, in the run's dir
+        os.unlink("traceback.txt", dir_fd=pinned.fd)
     status = "FAILED"
     try:
         train(run)
@@ -216,16 +222,22 @@ def _train_recorded(tracker: Tracker, run_id: str, run: ExternalRun,
     except Exception as exc:
         error = one_line(exc)
         try:
-            run.recorder.pinned.replace("traceback.txt", traceback.format_exc().encode(),
-                                        "traceback file")
+            pinned.replace("traceback.txt", traceback.format_exc().encode(), "traceback file")
         except (ConfigError, OSError) as refused:  # the error itself is kept, in the run's tags
             error += f" (its traceback could not be written: {one_line(refused)})"
         tracker.set_tags(run_id, {"error": error[:5000]})
         raise
     finally:
-        run.recorder.flush()
-        curve = run.recorder.write_curve()
-        run.recorder.pinned.check_here()  # MLflow reads by path: only the run's own files
-        tracker.log_artifacts(run_id, [curve, failure])
-        tracker.finish(run_id, status)
+        try:
+            run.recorder.flush()
+            curve = run.recorder.write_curve()
+            pinned.check_here()  # MLflow reads by path: only the run's own files
+            tracker.log_artifacts(run_id, [curve, run.run_dir / "traceback.txt"])
+        except Exception as err:
+            if status == "FINISHED":  # trained, but not recorded: a failure all the same
+                tracker.set_tags(run_id, {"error": f"could not be recorded: {one_line(err)}"})
+            status = "FAILED"
+            raise
+        finally:
+            tracker.finish(run_id, status)
     return run.recorder.curve[-1]["eval/return_mean"]

@@ -11,6 +11,7 @@ cancels the tasks, which mark their runs KILLED.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -129,7 +130,8 @@ def _task(run: RunConfig, store: StoreLocation, experiment_id: str, parent_id: s
                            on_update=report, token=token, dead=dead,
                            tags={"ray_node_id": node}, say=say)
     finally:  # the run has ended: what it said reaches the driver before its result
-        ray.get(updates.drain_nothing.remote())
+        with contextlib.suppress(ray.exceptions.RayError):  # a driver gone: no one to tell
+            ray.get(updates.drain_nothing.remote())
 
 
 def _death(err: Exception) -> str:

@@ -114,14 +114,20 @@ def prepare_run_dir(run_dir: Path, progress: int | None, say: Callable[[str], No
 
 
 # The files a run writes in its directory, beside its ``*.pt`` weights (``RunRecorder``),
-# each by how it starts: a file of the name that starts otherwise is not a run's.
+# each by what its first bytes hold: a file of the name that holds otherwise is not a run's.
 RUN_FILES = frozenset({"config.yaml", "curve.csv", "traceback.txt", "fatal_error.txt"})
-_FILE_STARTS: dict[str, tuple[bytes, ...]] = {
-    "config.yaml": (b"suite: ",),
-    "curve.csv": (b"frames,eval/return_mean,",),
-    "traceback.txt": (b"Traceback (most recent call last):",),
-    "fatal_error.txt": (b"Fatal Python error", b"Current thread", b"Thread 0x"),
+_TRACEBACK = (b"Traceback (most recent call last):", b"  + Exception Group Traceback")
+_FILE_HEADS: dict[str, Callable[[bytes], bool]] = {
+    "config.yaml": lambda head: head.startswith(b"suite: "),
+    "curve.csv": lambda head: head.startswith(b"frames,eval/return_mean,"),
+    # format_exc's text: a traceback, an exception group's, or a cause raised nowhere
+    # printed before the traceback of what it caused
+    "traceback.txt": lambda head: any(mark in head for mark in _TRACEBACK),
+    # faulthandler's, or empty: made when the run starts, left so by a run killed outright
+    "fatal_error.txt": lambda head: not head or head.startswith(
+        (b"Fatal Python error", b"Current thread", b"Thread 0x")),
 }
+_HEAD = 4096
 _ZIP = b"PK\x03\x04"  # what torch.save writes
 _META_LIMIT = 1 << 20  # a tensordict's meta.json: a few kB per level
 
@@ -133,8 +139,8 @@ def _made_by_a_run(owned: OwnedDir, name: str, mode: int) -> bool:
     ``meta.json`` is tensordict's). A user's file of such a name is not."""
     if stat.S_ISREG(mode):
         if name.endswith(".pt"):
-            return _starts_with(owned.fd, name, (_ZIP,))
-        return name in RUN_FILES and _starts_with(owned.fd, name, _FILE_STARTS[name])
+            return _head_is(owned.fd, name, lambda head: head.startswith(_ZIP))
+        return name in RUN_FILES and _head_is(owned.fd, name, _FILE_HEADS[name])
     if not stat.S_ISDIR(mode):
         return False
     if name == "snapshots":
@@ -146,18 +152,18 @@ def _made_by_a_run(owned: OwnedDir, name: str, mode: int) -> bool:
         os.close(child)
 
 
-def _starts_with(directory: int, name: str, starts: tuple[bytes, ...]) -> bool:
-    """Whether the file ``name`` of ``directory`` (not followed if a link) starts with one
-    of ``starts``; one that cannot be opened is not judged a run's."""
+def _head_is(directory: int, name: str, ours: Callable[[bytes], bool]) -> bool:
+    """Whether the first bytes of the file ``name`` of ``directory`` (not followed if a
+    link) are ones ``ours`` takes for a run's; one that cannot be read is not a run's."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
     except OSError:
         return False
     try:
-        head = os.read(fd, max(map(len, starts)))
+        head = os.read(fd, _HEAD)
     finally:
         os.close(fd)
-    return head.startswith(starts)
+    return ours(head)
 
 
 def _is_tensordict_meta(directory: int) -> bool:

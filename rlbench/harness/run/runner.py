@@ -334,7 +334,8 @@ class _Attempt:
                 self.checkpoints, config.identity, every=config.checkpoint_every,
                 resume=resume, after_write=CheckpointUploader(
                     tracker.client, run_id, self.run_dir, upload=self.upload,
-                    roots=tracker.artifact_roots(), say=self.say))
+                    roots=tracker.artifact_roots(), say=self.say,
+                    check_run_dir=recorder.pinned.check_here))
             del resume  # the run's loop lets go of it once loaded
             status, error = _train(config, seeds, self.run_dir, recorder, settings)
             return status, error, False

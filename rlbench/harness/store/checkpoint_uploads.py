@@ -63,9 +63,13 @@ class CheckpointUploader:
     before it stays the one another host resumes from."""
 
     def __init__(self, client: MlflowClient, run_id: str, run_dir: Path, *, upload: bool,
-                 roots: tuple[Path, ...], say: Callable[[str], None]):
+                 roots: tuple[Path, ...], say: Callable[[str], None],
+                 check_run_dir: Callable[[], None] = lambda: None):
         self.client, self.run_id, self.run_dir = client, run_id, run_dir
         self.upload, self.roots, self.say = upload, roots, say
+        # raises unless ``run_dir`` still names the run's own directory: what is uploaded
+        # from it is read by path
+        self.check_run_dir = check_run_dir
         self._uploaded: str | None = None  # the checkpoint file in the run's artifacts
         self._snapshots: set[str] = set()  # the snapshots uploaded
 
@@ -101,11 +105,14 @@ class CheckpointUploader:
                          f"{one_line(err)})")
 
     def _upload_snapshots(self, progress: int) -> None:
+        self.check_run_dir()
         kept = self.run_dir / "snapshots"
-        for snapshot in sorted(kept.iterdir()) if kept.is_dir() else ():
+        if kept.is_symlink() or not kept.is_dir():
+            return
+        for snapshot in sorted(kept.iterdir()):
             name = snapshot.name
             if (name.isdigit() and int(name) <= progress and name not in self._snapshots
-                    and snapshot.is_dir()):
+                    and snapshot.is_dir() and not snapshot.is_symlink()):
                 with_retry(self.client.log_artifacts, self.run_id, str(snapshot),
                            f"snapshots/{name}")
                 self._snapshots.add(name)

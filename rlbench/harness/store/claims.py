@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import re
 import sys
 import threading
 import time
@@ -53,6 +55,8 @@ UNREADABLE_HOST = "(a claim the store holds damaged)"
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "token": str, "host": str, "out_dir": str, "pid": int, "at": (int, float), "place": str}
 _REQUIRED_FIELDS = frozenset(_FIELD_TYPES) - {"place"}
+_TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")  # uuid4().hex, as ``Claim.new`` makes it
+_LATEST = 1e11  # seconds since the epoch: the year 5138
 NO_ATTEMPT_LIFETIMES = 5
 
 
@@ -134,8 +138,8 @@ class Claim:
             return now - self.at < NO_ATTEMPT_LIFETIMES * stale_seconds()
         if attempt.info.status != "RUNNING" or attempt.info.lifecycle_stage != "active":
             return False  # ended, or deleted by a process that judged it dead
-        beat = float(attempt.data.tags.get("heartbeat", self.at))
-        return now - beat < stale_seconds()
+        beat = _finite_time(attempt.data.tags.get("heartbeat", self.at))
+        return beat is not None and now - beat < stale_seconds()
 
     @classmethod
     def new(cls, identity: str, epoch: int, out_dir: Path, *,
@@ -151,7 +155,7 @@ class Claim:
         run is claimed anew and goes on; a key whose epoch is no number is a ``ValueError``
         (the ledger cannot order it)."""
         identity, _, epoch = key.removeprefix(_PREFIX).rpartition(".")
-        if not identity or not epoch.isdigit() or len(epoch) > 18:
+        if not identity or not (epoch.isascii() and epoch.isdigit()) or len(epoch) > 18:
             raise ValueError(f"claim key {key!r} has no epoch")
         fields = _claim_fields(value)
         if fields is None:
@@ -173,7 +177,20 @@ def _claim_fields(value: str) -> dict[str, Any] | None:
         if name in fields and (isinstance(fields[name], bool)
                                or not isinstance(fields[name], kind)):
             return None
+    if not _TOKEN.fullmatch(fields["token"]) or _finite_time(fields["at"]) is None:
+        return None  # a token goes into a search filter; a time into differences
     return fields
+
+
+def _finite_time(value: object) -> float | None:
+    """``value`` as seconds since the epoch, when it reads as a time a clock gives (a
+    finite number of at most ``_LATEST``); None for anything else (a stored heartbeat or
+    claim time of another kind, ``inf``, a number of 400 digits)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return seconds if math.isfinite(seconds) and 0 <= seconds <= _LATEST else None
 
 
 class Ledger:

@@ -281,3 +281,30 @@ def test_a_live_claim_from_the_store_is_logged_inert(tmp_path: Path,
     (said,) = [line for line in lines if "being run by" in line]
     assert "\x1b" not in said and "\x07" not in said
     assert "\\x1b]0;PWNED\\x07\\x1b[2Jevil" in said
+
+
+def test_a_run_dir_replaced_while_it_trains_ends_the_run_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer's run dir moved away and a link to a user's directory put in its place:
+    nothing is written or uploaded from there, and the run ends FAILED with why, never
+    left RUNNING."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    configs, suite = _plan(tmp_path, "seeds=1")
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "traceback.txt").write_text("my notes\n")
+
+    def train(run: ExternalRun) -> None:
+        _trainer([])(run)
+        run.run_dir.rename(tmp_path / "moved")
+        run.run_dir.symlink_to(user)
+
+    lines: list[str] = []
+    result = run_external(configs, train, out_dir=tmp_path, suite=suite,
+                          library="mylib 1.0", log=lines.append)
+    assert list(result.failed) == [configs[0].name]
+    assert "was replaced while the run wrote in it" in result.failed[configs[0].name]
+    (run,) = rlbench.results.load(tmp_path, suite=suite).itertuples()
+    assert run.status == "FAILED" and "could not be recorded" in run.error
+    assert sorted(p.name for p in user.iterdir()) == ["traceback.txt"]
+    assert (user / "traceback.txt").read_text() == "my notes\n"

@@ -269,11 +269,17 @@ def test_a_ledger_whose_creation_answer_was_lost_is_kept(tmp_path: Path,
             if e.name.startswith("rlbench-ledger")] == [], "its pointer is deleted"
 
 
+_CLAIM_AT = '{"token": "' + "a" * 32 + '", "host": "h", "out_dir": "/o", "pid": 1, "at": AT}'
+
+
 @pytest.mark.parametrize("value", [
     "{not json", json.dumps({"token": "t", "host": "h", "out_dir": "/o", "pid": 1, "at": 0.0,
                              "evil": 1}),
     json.dumps({"token": "t", "host": "h", "out_dir": "/o", "pid": "one", "at": 0.0}),
     json.dumps([1, 2]), "[" * 50_000,
+    _CLAIM_AT.replace("AT", "Infinity"), _CLAIM_AT.replace("AT", "1" + "0" * 400),
+    json.dumps({"token": "x' or tags.kind = 'run", "host": "h", "out_dir": "/o", "pid": 1,
+                "at": 0.0}),
 ])
 def test_a_damaged_claim_costs_nothing_the_run_is_claimed_anew(tmp_path: Path,
                                                                value: str) -> None:
@@ -294,3 +300,15 @@ def test_a_damaged_claim_costs_nothing_the_run_is_claimed_anew(tmp_path: Path,
     result = execute_run(config, tracker, experiment_id, parent_id)
     assert result.status == "FINISHED"
     assert ledger.latest().epoch == 1 and ledger.latest().host == host_id()
+
+
+@pytest.mark.parametrize("beat", ["abc", "inf", "nan", "1" + "0" * 400, "-5e300"])
+def test_a_heartbeat_that_is_no_time_is_no_life(beat: str) -> None:
+    """An attempt's heartbeat tag is a stored value: one that is no clock's time reads as a
+    process that stopped beating, never as one that lives for ever, nor as a crash."""
+    from mlflow.entities import Run, RunData, RunInfo, RunTag
+
+    claim = Claim.new("abc123", 0, Path("/elsewhere"))
+    attempt = Run(RunInfo("r", "0", "", "RUNNING", 0, None, "active"),
+                  RunData(tags=[RunTag("heartbeat", beat)]))
+    assert not claim.alive(attempt)

@@ -103,3 +103,13 @@ def test_a_run_dir_swapped_for_a_link_mid_run_receives_nothing(tmp_path: Path) -
     assert sorted(p.name for p in user.iterdir()) == ["curve.csv", "policy.pt"]
     assert not list(moved.glob(".transitions*"))
     recorder.close()
+
+
+@pytest.mark.parametrize("name", ["/abs/policy", "../policy", "snapshots/../../policy"])
+def test_a_name_that_leaves_the_run_dir_is_refused(tmp_path: Path, name: str) -> None:
+    recorder = _recorder(tmp_path / "runs" / "run")
+    with pytest.raises(ConfigError, match="is no place inside the run directory"):
+        recorder.save_model(name, torch.nn.Linear(2, 1))
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["run", "runs"]
+    recorder.close()
+    recorder.close()  # a second close closes nothing
