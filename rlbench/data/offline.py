@@ -35,6 +35,7 @@ from rlbench.data.minari_files import read_minari
 from rlbench.data.offline_dataset import OfflineDataset
 from rlbench.envs.registry import make_to_inspect, probe_env
 from rlbench.errors import ConfigError, quote
+from rlbench.owned_files import check_target, open_replacement
 from rlbench.untrusted_files import path_is
 
 __all__ = ["D4RL_ENVS", "D4RL_LOCOMOTION", "OfflineDataset", "d4rl_dir", "d4rl_file_name",
@@ -162,16 +163,15 @@ def _fetch_d4rl(name: str, path: Path, download: bool) -> None:
     if url is None:
         raise ConfigError(f"d4rl:{name}: not at {path}, and rlbench knows no URL for it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".part")
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
+    check_target(path, "dataset file")
+    try:  # into a new file beside it, renamed over it whole: no link is written through
+        with urllib.request.urlopen(url, timeout=60) as response, \
+                open_replacement(path) as out:
             while chunk := response.read(1 << 20):
                 out.write(chunk)
     except (urllib.error.URLError, OSError) as err:
-        partial.unlink(missing_ok=True)
         raise ConfigError(f"d4rl:{name}: download from {url} failed ({err}); place the file "
                           f"at {path}") from err
-    partial.replace(path)
 
 
 def _fetch_minari(dataset_id: str, path: Path, download: bool) -> None:
