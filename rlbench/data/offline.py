@@ -42,6 +42,8 @@ __all__ = ["D4RL_ENVS", "D4RL_LOCOMOTION", "OfflineDataset", "d4rl_dir", "d4rl_f
            "d4rl_path", "d4rl_url", "load_dataset", "minari_path", "minari_root", "read_d4rl",
            "read_minari"]
 
+OWN_NAMESPACE = "rlbench/"  # the Minari namespace of the datasets rlbench makes itself
+
 D4RL_LOCOMOTION = ("hopper", "halfcheetah", "walker2d", "ant")  # the v2 files D4RL publishes
 _SEPARATOR = re.compile(r"[/\\]")  # a path's separators, here or on Windows
 _D4RL_URL = "http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/{file}"
@@ -175,6 +177,11 @@ def _fetch_d4rl(name: str, path: Path, download: bool) -> None:
 
 
 def _fetch_minari(dataset_id: str, path: Path, download: bool) -> None:
+    if dataset_id.startswith(OWN_NAMESPACE):  # rlbench's own: made, never downloaded
+        raise ConfigError(f"minari:{dataset_id}: no dataset at {path}: rlbench makes its own "
+                          "datasets the first time a run names one (rlbench run algo=bc "
+                          f"dataset=minari:{dataset_id}), and downloads none; or set "
+                          "MINARI_DATASETS_PATH to where one was made")
     if not download:
         raise ConfigError(f"minari:{dataset_id}: no dataset at {path} (set MINARI_DATASETS_PATH, "
                           f"or pass download=True, or run `minari download {dataset_id}`)")

@@ -52,6 +52,6 @@ def test_a_download_lands_whole_and_writes_through_no_link(served: Path,
 
 def test_a_failed_download_leaves_nothing(served: Path, tmp_path: Path) -> None:
     target = tmp_path / "d4rl" / "hopper_medium-v2.hdf5"
-    with pytest.raises(ConfigError, match="download from .* failed"):
+    with pytest.raises(ConfigError, match=r"download from .* failed"):
         offline._fetch_d4rl("hopper-medium-v2", target, download=True)  # 404
     assert list(target.parent.iterdir()) == []

@@ -232,6 +232,9 @@ def test_a_missing_minari_dataset_names_where_it_looked(
     with pytest.raises(ConfigError, match=r"minari:mujoco/hopper/medium-v0: no dataset at .*"
                                           r"mujoco/hopper/medium-v0 .*minari download"):
         load_dataset("minari:mujoco/hopper/medium-v0")
+    with pytest.raises(ConfigError, match=r"rlbench makes its own datasets the first time a "
+                                          r"run names one .* and downloads none"):
+        load_dataset("minari:rlbench/pendulum/expert-v0", download=True)
 
 
 def test_a_dataset_fills_a_replay_buffer(tmp_path: Path) -> None:

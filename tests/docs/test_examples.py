@@ -102,7 +102,8 @@ def test_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    namespace: dict[str, object] = {"__name__": "__example__"}
+    # run as a script runs: a block's `if __name__ == "__main__":` body runs too
+    namespace: dict[str, object] = {"__name__": "__main__"}
     for example in examples(page):
         if example.mode == "file":
             (work / example.argument).write_text(example.text)

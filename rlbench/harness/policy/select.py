@@ -100,7 +100,7 @@ def _candidates(selector: RunSelector, finished: pd.DataFrame) -> str:
     """One line naming the finished runs of other identities that ``selector`` matches,
     newest first, with what sets each apart, and the keys that narrow it."""
     newest = finished.sort_values("start_time", ascending=False, kind="stable")
-    shown = [_candidate(run) for run in newest.head(_SHOWN_CANDIDATES).itertuples()]
+    shown = [_candidate(run) for run in newest.head(_SHOWN_CANDIDATES).to_dict("records")]
     more = len(newest) - len(shown)
     narrowing = [name for name, value in (("algo", selector.algo), ("env", selector.env),
                                           ("seed", selector.seed), ("config", selector.config))
@@ -110,9 +110,14 @@ def _candidates(selector: RunSelector, finished: pd.DataFrame) -> str:
             + f". Name one with {'= or '.join([*narrowing, 'run'])}=")
 
 
-def _candidate(run: Any) -> str:
-    """A finished run as a candidate: what tells it from the others, and its id."""
-    commit = one_line(str(run.git_commit or "?"), 12)[:8]
-    return one_line(f"{run.algorithm} on {run.env} seed {run.seed} config {run.config} "
-                    f"code {commit} rlbench {run.rlbench_version or '?'} "
-                    f"(run={run.run_id})", 200)
+def _candidate(run: dict[str, Any]) -> str:
+    """A finished run as a candidate: what tells it from the others (its numerics among
+    them: a portable run of ``make run`` beside a native one of ``rlbench run``), and its
+    id."""
+    commit = one_line(str(run["git_commit"] or "?"), 12)[:8]
+    numerics = run.get("param.numerics")
+    return one_line(f"{run['algorithm']} on {run['env']} seed {run['seed']} config "
+                    f"{run['config']}"
+                    + (f" numerics {numerics}" if isinstance(numerics, str) else "")
+                    + f" code {commit} rlbench {run['rlbench_version'] or '?'} "
+                      f"(run={run['run_id']})", 220)
