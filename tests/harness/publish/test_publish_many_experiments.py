@@ -28,7 +28,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.slow  # an mlflow server
+@pytest.mark.nightly  # an mlflow server of its own; the embedded store's path is below
 def test_an_experiment_of_no_run_is_no_suite(store: Path, mlflow_server: str) -> None:
     client = MlflowClient(tracking_uri(store))
     assert suites_in(client) == ["broken", "budgets", "odd", "unit"]

@@ -62,7 +62,7 @@ def test_alone_pool_and_ray_give_identical_series(tmp_path: Path, ray_local) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, pytest.param(2, marks=pytest.mark.nightly)])
 def test_ray_runs_no_more_runs_than_its_cpus_hold(tmp_path: Path, ray_local,
                                                   threads: int) -> None:
     """Two CPUs: two runs of one thread at a time, or one of two threads, however often
