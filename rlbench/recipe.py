@@ -60,6 +60,7 @@ from rlbench.state import (
     tensordict_from_state,
     tensordict_state,
 )
+from rlbench.trace import UpdateTrace
 
 __all__ = ["Count", "FrameSchedule", "MetricMean", "RunLogger", "RunLoop", "RunSpec", "Seeds",
            "check_ranges", "help_of", "hp"]
@@ -149,6 +150,7 @@ class RunSpec:
     save_snapshots: bool = False  # the policy at every evaluation, under snapshots/<n>/
     save_transitions: bool = False  # every collected transition, under transitions/
     checkpoint: CheckpointSettings | None = None  # where to checkpoint, what to resume from
+    trace_every: int = 0  # hash the update's tensors every this many updates (rlbench.trace)
 
     @property
     def offline(self) -> bool:
@@ -278,7 +280,9 @@ class RunLoop:
     averaged since the last log every ``log_every`` units of the budget (every iteration
     when None) with ``loop.diagnostics`` beside them, evaluates every ``spec.eval_every``,
     and always at the end of the budget (with ``score``, the normalized score of those
-    returns beside them), then calls each of ``on_iteration``.
+    returns beside them), then calls each of ``on_iteration``. With ``spec.trace_every``
+    = K it logs the hashes of every K-th update (``rlbench.trace``): the batch and the random
+    streams it started from, the state of every module and optimizer in ``state`` after it.
     When the budget is spent it saves the policy (and the normalisation, when given) and,
     as ``spec`` asks, the policy at every evaluation (``snapshots/<step>/``) and every
     collected transition (``transitions/``).
@@ -321,6 +325,9 @@ class RunLoop:
         self._train_seconds = 0.0
         self._last_eval: int | None = None
         self._progress = 0
+        self._updates = 0
+        self._trace = UpdateTrace(spec.trace_every, self._parts)
+        self._traced: dict[str, float] = {}
         self._transitions: list[TensorDict] = []
 
     @property
@@ -333,6 +340,8 @@ class RunLoop:
         self._resume()
         for batch in collector:
             start = time.perf_counter()
+            if self._trace.due(self._updates + 1):
+                self._traced = {**self._trace.batch(batch), **self._trace.random_streams()}
             yield batch
             self._train_seconds += time.perf_counter() - start + collector.last_batch_seconds
             if self.spec.save_transitions:
@@ -345,6 +354,8 @@ class RunLoop:
         self._resume()
         for step in range(self._progress + 1, self.spec.steps + 1):
             start = time.perf_counter()
+            if self._trace.due(self._updates + 1):
+                self._traced = self._trace.random_streams()
             yield step
             self._train_seconds += time.perf_counter() - start
             self._after_iteration(step)
@@ -352,6 +363,10 @@ class RunLoop:
 
     def _after_iteration(self, progress: int) -> None:
         self._progress = progress
+        self._updates += 1
+        if self._trace.due(self._updates):
+            self.logger.log_metrics(progress, {**self._traced, **self._trace.state()})
+            self._traced = {}
         last = progress >= self.spec.budget
         if self._log_schedule is None or self._log_schedule.due(progress) or last:
             self.logger.log_metrics(progress, {**self.metrics.pop(), **self.diagnostics,
@@ -399,6 +414,7 @@ class RunLoop:
                        if self._transitions else None)
         return {
             "progress": self._progress,
+            "updates": self._updates,
             "train_seconds": self._train_seconds,
             "last_eval": self._last_eval,
             "eval_schedule": self._eval_schedule.state_dict(),
@@ -430,6 +446,8 @@ class RunLoop:
     def _load(self, checkpoint: dict[str, Any]) -> None:
         loop = checkpoint["loop"]
         self._progress, self._train_seconds = loop["progress"], loop["train_seconds"]
+        # a checkpoint from before updates were counted: an offline run's are its steps
+        self._updates = loop.get("updates", self._progress if self.spec.offline else 0)
         self._last_eval = loop["last_eval"]
         self._eval_schedule.load_state_dict(loop["eval_schedule"])
         if self._log_schedule is not None and loop["log_schedule"] is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -173,9 +174,37 @@ def test_a_run_through_onednn_resumes_exactly(tmp_path: Path, algo: str,
     _killed_three_times_logs_what_the_whole_run_logs(tmp_path, algo)
 
 
-def _killed_three_times_logs_what_the_whole_run_logs(tmp_path: Path, algo: str) -> None:
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "dqn", "bc", "iql"])
+def test_a_traced_run_computes_what_an_untraced_one_does(tmp_path: Path, algo: str) -> None:
+    """Tracing reads only: every series but the trace is the untraced run's, bit for bit,
+    and the trace hashes every update's batch or random streams, modules and optimizers."""
+    plain, traced = SeriesLogger(), SeriesLogger()
+    _train(algo, _spec(algo, tmp_path, None), plain)
+    _train(algo, replace(_spec(algo, tmp_path, None), trace_every=1), traced)
+    assert [p for p in traced.series() if not p[0].startswith("trace/")] == plain.series()
+    names = {p[0] for p in traced.points if p[0].startswith("trace/")}
+    assert any(n.startswith("trace/rng/torch") for n in names)
+    assert any(n.endswith("/exp_avg_sq") for n in names)  # Adam's moments, by parameter
+    assert (algo in OFFLINE) != any(n.startswith("trace/batch/") for n in names)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "bc"])
+def test_a_traced_run_killed_three_times_traces_what_the_whole_run_does(
+        tmp_path: Path, algo: str) -> None:
+    """The count of updates goes into the checkpoint: a resumed run traces the updates the
+    whole run traces."""
+    _killed_three_times_logs_what_the_whole_run_logs(tmp_path, algo, trace_every=3)
+
+
+def _killed_three_times_logs_what_the_whole_run_logs(tmp_path: Path, algo: str,
+                                                     trace_every: int = 0) -> None:
+    def spec(settings: CheckpointSettings | None) -> RunSpec:
+        return replace(_spec(algo, tmp_path, settings), trace_every=trace_every)
+
     whole = SeriesLogger()
-    _train(algo, _spec(algo, tmp_path, None), whole)
+    _train(algo, spec(None), whole)
     total = len(whole.points)
 
     directory, identity = tmp_path / "checkpoints", f"test-{algo}"
@@ -186,10 +215,10 @@ def _killed_three_times_logs_what_the_whole_run_logs(tmp_path: Path, algo: str) 
         settings = CheckpointSettings(directory, identity, every=_every(algo), resume=resume)
         logger = SeriesLogger(die_at)
         if die_at is None:
-            _train(algo, _spec(algo, tmp_path, settings), logger)
+            _train(algo, spec(settings), logger)
             break
         with pytest.raises(Died):
-            _train(algo, _spec(algo, tmp_path, settings), logger)
+            _train(algo, spec(settings), logger)
         resume = read_checkpoint(directory, identity)
         assert resume is not None
         resumed_from.append(resume["progress"])

@@ -14,11 +14,15 @@ import functools
 import importlib
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from rlbench.allocator import keep_freed_memory
+from rlbench.cli import main as rlbench_main
+
+HOPPER_DATASET_STEPS = 20_000
 
 
 def _plant_slowdown(spec: str) -> None:
@@ -59,3 +63,15 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def hopper_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A D4RL-format Hopper-v5 file of uniformly random actions, for offline runs' costs."""
+    out = tmp_path_factory.mktemp("hopper")
+    if rlbench_main(["dataset", "make", "env=Hopper-v5", "quality=random",
+                     f"steps={HOPPER_DATASET_STEPS}", "format=d4rl", "seed=0",
+                     f"output={out}"]) != 0:
+        raise RuntimeError("the Hopper dataset could not be made")
+    (path,) = out.rglob("*.hdf5")
+    return path

@@ -28,14 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.cli import main as rlbench_main
 from rlbench.numerics_environment import host_cannot_be_portable, portable_environment
 
 pytestmark = pytest.mark.bench
 
 WORKER = Path(__file__).with_name("numerics_cost_worker.py")
 PAIRS = 5
-DATASET_STEPS = 20_000
 
 
 class Worker:
@@ -67,18 +65,6 @@ class Worker:
 def _environment(mode: str) -> dict[str, str]:
     base = {key: value for key, value in os.environ.items() if key != "RLBENCH_NUMERICS"}
     return base | portable_environment() if mode == "portable" else base
-
-
-@pytest.fixture(scope="module")
-def hopper_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A D4RL-format Hopper-v5 file of uniformly random actions."""
-    out = tmp_path_factory.mktemp("hopper")
-    if rlbench_main(["dataset", "make", "env=Hopper-v5", "quality=random",
-                     f"steps={DATASET_STEPS}", "format=d4rl", "seed=0",
-                     f"output={out}"]) != 0:
-        raise RuntimeError("the Hopper dataset could not be made")
-    (path,) = out.rglob("*.hdf5")
-    return path
 
 
 @pytest.fixture

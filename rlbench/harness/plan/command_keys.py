@@ -104,6 +104,10 @@ RUN_TABLE = KeyTable("run", (
     Key("resume_numerics", "same: a checkpoint made in another numerics class (another "
         "processor's kernels) is not continued, the run starts again; any: it is continued, "
         "and the run records it", kind="choice", default="same", choices=("same", "any")),
+    Key("trace_every", "K: every K updates, log a hash of the batch, the random streams and "
+        "every network and optimizer tensor (trace/... metrics): rlbench reproduce then "
+        "names the first update and tensor where two runs part; 0: off", kind="value",
+        default=0, high=10**12),
     Key("out_dir", "the store and the runs' files; MLFLOW_TRACKING_URI overrides its store",
         default=str(DEFAULT_OUT_DIR)),
     Key("jobs", "runs at a time, each in its own process", kind="value", default=1,

@@ -347,13 +347,16 @@ def _check_whole_grid(sweep: _Sweep, tasks: Tasks, suite_grid: _SuiteGrid,
 
 
 def _with_checkpoint_options(runs: list[RunConfig], options: SweepOptions) -> list[RunConfig]:
-    """``runs`` with the sweep's checkpoint options where they are not the defaults."""
+    """``runs`` with the sweep's checkpoint and trace options where they are not the
+    defaults."""
     if options.checkpoint_every != CHECKPOINT_EVERY:
         runs = [replace(run, checkpoint_every=options.checkpoint_every) for run in runs]
     if options.checkpoint_store != "auto":
         runs = [replace(run, checkpoint_store=options.checkpoint_store) for run in runs]
     if options.resume_numerics != "same":
         runs = [replace(run, resume_numerics=options.resume_numerics) for run in runs]
+    if options.trace_every:
+        runs = [replace(run, trace_every=options.trace_every) for run in runs]
     return runs
 
 

@@ -33,7 +33,8 @@ ARTIFACT_OPTIONS = ("save_snapshots", "save_transitions")
 # An offline run's fields: left out of an online run's identity
 OFFLINE_FIELDS = ("dataset", "dataset_label", "dataset_sha256", "dataset_refs", "steps")
 # How a run is kept and named, not what it computes: never part of its identity
-_NOT_IDENTITY = ("checkpoint_every", "checkpoint_store", "resume_numerics", "recipe", "variant")
+_NOT_IDENTITY = ("checkpoint_every", "checkpoint_store", "resume_numerics", "recipe", "variant",
+                 "trace_every")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,9 @@ class RunConfig:
     # "any": a checkpoint written in another numerics class is continued (and recorded);
     # "same": the run starts again instead
     resume_numerics: str = field(default="same", compare=False)
+    # updates between the hashes of what an update reads and writes (``rlbench.trace``;
+    # 0: none): hashing only reads, so a traced run is the run it would be untraced
+    trace_every: int = field(default=0, compare=False)
     # a recipe named on the command line by module or file: where other processes import
     # it from (``recipe_sources``); its code is in ``code``, wherever it lies
     recipe: str = field(default="", compare=False)

@@ -37,6 +37,7 @@ class SweepOptions:
     checkpoint_every: int
     checkpoint_store: str
     resume_numerics: str  # same or any: whether a checkpoint of another numerics class goes on
+    trace_every: int  # updates between traces of the update's tensors (0: none)
     reuse_code: bool
     slurm: SlurmSettings
 
@@ -72,6 +73,7 @@ def sweep_options(given: dict[str, Any]) -> SweepOptions:
         jobs=bounded_int(sweep, "jobs"),
         checkpoint_every=bounded_int(sweep, "checkpoint_every"),
         checkpoint_store=checkpoint_store, resume_numerics=sweep["resume_numerics"],
+        trace_every=bounded_int(sweep, "trace_every", minimum=0),
         reuse_code=reuse == "code",
         slurm=slurm_settings(sweep, launcher, list(given)))
 

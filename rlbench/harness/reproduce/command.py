@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -27,9 +28,11 @@ from rlbench.harness.reproduce.series import (
     PrefixDone,
     Series,
     SeriesLogger,
+    comparable,
     first_parting,
     points,
     prefix,
+    trace_parting,
 )
 from rlbench.harness.reproduce.stored_run import StoredRun, find_stored_run, rebuilt_config
 from rlbench.harness.run.training import train
@@ -75,7 +78,7 @@ def _prefix(stored: StoredRun, words: dict) -> int:
 
 
 def _again(stored: StoredRun, until: int, console: Console) -> int:
-    config = rebuilt_config(stored)
+    config = replace(rebuilt_config(stored), trace_every=_traced_every(stored))
     check_device_here(config.device)
     check_process_mode(config.numerics)  # portable: pins this process, or starts it again
     unit, end = stored.budget[0], stored.end
@@ -99,6 +102,13 @@ def _again(stored: StoredRun, until: int, console: Console) -> int:
                     ("stored", "again"), console)
 
 
+def _traced_every(stored: StoredRun) -> int:
+    """The stored run's ``trace_every`` (0: untraced), so that its run again is traced at
+    the same updates."""
+    text = stored.tags.get("trace_every", "0")
+    return int(text) if text.isdigit() else 0
+
+
 def _against(stored: StoredRun, other: StoredRun, until: int, console: Console) -> int:
     if stored.config.get("identity") != other.config.get("identity"):
         _say(console, f"note: the runs have other identities ({stored.config.get('identity')} "
@@ -113,11 +123,15 @@ def _verdict(stored: StoredRun, first: Series, second: Series, first_record: dic
              second_record: dict, labels: tuple[str, str], console: Console) -> int:
     """Print whether the series are identical, else where they part and why the records
     say they may; the exit code."""
+    first, second = comparable(first, second)
+    traced = trace_parting(first, second)
     parting = first_parting(first, second)
     if parting is None:
         _say(console, f"identical: {len(first)} series, {points(first):,} points")
         return 0
     _say(console, parting.line(*labels))
+    if traced is not None:
+        _say(console, traced.line())
     differences = record_differences(first_record, second_record,
                                      algo=str(stored.config["algo"]), labels=labels,
                                      again_is_here=labels[1] == "again")

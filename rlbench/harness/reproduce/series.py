@@ -17,6 +17,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlbench.harness.store.recorder import SCORE, eval_row
+from rlbench.trace import TRACE_PREFIX
 
 __all__ = [
     "WALL_CLOCK",
@@ -24,10 +25,14 @@ __all__ = [
     "PrefixDone",
     "Series",
     "SeriesLogger",
+    "TraceParting",
+    "comparable",
     "first_parting",
     "points",
     "prefix",
     "stored_series",
+    "trace_parting",
+    "untraced",
 ]
 
 WALL_CLOCK = frozenset({"train/fps", "train/steps_per_s"})
@@ -138,3 +143,57 @@ def first_parting(stored: Series, again: Series) -> Parting | None:
         if parting is not None and (found is None or parting.step < found.step):
             found = parting
     return found
+
+
+def untraced(series: Series) -> Series:
+    """``series`` without its update trace (``trace/...``: ``rlbench.trace``)."""
+    return {key: found for key, found in series.items() if not key.startswith(TRACE_PREFIX)}
+
+
+def comparable(first: Series, second: Series) -> tuple[Series, Series]:
+    """The two sets of series to compare: a trace on one side only is no difference in
+    what the runs computed, so it is left out."""
+    if untraced(first) == first or untraced(second) == second:
+        return untraced(first), untraced(second)
+    return first, second
+
+
+@dataclass(frozen=True)
+class TraceParting:
+    """The first traced update at which two runs' hashes differ, and the tensors that do."""
+
+    step: int
+    tensors: tuple[str, ...]  # the trace metrics that differ there, inputs first
+    traced: int  # the trace metrics compared at that step
+
+    def line(self, shown: int = 6) -> str:
+        names = [name.removeprefix(TRACE_PREFIX) for name in self.tensors]
+        listed = ", ".join(names[:shown]) + (f" and {len(names) - shown} more"
+                                              if len(names) > shown else "")
+        return (f"the first traced update that parts is at step {self.step:,}: "
+                f"{len(names)} of {self.traced} traced tensors differ, first {listed}")
+
+
+def _trace_order(metric: str) -> tuple[int, str]:
+    """Inputs before what the update wrote: the batch, the random streams, then state."""
+    rest = metric.removeprefix(TRACE_PREFIX)
+    rank = 0 if rest.startswith("batch/") else 1 if rest.startswith("rng/") else 2
+    return rank, rest
+
+
+def trace_parting(first: Series, second: Series) -> TraceParting | None:
+    """Where two traced runs' update hashes first differ (a traced metric on one side only
+    counts as differing); None when their traces agree or either run has none."""
+    left = {key: dict(found) for key, found in first.items() if key.startswith(TRACE_PREFIX)}
+    right = {key: dict(found) for key, found in second.items() if key.startswith(TRACE_PREFIX)}
+    if not left or not right:
+        return None
+    metrics = sorted(set(left) | set(right), key=_trace_order)
+    steps = sorted({step for found in (*left.values(), *right.values()) for step in found})
+    for step in steps:
+        here = [m for m in metrics if step in left.get(m, {}) or step in right.get(m, {})]
+        differ = tuple(m for m in here
+                       if left.get(m, {}).get(step) != right.get(m, {}).get(step))
+        if differ:
+            return TraceParting(step, differ, len(here))
+    return None

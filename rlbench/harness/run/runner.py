@@ -272,6 +272,8 @@ def _execute_locked(
             **taken.claim.tags(),
             **extra_tags,
             "run_dir": str(run_dir), **point.tags(config)}
+    if config.trace_every:
+        tags["trace_every"] = str(config.trace_every)  # how reproduce traces its run again
     if (line := point.line(config)) is not None:
         say(line)
     run_id = tracker.start_run(experiment_id, parent_id, config, tags)

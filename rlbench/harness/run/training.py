@@ -40,6 +40,7 @@ def run_spec(config: RunConfig, seeds: Seeds, run_dir: Path, algo: object,
         dataset=config.dataset,
         dataset_sha256=config.dataset_sha256,
         checkpoint=checkpoint,
+        trace_every=config.trace_every,
     )
 
 

@@ -19,11 +19,21 @@ import pytest
 import rlbench.results
 from rlbench.cli import main
 from rlbench.harness.reproduce.record_differences import changed_modules, record_differences
-from rlbench.harness.reproduce.series import WALL_CLOCK, first_parting, prefix
+from rlbench.harness.reproduce.series import (
+    WALL_CLOCK,
+    comparable,
+    first_parting,
+    prefix,
+    trace_parting,
+    untraced,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 ONLINE = ["algo=ppo", "env=CartPole-v1", "frames=1536", "eval_every=512", "eval_episodes=2",
           "ppo.num_envs=2", "ppo.rollout_steps=64", "ppo.epochs=2", "ppo.minibatch_size=64"]
+
+# another config of the same recipe, traced every 2 updates (its run dir: ...-seed0-<id>)
+TRACED = [*ONLINE[:-2], "ppo.epochs=3", "ppo.minibatch_size=32"]
 
 
 def _stored_points(out: Path, run_dir: Path, until: int) -> tuple[int, int]:
@@ -40,6 +50,7 @@ def _stored_points(out: Path, run_dir: Path, until: int) -> tuple[int, int]:
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("reproduce") / "runs"
     assert main(["run", *ONLINE, "seeds=2", f"out_dir={out}"]) == 0
+    assert main(["run", *TRACED, "seeds=1", "trace_every=2", f"out_dir={out}"]) == 0
     data = tmp_path_factory.mktemp("dataset")
     assert main(["dataset", "make", "env=Pendulum-v1", "quality=random", "steps=2000",
                  "format=d4rl", "seed=0", f"output={data}"]) == 0
@@ -50,8 +61,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _run_dir(store: Path, pattern: str) -> Path:
-    (found,) = sorted(store.glob(f"runs/*/{pattern}"))
+def _run_dir(store: Path, pattern: str, *, traced: bool = False) -> Path:
+    """The run matching ``pattern``: the traced PPO config's, or another's."""
+    (found,) = [run for run in sorted(store.glob(f"runs/*/{pattern}"))
+                if ("epochs: 3" in (run / "config.yaml").read_text()) == traced]
     return found
 
 
@@ -83,8 +96,9 @@ def test_an_offline_run_takes_its_prefix_in_steps(store: Path, capsys) -> None:
 
 def test_a_run_id_in_a_store_is_found_there(store: Path, capsys) -> None:
     client = rlbench.results.open_store(store)
+    run_dir = _run_dir(store, "ppo-CartPole-v1-seed0-*")
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                                "tags.run_dir LIKE '%ppo-CartPole-v1-seed0-%'")
+                                f"tags.run_dir LIKE '%{run_dir.name}'")
     assert main(["reproduce", f"run={run.info.run_id}", f"store={store}", "frames=600"]) == 0
     assert "identical:" in capsys.readouterr().out
 
@@ -100,6 +114,41 @@ def test_other_kernels_part_the_series_and_the_record_says_why(store: Path) -> N
     assert "the series part at step " in done.stdout
     assert "numerics class:" in done.stdout and "aten DEFAULT" in done.stdout
     assert "code:" not in done.stdout  # the same code: only the kernels differ
+
+
+def test_a_traced_run_is_reproduced_with_its_trace(store: Path, capsys) -> None:
+    run = _run_dir(store, "ppo-CartPole-v1-seed0-*", traced=True)
+    assert main(["reproduce", f"run={run}", "frames=600"]) == 0
+    series, points = _stored_points(store, run, 600)
+    assert series > 60  # every batch entry, weight and Adam moment has a series
+    assert f"identical: {series} series, {points:,} points" in capsys.readouterr().out
+
+
+def test_other_kernels_name_the_first_traced_update_and_tensor_that_part(store: Path) -> None:
+    run = _run_dir(store, "ppo-CartPole-v1-seed0-*", traced=True)
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    done = subprocess.run([sys.executable, "-m", "rlbench.cli", "reproduce", f"run={run}",
+                           "frames=600"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = next(line for line in done.stdout.splitlines() if "first traced update" in line)
+    assert "traced tensors differ, first " in line
+    step = int(line.split(" at step ")[1].split(":")[0].replace(",", ""))
+    assert step % 128 == 0 and step <= 600  # a traced update: every 2 batches of 128 frames
+
+
+def test_the_first_traced_update_that_parts_lists_inputs_first() -> None:
+    stored = {"loss/a": [(2, 1.0), (4, 1.0)], "trace/net/w": [(2, 5.0), (4, 6.0)],
+              "trace/rng/torch": [(2, 7.0), (4, 8.0)], "trace/batch/obs": [(2, 1.0), (4, 2.0)]}
+    assert trace_parting(stored, stored) is None
+    again = {**stored, "trace/net/w": [(2, 5.0), (4, 9.0)], "trace/batch/obs": [(2, 1.0), (4, 3.0)]}
+    parting = trace_parting(stored, again)
+    assert (parting.step, parting.tensors, parting.traced) == (
+        4, ("trace/batch/obs", "trace/net/w"), 3)
+    assert "2 of 3 traced tensors differ, first batch/obs, net/w" in parting.line()
+    plain = untraced(stored)
+    assert trace_parting(stored, plain) is None  # one side untraced: nothing to compare
+    assert comparable(stored, plain) == (plain, plain)
+    assert comparable(stored, again) == (stored, again)
 
 
 def test_two_seeds_against_each_other_part_at_their_first_point(store: Path, capsys) -> None:
