@@ -15,12 +15,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The main job's runs go side by side, one per core up to the suite's four: each run keeps
-# its one thread, so its numbers are those of a run made alone.
+# its one thread, so its numbers are those of a run made alone. The suite's numerics=auto
+# makes them portable where the processor allows (x86-64 with AVX2), else native (ARM).
 RUN_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
-# portable numerics where the processor has them (x86-64 with AVX2), else native (ARM)
-RUN_NUMERICS ?= $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo portable || echo native)
 run: $(STAMP)  ## the main job: `make run ARGS="seeds=3"` passes overrides
-	$(BIN)/rlbench run suite=smoke numerics=$(RUN_NUMERICS) jobs=$(RUN_JOBS) $(ARGS)
+	$(BIN)/rlbench run suite=smoke jobs=$(RUN_JOBS) $(ARGS)
 
 # The tests run in TEST_WORKERS processes (pytest-xdist, one per core, at most 8): each test
 # module stays whole on one worker, and the tests that start Ray share one (tests/conftest.py).
@@ -34,9 +33,9 @@ test: $(STAMP)  ## lint, every test but the benchmarks (slow ones included), the
 	$(MAKE) --no-print-directory regress
 
 # The regression gate (rlbench regress). Its candidate runs go to a fresh store each time,
-# with numerics=portable; its Pendulum dataset is the committed copy of what the suite makes
-# on first use with numerics=portable (the same bytes on every x86-64 with AVX2), put in
-# place to save making it (about 5 min). Its throughput tier times
+# with numerics=auto (portable on x86-64 with AVX2); its Pendulum dataset is the committed
+# copy of what the suite makes on first use with numerics=portable (the same bytes on every
+# x86-64 with AVX2), put in place to save making it (about 5 min). Its throughput tier times
 # the commit named in BENCH_BASE beside this checkout, on this machine: moving that file's
 # commit is how a change accepts a new speed.
 REGRESS_DIR ?= .regress
@@ -49,7 +48,7 @@ regress: $(STAMP)  ## the gate's fast tier: learning (suite=regress), then throu
 	@status=0; \
 	MINARI_DATASETS_PATH=$(CURDIR)/$(REGRESS_DIR)/datasets $(BIN)/rlbench regress \
 		suite=regress reference=results/reference/regress.json out_dir=$(REGRESS_DIR)/runs \
-		numerics=$(RUN_NUMERICS) \
+		numerics=auto \
 		report=$(REGRESS_DIR)/report jobs=$(JOBS) || status=$$?; \
 	if git diff --quiet HEAD 2>/dev/null; then \
 		$(BIN)/rlbench regress bench base=$(BENCH_BASE) report=$(REGRESS_DIR)/report \

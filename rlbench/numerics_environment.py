@@ -27,10 +27,13 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-__all__ = ["NUMERICS_MODES", "PORTABLE_FIXED", "allow_restart", "asks_for_portable",
-           "host_cannot_be_portable", "pin_portable", "portable_environment", "portable_pinned"]
+__all__ = ["NUMERICS_MODES", "NUMERICS_SETTINGS", "PORTABLE_FIXED", "allow_restart",
+           "asks_for_portable", "can_pin_here", "host_cannot_be_portable", "pin_portable",
+           "portable_environment", "portable_pinned", "resolved_numerics"]
 
 NUMERICS_MODES = ("native", "portable")
+# what numerics= takes: a mode, or auto, portable where this processor runs it, else native
+NUMERICS_SETTINGS = (*NUMERICS_MODES, "auto")
 # set on the process that pinned the environment, and inherited by its workers
 MARKER = "RLBENCH_NUMERICS"
 PORTABLE_FIXED = {
@@ -102,9 +105,28 @@ def allow_restart(words: Sequence[str]) -> None:
     _restart_words = list(words)
 
 
+def can_pin_here() -> bool:
+    """Whether this process can still have the portable kernels: it has them, or neither
+    torch nor numpy has loaded, or it is the ``rlbench`` command's own (which starts itself
+    again with them)."""
+    return portable_pinned() or not _libraries_loaded() or _restart_words is not None
+
+
+def resolved_numerics(setting: str) -> str:
+    """The mode a ``numerics=`` setting names: ``auto`` is portable where this processor
+    runs it (x86-64 with AVX2 and FMA) and this process can pin its kernels (the
+    ``rlbench`` command always can; a Python caller whose torch loaded unpinned cannot),
+    else native."""
+    if setting == "auto":
+        return "portable" if host_cannot_be_portable() is None and can_pin_here() else "native"
+    return setting
+
+
 def asks_for_portable(words: Sequence[str]) -> bool:
-    """Whether a command's words set ``numerics=portable``."""
-    return any(word.replace(" ", "") == "numerics=portable" for word in words)
+    """Whether a command's words set ``numerics=portable`` (or ``auto``, here portable)."""
+    return any(word.replace(" ", "") in ("numerics=portable", "numerics=auto")
+               and resolved_numerics(word.partition("=")[2].strip()) == "portable"
+               for word in words)
 
 
 def pin_portable() -> bool:

@@ -12,15 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from rlbench import numerics_environment
 from rlbench.cli import main
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.config import resolve_sweep
 from rlbench.numerics import NumericsFacts, portable_mismatches
 from rlbench.numerics_environment import (
     PORTABLE_FIXED,
+    asks_for_portable,
     host_cannot_be_portable,
     portable_environment,
     portable_pinned,
+    resolved_numerics,
 )
 
 X86_AVX2 = host_cannot_be_portable() is None
@@ -54,8 +57,27 @@ def test_one_mode_per_sweep_and_only_the_two_names(tmp_path: Path, capsys) -> No
     with pytest.raises(ConfigError, match="numerics takes one value per sweep"):
         resolve_sweep([f"suite={suite}"])
     assert main(["run", *GRID, "numerics=fast", f"out_dir={tmp_path / 'out'}"]) == 2
-    assert "numerics must be native or portable, got 'fast'" in capsys.readouterr().err
+    assert "numerics must be native, portable or auto, got 'fast'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_auto_is_portable_where_the_processor_and_process_allow_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rlbench command can always pin its kernels (it starts itself again); this test's
+    process, whose torch loaded unpinned, cannot: there auto is native."""
+    (adhoc,) = resolve_sweep(GRID).runs  # a grid of the command line's keeps native
+    assert adhoc.numerics == "native"
+    assert {run.numerics for run in resolve_sweep(["suite=smoke"]).runs} == {"native"}
+    monkeypatch.setattr(numerics_environment, "_restart_words", ["run", "suite=smoke"])
+    here = "portable" if X86_AVX2 else "native"
+    (auto,) = resolve_sweep([*GRID, "numerics=auto"]).runs
+    assert auto.numerics == here and resolved_numerics("auto") == here
+    assert asks_for_portable(["numerics=auto"]) == X86_AVX2
+    assert {run.numerics for run in resolve_sweep(["suite=smoke"]).runs} == {here}
+    assert resolve_sweep(GRID).runs[0].numerics == "native"
+    monkeypatch.setattr(numerics_environment, "host_cannot_be_portable", lambda: "an ARM")
+    assert resolved_numerics("auto") == "native" and not asks_for_portable(["numerics=auto"])
+    assert {run.numerics for run in resolve_sweep(["suite=smoke"]).runs} == {"native"}
 
 
 def test_a_processor_without_avx2_or_fma_cannot_be_portable(tmp_path: Path) -> None:

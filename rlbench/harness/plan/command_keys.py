@@ -90,7 +90,8 @@ RUN_TABLE = KeyTable("run", (
     Key("device", "cpu, cuda, cuda:N or mps", default=SUITE_SETTINGS["device"]),
     Key("numerics", "native: each library picks its kernels for this processor; portable: "
         "they are pinned, and a run gives the same numbers on every x86-64 processor with "
-        "AVX2 (docs: What reproduces where)", default=SUITE_SETTINGS["numerics"]),
+        "AVX2; auto: portable where this processor and process can run it, else native "
+        "(docs: What reproduces where)", default=SUITE_SETTINGS["numerics"]),
     Key("reuse", "code: a finished run of the same config by other code counts as done "
         "(for a change you know leaves the numbers alone; a run's identity includes its "
         "code's hash)", kind="choice", choices=("code",)),

@@ -161,10 +161,13 @@ def _sweep_of(overrides: Overrides) -> _Sweep:
     suite = load_suite(str(overrides.sweep.get("suite", SWEEP_KEYS["suite"])))
     notes: list[str] = []
     if "suite" not in overrides.sweep and LIST_KEYS & overrides.settings.keys():
-        suite = replace(suite, name=ADHOC_SUITE)
+        # a grid of one's own keeps the default numerics: smoke's are for its own runs
+        suite = replace(suite, name=ADHOC_SUITE,
+                        settings={**suite.settings, "numerics": SUITE_SETTINGS["numerics"]})
         notes.append(f"no suite= given: these runs are stored as suite {ADHOC_SUITE} (compare "
                      f"suite={ADHOC_SUITE}), with suite {SWEEP_KEYS['suite']}'s settings "
-                     "where the command line gives none")
+                     "where the command line gives none, numerics aside (native unless "
+                     "given)")
     settings = {**suite.settings, **overrides.settings}
     algos = listed_names(settings, "algos")
     known_algos = list_algorithms()

@@ -11,7 +11,12 @@ from typing import Any
 from rlbench.errors import ConfigError, quote
 from rlbench.harness.plan.run_config import RunConfig
 from rlbench.numerics import numerics_facts, portable_mismatches
-from rlbench.numerics_environment import NUMERICS_MODES, host_cannot_be_portable, pin_portable
+from rlbench.numerics_environment import (
+    NUMERICS_SETTINGS,
+    host_cannot_be_portable,
+    pin_portable,
+    resolved_numerics,
+)
 
 __all__ = ["check_process_mode", "check_process_numerics", "checked_numerics", "sweep_numerics",
            "without_host_code"]
@@ -21,10 +26,12 @@ HOST_CODE_PARAMS = ("compile",)
 
 
 def checked_numerics(value: Any) -> str:
-    """``value`` if it names a numerics mode."""
-    if value not in NUMERICS_MODES:
-        raise ConfigError(f"numerics must be {' or '.join(NUMERICS_MODES)}, got {quote(value)}")
-    return str(value)
+    """The numerics mode ``value`` names (``auto``: portable where this processor runs it,
+    else native)."""
+    if value not in NUMERICS_SETTINGS:
+        raise ConfigError(f"numerics must be {', '.join(NUMERICS_SETTINGS[:-1])} or "
+                          f"{NUMERICS_SETTINGS[-1]}, got {quote(value)}")
+    return resolved_numerics(str(value))
 
 
 def sweep_numerics(runs: list[RunConfig]) -> str:

@@ -38,7 +38,9 @@ SUITE_SETTINGS: dict[str, Any] = {
     "eval_episodes": 10,
     "threads": 1,
     "device": "cpu",
-    "numerics": "native",  # native, or portable: the same numbers on every x86-64 with AVX2
+    # native; portable: the same numbers on every x86-64 with AVX2; auto: portable where
+    # this processor runs it, else native
+    "numerics": "native",
     "save_snapshots": False,  # keep the policy at every evaluation (snapshots/<frames>/)
     "save_transitions": False,  # keep every collected transition (transitions/)
 }
