@@ -21,6 +21,7 @@ carry on as with the eager step.
 from __future__ import annotations
 
 import math
+import platform
 import types
 from collections.abc import Sequence
 
@@ -32,7 +33,7 @@ from torch.func import functional_call, grad_and_value
 
 from rlbench.objectives.common import NonFiniteLossError, _where, backward_and_step
 
-__all__ = ["CompiledStep", "EagerStep"]
+__all__ = ["CompiledStep", "EagerStep", "inductor_march"]
 
 
 class EagerStep:
@@ -60,6 +61,22 @@ def cpp_compiler() -> str | None:
         return cpp_builder.get_cpp_compiler()
     except exc.InvalidCxxCompiler:
         return None
+
+
+# The x86-64 level Inductor's C++ is built for when ATen runs a narrower vector unit than
+# the processor's widest (``ATEN_CPU_CAPABILITY``): Inductor takes its vector width from
+# ATen, and left to itself builds for the whole processor (``-march=native``); on an AVX-512
+# machine, AVX2-wide kernels built for AVX-512 gave non-finite losses by the second update.
+_MARCH_OF_CAPABILITY = {"AVX2": "x86-64-v3", "DEFAULT": "x86-64"}
+
+
+def inductor_march() -> str | None:
+    """The ``-march`` for Inductor's C++ that matches ATen's vector unit on x86-64 (None:
+    Inductor's own choice, where ATen runs the processor's widest unit or on other
+    machines)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    return _MARCH_OF_CAPABILITY.get(torch.backends.cpu.get_cpu_capability())
 
 
 class CompiledStep:
@@ -90,8 +107,11 @@ class CompiledStep:
         self._eps = float(group["eps"])
         self._max_grad_norm = max_grad_norm
         # cpp_wrapper: the generated code calls its kernels from C++, not Python (-30 us a step)
+        options: dict[str, object] = {"cpp_wrapper": True}
+        if (march := inductor_march()) is not None:
+            options["cpp.march"] = march
         self._step = torch.compile(_own_code(self._pure_step), fullgraph=True, dynamic=False,
-                                   options={"cpp_wrapper": True})
+                                   options=options)
 
     def __call__(self, batch: TensorDict, index: torch.Tensor, *,
                  frames: int | None = None, step: int | None = None) -> dict[str, torch.Tensor]:

@@ -21,6 +21,7 @@ from rlbench.objectives import (
     EagerStep,
     KLPENPPOLoss,
     NonFiniteLossError,
+    gradient_step,
 )
 
 pytestmark = pytest.mark.slow  # torch.compile takes seconds to tens of seconds on a small CPU
@@ -223,3 +224,17 @@ def test_every_step_compiles_its_own_graph_however_many_the_process_has() -> Non
             step = CompiledStep(loss, _adam(loss), loss.in_keys, max_grad_norm=max_grad_norm)
             step(batch, torch.arange(MINIBATCH), frames=0)
     assert counters["stats"]["unique_graphs"] == 3
+
+
+@pytest.mark.parametrize(("machine", "capability", "march"), [
+    ("x86_64", "AVX512", None),  # ATen's widest unit: Inductor builds for the processor
+    ("x86_64", "AVX2", "x86-64-v3"),
+    ("x86_64", "DEFAULT", "x86-64"),
+    ("aarch64", "DEFAULT", None),
+])
+def test_the_compiled_step_is_built_for_atens_vector_unit(
+        monkeypatch: pytest.MonkeyPatch, machine: str, capability: str,
+        march: str | None) -> None:
+    monkeypatch.setattr(gradient_step.platform, "machine", lambda: machine)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert gradient_step.inductor_march() == march
