@@ -22,10 +22,11 @@ run: $(STAMP)  ## the main job: `make run ARGS="seeds=3"` passes overrides
 	$(BIN)/rlbench run suite=smoke jobs=$(RUN_JOBS) $(ARGS)
 
 # The tests run in TEST_WORKERS processes (pytest-xdist, one per core, at most 8): each test
-# module stays whole on one worker, and the tests that start Ray share one (tests/conftest.py).
+# module stays whole on one worker, the tests that start Ray share one, and the modules of
+# minutes go out first (tests/conftest.py: pytest_xdist_make_scheduler).
 # The tests marked timing judge times they measure, so they run afterwards, alone.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 8 ] && n=8; echo $$n)
-XDIST := -n $(TEST_WORKERS) --dist loadgroup
+XDIST := -n $(TEST_WORKERS) --dist loadscope
 test: $(STAMP)  ## lint, every test but the benchmarks (slow ones included), the gate
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(XDIST) -m "not bench and not nightly and not timing" $(ARGS)

@@ -35,21 +35,41 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 # Modules whose tests share one machine-wide thing (a Ray cluster's ``ray start`` and its
 # /tmp/ray session files): under pytest-xdist they run on one worker, one after another.
-SHARED_RAY = ("tests/harness/run/test_cluster.py", "tests/harness/run/test_launchers.py")
+SHARED_RAY = ("tests/harness/run/test_cluster.py", "tests/harness/run/test_launchers.py",
+              "tests/harness/plan/test_recipe_sources.py")
+# The work units of minutes (``--durations``: a fresh venv, a Ray cluster, a dataset family
+# trained, real processes killed): sent out first, so that no worker is left with one of
+# them while the other has finished
+LONG_FIRST = ("ray", "tests/examples/test_recipe_project.py",
+              "tests/numerics/test_portable_dataset.py",
+              "tests/harness/run/test_checkpoint_kill.py", "tests/docs/test_examples.py",
+              "tests/harness/run/test_slurm.py", "tests/learning/test_smoke_suite.py")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N --dist loadgroup`` each module's tests run on one worker, in
-    their order (a module's fixtures and its processes are made once), and every test that
-    starts Ray runs on the same worker as the others that do."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    root = Path(str(config.rootpath))
-    for item in items:
-        module = Path(str(item.path)).relative_to(root).as_posix()
-        uses_ray = module in SHARED_RAY or "ray_local" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("ray" if uses_ray else module))
+def work_unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module (whose module fixtures and processes
+    are made once), or ``ray`` for every module that starts Ray."""
+    module = nodeid.split("::", 1)[0]
+    return "ray" if module in SHARED_RAY else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under ``pytest -n N``, each work unit (``work_unit_of``) runs whole on one worker, in
+    its order, the long ones first (``LONG_FIRST``). xdist's own ``--dist loadgroup`` reads
+    groups from node ids, which pytest 9 no longer lets a plugin change."""
+    from xdist.scheduler import LoadScopeScheduling  # deferred: only under xdist
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit_of(nodeid)
+
+        def _assign_work_unit(self, node: object) -> None:
+            for unit in reversed(LONG_FIRST):
+                if unit in self.workqueue:
+                    self.workqueue.move_to_end(unit, last=False)
+            super()._assign_work_unit(node)
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

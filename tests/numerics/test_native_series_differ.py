@@ -48,7 +48,9 @@ def _series(path: Path, names: list[str], machine: dict[str, str]) -> dict:
     return json.loads(path.read_text())
 
 
-@pytest.mark.slow
+# nightly: make test keeps a native run parting under other kernels in
+# test_reproduce.py::test_other_kernels_part_the_series_and_the_record_says_why
+@pytest.mark.nightly
 def test_every_recipes_native_series_differ_on_a_machine_of_other_kernels(
         tmp_path: Path) -> None:
     names = [*CONFIGS, *(f"offline-{name}" for name in OFFLINE_CONFIGS)]

@@ -171,8 +171,10 @@ def never_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("stop", "jobs"), [(signal.SIGTERM, 2), (signal.SIGINT, 1),
-                                           (signal.SIGINT, 2)])
+# Ctrl-C with two jobs runs nightly: make test covers Ctrl-C (one job) and two jobs (SIGTERM)
+@pytest.mark.parametrize(("stop", "jobs"), [
+    (signal.SIGTERM, 2), (signal.SIGINT, 1),
+    pytest.param(signal.SIGINT, 2, marks=pytest.mark.nightly)])
 def test_sigterm_and_ctrl_c_checkpoint_before_the_run_stops(
         tmp_path: Path, stop: signal.Signals, jobs: int, never_stopped: dict[str, list]) -> None:
     """With checkpoints far apart, the only checkpoint is the one the stop writes; the run is
