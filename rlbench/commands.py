@@ -7,6 +7,7 @@ keys the command parses. Each command's modules (torch, MLflow) load only when i
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -131,9 +132,14 @@ def _list(args: Sequence[str], console: Console) -> int:
         # deferred: a command's modules (torch, MLflow) load only when it runs
         from rlbench.harness.plan.suites import list_suites, load_suite
 
-        for name in list_suites():
-            console.print(f"{name:12} {load_suite(name).description}", highlight=False,
-                          markup=False)
+        names = list_suites()
+        indent = max(map(len, names), default=0) + 2  # each description wraps in its column
+        width = max(console.width - indent, 40)
+        for name in names:
+            lines = textwrap.wrap(load_suite(name).description, width) or [""]
+            console.print(Text("\n".join([name.ljust(indent) + lines[0],
+                                          *(" " * indent + line for line in lines[1:])])),
+                          soft_wrap=True)
     elif args[0] == "algorithms":
         # deferred: a command's modules (torch, MLflow) load only when it runs
         from rlbench.harness.plan.algorithms import list_algorithms, load_algorithm

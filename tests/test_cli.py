@@ -11,7 +11,7 @@ import rlbench
 from rlbench.cli import HELP, main
 from rlbench.harness.plan.command_keys import TABLES, key_reference
 from rlbench.harness.plan.overrides import SWEEP_KEYS
-from rlbench.harness.plan.suites import SUITE_SETTINGS
+from rlbench.harness.plan.suites import SUITE_SETTINGS, list_suites
 
 KEY_REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "keys.md"
 
@@ -102,3 +102,20 @@ def test_the_overview_lists_every_command_and_its_forms_parse(capsys) -> None:
     written = {word.strip("[").split("=")[0] for line in out.splitlines()
                for word in line.split() if "=" in word} - {"key"}
     assert written <= keys, written - keys
+
+
+def test_list_suites_puts_every_description_line_in_one_column(capsys) -> None:
+    assert main(["list", "suites"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    column = max(map(len, list_suites())) + 2
+    named = [line for line in lines if not line.startswith(" ")]
+    assert [line.split()[0] for line in named] == list_suites()
+    for line in lines:
+        assert line[:column].strip() in ("", line.split()[0]) and line[column] != " ", line
+        assert line == line.rstrip()
+
+
+def test_a_key_given_twice_says_how_several_values_are_given(capsys) -> None:
+    assert main(["run", "seeds=2", "seeds=3"]) == 2
+    err = capsys.readouterr().err
+    assert "seeds is given twice" in err and "names" not in err

@@ -44,7 +44,8 @@ def split_words(args: Sequence[str], aliases: Mapping[str, str]) -> list[tuple[s
         key = aliases.get(name, name)
         if key in given:
             raise ConfigError(f"{key} is given twice ({given[key]}=... and {name}=...): "
-                              "give it once, with a comma-separated list for several names")
+                              "give it once (a key that takes several values takes them as "
+                              "one comma-separated list: algo=ppo,sac)")
         given[key] = name
         pairs.append((key, text))
     return pairs
