@@ -247,6 +247,10 @@ def _short(param: str) -> str:
 
 # Params that follow from the dataset's file, which its sha256 names in a label already.
 _IMPLIED_BY_DATA = {"dataset_refs"}
+# Params a run leaves out of its record at their default (``RunConfig.as_dict``): a label
+# names that default, not a missing value.
+_LEFT_OUT_AT_DEFAULT = {"numerics": "native", "save_snapshots": "False",
+                        "save_transitions": "False"}
 
 
 def _label_part(param: str, value: str) -> str:
@@ -288,7 +292,8 @@ def _config_labels(groups: Sequence[Group], records: Sequence[RunRecord]) -> lis
     for group in groups:
         member = first[(group.env, group.algo, group.budget, group.config)]
         keys = sorted(varying[group.algo])
-        shown = ", ".join(_label_part(k, member.params.get(k, "—")) for k in keys
+        shown = ", ".join(_label_part(k, member.params.get(k, _LEFT_OUT_AT_DEFAULT.get(k, "—")))
+                          for k in keys
                           if not k.startswith("rlbench") and k not in _IMPLIED_BY_DATA)
         labels[id(group)] = f"{group.algo}[{shown}]" if shown else group.algo
     by_label: dict[tuple[str, str, int], list[Group]] = {}

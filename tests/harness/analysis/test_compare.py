@@ -728,3 +728,18 @@ def test_a_run_with_a_value_that_cannot_be_read_is_left_out_of_its_groups_statis
     (group,), _ = group_runs(runs)
     assert group.failed == 1 and [r.run_id for r in group.runs] == ["r0", "r1"]
     assert group.finals.mean() == 410.0
+
+
+def test_a_param_left_out_at_its_default_is_labelled_by_it(tmp_path: Path,
+                                                           baselines: Path) -> None:
+    """A native run records no numerics param: its label says native, not a blank."""
+    client = MlflowClient(tracking_uri(tmp_path))
+    exp = client.create_experiment("unit")
+    for seed in range(2):
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, 400.0, identity=f"native-{seed}",
+                 params={"algo_params.compile": True})
+        _log_run(client, exp, "ppo", "CartPole-v1", seed, 450.0, identity=f"portable-{seed}",
+                 params={"algo_params.compile": False, "numerics": "portable"})
+    comparison = compare(load_runs(client, "unit"), "unit", baselines, seed=0, reps=50)
+    assert {s.group.label for s in comparison.summaries} == {
+        "ppo[compile=True, numerics=native]", "ppo[compile=False, numerics=portable]"}
