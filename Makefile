@@ -66,9 +66,12 @@ regress-nightly: $(STAMP)  ## the gate's MuJoCo tier; MINARI_DATASETS_PATH: the 
 		out_dir=$(REGRESS_DIR)/nightly report=$(REGRESS_DIR)/nightly/report jobs=$(JOBS)
 
 # The MuJoCo v5 reference table (results/reference/mujoco_v5_ppo_1m/ and its store): PPO on
-# the five tasks of suite=mujoco at 1M frames, 5 seeds each. The runs are checkpointed, so a
-# sweep stopped part-way resumes exactly when this is run again; a checkout without the
-# sweep's directory starts from the committed store, whose finished runs are not run again.
+# the five tasks of suite=mujoco at 1M frames, 5 seeds each, with numerics=auto (the same
+# numbers on every x86-64 with AVX2) and every 10th update traced (rlbench reproduce then
+# names the tensor where a rerun parts; its cost is below what a 2-core machine measures).
+# The runs are checkpointed, so a sweep stopped part-way resumes exactly when this is run
+# again; a checkout without the sweep's directory starts from the committed store, whose
+# finished runs of the same identity (config, code, numerics) are not run again.
 # REFERENCE_FROM=scratch runs all 25 again in a directory of their own and writes the
 # report and the store from those runs alone. Stop it with Ctrl-C, or SIGTERM to the
 # rlbench process: make does not pass SIGTERM on to the command it runs.
@@ -82,7 +85,8 @@ REFERENCE_OUT := $(REFERENCE_RUNS)/mujoco_v5$(if $(filter scratch,$(REFERENCE_FR
 reference-mujoco: $(STAMP)  ## PPO on the five MuJoCo v5 tasks at 1M frames, 5 seeds: hours on 2 cores
 	test $(REFERENCE_FROM) = scratch || test -f $(REFERENCE_OUT)/mlflow.db || \
 		{ mkdir -p $(REFERENCE_OUT) && gunzip -c $(REFERENCE_STORE) > $(REFERENCE_OUT)/mlflow.db; }
-	$(BIN)/rlbench run suite=mujoco algo=ppo jobs=$(JOBS) out_dir=$(REFERENCE_OUT)
+	$(BIN)/rlbench run suite=mujoco algo=ppo numerics=auto trace_every=10 jobs=$(JOBS) \
+		out_dir=$(REFERENCE_OUT)
 	$(BIN)/rlbench compare suite=mujoco algo=ppo frames=1000000 store=$(REFERENCE_OUT) \
 		output=results/reference/mujoco_v5_ppo_1m
 	gzip -9nc $(REFERENCE_OUT)/mlflow.db > $(REFERENCE_STORE)
