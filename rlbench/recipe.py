@@ -326,7 +326,7 @@ class RunLoop:
         self._last_eval: int | None = None
         self._progress = 0
         self._updates = 0
-        self._trace = UpdateTrace(spec.trace_every, self._parts)
+        self._trace = UpdateTrace(spec.trace_every, self._parts, spec.device)
         self._traced: dict[str, float] = {}
         self._transitions: list[TensorDict] = []
 

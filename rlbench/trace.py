@@ -6,7 +6,7 @@ What is hashed, each as a ``trace/...`` metric of the update's step:
 - ``trace/batch/<key>``: each entry of the batch an online update learns from, as the
   collector gave it (before the update writes advantages into it);
 - ``trace/rng/<stream>``: the global random streams (torch, numpy, Python's ``random``,
-  each CUDA device's), before the update: what an offline update samples its batch with;
+  the run's CUDA device's), before the update: what an offline update samples its batch with;
 - ``trace/<part>/<name>``: each tensor of the state dict of every module the run names in
   its state (``RunLoop(state=...)``), after the update;
 - ``trace/<optimizer part>/<parameter>/<state>``: each optimizer's per-parameter state
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import struct
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -55,7 +56,8 @@ def tensor_hash(tensor: torch.Tensor) -> int:
     if data.device.type != "cpu":
         data = data.cpu()
     data = data.contiguous()
-    raw = data.reshape(-1).view(torch.uint8) if data.numel() else data.new_empty(0)
+    raw = (data.reshape(-1).view(torch.uint8) if data.numel()
+           else torch.empty(0, dtype=torch.uint8))
     return hash_bytes(str(data.dtype).encode(), repr(tuple(data.shape)).encode(),
                       memoryview(raw.numpy()))
 
@@ -92,10 +94,10 @@ class UpdateTrace:
     envs) are not, their effect reaching the update through its batch and random streams.
     """
 
-    def __init__(self, every: int, parts: Mapping[str, Any]):
+    def __init__(self, every: int, parts: Mapping[str, Any], device: str = "cpu"):
         if every < 0:
             raise ValueError(f"trace_every must be 0 (off) or a positive count, got {every}")
-        self.every = every
+        self.every, self.device = every, torch.device(device)
         flat = dict(_flattened(parts))
         self._modules = {name: part for name, part in flat.items()
                          if isinstance(part, nn.Module)}
@@ -114,12 +116,13 @@ class UpdateTrace:
 
     def random_streams(self) -> dict[str, float]:
         """``trace/rng/<stream>`` for each global random stream."""
+        kind, keys, position, has_gauss, cached = np.random.get_state()
         streams = {"torch": tensor_hash(torch.get_rng_state()),
-                   "numpy": hash_bytes(repr(np.random.get_state()).encode()),
+                   "numpy": hash_bytes(kind.encode(), memoryview(np.ascontiguousarray(keys)),
+                                       struct.pack("<qqd", position, has_gauss, cached)),
                    "python": hash_bytes(repr(random.getstate()).encode())}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            for index, state in enumerate(torch.cuda.get_rng_state_all()):
-                streams[f"cuda{index}"] = tensor_hash(state)
+        if self.device.type == "cuda":  # the run's own device, whatever else is visible
+            streams["cuda"] = tensor_hash(torch.cuda.get_rng_state(self.device))
         return {f"{TRACE_PREFIX}rng/{name}": float(value) for name, value in streams.items()}
 
     def state(self) -> dict[str, float]:

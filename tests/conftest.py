@@ -53,6 +53,7 @@ def work_unit_of(nodeid: str) -> str:
     return "ray" if module in SHARED_RAY else module
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: pytest without it runs on
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Under ``pytest -n N``, each work unit (``work_unit_of``) runs whole on one worker, in
     its order, the long ones first (``LONG_FIRST``). xdist's own ``--dist loadgroup`` reads

@@ -3,6 +3,7 @@ dtype and shape, and named by what they hash."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 from torch import nn
@@ -26,6 +27,7 @@ def test_a_hash_tells_one_bit_dtype_and_shape_apart() -> None:
     assert tensor_hash(x.reshape(6, 4)) != tensor_hash(x)
     assert tensor_hash(torch.zeros(4)) != tensor_hash(torch.zeros(4, dtype=torch.float64))
     assert tensor_hash(torch.zeros(0)) != tensor_hash(torch.zeros(0, 2))
+    assert tensor_hash(torch.zeros(0, dtype=torch.bfloat16)) != tensor_hash(torch.zeros(0))
 
 
 def test_the_trace_names_each_tensor_by_its_part_and_parameter() -> None:
@@ -56,7 +58,15 @@ def test_the_trace_names_each_tensor_by_its_part_and_parameter() -> None:
 def test_the_random_streams_are_read_not_drawn() -> None:
     trace = UpdateTrace(1, {})
     torch.manual_seed(3)
+    np.random.seed(3)
     first = trace.random_streams()
     assert trace.random_streams() == first
+    with np.printoptions(threshold=5, linewidth=20):  # the state's bytes, not its text
+        assert trace.random_streams() == first
     torch.rand(1)
-    assert trace.random_streams()["trace/rng/torch"] != first["trace/rng/torch"]
+    np.random.rand()
+    after = trace.random_streams()
+    assert after["trace/rng/torch"] != first["trace/rng/torch"]
+    assert after["trace/rng/numpy"] != first["trace/rng/numpy"]
+    assert after["trace/rng/python"] == first["trace/rng/python"]
+    assert not any("cuda" in name for name in after)  # a CPU run's trace names no GPU

@@ -21,6 +21,7 @@ carry on as with the eager step.
 from __future__ import annotations
 
 import math
+import os
 import platform
 import types
 from collections.abc import Sequence
@@ -63,20 +64,20 @@ def cpp_compiler() -> str | None:
         return None
 
 
-# The x86-64 level Inductor's C++ is built for when ATen runs a narrower vector unit than
-# the processor's widest (``ATEN_CPU_CAPABILITY``): Inductor takes its vector width from
-# ATen, and left to itself builds for the whole processor (``-march=native``); on an AVX-512
-# machine, AVX2-wide kernels built for AVX-512 gave non-finite losses by the second update.
-_MARCH_OF_CAPABILITY = {"AVX2": "x86-64-v3", "DEFAULT": "x86-64"}
+# The x86-64 level Inductor's C++ is built for when ``ATEN_CPU_CAPABILITY`` caps the vector
+# unit: Inductor then takes its vector width from that variable, but left to itself builds
+# for the whole processor (``-march=native``); on an AVX-512 machine, AVX2-wide kernels built
+# for AVX-512 gave non-finite losses by the second update.
+_MARCH_OF_CAPABILITY = {"avx2": "x86-64-v3", "default": "x86-64"}
 
 
 def inductor_march() -> str | None:
-    """The ``-march`` for Inductor's C++ that matches ATen's vector unit on x86-64 (None:
-    Inductor's own choice, where ATen runs the processor's widest unit or on other
-    machines)."""
+    """The ``-march`` for Inductor's C++ that matches the vector unit ``ATEN_CPU_CAPABILITY``
+    caps ATen and Inductor to on x86-64 (None, Inductor's own choice, where the variable is
+    unset, names AVX-512, or on other machines)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return None
-    return _MARCH_OF_CAPABILITY.get(torch.backends.cpu.get_cpu_capability())
+    return _MARCH_OF_CAPABILITY.get(os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower())
 
 
 class CompiledStep:

@@ -227,14 +227,18 @@ def test_every_step_compiles_its_own_graph_however_many_the_process_has() -> Non
 
 
 @pytest.mark.parametrize(("machine", "capability", "march"), [
-    ("x86_64", "AVX512", None),  # ATen's widest unit: Inductor builds for the processor
-    ("x86_64", "AVX2", "x86-64-v3"),
+    ("x86_64", None, None),  # the processor's widest unit: Inductor builds for the processor
+    ("x86_64", "avx512", None),
+    ("x86_64", "avx2", "x86-64-v3"),
     ("x86_64", "DEFAULT", "x86-64"),
-    ("aarch64", "DEFAULT", None),
+    ("aarch64", "default", None),
 ])
-def test_the_compiled_step_is_built_for_atens_vector_unit(
-        monkeypatch: pytest.MonkeyPatch, machine: str, capability: str,
+def test_the_compiled_step_is_built_for_the_unit_aten_is_capped_to(
+        monkeypatch: pytest.MonkeyPatch, machine: str, capability: str | None,
         march: str | None) -> None:
     monkeypatch.setattr(gradient_step.platform, "machine", lambda: machine)
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    if capability is None:
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    else:
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
     assert gradient_step.inductor_march() == march

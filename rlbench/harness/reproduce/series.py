@@ -151,11 +151,23 @@ def untraced(series: Series) -> Series:
 
 
 def comparable(first: Series, second: Series) -> tuple[Series, Series]:
-    """The two sets of series to compare: a trace on one side only is no difference in
-    what the runs computed, so it is left out."""
-    if untraced(first) == first or untraced(second) == second:
-        return untraced(first), untraced(second)
-    return first, second
+    """The two sets of series to compare: every metric but the trace, and of the trace the
+    tensors both runs traced at the updates both traced. A trace on one side only (another
+    ``trace_every``, a run traced from a resume on) is no difference in what they computed."""
+    steps = _trace_steps(first) & _trace_steps(second)
+    shared = {key for key in first if key.startswith(TRACE_PREFIX)} & set(second)
+
+    def kept(series: Series) -> Series:
+        traced = {key: [point for point in series[key] if point[0] in steps]
+                  for key in sorted(shared)}
+        return {**untraced(series), **{key: found for key, found in traced.items() if found}}
+
+    return kept(first), kept(second)
+
+
+def _trace_steps(series: Series) -> set[int]:
+    return {step for key, found in series.items() if key.startswith(TRACE_PREFIX)
+            for step, _ in found}
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,11 @@ def test_the_first_traced_update_that_parts_lists_inputs_first() -> None:
     assert trace_parting(stored, plain) is None  # one side untraced: nothing to compare
     assert comparable(stored, plain) == (plain, plain)
     assert comparable(stored, again) == (stored, again)
+    # traced every 4 updates where the other run traced every 2: only the shared updates
+    sparser = {**plain, "trace/net/w": [(4, 6.0)], "trace/rng/torch": [(4, 8.0)]}
+    first, second = comparable(stored, sparser)
+    assert first_parting(first, second) is None and trace_parting(first, second) is None
+    assert first["trace/net/w"] == [(4, 6.0)] and "trace/batch/obs" not in first
 
 
 def test_two_seeds_against_each_other_part_at_their_first_point(store: Path, capsys) -> None:
