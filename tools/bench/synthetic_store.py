@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from mlflow.entities import Metric, Param, RunTag
 
+from rlbench.harness.store.bookkeeping import SWEEP_TAG
 from rlbench.harness.store.identity_tags import IDENTITY
 from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.tracking import Tracker
@@ -47,7 +48,7 @@ def make_store(out_dir: Path, *, runs: int = 10_000, algos: int = 5, evals: int 
                 if made == runs:
                     return made
                 run = client.create_run(experiment, start_time=clock,
-                                        tags={"mlflow.parentRunId": sweep})
+                                        tags={SWEEP_TAG: sweep})
                 final = skill * REF_MAX * rng.uniform(0.8, 1.2)
                 steps = np.linspace(STEPS / evals, STEPS, evals).astype(int)
                 returns = final * (1 - np.exp(-3 * steps / STEPS)) / (1 - np.exp(-3))

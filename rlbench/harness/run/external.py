@@ -130,7 +130,7 @@ def run_external(configs: Sequence[RunConfig], train: Callable[[ExternalRun], No
     experiment_id = tracker.experiment(suite)
     plan = plan_resume(tracker, experiment_id, list(configs))  # deletes killed attempts
     tags = {**environment_tags("cpu"), "library": library}
-    parent_id = tracker.start_sweep(experiment_id, suite, tags)
+    sweep_id = tracker.start_sweep(experiment_id, suite, tags)
     result = ExternalResult()
     for done in plan.finished:
         log(f"{done.config.name}: finished earlier, skipped")
@@ -142,11 +142,11 @@ def run_external(configs: Sequence[RunConfig], train: Callable[[ExternalRun], No
     try:
         with sigterm_as_interrupt():
             for config in plan.to_run:
-                _claim_and_run(tracker, experiment_id, parent_id, config, train, tags, log,
+                _claim_and_run(tracker, experiment_id, sweep_id, config, train, tags, log,
                                result)
         status = "FAILED" if result.exit_code else "FINISHED"
     finally:
-        tracker.finish(parent_id, status)
+        tracker.finish(sweep_id, status)
     return result
 
 
@@ -154,7 +154,7 @@ def _inert_lines(log: Callable[[str], None]) -> Callable[[str], None]:
     return lambda text: log(inert(text))
 
 
-def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig,
+def _claim_and_run(tracker: Tracker, experiment_id: str, sweep_id: str, config: RunConfig,
                    train: Callable[[ExternalRun], None], tags: Mapping[str, str],
                    log: Callable[[str], None], result: ExternalResult) -> None:
     start = time.perf_counter()
@@ -165,7 +165,7 @@ def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config:
                 log(f"{config.name}: finished elsewhere meanwhile (by {who})")
                 result.skipped.append(config.name)
                 return
-            final = _run_one(tracker, experiment_id, parent_id, config, train,
+            final = _run_one(tracker, experiment_id, sweep_id, config, train,
                              {**tags, **taken.claim.tags()})
     except RunInProgressError as err:
         log(f"{config.name}: not run, {err}")
@@ -183,7 +183,7 @@ def _claim_and_run(tracker: Tracker, experiment_id: str, parent_id: str, config:
     result.finished[config.name] = final
 
 
-def _run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig,
+def _run_one(tracker: Tracker, experiment_id: str, sweep_id: str, config: RunConfig,
              train: Callable[[ExternalRun], None], tags: Mapping[str, str]) -> float:
     """Seed, track and train one config; its final mean eval return. A failure is recorded
     (tag ``error``, ``traceback.txt``) and raised."""
@@ -193,7 +193,7 @@ def _run_one(tracker: Tracker, experiment_id: str, parent_id: str, config: RunCo
     run_dir.mkdir(parents=True, exist_ok=True)
     recorder = RunRecorder(tracker, "", run_dir)  # the run dir held before the run exists
     try:
-        run_id = recorder.run_id = tracker.start_run(experiment_id, parent_id, config,
+        run_id = recorder.run_id = tracker.start_run(experiment_id, sweep_id, config,
                                                      dict(tags))
         with heartbeat(tracker.client, run_id):
             return _train_recorded(tracker, run_id, ExternalRun(

@@ -1,5 +1,5 @@
-"""What a launcher is: the ``Launcher`` protocol a sweep runs its runs through, the parent
-run it records them under and the ``Listener`` it reports to.
+"""What a launcher is: the ``Launcher`` protocol a sweep runs its runs through, the sweep
+record it records them under and the ``Listener`` it reports to.
 
 A sweep builds one launcher per sweep from its ``SweepConfig`` (``launcher_registry``),
 checks it before anything is written, says what it is in its first line, runs the runs
@@ -18,7 +18,7 @@ from rlbench.harness.run.runner import RunResult
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import StoreLocation
 
-__all__ = ["Launcher", "LauncherFactory", "Listener", "Listeners", "SweepParent"]
+__all__ = ["Launcher", "LauncherFactory", "Listener", "Listeners", "SweepRecord"]
 
 
 class Listener(Protocol):
@@ -51,13 +51,14 @@ class Listeners:
 
 
 @dataclass(frozen=True)
-class SweepParent:
+class SweepRecord:
     """Where every run of a sweep is recorded: the store, the suite's experiment and the
-    sweep's parent run (what ``execute_run`` takes besides the run)."""
+    id of the sweep's record in the store's bookkeeping experiment (what ``execute_run``
+    takes besides the run)."""
 
     tracker: Tracker
     experiment_id: str
-    parent_id: str
+    sweep_id: str
 
 
 @runtime_checkable
@@ -80,7 +81,7 @@ class Launcher(Protocol):
         anything is started or written."""
         ...
 
-    def run(self, runs: list[RunConfig], parent: SweepParent,
+    def run(self, runs: list[RunConfig], record: SweepRecord,
             listener: Listener) -> list[RunResult]:
         """Run each of ``runs`` once (``execute_run`` where it runs) and return their
         results in the order of ``runs``. Each run's start and end go to ``listener`` as

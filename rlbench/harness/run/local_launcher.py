@@ -24,7 +24,7 @@ import threading
 from typing import Any
 
 from rlbench.harness.plan.run_config import RunConfig, SweepConfig
-from rlbench.harness.run.launchers import Launcher, Listener, SweepParent
+from rlbench.harness.run.launchers import Launcher, Listener, SweepRecord
 from rlbench.harness.run.lost_runs import mark_dead, not_started
 from rlbench.harness.run.runner import RunResult, execute_run
 from rlbench.harness.signals import deliver_deferred_signal, interrupt_worker_once
@@ -52,7 +52,7 @@ class Sequential:
     def check(self, store: StoreLocation) -> None:
         """Nothing beyond the sweep's own checks: the runs run here."""
 
-    def run(self, runs: list[RunConfig], parent: SweepParent,
+    def run(self, runs: list[RunConfig], record: SweepRecord,
             listener: Listener) -> list[RunResult]:
         results: list[RunResult] = []
         for run in runs:
@@ -62,7 +62,7 @@ class Sequential:
                 result = not_started(run, stop)
             else:
                 result = execute_run(
-                    run, parent.tracker, parent.experiment_id, parent.parent_id,
+                    run, record.tracker, record.experiment_id, record.sweep_id,
                     on_update=lambda values, run=run: listener.update(run, values))
             results.append(result)
             listener.finished(result)
@@ -87,7 +87,7 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, name="rlbench parent watch", daemon=True).start()
 
 
-def _worker(run: RunConfig, store: StoreLocation, experiment_id: str, parent_id: str,
+def _worker(run: RunConfig, store: StoreLocation, experiment_id: str, sweep_id: str,
             messages: mp.connection.Connection) -> None:
     interrupt_worker_once()
     _die_with_parent()
@@ -98,7 +98,7 @@ def _worker(run: RunConfig, store: StoreLocation, experiment_id: str, parent_id:
             messages.send(message)
 
     try:
-        result = execute_run(run, Tracker(store, prepare=False), experiment_id, parent_id,
+        result = execute_run(run, Tracker(store, prepare=False), experiment_id, sweep_id,
                              on_update=lambda values: send(("update", run.identity, values)))
     except KeyboardInterrupt:  # execute_run marked the run KILLED
         result = RunResult(config=run, run_id="", status="KILLED", final_return=None,
@@ -133,7 +133,7 @@ class LocalPool:
     def check(self, store: StoreLocation) -> None:
         """Nothing beyond the sweep's own checks: the workers run on this machine."""
 
-    def run(self, runs: list[RunConfig], parent: SweepParent,
+    def run(self, runs: list[RunConfig], record: SweepRecord,
             listener: Listener) -> list[RunResult]:
         context = mp.get_context("spawn")
         pending = list(runs)
@@ -152,8 +152,8 @@ class LocalPool:
                 receiver, sender = context.Pipe(duplex=False)
                 process = context.Process(
                     target=_worker, name=f"rlbench {run.name}",
-                    args=(run, parent.tracker.location, parent.experiment_id,
-                          parent.parent_id, sender))
+                    args=(run, record.tracker.location, record.experiment_id,
+                          record.sweep_id, sender))
                 process.start()
                 sender.close()  # the worker's end: its death closes the pipe
                 active[run.identity] = (process, run)
@@ -168,7 +168,7 @@ class LocalPool:
                     _drain(pipes, active, results, listener, timeout=1.0)
                 del active[identity]
                 if identity not in results:  # it died without reporting
-                    results[identity] = mark_dead(parent, run, _exit_cause(process.exitcode))
+                    results[identity] = mark_dead(record, run, _exit_cause(process.exitcode))
                     listener.finished(results[identity])
         return [results[run.identity] for run in runs]
 

@@ -9,9 +9,9 @@ process dies, SIGKILL included. Two kinds:
 - ``planning.lock``, held while a sweep reads and cleans the store before it starts, and
   for the moment a run takes its own lock: no run starts or ends while a sweep is planned,
   and planners wait for each other instead of refusing each other.
-- ``sweep-<parent run id>.lock``, held by a sweep's process while it lives (taken under the
-  planning lock when its parent run is made): a later sweep marks the parent run of a
-  sweep whose process died KILLED.
+- ``sweep-<sweep record id>.lock``, held by a sweep's process while it lives (taken under
+  the planning lock when its record is made): a later sweep marks the record of a sweep
+  whose process died KILLED.
 
 At most three lock files are open at a time. The files stay (empty) after their runs; a run
 never started has none, which says at once that no process holds it. They are local:
@@ -109,8 +109,8 @@ def run_lock(out_dir: Path, config: RunConfig, timeout: float) -> Iterator[None]
 class SweepLock:
     """The lock a sweep's process holds while it lives; ``release`` when it ends."""
 
-    def __init__(self, out_dir: Path, parent_id: str):
-        self._lock = _lock(out_dir, f"sweep-{parent_id}")
+    def __init__(self, out_dir: Path, sweep_id: str):
+        self._lock = _lock(out_dir, f"sweep-{sweep_id}")
         self._lock.acquire(timeout=0)
 
     def release(self) -> None:
@@ -118,10 +118,10 @@ class SweepLock:
         _remove(self._lock)
 
 
-def is_sweep_alive(out_dir: Path, parent_id: str) -> bool:
+def is_sweep_alive(out_dir: Path, sweep_id: str) -> bool:
     """Whether a live process holds the sweep's lock. Ask under ``planning``: sweeps take
-    their lock there, together with making their parent run."""
-    lock = _lock(out_dir, f"sweep-{parent_id}")
+    their lock there, together with making their record."""
+    lock = _lock(out_dir, f"sweep-{sweep_id}")
     try:
         lock.acquire(timeout=0)
     except Timeout:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlbench.harness.plan.run_config import RunConfig
-from rlbench.harness.run.launchers import SweepParent
+from rlbench.harness.run.launchers import SweepRecord
 from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, one_line
+from rlbench.harness.store.bookkeeping import of_sweep
 
 __all__ = ["mark_dead", "not_started"]
 
@@ -21,15 +22,15 @@ def not_started(run: RunConfig, cause: RunResult) -> RunResult:
                      error=f"not started: {cause.config.name} {cause.error}")
 
 
-def mark_dead(parent: SweepParent, run: RunConfig, error: str,
+def mark_dead(record: SweepRecord, run: RunConfig, error: str,
               status: str = "FAILED") -> RunResult:
     """The MLflow run of a worker that died without reporting is marked ``status`` with
     ``error``, and what its run dir holds (the config, a fatal error's traceback) is
     logged. If the store cannot be written, the result says so instead of raising."""
-    tracker, run_id = parent.tracker, ""
+    tracker, run_id = record.tracker, ""
     try:
-        matches = tracker.attempts(parent.experiment_id, run,
-                                   f"tags.`mlflow.parentRunId` = '{parent.parent_id}'")
+        matches = tracker.attempts(record.experiment_id, run,
+                                   of_sweep(record.sweep_id))
         for match in matches:
             if match.info.status == "RUNNING":
                 run_id = match.info.run_id

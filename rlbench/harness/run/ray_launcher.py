@@ -20,7 +20,7 @@ from typing import Any
 
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.run_config import RunConfig, SweepConfig
-from rlbench.harness.run.launchers import Launcher, Listener, SweepParent
+from rlbench.harness.run.launchers import Launcher, Listener, SweepRecord
 from rlbench.harness.run.lost_runs import mark_dead
 from rlbench.harness.run.runner import RunResult, execute_run, one_line
 from rlbench.harness.store.tracking import Tracker
@@ -108,7 +108,7 @@ class _Progress:
         one actor run in the order it made them)."""
 
 
-def _task(run: RunConfig, store: StoreLocation, experiment_id: str, parent_id: str,
+def _task(run: RunConfig, store: StoreLocation, experiment_id: str, sweep_id: str,
           updates: Any, datasets: dict[str, str], token: str,
           dead: tuple[str, ...]) -> RunResult:
     # deferred: ray is optional, loaded only for launcher=ray
@@ -126,7 +126,7 @@ def _task(run: RunConfig, store: StoreLocation, experiment_id: str, parent_id: s
     updates.put.remote((run.identity, "started", None))  # Ray may have queued it until now
     node = ray.get_runtime_context().get_node_id()
     try:
-        return execute_run(run, Tracker(store, prepare=False), experiment_id, parent_id,
+        return execute_run(run, Tracker(store, prepare=False), experiment_id, sweep_id,
                            on_update=report, token=token, dead=dead,
                            tags={"ray_node_id": node}, say=say)
     finally:  # the run has ended: what it said reaches the driver before its result
@@ -177,14 +177,14 @@ class RayLauncher:
             ray.cancel(ref)
         self._in_flight.clear()
 
-    def run(self, runs: list[RunConfig], parent: SweepParent,
+    def run(self, runs: list[RunConfig], record: SweepRecord,
             listener: Listener) -> list[RunResult]:
         # deferred: ray is optional, loaded only for launcher=ray
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # ray's too
 
         connect(self.address)
-        tracker = parent.tracker
+        tracker = record.tracker
         remote = ray.remote(_task)
         # on the driver's node: progress must not die with a worker node
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
@@ -207,7 +207,7 @@ class RayLauncher:
                 options["runtime_env"] = pinned
             token = uuid.uuid4().hex
             ref = remote.options(**options).remote(run, tracker.location,
-                                                   parent.experiment_id, parent.parent_id,
+                                                   record.experiment_id, record.sweep_id,
                                                    updates, datasets, token, dead)
             by_ref[ref] = (run, token)
 
@@ -234,22 +234,22 @@ class RayLauncher:
                 try:
                     result = ray.get(ref)
                 except ray.exceptions.TaskCancelledError:
-                    result = mark_dead(parent, run, "its Ray task was cancelled",
+                    result = mark_dead(record, run, "its Ray task was cancelled",
                                        status="KILLED")
                 except ray.exceptions.RayTaskError as err:  # the harness raised in it
-                    result = mark_dead(parent, run,
+                    result = mark_dead(record, run,
                                        f"its Ray task raised {one_line(err.cause)}")
                 except ray.exceptions.RayError as err:  # the worker or its node died
                     why = _death(err)
                     history = retried.setdefault(run.identity, [])
                     if len(history) < self.retries:
-                        mark_dead(parent, run, f"{why}; started again", status="KILLED")
+                        mark_dead(record, run, f"{why}; started again", status="KILLED")
                         history.append(why)
                         # every earlier task of the run is dead, whether it claimed or not
                         buried[run.identity] = (*buried.get(run.identity, ()), token)
                         submit(run, dead=buried[run.identity])
                         continue
-                    result = mark_dead(parent, run, f"{why}, after {len(history)} retries")
+                    result = mark_dead(record, run, f"{why}, after {len(history)} retries")
                 result.retried = retried.get(run.identity, [])
                 results[run.identity] = result
                 start(run)  # a task that died before it could say so

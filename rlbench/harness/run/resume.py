@@ -38,6 +38,7 @@ from rlbench.harness.run.locks import (
     planning,
 )
 from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, stored_result
+from rlbench.harness.store.bookkeeping import runs_of
 from rlbench.harness.store.claims import Claim, latest_claims, stale_seconds
 from rlbench.harness.store.identity_tags import config_identity_of, identity_of
 from rlbench.harness.store.provenance import host_id
@@ -72,7 +73,7 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
             read_at = time.time()  # heartbeats are judged as of the read
             stored = tracker.runs_tagged(experiment_id, "kind", "run")
             # read after the attempts: every attempt seen has its claim in the ledger
-            claims = latest_claims(tracker.runs_tagged(experiment_id, "kind", "ledger"))
+            claims = latest_claims(tracker.ledgers(experiment_id))
             finished = {identity_of(run.data.tags) for run in stored
                         if run.info.status == "FINISHED"}
             live = [config.name for config in runs if config.identity not in finished
@@ -93,8 +94,8 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
 
 def reap_dead_sweeps(tracker: Tracker) -> list[str]:
     """Close what sweeps into this out dir left open when their process died (SIGKILL, a
-    power cut, a fatal signal): their parent runs become KILLED, in every suite; their
-    child runs no process runs any more become FAILED with the traceback of a fatal error
+    power cut, a fatal signal): their records become KILLED, in every suite; their runs
+    no process runs any more become FAILED with the traceback of a fatal error
     where one was written, else KILLED. Only sweeps of this host are judged: the locks that
     tell a live sweep from a dead one are local. Call under ``planning``. Returns one line
     per child run that died of a fatal error."""
@@ -103,20 +104,20 @@ def reap_dead_sweeps(tracker: Tracker) -> list[str]:
     for experiment in all_experiments(tracker.client):
         for sweep in tracker.runs(experiment.experiment_id, "tags.kind = 'sweep' and "
                                                             "attributes.status = 'RUNNING'"):
-            parent_id, tags = sweep.info.run_id, sweep.data.tags
+            sweep_id, tags = sweep.info.run_id, sweep.data.tags
             here = (tags.get("host_id") == host_id() if "host_id" in tags
                     else tags.get("host") == host)  # a sweep of an older rlbench
             if tags.get("out_dir") != out_dir or not here or is_sweep_alive(
-                    tracker.out_dir, parent_id):
+                    tracker.out_dir, sweep_id):
                 continue
-            if with_retry(tracker.client.get_run, parent_id).info.status != "RUNNING":
+            if with_retry(tracker.client.get_run, sweep_id).info.status != "RUNNING":
                 continue  # it ended between the search and the lock check
-            for child in tracker.runs(experiment.experiment_id,
-                                      f"tags.`mlflow.parentRunId` = '{parent_id}' and "
-                                      "attributes.status = 'RUNNING'"):
+            runs_experiment, made_by = runs_of(sweep)
+            for child in tracker.runs(runs_experiment,
+                                      f"{made_by} and attributes.status = 'RUNNING'"):
                 if not is_running_id(tracker.out_dir, identity_of(child.data.tags)):
                     deaths += _record_death(tracker, child)
-            tracker.finish(parent_id, "KILLED")
+            tracker.finish(sweep_id, "KILLED")
     return deaths
 
 

@@ -181,7 +181,7 @@ def execute_run(
     config: RunConfig,
     tracker: Tracker,
     experiment_id: str,
-    parent_id: str,
+    sweep_id: str,
     on_update: Callable[[dict[str, float]], None] | None = None,
     *,
     token: str | None = None,
@@ -210,10 +210,10 @@ def execute_run(
                      dead=dead) as taken:
             if isinstance(taken, Run):
                 return finished_elsewhere(tracker, experiment_id, config, taken)
-            result = _execute_locked(config, tracker, experiment_id, parent_id, on_update,
+            result = _execute_locked(config, tracker, experiment_id, sweep_id, on_update,
                                      taken, tags or {}, say)
             if result.status == _DOES_NOT_FIT:  # once more, from the beginning
-                result = _execute_locked(config, tracker, experiment_id, parent_id,
+                result = _execute_locked(config, tracker, experiment_id, sweep_id,
                                          on_update, taken, tags or {}, say,
                                          refused=result.error)
             return result
@@ -250,7 +250,7 @@ def _execute_locked(
     config: RunConfig,
     tracker: Tracker,
     experiment_id: str,
-    parent_id: str,
+    sweep_id: str,
     on_update: Callable[[dict[str, float]], None] | None,
     taken: Taken,
     extra_tags: Mapping[str, str],
@@ -276,7 +276,7 @@ def _execute_locked(
         tags["trace_every"] = str(config.trace_every)  # how reproduce traces its run again
     if (line := point.line(config)) is not None:
         say(line)
-    run_id = tracker.start_run(experiment_id, parent_id, config, tags)
+    run_id = tracker.start_run(experiment_id, sweep_id, config, tags)
     attempt = _Attempt(config, tracker, run_id, run_dir, checkpoints, taken, upload, say,
                        resume)
     del resume  # the attempt holds it until the run's loop has loaded it

@@ -38,10 +38,11 @@ from typing import Any
 from rlbench.errors import ConfigError, UnknownNameError, one_line
 from rlbench.harness.plan.run_config import RunConfig, SlurmSettings, SweepConfig
 from rlbench.harness.render import counted
-from rlbench.harness.run.launchers import Launcher, Listener, SweepParent
+from rlbench.harness.run.launchers import Launcher, Listener, SweepRecord
 from rlbench.harness.run.lost_runs import mark_dead
 from rlbench.harness.run.runner import RunResult, execute_run, stored_result
 from rlbench.harness.signals import stop_run_on
+from rlbench.harness.store.bookkeeping import of_sweep
 from rlbench.harness.store.identity_tags import identity_of
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import StoreLocation
@@ -91,25 +92,25 @@ class SlurmRun:
     checkpoints, then a requeue of the task."""
 
     def __init__(self, run: RunConfig, store: StoreLocation, experiment_id: str,
-                 parent_id: str, datasets: dict[str, str]):
+                 sweep_id: str, datasets: dict[str, str]):
         self.run, self.store = run, store
-        self.experiment_id, self.parent_id, self.datasets = experiment_id, parent_id, datasets
+        self.experiment_id, self.sweep_id, self.datasets = experiment_id, sweep_id, datasets
 
     def __call__(self) -> RunResult:
         os.environ["MLFLOW_TRACKING_URI"] = self.store.uri  # the driver's, whatever the node's
         os.environ.update(self.datasets)  # and the driver's dataset directories
         job = _job_id()
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-        token = f"slurm-{self.parent_id[:12]}-{job}-{restarts}"
+        token = f"slurm-{self.sweep_id[:12]}-{job}-{restarts}"
         # the task's earlier starts are dead: Slurm started it again
-        dead = tuple(f"slurm-{self.parent_id[:12]}-{job}-{k}" for k in range(restarts))
+        dead = tuple(f"slurm-{self.sweep_id[:12]}-{job}-{k}" for k in range(restarts))
         tags = {"slurm_job_id": job, "slurm_restarts": str(restarts)}
         # from here on, until training takes SIGTERM over (signals.checkpoint_on_signals)
         # and after, a stop signal stops the run where it is
         with stop_run_on(signal.SIGUSR2, signal.SIGTERM) as received:
             try:
                 return execute_run(self.run, Tracker(self.store, prepare=False),
-                                   self.experiment_id, self.parent_id, token=token,
+                                   self.experiment_id, self.sweep_id, token=token,
                                    dead=dead, tags=tags)
             except KeyboardInterrupt:  # stopped, checkpointed and recorded KILLED
                 if signal.SIGUSR2 in received:
@@ -212,13 +213,13 @@ class SlurmLauncher:
                  if job_id not in self._results})
         self._jobs = {}
 
-    def run(self, runs: list[RunConfig], parent: SweepParent,
+    def run(self, runs: list[RunConfig], record: SweepRecord,
             listener: Listener) -> list[RunResult]:
         # deferred: submitit is optional, loaded only for launcher=slurm
         import submitit
 
-        tracker = parent.tracker
-        folder = (self.settings.folder or tracker.out_dir / "slurm") / parent.parent_id
+        tracker = record.tracker
+        folder = (self.settings.folder or tracker.out_dir / "slurm") / record.sweep_id
         executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
         datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
         groups: dict[tuple[int, str], list[RunConfig]] = {}
@@ -233,7 +234,7 @@ class SlurmLauncher:
                     chunk = group[first:first + size]
                     with executor.batch():
                         submitted = [executor.submit(SlurmRun(
-                            run, tracker.location, parent.experiment_id, parent.parent_id,
+                            run, tracker.location, record.experiment_id, record.sweep_id,
                             datasets)) for run in chunk]
                     for job, run in zip(submitted, chunk, strict=True):
                         jobs[job.job_id] = (job, run)
@@ -242,7 +243,7 @@ class SlurmLauncher:
             raise
         self.say(f"rlbench: submitted {counted(len(runs), 'run')} to Slurm as job "
                  f"{', '.join(sorted(_arrays(jobs)))}; logs in {folder}")
-        return _Follower(jobs, self._results, parent, listener, self.say).follow()
+        return _Follower(jobs, self._results, record, listener, self.say).follow()
 
 
 def _arrays(jobs: dict[str, Any]) -> set[str]:
@@ -267,10 +268,10 @@ class _Follower:
     """The driver's view of its submitted tasks, until each has a result."""
 
     def __init__(self, jobs: dict[str, tuple[Any, RunConfig]], results: dict[str, RunResult],
-                 parent: SweepParent, listener: Listener, say: Callable[[str], None]):
+                 record: SweepRecord, listener: Listener, say: Callable[[str], None]):
         self.jobs, self.results, self.listener, self.say = jobs, results, listener, say
-        self.parent, self.tracker = parent, parent.tracker
-        self.experiment_id, self.parent_id = parent.experiment_id, parent.parent_id
+        self.record, self.tracker = record, record.tracker
+        self.experiment_id, self.sweep_id = record.experiment_id, record.sweep_id
         self.started: set[str] = set()
         self.offsets: dict[str, int] = {}  # how far each task's log was read
         self.gone_since: dict[str, float] = {}
@@ -335,7 +336,7 @@ class _Follower:
         """A task out of the queue with no result in sight: its run as the store has it
         (ended: that; still RUNNING: its process died), else, after ``_GONE_S``, lost."""
         attempts = self.tracker.attempts(
-            self.experiment_id, run, f"tags.`mlflow.parentRunId` = '{self.parent_id}'")
+            self.experiment_id, run, of_sweep(self.sweep_id))
         latest = max(attempts, key=lambda r: r.info.start_time or 0, default=None)
         why = (f"its Slurm job {job_id} left the queue without a result (cancelled, killed "
                f"for memory or time, or its node failed); its log: {job.paths.stderr}")
@@ -347,7 +348,7 @@ class _Follower:
                              final_return=None, fps=None, frames=0, seconds=0.0,
                              error=f"{error}; {why}" if error != why else why)
         if latest is not None:  # RUNNING, and no process left to end it
-            return mark_dead(self.parent, run, why)
+            return mark_dead(self.record, run, why)
         first = self.gone_since.setdefault(job_id, time.monotonic())
         if time.monotonic() - first < _GONE_S:
             return None  # its result may still be on its way through the filesystem
@@ -360,7 +361,7 @@ class _Follower:
             return job.result()
         except Exception as err:  # the harness raised in the task: submitit keeps the trace
             lines = str(err).strip().splitlines()
-            return mark_dead(self.parent, run,
+            return mark_dead(self.record, run,
                              f"its Slurm task raised {one_line(lines[-1] if lines else err)}"
                              f"; its log: {job.paths.stderr}")
 
@@ -388,8 +389,8 @@ class _Follower:
         by_identity = {run.identity: run for _, run in self.jobs.values()}
         try:
             running = self.tracker.runs(
-                self.experiment_id, f"tags.`mlflow.parentRunId` = '{self.parent_id}' "
-                                    "and attributes.status = 'RUNNING'")
+                self.experiment_id,
+                f"{of_sweep(self.sweep_id)} and attributes.status = 'RUNNING'")
         except Exception as err:  # the store away for a moment: progress waits
             self._once("progress", f"rlbench: the progress of the runs cannot be read from "
                                    f"the store now ({one_line(err)})")

@@ -1,4 +1,4 @@
-"""A sweep: every run of the grid, tracked under one MLflow parent run, then a table."""
+"""A sweep: every run of the grid, each tagged with the sweep's record, then a table."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rlbench.harness.plan.numerics_mode import check_process_numerics
 from rlbench.harness.plan.run_config import SweepConfig
 from rlbench.harness.render import TextTable, counted, render, to_rich
 from rlbench.harness.run.launcher_registry import launcher_for
-from rlbench.harness.run.launchers import Launcher, Listener, Listeners, SweepParent
+from rlbench.harness.run.launchers import Launcher, Listener, Listeners, SweepRecord
 from rlbench.harness.run.locks import SweepLock, planning
 from rlbench.harness.run.progress import SweepProgress
 from rlbench.harness.run.resume import ResumePlan, plan_resume
@@ -23,6 +23,7 @@ from rlbench.harness.run.run_dirs import run_dir_for
 from rlbench.harness.run.runner import ELSEWHERE, FATAL_ERROR_FILE, RunResult, one_line
 from rlbench.harness.run.summary import SummaryRow, summarize, summary_table, write_csv
 from rlbench.harness.signals import sigterm_stops_sweep
+from rlbench.harness.store.bookkeeping import of_sweep
 from rlbench.harness.store.provenance import environment_tags
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import StoreLocation, check_reachable
@@ -33,7 +34,7 @@ __all__ = ["SweepResult", "planned_counts", "run_sweep"]
 
 @dataclass
 class SweepResult:
-    parent_run_id: str
+    sweep_run_id: str
     results: list[RunResult]
     summary_dir: Path
     tracking_uri: str
@@ -45,10 +46,10 @@ class SweepResult:
         return [r for r in self.results if r.status not in ("FINISHED", ELSEWHERE)]
 
 
-def _mark_stopped_runs_killed(tracker: Tracker, experiment_id: str, parent_id: str) -> None:
+def _mark_stopped_runs_killed(tracker: Tracker, experiment_id: str, sweep_id: str) -> None:
     """Runs of this sweep still RUNNING after an interrupt become KILLED: one stopped while
     it was being set up or logged, outside the part of a run that marks itself."""
-    for run in tracker.runs(experiment_id, f"tags.`mlflow.parentRunId` = '{parent_id}'"):
+    for run in tracker.runs(experiment_id, of_sweep(sweep_id)):
         if run.info.status == "RUNNING":
             tracker.finish(run.info.run_id, "KILLED")
 
@@ -91,11 +92,11 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None,
             plan = plan_resume(tracker, experiment_id, sweep.runs,
                                reuse_code=sweep.reuse_code)
             devices = sorted({run.device for run in sweep.runs})
-            with planning(sweep.out_dir):  # parent run and its lock appear together
-                parent_id = tracker.start_sweep(
+            with planning(sweep.out_dir):  # the record and its lock appear together
+                sweep_id = tracker.start_sweep(
                     experiment_id, suite, {**environment_tags(",".join(devices)),
                                            "out_dir": str(sweep.out_dir.resolve())})
-                lock = SweepLock(sweep.out_dir, parent_id)
+                lock = SweepLock(sweep.out_dir, sweep_id)
         except (MlflowException, OSError) as err:  # a full disk, a store that fails
             raise ConfigError(f"the sweep could not start: the store at {tracker.uri} could "
                               f"not be written ({one_line(err)})") from err
@@ -103,18 +104,18 @@ def run_sweep(sweep: SweepConfig, console: Console | None = None,
             console.print(Text.assemble(("died earlier", "red"), f": {death}"))
         try:
             return _run_planned(sweep, launcher, plan,
-                                SweepParent(tracker, experiment_id, parent_id), console,
+                                SweepRecord(tracker, experiment_id, sweep_id), console,
                                 listener, part)
         finally:
             lock.release()
 
 
 def _run_planned(sweep: SweepConfig, launcher: Launcher, plan: ResumePlan,
-                 parent: SweepParent, console: Console,
+                 record: SweepRecord, console: Console,
                  listener: Listener | None, part: bool) -> SweepResult:
     suite = sweep.suite.name
-    tracker, experiment_id, parent_id = parent.tracker, parent.experiment_id, parent.parent_id
-    tracker.log_params(parent_id, {"runs": len(sweep.runs), "suite_file": str(sweep.suite.path),
+    tracker, experiment_id, sweep_id = record.tracker, record.experiment_id, record.sweep_id
+    tracker.log_params(sweep_id, {"runs": len(sweep.runs), "suite_file": str(sweep.suite.path),
                                    "jobs": sweep.jobs})
     counts = planned_counts(len(sweep.runs), len(plan.finished), len(plan.elsewhere),
                             len(plan.to_run), launcher.describe())
@@ -143,7 +144,7 @@ def _run_planned(sweep: SweepConfig, launcher: Launcher, plan: ResumePlan,
     try:
         with progress:
             try:
-                launcher.run(plan.to_run, parent, hears)
+                launcher.run(plan.to_run, record, hears)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the runs in flight stop KILLED
                 launcher.cancel()
                 raise
@@ -155,8 +156,8 @@ def _run_planned(sweep: SweepConfig, launcher: Launcher, plan: ResumePlan,
         rows = summarize(results)
         table = summary_table(rows, f"{suite}: final deterministic eval return over seeds")
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        summary_dir = sweep.out_dir / "sweeps" / f"{suite}-{stamp}-{parent_id}"
-        problems = _record_sweep(tracker, experiment_id, parent_id, status, table, rows,
+        summary_dir = sweep.out_dir / "sweeps" / f"{suite}-{stamp}-{sweep_id}"
+        problems = _record_sweep(tracker, experiment_id, sweep_id, status, table, rows,
                                  summary_dir)
         if not part:
             console.print(to_rich(table))
@@ -175,7 +176,7 @@ def _run_planned(sweep: SweepConfig, launcher: Launcher, plan: ResumePlan,
                               soft_wrap=True)  # one line: its path is copied
         for problem in problems:
             console.print(Text.assemble(("not recorded", "red"), f": {problem}"))
-    return SweepResult(parent_id, results, summary_dir, tracker.uri, problems)
+    return SweepResult(sweep_id, results, summary_dir, tracker.uri, problems)
 
 
 def _failure_files(out_dir: Path, result: RunResult) -> str:
@@ -199,18 +200,18 @@ def _made_where(results: list[RunResult], finished_earlier: int) -> str:
             f"during the sweep, {finished_earlier} finished earlier")
 
 
-def _record_sweep(tracker: Tracker, experiment_id: str, parent_id: str, status: str,
+def _record_sweep(tracker: Tracker, experiment_id: str, sweep_id: str, status: str,
                   table: TextTable, rows: list[SummaryRow], summary_dir: Path) -> list[str]:
-    """Mark runs a stop left RUNNING KILLED, write the summary, end the parent run. Each
+    """Mark runs a stop left RUNNING KILLED, write the summary, end the sweep's record. Each
     step that fails (a full disk, a read-only out dir) is said, not raised, and the next
     is tried; returns what could not be recorded."""
     problems = []
-    steps = [("the summary", lambda: _write_summary(tracker, parent_id, table, rows,
+    steps = [("the summary", lambda: _write_summary(tracker, sweep_id, table, rows,
                                                     summary_dir)),
-             (f"the sweep's end ({status})", lambda: tracker.finish(parent_id, status))]
+             (f"the sweep's end ({status})", lambda: tracker.finish(sweep_id, status))]
     if status == "KILLED":
         steps.insert(0, ("the stopped runs' end (KILLED)", lambda: _mark_stopped_runs_killed(
-            tracker, experiment_id, parent_id)))
+            tracker, experiment_id, sweep_id)))
     for what, step in steps:
         try:
             step()
@@ -219,8 +220,8 @@ def _record_sweep(tracker: Tracker, experiment_id: str, parent_id: str, status: 
     return problems
 
 
-def _write_summary(tracker: Tracker, parent_id: str, table: TextTable,
+def _write_summary(tracker: Tracker, sweep_id: str, table: TextTable,
                    rows: list[SummaryRow], summary_dir: Path) -> None:
     write_file(summary_dir / "summary.md", render([table], "markdown"), "summary file")
     write_csv(rows, summary_dir / "summary.csv")
-    tracker.log_artifacts(parent_id, [summary_dir / "summary.md", summary_dir / "summary.csv"])
+    tracker.log_artifacts(sweep_id, [summary_dir / "summary.md", summary_dir / "summary.csv"])

@@ -14,11 +14,14 @@ RUNNING and beats: the process running it sets its ``heartbeat`` tag every
 ``stale_seconds()``, is dead, and the next claimant takes the next epoch. Hosts compare
 heartbeats with their own clocks: keep them within a minute of each other (NTP).
 
-The ledger is 16 runs (``kind=ledger``, one per first hex digit of the identities) in the
-suite's experiment. Each one's id is the tag of an experiment named
-``rlbench-ledger:<experiment id>:<digit>``: experiment names are unique, so one creator wins
-and every driver finds the same ledger. That experiment is deleted as soon as it is made:
-a deleted experiment keeps its name and tags, and stays out of the experiment list.
+A suite's ledger is 16 runs (``kind=ledger``, one per first hex digit of the identities,
+tagged ``ledger_of`` with the suite's experiment id) in the store's bookkeeping experiment
+(``bookkeeping``), out of the way of the suite's runs. Each one's id is the tag of an
+experiment named ``rlbench-ledger:<experiment id>:<digit>``: experiment names are unique,
+so one creator wins and every driver finds the same ledger. That experiment is deleted as
+soon as it is made: a deleted experiment keeps its name and tags, and stays out of the
+experiment list. A store written before the bookkeeping experiment has its ledger runs in
+the suite's experiment, where their pointers lead: they go on being used there.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from rlbench.harness.store.bookkeeping import bookkeeping_experiment
 from rlbench.harness.store.provenance import host_id
 from rlbench.harness.store.retry import with_retry
 
@@ -231,8 +235,8 @@ class Ledger:
 
 
 def latest_claims(ledgers: Iterable[Run]) -> dict[str, Claim]:
-    """Each identity's latest claim in ``ledgers`` (the suite's ``kind=ledger`` runs, as a
-    planner reads them all at once); a key of no epoch is passed over."""
+    """Each identity's latest claim in ``ledgers`` (the suite's ledger runs, as a planner
+    reads them all at once: ``Tracker.ledgers``); a key of no epoch is passed over."""
     latest: dict[str, Claim] = {}
     for run in ledgers:
         for key, value in run.data.params.items():
@@ -253,9 +257,10 @@ def _ledger_run(client: MlflowClient, experiment_id: str, shard: str) -> str:
     name = LEDGER_POINTER.format(experiment_id=experiment_id, shard=shard)
     pointer = with_retry(client.get_experiment_by_name, name)
     if pointer is None:
-        candidate = with_retry(client.create_run, experiment_id,
+        candidate = with_retry(client.create_run, bookkeeping_experiment(client),
                                run_name=f"rlbench claims {shard}",
-                               tags={"kind": "ledger"}).info.run_id
+                               tags={"kind": "ledger", "ledger_of": experiment_id,
+                                     "shard": shard}).info.run_id
         try:
             with_retry(client.create_experiment, name, tags={LEDGER_TAG: candidate})
         except MlflowException as err:  # made first by another process, or by this one

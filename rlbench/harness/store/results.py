@@ -38,6 +38,7 @@ from mlflow.tracking import MlflowClient
 
 from rlbench.errors import ConfigError, UnknownNameError, near_matches, one_line, quote
 from rlbench.harness.render import inert
+from rlbench.harness.store.bookkeeping import BOOKKEEPING_EXPERIMENT
 from rlbench.harness.store.identity_tags import IDENTITY, LEGACY_IDENTITY, identity_of
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.server_read import metric_histories as served_histories
@@ -121,7 +122,7 @@ def _experiment_id(client: MlflowClient, suite: str) -> str:
     experiment = with_retry(client.get_experiment_by_name, suite)
     if experiment is None:
         names = sorted(e.name for e in all_experiments(client)
-                       if e.name != "Default")
+                       if e.name not in ("Default", BOOKKEEPING_EXPERIMENT))
         hint = near_matches(suite, names)
         raise ConfigError(f"the store has no runs of suite {quote(suite)} (it has "
                           f"{', '.join(names) or 'none'})"

@@ -1,8 +1,10 @@
-"""MLflow tracking: one experiment per suite, a parent run per sweep, a child run per run.
+"""MLflow tracking: one experiment per suite holding a run per config run, and a record per
+sweep in the store's bookkeeping experiment (``bookkeeping``).
 
 The store is the one ``uri.tracking_uri`` names (the embedded SQLite store under the out
-dir by default); every call goes through ``retry.with_retry``. A child run is tagged with
-what it is (``identity_tags``) and its config is logged as flattened params.
+dir by default); every call goes through ``retry.with_retry``. A run is tagged with what
+it is (``identity_tags``) and the sweep that ran it, and its config is logged as flattened
+params.
 """
 
 from __future__ import annotations
@@ -19,8 +21,14 @@ from mlflow.environment_variables import MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from rlbench.errors import ConfigError
 from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.store.artifact_places import ARTIFACT_DIR_NAME, artifact_roots
+from rlbench.harness.store.bookkeeping import (
+    BOOKKEEPING_EXPERIMENT,
+    SWEEP_TAG,
+    bookkeeping_experiment,
+)
 from rlbench.harness.store.identity_tags import CONFIG_IDENTITY, IDENTITY, LEGACY_IDENTITY
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.sqlite import (
@@ -96,7 +104,7 @@ def quiet_downloads() -> Iterator[None]:
 
 
 class Tracker:
-    """Creates the experiment, the sweep's parent run and one child run per run."""
+    """Creates the suite's experiment, the sweep's record and one run per config run."""
 
     def __init__(self, store: StoreLocation | Path, *, prepare: bool = True):
         """Open ``store``: the location the command resolved once, or an out dir whose
@@ -133,13 +141,18 @@ class Tracker:
     def experiment(self, suite: str) -> str:
         """The id of the suite's experiment, created on first use (once, however many
         sweeps start together)."""
+        if suite == BOOKKEEPING_EXPERIMENT:
+            raise ConfigError(f"{BOOKKEEPING_EXPERIMENT} is the name of the store's own "
+                              "records (sweeps and claims): give the suite another name")
+        artifacts = None
+        if self.uri.startswith("sqlite:"):
+            artifacts = (self.out_dir / ARTIFACT_DIR_NAME).resolve().as_uri()
+        # made beside the suite's, so its sweep summaries go where the suite's artifacts go
+        bookkeeping_experiment(self.client, artifact_location=artifacts)
         with store_lock(self.uri):
             existing = with_retry(self.client.get_experiment_by_name, suite)
             if existing is not None:
                 return existing.experiment_id
-            artifacts = None
-            if self.uri.startswith("sqlite:"):
-                artifacts = (self.out_dir / ARTIFACT_DIR_NAME).resolve().as_uri()
             try:
                 return with_retry(self.client.create_experiment, suite,
                                   artifact_location=artifacts)
@@ -149,9 +162,23 @@ class Tracker:
                 return with_retry(self.client.get_experiment_by_name, suite).experiment_id
 
     def start_sweep(self, experiment_id: str, suite: str, tags: Mapping[str, str]) -> str:
-        run = with_retry(self.client.create_run, experiment_id, run_name=f"{suite} sweep",
-                         tags={"suite": suite, "kind": "sweep", **tags})
+        """The id of a new sweep's record, RUNNING until ``finish``: in the bookkeeping
+        experiment, tagged with the suite and its experiment."""
+        run = with_retry(self.client.create_run, bookkeeping_experiment(self.client),
+                         run_name=f"{suite} sweep",
+                         tags={"suite": suite, "kind": "sweep", "experiment": experiment_id,
+                               **tags})
         return run.info.run_id
+
+    def ledgers(self, experiment_id: str) -> list[Run]:
+        """The ledger runs of the suite of ``experiment_id`` (``store.claims``): in the
+        bookkeeping experiment, and where a store written before it kept them, in the
+        suite's experiment."""
+        ledgers = self.runs_tagged(experiment_id, "kind", "ledger")
+        bookkeeping = bookkeeping_experiment(self.client, create=False)
+        if bookkeeping is not None:
+            ledgers += self.runs_tagged(bookkeeping, "ledger_of", experiment_id)
+        return ledgers
 
     def runs(self, experiment_id: str, filter_string: str, *,
              deleted: bool = False) -> list[Run]:
@@ -183,14 +210,16 @@ class Tracker:
         """Soft-delete a run (kept in the store, hidden from searches)."""
         with_retry(self.client.delete_run, run_id)
 
-    def start_run(self, experiment_id: str, parent_id: str, config: RunConfig,
+    def start_run(self, experiment_id: str, sweep_id: str, config: RunConfig,
                   tags: Mapping[str, str]) -> str:
+        """The id of a new run of ``config`` in the suite's experiment, made by sweep
+        ``sweep_id``, its config logged as params."""
         run = with_retry(
             self.client.create_run,
             experiment_id,
             run_name=config.name,
             tags={
-                "mlflow.parentRunId": parent_id,
+                SWEEP_TAG: sweep_id,
                 "kind": "run",
                 "suite": config.suite,
                 "algorithm": config.algo,

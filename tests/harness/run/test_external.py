@@ -25,6 +25,7 @@ from rlbench.harness.plan.config import resolve_sweep
 from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run import external
 from rlbench.harness.run.external import ExternalResult, ExternalRun, renamed, run_external
+from rlbench.harness.store.bookkeeping import bookkeeping_experiment
 from rlbench.harness.store.claims import Claim, Ledger
 from rlbench.harness.store.recorder import RunRecorder
 from rlbench.harness.store.tracking import Tracker
@@ -151,7 +152,7 @@ def test_a_killed_run_is_marked_killed_and_the_sweep_stops(
     experiment = tracker.experiment(suite)
     (killed,) = tracker.runs(experiment, "tags.kind = 'run'")
     assert killed.info.status == "KILLED"
-    (parent,) = tracker.runs(experiment, "tags.kind = 'sweep'")
+    (parent,) = tracker.runs(bookkeeping_experiment(tracker.client), "tags.kind = 'sweep'")
     assert parent.info.status == "KILLED"
     resumed: list[ExternalRun] = []
     assert run_external(configs, _trainer(resumed), out_dir=tmp_path, suite=suite,
@@ -268,12 +269,12 @@ def test_a_live_claim_from_the_store_is_logged_inert(tmp_path: Path,
     configs, suite = _plan(tmp_path, "seeds=1")
     tracker = Tracker(tmp_path)
     experiment_id = tracker.experiment(suite)
-    parent_id = tracker.start_sweep(experiment_id, suite, {})
+    sweep_id = tracker.start_sweep(experiment_id, suite, {})
     ledger = Ledger(tracker.client, experiment_id, configs[0].identity)
     claim = dataclasses.replace(Claim.new(configs[0].identity, 0, Path("/elsewhere")),
                                 host="\x1b]0;PWNED\x07\x1b[2Jevil/boot")
     tracker.client.log_param(ledger.run_id, claim.key, claim.value())
-    tracker.start_run(experiment_id, parent_id, configs[0], claim.tags())
+    tracker.start_run(experiment_id, sweep_id, configs[0], claim.tags())
     lines: list[str] = []
     result = run_external(configs, _trainer([]), out_dir=tmp_path, suite=suite,
                           library="mylib 1.0", log=lines.append)

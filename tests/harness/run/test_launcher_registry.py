@@ -24,10 +24,11 @@ from rlbench.harness.run.launcher_registry import (
     launcher_names,
     register_launcher,
 )
-from rlbench.harness.run.launchers import Launcher, Listener, SweepParent
+from rlbench.harness.run.launchers import Launcher, Listener, SweepRecord
 from rlbench.harness.run.lost_runs import not_started
 from rlbench.harness.run.runner import RunResult, execute_run
 from rlbench.harness.run.sweep import run_sweep
+from rlbench.harness.store.bookkeeping import BOOKKEEPING_EXPERIMENT
 from rlbench.harness.store.uri import StoreLocation, tracking_uri
 
 SUITE = """
@@ -62,7 +63,7 @@ class Backwards:
         if self.refuse:
             raise ConfigError(f"launcher=backwards: {self.refuse}")
 
-    def run(self, runs: list[RunConfig], parent: SweepParent,
+    def run(self, runs: list[RunConfig], record: SweepRecord,
             listener: Listener) -> list[RunResult]:
         results: dict[str, RunResult] = {}
         for run in reversed(runs):
@@ -71,7 +72,7 @@ class Backwards:
             listener.started(run)
             stop = next((r for r in results.values() if r.unrecorded), None)
             result = not_started(run, stop) if stop else execute_run(
-                run, parent.tracker, parent.experiment_id, parent.parent_id,
+                run, record.tracker, record.experiment_id, record.sweep_id,
                 on_update=lambda values, run=run: listener.update(run, values))
             self.ran.append(run.name)
             results[run.identity] = result
@@ -116,11 +117,10 @@ def test_a_registered_launcher_runs_a_sweep(sweep: SweepConfig) -> None:
     assert [r.status for r in result.results] == ["FINISHED", "FINISHED"]
     assert "launcher backwards, here)" in shown.getvalue()
     client = MlflowClient(result.tracking_uri)
-    parent = client.get_run(result.parent_run_id)
+    parent = client.get_run(result.sweep_run_id)
     assert parent.info.status == "FINISHED"
-    children = client.search_runs([parent.info.experiment_id], "tags.kind = 'run'")
-    assert {run.data.tags["mlflow.parentRunId"] for run in children} == {
-        result.parent_run_id}
+    children = client.search_runs([parent.data.tags["experiment"]], "tags.kind = 'run'")
+    assert {run.data.tags["sweep"] for run in children} == {result.sweep_run_id}
     assert all(run.info.status == "FINISHED" for run in children)
 
 
@@ -138,7 +138,7 @@ def test_a_stop_cancels_the_launcher_and_ends_the_sweep_killed(sweep: SweepConfi
         run_sweep(sweep, Console(file=io.StringIO()))
     assert made[-1].cancelled
     client = MlflowClient(tracking_uri(sweep.out_dir.absolute()))
-    experiment = client.get_experiment_by_name("two")
+    experiment = client.get_experiment_by_name(BOOKKEEPING_EXPERIMENT)
     (parent,) = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
     assert parent.info.status == "KILLED"
 

@@ -24,6 +24,7 @@ from rlbench.harness.run.run_dirs import checkpoint_dir_for
 from rlbench.harness.run.runner import RunResult, execute_run
 from rlbench.harness.run.summary import SummaryRow, summarize, summary_table, write_csv
 from rlbench.harness.run.sweep import _record_sweep
+from rlbench.harness.store.bookkeeping import BOOKKEEPING_EXPERIMENT
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import tracking_uri
 
@@ -71,14 +72,24 @@ def test_sweep_tracks_everything_and_records_failures(tiny_suite: Path, tmp_path
 
     client = MlflowClient(tracking_uri(out))
     experiment = client.get_experiment_by_name("tiny")
-    parents = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
+    bookkeeping = client.get_experiment_by_name(BOOKKEEPING_EXPERIMENT)
+    parents = client.search_runs([bookkeeping.experiment_id], "tags.kind = 'sweep'")
     assert len(parents) == 1 and parents[0].info.status == "FAILED"
+    assert parents[0].data.tags["experiment"] == experiment.experiment_id
+    assert {a.path for a in client.list_artifacts(parents[0].info.run_id)} == {
+        "summary.md", "summary.csv"}
     children = _children(client, experiment.experiment_id)
+    # the suite's experiment holds the runs of its configs and nothing else
+    assert sorted(run.data.tags["kind"] for run in client.search_runs(
+        [experiment.experiment_id])) == ["run"] * 3
+    assert {run.data.tags["kind"] for run in client.search_runs(
+        [bookkeeping.experiment_id])} == {"sweep", "ledger"}
     assert set(children) == {"ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1",
                              "ppo/Acrobot-v1/seed0"}
     for name, run in children.items():
         tags = run.data.tags
-        assert tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert tags["sweep"] == parents[0].info.run_id
+        assert "mlflow.parentRunId" not in tags
         for key in ("suite", "algorithm", "env", "seed", "identity", "config_identity",
                     "rlbench_version", "git_commit", "torch_version", "tensordict_version",
                     "gymnasium_version", "mujoco_version", "host", "device", "cpu_vendor",
@@ -238,12 +249,12 @@ def test_a_run_another_process_holds_is_left_alone(tiny_suite: Path, tmp_path: P
     (config,) = resolve_sweep(args).runs
     tracker = Tracker(out)
     experiment_id = tracker.experiment("tiny")
-    parent_id = tracker.start_sweep(experiment_id, "tiny", {})
+    sweep_id = tracker.start_sweep(experiment_id, "tiny", {})
     holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, *args], text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert holder.stdout.readline() == "held\n"
-        result = execute_run(config, tracker, experiment_id, parent_id)
+        result = execute_run(config, tracker, experiment_id, sweep_id)
         assert main(["run", f"suite={tiny_suite}", f"out_dir={out}"]) == 2
         assert ("another process is running ppo/CartPole-v1/seed0 into"
                 in capsys.readouterr().err)
@@ -257,7 +268,7 @@ def test_a_run_another_process_holds_is_left_alone(tiny_suite: Path, tmp_path: P
     assert main(["run", *args]) == 0  # released with its process: the run goes ahead
     (finished,) = tracker.runs(experiment_id, "tags.kind = 'run'")
     # a sweep that planned the run before it finished elsewhere takes that result
-    again = execute_run(config, tracker, experiment_id, parent_id)
+    again = execute_run(config, tracker, experiment_id, sweep_id)
     assert (again.status, again.run_id) == ("FINISHED", finished.info.run_id)
     assert again.finished_by is not None and str(out.resolve()) in again.finished_by
     assert len(tracker.runs(experiment_id, "tags.kind = 'run'")) == 1
@@ -282,14 +293,14 @@ def test_a_run_waits_for_a_planner_and_replaces_another_sweeps_dead_attempt(
                                "seeds=1"]).runs
     tracker = Tracker(out)
     experiment_id = tracker.experiment("tiny")
-    parent_id = tracker.start_sweep(experiment_id, "tiny", {})
-    dead = tracker.start_run(experiment_id, parent_id, config, {})  # another sweep's,
+    sweep_id = tracker.start_sweep(experiment_id, "tiny", {})
+    dead = tracker.start_run(experiment_id, sweep_id, config, {})  # another sweep's,
     tracker.finish(dead, "KILLED")                                   # killed
     planner = subprocess.Popen([sys.executable, "-c", PLANNER, str(out)], text=True,
                                stdout=subprocess.PIPE)
     try:
         assert planner.stdout.readline() == "planning\n"
-        result = execute_run(config, tracker, experiment_id, parent_id)
+        result = execute_run(config, tracker, experiment_id, sweep_id)
     finally:
         planner.communicate()
     assert result.status == "FINISHED"

@@ -20,6 +20,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlbench.cli import main
+from rlbench.harness.store.bookkeeping import BOOKKEEPING_EXPERIMENT
 from rlbench.harness.store.uri import tracking_uri
 from tests.processes import kill_group
 
@@ -47,7 +48,8 @@ def _runs(out: Path, kind: str = "run", deleted: bool = False) -> list:
     from mlflow.entities import ViewType
 
     client = MlflowClient(tracking_uri(out))
-    experiment = client.get_experiment_by_name("faults")
+    experiment = client.get_experiment_by_name(
+        BOOKKEEPING_EXPERIMENT if kind == "sweep" else "faults")
     view = ViewType.ALL if deleted else ViewType.ACTIVE_ONLY
     return client.search_runs([experiment.experiment_id], f"tags.kind = '{kind}'",
                               run_view_type=view)

@@ -22,6 +22,7 @@ from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run.progress import SweepProgress
 from rlbench.harness.run.resume import plan_resume
 from rlbench.harness.run.runner import ELSEWHERE, execute_run
+from rlbench.harness.store.bookkeeping import BOOKKEEPING_EXPERIMENT
 from rlbench.harness.store.claims import (
     Claim,
     ClaimLost,
@@ -85,10 +86,14 @@ def test_of_racing_processes_one_makes_the_ledger_and_one_wins_the_claim(
     assert len(ledgers) == 1, "every process finds the same ledger"
     assert len(winners) == 1, "exactly one process wins the epoch"
     assert all(line[2] == winners[0] for line in lines), "the losers name the winner"
-    ledger_runs = tracker.runs(experiment_id, "tags.kind = 'ledger'")
+    ledger_runs = tracker.ledgers(experiment_id)
     assert [run.info.run_id for run in ledger_runs] == list(ledgers)
-    assert [e.name for e in all_experiments(tracker.client)] in (
-        [f"race-{store}", "Default"], ["Default", f"race-{store}"], [f"race-{store}"]), (
+    assert ledger_runs[0].data.tags["ledger_of"] == experiment_id
+    assert not tracker.runs(experiment_id, "tags.kind = 'ledger'"), (
+        "the suite's experiment holds no ledger")
+    assert sorted(e.name for e in all_experiments(tracker.client)) in (
+        sorted([f"race-{store}", "Default", BOOKKEEPING_EXPERIMENT]),
+        sorted([f"race-{store}", BOOKKEEPING_EXPERIMENT])), (
         "the ledger's pointer experiment stays out of the list")
 
 
@@ -100,7 +105,7 @@ def _config(tmp_path: Path) -> tuple[RunConfig, Path]:
     return config, out
 
 
-def _foreign_claim(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig,
+def _foreign_claim(tracker: Tracker, experiment_id: str, sweep_id: str, config: RunConfig,
                    beat_age: float | None) -> tuple[Claim, str | None]:
     """A claim of another host in the ledger, with its attempt run beating ``beat_age`` s
     ago (no attempt when None)."""
@@ -111,19 +116,19 @@ def _foreign_claim(tracker: Tracker, experiment_id: str, parent_id: str, config:
     if beat_age is None:
         return claim, None
     tags = {**claim.tags(), "heartbeat": repr(time.time() - beat_age)}
-    return claim, tracker.start_run(experiment_id, parent_id, config, tags)
+    return claim, tracker.start_run(experiment_id, sweep_id, config, tags)
 
 
 def test_a_live_claim_of_another_host_is_left_alone(tmp_path: Path) -> None:
     config, out = _config(tmp_path)
     tracker = Tracker(out)
     experiment_id = tracker.experiment("claims")
-    parent_id = tracker.start_sweep(experiment_id, "claims", {})
-    claim, attempt = _foreign_claim(tracker, experiment_id, parent_id, config, beat_age=5.0)
+    sweep_id = tracker.start_sweep(experiment_id, "claims", {})
+    claim, attempt = _foreign_claim(tracker, experiment_id, sweep_id, config, beat_age=5.0)
 
     plan = plan_resume(tracker, experiment_id, [config])
     assert plan.to_run == [] and plan.elsewhere == [(config, claim)]
-    result = execute_run(config, tracker, experiment_id, parent_id)
+    result = execute_run(config, tracker, experiment_id, sweep_id)
     assert result.status == ELSEWHERE and result.run_id == ""
     assert "being run by process" in result.error and "other-host" in result.error
     still = tracker.client.get_run(attempt)
@@ -138,12 +143,12 @@ def test_a_run_another_process_finished_meanwhile_is_its_result_not_one_made_her
     config, out = _config(tmp_path)
     tracker = Tracker(out)
     experiment_id = tracker.experiment("claims")
-    parent_id = tracker.start_sweep(experiment_id, "claims", {})
-    claim, attempt = _foreign_claim(tracker, experiment_id, parent_id, config, beat_age=1.0)
+    sweep_id = tracker.start_sweep(experiment_id, "claims", {})
+    claim, attempt = _foreign_claim(tracker, experiment_id, sweep_id, config, beat_age=1.0)
     tracker.client.log_metric(attempt, "eval/return_mean", 123.5, step=512)
     tracker.finish(attempt, "FINISHED")
 
-    result = execute_run(config, tracker, experiment_id, parent_id)
+    result = execute_run(config, tracker, experiment_id, sweep_id)
     assert (result.status, result.run_id) == ("FINISHED", attempt)
     assert (result.final_return, result.frames) == (123.5, 512)
     assert result.finished_by == claim.describe()
@@ -167,8 +172,8 @@ def test_a_claim_whose_heartbeat_stopped_is_taken_over(beat_age: float | None,
     config, out = _config(tmp_path)
     tracker = Tracker(out)
     experiment_id = tracker.experiment("claims")
-    parent_id = tracker.start_sweep(experiment_id, "claims", {})
-    dead, attempt = _foreign_claim(tracker, experiment_id, parent_id, config,
+    sweep_id = tracker.start_sweep(experiment_id, "claims", {})
+    dead, attempt = _foreign_claim(tracker, experiment_id, sweep_id, config,
                                    beat_age=beat_age)
     if beat_age is None:  # a claim whose attempt never appeared, taken long ago
         ledger = Ledger(tracker.client, experiment_id, config.identity)
@@ -177,7 +182,7 @@ def test_a_claim_whose_heartbeat_stopped_is_taken_over(beat_age: float | None,
 
     plan = plan_resume(tracker, experiment_id, [config])
     assert plan.to_run == [config] and plan.elsewhere == []
-    result = execute_run(config, tracker, experiment_id, parent_id)
+    result = execute_run(config, tracker, experiment_id, sweep_id)
     assert result.status == "FINISHED"
     (run,) = tracker.attempts(experiment_id, config)
     assert run.info.run_id == result.run_id
@@ -192,9 +197,9 @@ def test_a_claim_a_launcher_knows_dead_is_taken_at_once(tmp_path: Path) -> None:
     config, out = _config(tmp_path)
     tracker = Tracker(out)
     experiment_id = tracker.experiment("claims")
-    parent_id = tracker.start_sweep(experiment_id, "claims", {})
-    claim, _ = _foreign_claim(tracker, experiment_id, parent_id, config, beat_age=1.0)
-    result = execute_run(config, tracker, experiment_id, parent_id, token="mine",
+    sweep_id = tracker.start_sweep(experiment_id, "claims", {})
+    claim, _ = _foreign_claim(tracker, experiment_id, sweep_id, config, beat_age=1.0)
+    result = execute_run(config, tracker, experiment_id, sweep_id, token="mine",
                          dead=(claim.token,))
     assert result.status == "FINISHED"
     run = tracker.client.get_run(result.run_id)
@@ -217,7 +222,7 @@ def test_a_second_claim_of_the_same_epoch_is_refused_and_names_the_holder(
     stored = tracker.client.get_run(ledger.run_id).data.params[first.key]
     assert json.loads(stored)["token"] == "first"
     other = Ledger(tracker.client, experiment_id, "f00").take(None, tracker.out_dir)
-    ledgers = tracker.runs_tagged(experiment_id, "kind", "ledger")
+    ledgers = tracker.ledgers(experiment_id)
     assert len(ledgers) == 2, "one ledger run per first digit"
     assert latest_claims(ledgers) == {"abc": second, "f00": other}
 
@@ -289,7 +294,7 @@ def test_a_damaged_claim_costs_nothing_the_run_is_claimed_anew(tmp_path: Path,
     config, out = _config(tmp_path)
     tracker = Tracker(out)
     experiment_id = tracker.experiment("claims")
-    parent_id = tracker.start_sweep(experiment_id, "claims", {})
+    sweep_id = tracker.start_sweep(experiment_id, "claims", {})
     ledger = Ledger(tracker.client, experiment_id, config.identity)
     tracker.client.log_param(ledger.run_id, f"claim.{config.identity}.0", value)
     tracker.client.log_param(ledger.run_id, f"claim.{config.identity}.x", value)
@@ -297,7 +302,7 @@ def test_a_damaged_claim_costs_nothing_the_run_is_claimed_anew(tmp_path: Path,
     assert damaged.epoch == 0 and not damaged.alive(None)
     plan = plan_resume(tracker, experiment_id, [config])
     assert plan.to_run == [config] and plan.elsewhere == []
-    result = execute_run(config, tracker, experiment_id, parent_id)
+    result = execute_run(config, tracker, experiment_id, sweep_id)
     assert result.status == "FINISHED"
     assert ledger.latest().epoch == 1 and ledger.latest().host == host_id()
 

@@ -235,8 +235,8 @@ def test_a_sweep_that_ends_while_judged_is_not_marked_killed(
     client = MlflowClient(tracking_uri(out))
     ending = _dead_sweep(client, out, socket.gethostname())
 
-    def ends_meanwhile(out_dir: Path, parent_id: str) -> bool:
-        client.set_terminated(parent_id, "FINISHED")  # it ends, then releases its lock
+    def ends_meanwhile(out_dir: Path, sweep_id: str) -> bool:
+        client.set_terminated(sweep_id, "FINISHED")  # it ends, then releases its lock
         return False
 
     monkeypatch.setattr(resume, "is_sweep_alive", ends_meanwhile)
