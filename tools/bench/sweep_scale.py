@@ -4,9 +4,9 @@ harness's own time around each run.
     python -m tools.bench.sweep_scale out_dir=<dir> [runs=10000] [new=5]
 
 Makes (once: an existing store is reused) a store of ``runs`` finished runs of a planned
-grid (PPO on CartPole-v1, ``runs`` seeds, the tags, params, metrics and claims a real run
-writes, through the same ``Tracker`` calls), then measures, on the embedded store or on the
-server of ``MLFLOW_TRACKING_URI``:
+grid (PPO on CartPole-v1, ``runs`` seeds, the tags, params, metrics, claims and done-index
+entries a real run writes, through the same ``Tracker`` calls), then measures, on the
+embedded store or on the server of ``MLFLOW_TRACKING_URI``:
 
 - ``fill_s_per_run``: the store writes of one finished run (what a sweep pays to record it);
 - ``plan_rerun_s``: ``plan_resume`` over the full grid, every run finished earlier;
@@ -74,6 +74,7 @@ def fill(tracker: Tracker, experiment_id: str, configs: list[RunConfig]) -> floa
             Metric("eval/return_mean", value, now, 256), Metric("eval/return_std", 1.0, now, 256),
             Metric("train/fps", 1000.0, now, 256)])
         tracker.finish(run_id, "FINISHED")
+        tracker.note_done(run_id)
     for shard, taken in claims.items():  # the ledger, a hundred params a write
         ledger = Ledger(tracker.client, experiment_id, shard)
         for first in range(0, len(taken), 100):

@@ -49,6 +49,7 @@ from rlbench.harness.run.runner import (
     LOCK_WAIT_S,
     claimed,
     finished_elsewhere,
+    index_finished,
     one_line,
     run_dir_for,
 )
@@ -240,4 +241,5 @@ def _train_recorded(tracker: Tracker, run_id: str, run: ExternalRun,
             raise
         finally:
             tracker.finish(run_id, status)
+    index_finished(tracker, run_id)
     return run.recorder.curve[-1]["eval/return_mean"]

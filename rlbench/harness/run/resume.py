@@ -37,10 +37,11 @@ from rlbench.harness.run.locks import (
     is_sweep_alive,
     planning,
 )
-from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, stored_result
+from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult
 from rlbench.harness.store.bookkeeping import runs_of
 from rlbench.harness.store.claims import Claim, latest_claims, stale_seconds
-from rlbench.harness.store.identity_tags import config_identity_of, identity_of
+from rlbench.harness.store.done_index import DoneEntry, done_entries, entry_of
+from rlbench.harness.store.identity_tags import identity_of
 from rlbench.harness.store.provenance import host_id
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.tracking import Tracker, all_experiments
@@ -71,12 +72,8 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
     try:
         with planning(tracker.out_dir):
             read_at = time.time()  # heartbeats are judged as of the read
-            stored = tracker.runs_tagged(experiment_id, "kind", "run")
-            # read after the attempts: every attempt seen has its claim in the ledger
-            claims = latest_claims(tracker.ledgers(experiment_id))
-            finished = {identity_of(run.data.tags) for run in stored
-                        if run.info.status == "FINISHED"}
-            live = [config.name for config in runs if config.identity not in finished
+            stored = _read_store(tracker, experiment_id)
+            live = [config.name for config in runs if config.identity not in stored.finished
                     and is_running(tracker.out_dir, config)]
             if live:
                 shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5
@@ -85,11 +82,56 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
                                   f"{tracker.out_dir} now: let it finish, or give another "
                                   "out_dir")
             deaths = reap_dead_sweeps(tracker)
-            plan = _plan(tracker, experiment_id, runs, stored, claims, read_at, reuse_code)
+            plan = _plan(tracker, experiment_id, runs, stored, read_at, reuse_code)
+            if stored.to_index or not stored.indexed:
+                tracker.index(experiment_id, stored.to_index)
             plan.deaths = deaths
             return plan
     except RunInProgressError as err:
         raise ConfigError(str(err)) from None
+
+
+@dataclass
+class _Stored:
+    """What a plan reads of a suite's runs."""
+
+    finished: dict[str, list[DoneEntry]]  # by identity, latest first
+    unfinished: dict[str, list[Run]]  # the active attempts that did not finish, by identity
+    claims: dict[str, Claim]  # each identity's latest claim
+    indexed: bool  # read from the done index; else every run was read
+    to_index: list[DoneEntry]  # finished runs the index lacks
+
+
+def _read_store(tracker: Tracker, experiment_id: str) -> _Stored:
+    """The suite's finished runs from its done index (``store.done_index``), beside its
+    unfinished attempts and its deleted finished runs; from every run where the index is
+    not complete (a store written before it), whose entries are then to be written.
+    Attempts are read before the ledgers: every attempt seen has its claim there."""
+    indexed = tracker.indexed(experiment_id)
+    if indexed:
+        attempts = tracker.runs(experiment_id, "tags.kind = 'run' and "
+                                               "attributes.status != 'FINISHED'")
+        ledgers = tracker.ledgers(experiment_id)
+        # an entry of a run deleted since, or marked as ended otherwise, is void
+        void = {run.info.run_id for run in tracker.runs(
+            experiment_id, "tags.kind = 'run' and attributes.status = 'FINISHED'",
+            only_deleted=True)} | {run.info.run_id for run in attempts}
+        entries = [entry for listed in done_entries(ledgers).values() for entry in listed
+                   if entry.run_id not in void]
+    else:
+        runs = tracker.runs_tagged(experiment_id, "kind", "run")
+        ledgers = tracker.ledgers(experiment_id)
+        attempts = [run for run in runs if run.info.status != "FINISHED"]
+        entries = [entry for run in runs if run.info.status == "FINISHED"
+                   and (entry := entry_of(run)) is not None]
+    finished: dict[str, list[DoneEntry]] = {}
+    for entry in sorted(entries, key=lambda entry: -entry.started):
+        finished.setdefault(entry.identity, []).append(entry)
+    unfinished: dict[str, list[Run]] = {}
+    for run in attempts:
+        unfinished.setdefault(identity_of(run.data.tags), []).append(run)
+    return _Stored(finished, unfinished, latest_claims(ledgers), indexed,
+                   [] if indexed else entries)
 
 
 def reap_dead_sweeps(tracker: Tracker) -> list[str]:
@@ -136,20 +178,21 @@ def _record_death(tracker: Tracker, run: Run) -> list[str]:
     return []
 
 
-def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig], stored: list[Run],
-          claims: dict[str, Claim], read_at: float, reuse_code: bool) -> ResumePlan:
-    by_identity: dict[str, list[Run]] = {}
-    by_config: dict[str, list[Run]] = {}  # finished runs by their identity without code
-    for run in stored:
-        tags = run.data.tags
-        by_identity.setdefault(identity_of(tags), []).append(run)
-        if run.info.status == "FINISHED":
-            by_config.setdefault(config_identity_of(tags), []).append(run)
+def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig], stored: _Stored,
+          read_at: float, reuse_code: bool) -> ResumePlan:
+    by_config: dict[str, list[DoneEntry]] = {}  # finished runs by their identity without code
+    for entries in stored.finished.values():
+        for entry in entries:
+            by_config.setdefault(entry.config_identity, []).append(entry)
     plan = ResumePlan([], [], [])
     for config in runs:
-        attempts = by_identity.get(config.identity, [])
-        done = [r for r in attempts if r.info.status == "FINISHED"]
-        claim = claims.get(config.identity)
+        attempts = stored.unfinished.get(config.identity, [])
+        done = stored.finished.get(config.identity, [])
+        claim = stored.claims.get(config.identity)
+        if not done and claim is not None and stored.indexed and not any(
+                run.data.tags.get("claimant") == claim.token for run in attempts):
+            done = _unindexed(tracker, experiment_id, config)
+            stored.to_index += done
         if not done and claim is not None and not claim.is_local(tracker.out_dir):
             holder = next((r for r in attempts
                            if r.data.tags.get("claimant") == claim.token), None)
@@ -162,22 +205,37 @@ def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig], stored: l
                 plan.elsewhere.append((config, claim))
                 continue
         for stale in attempts:
-            if stale.info.status != "FINISHED":
-                tracker.delete(stale.info.run_id)
-                plan.superseded.append(stale.info.run_id)
+            tracker.delete(stale.info.run_id)
+            plan.superseded.append(stale.info.run_id)
         elsewhere = sorted(by_config.get(config.config_identity, []),
-                           key=lambda r: -(r.info.start_time or 0))[:1]
+                           key=lambda entry: -entry.started)[:1]
         if not done and elsewhere and not reuse_code:
             plan.other_code.append(config.name)
         if not done and reuse_code:
             done = elsewhere
-            for run in done:
-                tracker.set_tags(run.info.run_id, {
+            for entry in done:
+                tracker.set_tags(entry.run_id, {
                     "reused_for": f"{config.identity} (code {config.code or 'unknown'}, "
                                   "reuse=code)"})
                 plan.reused.append(config.name)
         if done:
-            plan.finished.append(stored_result(config, done[0]))
+            plan.finished.append(_result(config, done[0]))
         else:
             plan.to_run.append(config)
     return plan
+
+
+def _unindexed(tracker: Tracker, experiment_id: str, config: RunConfig) -> list[DoneEntry]:
+    """The finished runs of ``config``'s identity the done index lacks: a claim with no
+    entry and no attempt in sight is of a run that finished as its process was killed,
+    before its entry was written (or of an attempt since deleted: then none)."""
+    return [entry for run in tracker.attempts(experiment_id, config,
+                                              "attributes.status = 'FINISHED'")
+            if (entry := entry_of(run)) is not None]
+
+
+def _result(config: RunConfig, entry: DoneEntry) -> RunResult:
+    """The result of ``config``'s finished run, as its index entry holds it."""
+    return RunResult(config=config, run_id=entry.run_id, status="FINISHED",
+                     final_return=entry.final_return, fps=entry.fps, frames=entry.frames,
+                     seconds=entry.seconds)

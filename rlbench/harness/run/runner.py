@@ -59,8 +59,8 @@ from rlbench.owned_files import remove_owned
 from rlbench.recipe import Seeds
 
 __all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "Taken",
-           "checkpoint_dir_for", "claimed", "execute_run", "finished_elsewhere", "one_line",
-           "run_dir_for", "stored_result"]
+           "checkpoint_dir_for", "claimed", "execute_run", "finished_elsewhere",
+           "index_finished", "one_line", "run_dir_for", "stored_result"]
 
 
 # The status of a run another live process holds (on another host, or into another out
@@ -371,6 +371,7 @@ class _Attempt:
                 tracker.set_tags(run_id, {"error": error[:5000]})
             tracker.finish(run_id, status)
             if status == "FINISHED":  # recorded: nothing to resume any more
+                index_finished(tracker, run_id, self.say)
                 remove_checkpoints(self.checkpoints, self.say)
                 _remove_uploads(tracker, run_id, self.taken.attempts, self.upload, self.say)
             return status, error, unrecorded
@@ -384,6 +385,17 @@ class _Attempt:
             except Exception as again:
                 error = f"{error}; its MLflow run stays RUNNING ({one_line(again)})"
             return "FAILED", error, True
+
+
+def index_finished(tracker: Tracker, run_id: str, say: Callable[[str], None] = _say) -> None:
+    """Add the finished run to its suite's done index (``store.done_index``). The run is
+    finished either way: an entry that cannot be written is said, and the next plan finds
+    the run by a search."""
+    try:
+        tracker.note_done(run_id)
+    except Exception as err:
+        say(f"rlbench: run {run_id} finished, but the store's index of finished runs could "
+            f"not be written ({one_line(err)}); the next sweep finds it by a search")
 
 
 def _discard_attempt(tracker: Tracker, run_id: str, error: str | None, checkpoints: Path,

@@ -29,6 +29,8 @@ from rlbench.harness.store.bookkeeping import (
     SWEEP_TAG,
     bookkeeping_experiment,
 )
+from rlbench.harness.store.claims import Ledger
+from rlbench.harness.store.done_index import INDEX_TAG, DoneEntry, entry_of, write_entries
 from rlbench.harness.store.identity_tags import CONFIG_IDENTITY, IDENTITY, LEGACY_IDENTITY
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.sqlite import (
@@ -57,12 +59,14 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def search_all(client: MlflowClient, experiment_id: str | Sequence[str], filter_string: str,
-               *, deleted: bool = False) -> list[Run]:
+               *, deleted: bool = False, only_deleted: bool = False) -> list[Run]:
     """Every active run of the experiment (or experiments) matching ``filter_string`` (and
-    every deleted one with ``deleted``), all pages."""
+    every deleted one with ``deleted``; only the deleted ones with ``only_deleted``), all
+    pages."""
     found: list[Run] = []
     token = None
-    view = ViewType.ALL if deleted else ViewType.ACTIVE_ONLY
+    view = (ViewType.DELETED_ONLY if only_deleted
+            else ViewType.ALL if deleted else ViewType.ACTIVE_ONLY)
     ids = [experiment_id] if isinstance(experiment_id, str) else list(experiment_id)
     while True:
         page = with_retry(client.search_runs, ids, filter_string,
@@ -153,9 +157,9 @@ class Tracker:
             existing = with_retry(self.client.get_experiment_by_name, suite)
             if existing is not None:
                 return existing.experiment_id
-            try:
+            try:  # its done index is complete from the start: every run adds its entry
                 return with_retry(self.client.create_experiment, suite,
-                                  artifact_location=artifacts)
+                                  artifact_location=artifacts, tags={INDEX_TAG: "complete"})
             except MlflowException as err:  # another client of the same server won
                 if err.error_code != "RESOURCE_ALREADY_EXISTS":
                     raise
@@ -181,8 +185,38 @@ class Tracker:
         return ledgers
 
     def runs(self, experiment_id: str, filter_string: str, *,
-             deleted: bool = False) -> list[Run]:
-        return search_all(self.client, experiment_id, filter_string, deleted=deleted)
+             deleted: bool = False, only_deleted: bool = False) -> list[Run]:
+        return search_all(self.client, experiment_id, filter_string, deleted=deleted,
+                          only_deleted=only_deleted)
+
+    def indexed(self, experiment_id: str) -> bool:
+        """Whether the suite's done index is complete (``store.done_index``)."""
+        experiment = with_retry(self.client.get_experiment, experiment_id)
+        return INDEX_TAG in experiment.tags
+
+    def index(self, experiment_id: str, entries: Iterable[DoneEntry]) -> None:
+        """Write ``entries`` into the suite's done index, each on its identity's ledger
+        run, then mark the index complete: what a planner does once it has read every run
+        of a store written before the index."""
+        by_shard: dict[str, list[DoneEntry]] = {}
+        for entry in entries:
+            by_shard.setdefault(entry.identity[:1], []).append(entry)
+        for written in by_shard.values():
+            ledger = Ledger(self.client, experiment_id, written[0].identity)
+            # a key there already holds this entry, or a damaged one MLflow will not let
+            # be changed: that run is found by a search again
+            there = with_retry(self.client.get_run, ledger.run_id).data.params
+            write_entries(self.client, ledger.run_id,
+                          [entry for entry in written if entry.key not in there])
+        with_retry(self.client.set_experiment_tag, experiment_id, INDEX_TAG, "complete")
+
+    def note_done(self, run_id: str) -> None:
+        """Add the FINISHED run ``run_id`` to its suite's done index, as it was stored."""
+        run = with_retry(self.client.get_run, run_id)
+        entry = entry_of(run)
+        if entry is not None:
+            ledger = Ledger(self.client, run.info.experiment_id, entry.identity)
+            write_entries(self.client, ledger.run_id, [entry])
 
     def runs_tagged(self, experiment_id: str, key: str, value: str) -> list[Run]:
         """The experiment's active runs whose tag ``key`` is ``value``: from the embedded

@@ -18,6 +18,11 @@ from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import tracking_uri
 
 
+def _older_experiment(tracker: Tracker, suite: str) -> str:
+    """A suite's experiment as an older rlbench made it: no done index."""
+    return tracker.client.create_experiment(suite)
+
+
 def _finished(tracker: Tracker, experiment_id: str, parent_id: str, config: RunConfig,
               tags: dict[str, str]) -> str:
     run = tracker.client.create_run(experiment_id, run_name=config.name, tags={
@@ -29,7 +34,7 @@ def _finished(tracker: Tracker, experiment_id: str, parent_id: str, config: RunC
 def test_older_tags_name_the_same_config_made_by_other_code(tmp_path: Path) -> None:
     runs = resolve_sweep(["algo=ppo", "env=CartPole-v1", "seeds=4"]).runs
     tracker = Tracker(tmp_path / "out")
-    experiment_id = tracker.experiment(runs[0].suite)
+    experiment_id = _older_experiment(tracker, runs[0].suite)
     parent_id = tracker.start_sweep(experiment_id, runs[0].suite, {})
     # made before code was fingerprinted: the identity, without code, in config_hash
     _finished(tracker, experiment_id, parent_id, runs[0],
@@ -48,6 +53,8 @@ def test_older_tags_name_the_same_config_made_by_other_code(tmp_path: Path) -> N
     assert plan.other_code == [run.name for run in runs[:3]]
     assert plan.to_run == runs[:3]
     assert [r.run_id for r in plan.finished] == [done]
+    assert tracker.indexed(experiment_id), "the first plan wrote the done index"
+    assert plan_resume(tracker, experiment_id, runs) == plan, "the index plans alike"
 
     plan = plan_resume(tracker, experiment_id, runs, reuse_code=True)
     assert plan.to_run == [] and plan.reused == [run.name for run in runs[:3]]
@@ -63,7 +70,7 @@ def test_the_attempts_of_an_identity_are_found_under_either_tag(tmp_path: Path) 
     killed one whose checkpoint a run resumes from) are the run's attempts, latest first."""
     config = resolve_sweep(["algo=ppo", "env=CartPole-v1"]).runs[0]
     tracker = Tracker(tmp_path / "out")
-    experiment_id = tracker.experiment(config.suite)
+    experiment_id = _older_experiment(tracker, config.suite)
     parent_id = tracker.start_sweep(experiment_id, config.suite, {})
     older = _finished(tracker, experiment_id, parent_id, config,
                       {"config_hash": config.identity})
