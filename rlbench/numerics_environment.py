@@ -1,6 +1,8 @@
 """``numerics=portable``: the environment that pins every kernel choice a library would
 otherwise make from the processor, so that one run identity gives the same bits on every
-x86-64 processor with AVX2 and FMA, Intel's or AMD's, AVX2-only or AVX-512.
+x86-64 processor with AVX2 and FMA, AVX2-only or AVX-512. That holds across one vendor's
+processors; across Intel's and AMD's some online runs still part by rounding, by a kernel
+not found yet (docs/guide/reproduce.md).
 
 Each variable is read once, when its library loads, so the environment is set before torch
 and numpy load: the ``rlbench`` command sets it first thing, or starts itself again with it

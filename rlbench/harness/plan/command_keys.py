@@ -90,8 +90,9 @@ RUN_TABLE = KeyTable("run", (
     Key("device", "cpu, cuda, cuda:N or mps", default=SUITE_SETTINGS["device"]),
     Key("numerics", "native: each library picks its kernels for this processor; portable: "
         "they are pinned, and a run gives the same numbers on every x86-64 processor with "
-        "AVX2; auto: portable where this processor and process can run it, else native "
-        "(docs: What reproduces where)", default=SUITE_SETTINGS["numerics"]),
+        "AVX2 of one vendor (across vendors not yet); auto: portable where this processor "
+        "and process can run it, else native (docs: What reproduces where)",
+        default=SUITE_SETTINGS["numerics"]),
     Key("reuse", "code: a finished run of the same config by other code counts as done "
         "(for a change you know leaves the numbers alone; a run's identity includes its "
         "code's hash)", kind="choice", choices=("code",)),
@@ -337,8 +338,8 @@ MAKE_TABLE = KeyTable("dataset make", (
     Key("seed", "the rollouts' seed: the same words give the same bytes", kind="int",
         default=0, high=2**31 - 1),
     Key("numerics", "portable: the kernels pinned, the same bytes on every x86-64 "
-        "processor with AVX2 (native: this processor's)", kind="choice", default="native",
-        choices=("native", "portable")),
+        "processor with AVX2 of one vendor (native: this processor's)", kind="choice",
+        default="native", choices=("native", "portable")),
     Key("ref_episodes", "episodes of the random and expert policies for reference scores",
         kind="int", default=100, low=1, high=10**6),
     Key("store", "the store to find a run id in", aliases=("out_dir",),

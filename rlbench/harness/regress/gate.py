@@ -133,9 +133,11 @@ def _what_works(name: str, run: RunConfig, reference: Path) -> str:
     if own is not None:
         where = minari_path(str(run.dataset).removeprefix("minari:"))
         return (f"rlbench makes its {own[0]} datasets with numerics=portable, the same bytes "
-                f"on every x86-64 with AVX2; the copy in {where.parent} was made otherwise "
-                "or by an older rlbench: remove that directory and the next run makes it "
-                "again")
+                f"on every x86-64 with AVX2 of one vendor; the copy in {where.parent} was made "
+                "otherwise, by an older rlbench or on another vendor's processor: remove that "
+                "directory and the next run makes it again, or point MINARI_DATASETS_PATH at "
+                "a copy of the reference's datasets (results/reference/regress_datasets for "
+                "the gate's, as make regress does)")
     return (f"to gate against this protocol, write a reference of your own: update=true "
             f"reference=<a new file>, not {reference.name}, which others compare against")
 

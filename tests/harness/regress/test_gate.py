@@ -170,6 +170,7 @@ def test_an_old_copy_of_rlbenchs_own_dataset_is_named_with_what_to_do(
     assert "the candidate's dataset_sha256 is" in err
     assert f"the copy in {copy / 'rlbench' / 'pendulum'} was made otherwise" in err
     assert "remove that directory and the next run makes it again" in err
+    assert "point MINARI_DATASETS_PATH at a copy of the reference's datasets" in err
     assert not out.exists()
 
 
