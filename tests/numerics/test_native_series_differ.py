@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from rlbench.modules.onednn import cpu_vendor
 from tools.reference.metric_series import CONFIGS, OFFLINE_CONFIGS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,8 +62,9 @@ def test_every_recipes_native_series_differ_on_a_machine_of_other_kernels(
     failed = {name: other[name]["failed"] for name in names if "failed" in other[name]}
     assert not failed, f"configs that fail under other kernels: {failed}"
     same = [name for name in names if here[name] == other[name]]
-    # DQN's and A2C's small CartPole configs sum alike under either set of kernels (A2C's on
-    # an Intel Xeon, not on an AMD EPYC): too small to tell kernels apart
-    assert set(same) <= {"dqn", "a2c-adam"}, f"native series identical under other kernels: {same}"
+    # DQN's small CartPole config sums alike under either set of kernels; A2C's does too on
+    # an Intel Xeon (not on an AMD EPYC)
+    alike = {"dqn", "a2c-adam"} if cpu_vendor() == "GenuineIntel" else {"dqn"}
+    assert set(same) <= alike, f"native series identical under other kernels: {same}"
     failed = sorted(name for name in names if "failed" in other[name])
     assert failed in ([], ["ppo-mujoco"]), failed

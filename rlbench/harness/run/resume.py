@@ -22,11 +22,13 @@ of this host into the same out dir whose process died are closed first, with the
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
 
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.run_config import RunConfig
@@ -37,10 +39,10 @@ from rlbench.harness.run.locks import (
     is_sweep_alive,
     planning,
 )
-from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult
+from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, one_line
 from rlbench.harness.store.bookkeeping import runs_of
 from rlbench.harness.store.claims import Claim, latest_claims, stale_seconds
-from rlbench.harness.store.done_index import DoneEntry, done_entries, entry_of
+from rlbench.harness.store.done_index import ENTRY_TAG, DoneEntry, done_entries, entry_of
 from rlbench.harness.store.identity_tags import identity_of
 from rlbench.harness.store.provenance import host_id
 from rlbench.harness.store.retry import with_retry
@@ -84,7 +86,7 @@ def plan_resume(tracker: Tracker, experiment_id: str, runs: list[RunConfig], *,
             deaths = reap_dead_sweeps(tracker)
             plan = _plan(tracker, experiment_id, runs, stored, read_at, reuse_code)
             if stored.to_index or not stored.indexed:
-                tracker.index(experiment_id, stored.to_index)
+                _write_index(tracker, experiment_id, stored)
             plan.deaths = deaths
             return plan
     except RunInProgressError as err:
@@ -100,13 +102,15 @@ class _Stored:
     claims: dict[str, Claim]  # each identity's latest claim
     indexed: bool  # read from the done index; else every run was read
     to_index: list[DoneEntry]  # finished runs the index lacks
+    pending: list[str]  # the finished runs among them still tagged as waiting for it
 
 
 def _read_store(tracker: Tracker, experiment_id: str) -> _Stored:
     """The suite's finished runs from its done index (``store.done_index``), beside its
-    unfinished attempts and its deleted finished runs; from every run where the index is
-    not complete (a store written before it), whose entries are then to be written.
-    Attempts are read before the ledgers: every attempt seen has its claim there."""
+    unfinished attempts, its deleted runs and its finished runs whose entries were never
+    written; from every run where the index is not complete (a store written before it),
+    whose entries are then to be written. Attempts are read before the ledgers: every
+    attempt seen has its claim there."""
     indexed = tracker.indexed(experiment_id)
     if indexed:
         attempts = tracker.runs(experiment_id, "tags.kind = 'run' and "
@@ -114,24 +118,45 @@ def _read_store(tracker: Tracker, experiment_id: str) -> _Stored:
         ledgers = tracker.ledgers(experiment_id)
         # an entry of a run deleted since, or marked as ended otherwise, is void
         void = {run.info.run_id for run in tracker.runs(
-            experiment_id, "tags.kind = 'run' and attributes.status = 'FINISHED'",
-            only_deleted=True)} | {run.info.run_id for run in attempts}
+            experiment_id, "tags.kind = 'run'", only_deleted=True)} | {
+            run.info.run_id for run in attempts}
         entries = [entry for listed in done_entries(ledgers).values() for entry in listed
                    if entry.run_id not in void]
+        listed = {entry.run_id for entry in entries}
+        waiting = tracker.runs(experiment_id, "tags.kind = 'run' and attributes.status = "
+                                              f"'FINISHED' and tags.{ENTRY_TAG} = 'pending'")
+        to_index = [entry for run in waiting if run.info.run_id not in listed
+                    and (entry := entry_of(run)) is not None]
+        entries += to_index
     else:
-        runs = tracker.runs_tagged(experiment_id, "kind", "run")
+        waiting = tracker.runs_tagged(experiment_id, "kind", "run")
         ledgers = tracker.ledgers(experiment_id)
-        attempts = [run for run in runs if run.info.status != "FINISHED"]
-        entries = [entry for run in runs if run.info.status == "FINISHED"
-                   and (entry := entry_of(run)) is not None]
+        attempts = [run for run in waiting if run.info.status != "FINISHED"]
+        entries = to_index = [entry for run in waiting if run.info.status == "FINISHED"
+                              and (entry := entry_of(run)) is not None]
     finished: dict[str, list[DoneEntry]] = {}
     for entry in sorted(entries, key=lambda entry: -entry.started):
         finished.setdefault(entry.identity, []).append(entry)
     unfinished: dict[str, list[Run]] = {}
     for run in attempts:
         unfinished.setdefault(identity_of(run.data.tags), []).append(run)
-    return _Stored(finished, unfinished, latest_claims(ledgers), indexed,
-                   [] if indexed else entries)
+    pending = [run.info.run_id for run in waiting if run.info.status == "FINISHED"
+               and run.data.tags.get(ENTRY_TAG) == "pending"]
+    return _Stored(finished, unfinished, latest_claims(ledgers), indexed, list(to_index),
+                   pending)
+
+
+def _write_index(tracker: Tracker, experiment_id: str, stored: _Stored) -> None:
+    """Write the entries the plan found missing, and mark the index complete. The plan
+    stands either way: an index that cannot be written is said, and the next plan reads
+    what it read again."""
+    try:
+        tracker.index(experiment_id, stored.to_index)
+        tracker.entries_written(stored.pending)
+    except Exception as err:
+        print(f"rlbench: the store's index of finished runs could not be written "
+              f"({one_line(err)}); the next sweep reads the runs it lacks again",
+              file=sys.stderr)
 
 
 def reap_dead_sweeps(tracker: Tracker) -> list[str]:
@@ -208,15 +233,12 @@ def _plan(tracker: Tracker, experiment_id: str, runs: list[RunConfig], stored: _
             tracker.delete(stale.info.run_id)
             plan.superseded.append(stale.info.run_id)
         elsewhere = sorted(by_config.get(config.config_identity, []),
-                           key=lambda entry: -entry.started)[:1]
+                           key=lambda entry: -entry.started)
         if not done and elsewhere and not reuse_code:
             plan.other_code.append(config.name)
         if not done and reuse_code:
-            done = elsewhere
-            for entry in done:
-                tracker.set_tags(entry.run_id, {
-                    "reused_for": f"{config.identity} (code {config.code or 'unknown'}, "
-                                  "reuse=code)"})
+            done = _reuse(tracker, config, elsewhere)
+            if done:
                 plan.reused.append(config.name)
         if done:
             plan.finished.append(_result(config, done[0]))
@@ -232,6 +254,23 @@ def _unindexed(tracker: Tracker, experiment_id: str, config: RunConfig) -> list[
     return [entry for run in tracker.attempts(experiment_id, config,
                                               "attributes.status = 'FINISHED'")
             if (entry := entry_of(run)) is not None]
+
+
+def _reuse(tracker: Tracker, config: RunConfig, made_by_other_code: list[DoneEntry]
+           ) -> list[DoneEntry]:
+    """The latest finished run of ``config`` by other code, tagged ``reused_for``; an entry
+    whose run is gone from the store (purged) is passed over."""
+    for entry in made_by_other_code:
+        try:
+            tracker.set_tags(entry.run_id, {
+                "reused_for": f"{config.identity} (code {config.code or 'unknown'}, "
+                              "reuse=code)"})
+        except MlflowException as err:
+            if err.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            continue
+        return [entry]
+    return []
 
 
 def _result(config: RunConfig, entry: DoneEntry) -> RunResult:

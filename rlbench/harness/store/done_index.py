@@ -13,8 +13,10 @@ run deleted by a user and run anew) adds a second entry. What the index cannot s
 itself, the planner reads beside it, both small: the suite's deleted FINISHED runs and its
 unfinished runs (attempts to supersede). An entry of either is void: a run deleted, or
 marked as ended otherwise, since it finished (a run restored to the active view counts
-again). A claim whose run finished but whose entry was never written (the process killed
-between the two) is searched for by its identity.
+again). A run whose entry was never written (its process killed between finishing and
+writing, the store refusing the write) still carries ``done_entry=pending``, and one
+search finds every such run; a claim with neither an entry nor an attempt (an entry
+damaged since) is searched for by its identity.
 
 A suite's index is complete when its experiment carries the tag ``rlbench.done_index``:
 set when this rlbench makes the experiment, and set on a store written before the index by
@@ -36,9 +38,13 @@ from mlflow.tracking import MlflowClient
 from rlbench.harness.store.identity_tags import config_identity_of, identity_of
 from rlbench.harness.store.retry import with_retry
 
-__all__ = ["INDEX_TAG", "DoneEntry", "done_entries", "entry_of", "write_entries"]
+__all__ = ["ENTRY_TAG", "INDEX_TAG", "DoneEntry", "done_entries", "entry_of", "write_entries"]
 
 INDEX_TAG = "rlbench.done_index"
+# Each run's own word on its entry: "pending" from its start, "written" once its entry is
+# on the ledger. A plan searches for the FINISHED runs still pending: a process killed
+# between finishing and writing, or a store that refused the write.
+ENTRY_TAG = "done_entry"
 _PREFIX = "done."
 _BATCH = 100  # params a write: MLflow's limit for one log_batch
 
@@ -70,7 +76,7 @@ class DoneEntry:
         """The entry logged as ``key: value``; None for anything else (the store is
         untrusted: a damaged entry counts as none, and its run is found by a search)."""
         identity, _, run_id = key.removeprefix(_PREFIX).partition(".")
-        if not (identity.isalnum() and run_id.isalnum()):
+        if not (identity.isalnum() and _is_run_id(run_id)):
             return None
         try:
             fields = json.loads(value)
@@ -86,6 +92,11 @@ class DoneEntry:
                 and _integer(fields["frames"]) and _integer(fields["started"])):
             return None
         return cls(identity=identity, run_id=run_id, **fields)
+
+
+def _is_run_id(text: str) -> bool:
+    """Whether ``text`` is an MLflow run id: 32 lower-case hex digits."""
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
 
 
 def _number(value: object) -> bool:

@@ -30,7 +30,13 @@ from rlbench.harness.store.bookkeeping import (
     bookkeeping_experiment,
 )
 from rlbench.harness.store.claims import Ledger
-from rlbench.harness.store.done_index import INDEX_TAG, DoneEntry, entry_of, write_entries
+from rlbench.harness.store.done_index import (
+    ENTRY_TAG,
+    INDEX_TAG,
+    DoneEntry,
+    entry_of,
+    write_entries,
+)
 from rlbench.harness.store.identity_tags import CONFIG_IDENTITY, IDENTITY, LEGACY_IDENTITY
 from rlbench.harness.store.retry import with_retry
 from rlbench.harness.store.sqlite import (
@@ -196,8 +202,8 @@ class Tracker:
 
     def index(self, experiment_id: str, entries: Iterable[DoneEntry]) -> None:
         """Write ``entries`` into the suite's done index, each on its identity's ledger
-        run, then mark the index complete: what a planner does once it has read every run
-        of a store written before the index."""
+        run, mark each run that waited for its entry as written, then mark the index
+        complete: what a planner does with the finished runs the index lacks."""
         by_shard: dict[str, list[DoneEntry]] = {}
         for entry in entries:
             by_shard.setdefault(entry.identity[:1], []).append(entry)
@@ -210,6 +216,11 @@ class Tracker:
                           [entry for entry in written if entry.key not in there])
         with_retry(self.client.set_experiment_tag, experiment_id, INDEX_TAG, "complete")
 
+    def entries_written(self, run_ids: Iterable[str]) -> None:
+        """Mark each run whose entry the index now holds as written (``ENTRY_TAG``)."""
+        for run_id in run_ids:
+            self.set_tags(run_id, {ENTRY_TAG: "written"})
+
     def note_done(self, run_id: str) -> None:
         """Add the FINISHED run ``run_id`` to its suite's done index, as it was stored."""
         run = with_retry(self.client.get_run, run_id)
@@ -217,6 +228,7 @@ class Tracker:
         if entry is not None:
             ledger = Ledger(self.client, run.info.experiment_id, entry.identity)
             write_entries(self.client, ledger.run_id, [entry])
+            self.entries_written([run_id])
 
     def runs_tagged(self, experiment_id: str, key: str, value: str) -> list[Run]:
         """The experiment's active runs whose tag ``key`` is ``value``: from the embedded
@@ -261,6 +273,7 @@ class Tracker:
                 "seed": str(config.seed_index),
                 IDENTITY: config.identity,
                 CONFIG_IDENTITY: config.config_identity,
+                ENTRY_TAG: "pending",
                 **({"code_fingerprint": config.code} if config.code else {}),
                 **({"recipe": config.recipe} if config.recipe else {}),
                 **_recipe_file_tags(config.recipe),

@@ -29,7 +29,7 @@ per_algo:
   ppo: {num_envs: 4, rollout_steps: 64, epochs: 1, minibatch_size: 128}
 """
 
-ENTRY = DoneEntry(identity="0123abcd", run_id="ff00", config_identity="77aa", started=1_700,
+ENTRY = DoneEntry(identity="0123abcd", run_id="ff00" * 8, config_identity="77aa", started=1_700,
                   final_return=21.5, fps=1234.5, frames=256, seconds=1.25)
 
 
@@ -42,7 +42,9 @@ def test_an_entry_reads_back_as_written() -> None:
 
 @pytest.mark.parametrize("key, value", [
     ("done.0123abcd", ENTRY.value()),                      # no run id
-    ("done.0123/../x.ff00", ENTRY.value()),                # no identity
+    ("done.0123/../x." + "ff00" * 8, ENTRY.value()),       # no identity
+    ("done.0123abcd.ff00", ENTRY.value()),                 # no MLflow run id
+    ("done.0123abcd." + "FF00" * 8, ENTRY.value()),        # nor this
     (ENTRY.key, "not json"),
     (ENTRY.key, "[1, 2]"),
     (ENTRY.key, ENTRY.value().replace('"frames": 256', '"frames": "256"')),
@@ -101,11 +103,15 @@ def test_a_plan_from_the_index_equals_one_from_every_run(tmp_path: Path) -> None
     client.restore_run(results[1].run_id)
     assert plan_resume(tracker, experiment_id, runs) == planned
 
-    # a finished run marked KILLED by hand is an attempt to supersede, not done
+    # a finished run marked KILLED by hand is an attempt to supersede, not done, and stays
+    # undone once the plan has deleted it
     client.set_terminated(results[2].run_id, "KILLED")
     killed = plan_resume(tracker, experiment_id, runs)
     assert killed.to_run == [runs[2]] and killed.superseded == [results[2].run_id]
     assert len(done_entries(tracker.ledgers(experiment_id))[runs[2].identity]) == 1
+    again = plan_resume(tracker, experiment_id, runs)
+    assert again.to_run == [runs[2]] and again.superseded == []
+    assert _full_read(tracker, experiment_id, runs) == again
 
 
 def test_a_run_whose_entry_was_not_written_is_found_and_indexed(
@@ -154,3 +160,50 @@ def test_an_entry_damaged_under_its_own_key_is_searched_for_every_plan(
     for _ in range(2):
         plan = plan_resume(tracker, experiment_id, runs[:1])
         assert plan.to_run == [] and [r.run_id for r in plan.finished] == [result.run_id]
+
+
+def test_a_finished_run_whose_entry_waits_is_found_by_one_search(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of other code killed between finishing and writing its entry is still found:
+    its tag says its entry waits, so reuse=code takes it, and the plan writes the entry."""
+    runs, tracker, experiment_id, sweep_id = _grid(tmp_path)
+    monkeypatch.setattr(tracker, "note_done", lambda run_id: None)  # killed before it
+    older = execute_run(runs[0], tracker, experiment_id, sweep_id)
+    monkeypatch.undo()
+    assert tracker.client.get_run(older.run_id).data.tags["done_entry"] == "pending"
+    newer_code = dataclasses.replace(runs[0], code="0" * 16)
+    plan = plan_resume(tracker, experiment_id, [newer_code], reuse_code=True)
+    assert plan.reused == [newer_code.name] and plan.to_run == []
+    assert [result.run_id for result in plan.finished] == [older.run_id]
+    assert tracker.client.get_run(older.run_id).data.tags["done_entry"] == "written"
+    (entry,) = done_entries(tracker.ledgers(experiment_id))[runs[0].identity]
+    assert entry.run_id == older.run_id
+
+
+def test_reuse_passes_over_an_entry_whose_run_was_purged(tmp_path: Path) -> None:
+    runs, tracker, experiment_id, sweep_id = _grid(tmp_path)
+    first = execute_run(runs[0], tracker, experiment_id, sweep_id)
+    with sqlite3.connect(tmp_path / "out" / "mlflow.db") as store:  # what mlflow gc leaves
+        for table in ("metrics", "latest_metrics", "params", "tags"):
+            store.execute(f"delete from {table} where run_uuid = ?", (first.run_id,))
+        store.execute("delete from runs where run_uuid = ?", (first.run_id,))
+    newer_code = dataclasses.replace(runs[0], code="0" * 16)
+    plan = plan_resume(tracker, experiment_id, [newer_code], reuse_code=True)
+    assert plan.to_run == [newer_code] and plan.reused == []
+
+
+def test_a_plan_stands_when_its_index_cannot_be_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    runs, tracker, experiment_id, sweep_id = _grid(tmp_path)
+    done = execute_run(runs[0], tracker, experiment_id, sweep_id)
+    tracker.client.delete_experiment_tag(experiment_id, "rlbench.done_index")
+
+    def store_away(experiment_id: str, entries: object) -> None:
+        raise OSError("the store is away")
+
+    monkeypatch.setattr(tracker, "index", store_away)
+    plan = plan_resume(tracker, experiment_id, runs)
+    assert [r.run_id for r in plan.finished] == [done.run_id] and plan.to_run == runs[1:]
+    assert ("rlbench: the store's index of finished runs could not be written (OSError: "
+            "the store is away)") in capsys.readouterr().err
