@@ -37,11 +37,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # /tmp/ray session files): under pytest-xdist they run on one worker, one after another.
 SHARED_RAY = ("tests/harness/run/test_cluster.py", "tests/harness/run/test_launchers.py",
               "tests/harness/plan/test_recipe_sources.py")
-# The work units of minutes (``--durations``: a fresh venv, a Ray cluster, a dataset family
-# trained, real processes killed): sent out first, so that no worker is left with one of
+# The work units of minutes (``--durations``: a fresh venv, a Ray cluster, real processes
+# killed): sent out first, so that no worker is left with one of
 # them while the other has finished
 LONG_FIRST = ("ray", "tests/examples/test_recipe_project.py",
-              "tests/numerics/test_portable_dataset.py",
               "tests/harness/run/test_checkpoint_kill.py", "tests/docs/test_examples.py",
               "tests/harness/run/test_slurm.py", "tests/learning/test_smoke_suite.py")
 

@@ -43,7 +43,10 @@ def test_the_gates_copy_is_the_committed_expert_dataset() -> None:
     assert sha256_of(GATE_COPY) == committed["sha256"]["expert"]
 
 
-@pytest.mark.slow
+# nightly (a TD3 run of 20k frames: 5 to 9 minutes on two cores): make test keeps every
+# recipe's portable series (test_portable_series, the offline ones on a dataset made by
+# dataset make in portable mode) and the gate's copy checked against its sha256 above
+@pytest.mark.nightly
 @pytest.mark.skipif(host_cannot_be_portable() is not None,
                     reason=str(host_cannot_be_portable()))
 def test_the_pendulum_family_made_here_has_the_committed_bytes(

@@ -59,6 +59,17 @@ def _driver(server: str, suite: Path, out: Path, *extra: str,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=out.parent)
 
 
+def _output(driver: subprocess.Popen[str], timeout: float) -> str:
+    """What ``driver`` printed once it ended; a driver still going after ``timeout``
+    seconds is killed, and the test fails with what it printed so far."""
+    try:
+        return driver.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        printed = driver.communicate()[0]
+        pytest.fail(f"the driver was still going after {timeout:.0f} s:\n{printed}")
+
+
 def _attempts(client: MlflowClient, suite: str, view: int = ViewType.ACTIVE_ONLY):
     experiment = client.get_experiment_by_name(suite)
     return client.search_runs([experiment.experiment_id], "tags.kind = 'run'",
@@ -88,7 +99,7 @@ def test_two_drivers_on_one_suite_run_each_run_once(mlflow_server: str,
     suite = _suite(tmp_path, "cluster", seeds=6, frames=2048)
     hosts = ("host_a", "host_b")
     drivers = [_driver(mlflow_server, suite, tmp_path / name) for name in hosts]
-    outputs = [driver.communicate(timeout=400)[0] for driver in drivers]
+    outputs = [_output(driver, 400) for driver in drivers]
     assert [driver.returncode for driver in drivers] == [0, 0], outputs
     client = MlflowClient(mlflow_server)
     _exactly_once(client, "cluster", runs=6)
@@ -119,7 +130,7 @@ def test_a_killed_drivers_runs_wait_for_its_heartbeat_then_are_taken_over(
 
     (dead,) = [r for r in _attempts(client, "killed") if r.info.status == "RUNNING"]
     quick = _driver(mlflow_server, suite, tmp_path / "host_b", env=timeout)
-    output = quick.communicate(timeout=300)[0]
+    output = _output(quick, 300)
     if "1 run elsewhere, 0 to run" in output:  # planned while the heartbeat was fresh
         assert quick.returncode == 0, output
         assert re.search(r"elsewhere ppo/CartPole-v1/seed0: being run by process \d+ on "
@@ -127,11 +138,11 @@ def test_a_killed_drivers_runs_wait_for_its_heartbeat_then_are_taken_over(
         assert client.get_run(dead.info.run_id).info.status == "RUNNING", "left alone"
         time.sleep(max(0.0, 21 - (time.monotonic() - killed_at)))
         host_b = _driver(mlflow_server, suite, tmp_path / "host_b", env=timeout)
-        output = host_b.communicate(timeout=300)[0]
+        output = _output(host_b, 300)
     else:  # this machine was slow: the claim had expired before the driver planned
         assert time.monotonic() - killed_at > 15, "a fresh heartbeat was not seen"
         host_b = quick
-    output = host_b.communicate(timeout=300)[0]
+    output = _output(host_b, 300)
     assert host_b.returncode == 0, output
     assert "done ppo/CartPole-v1/seed0" in output
     _exactly_once(client, "killed", runs=1)
@@ -228,7 +239,7 @@ def ray_cluster() -> Iterator[RayCluster]:
 
 def test_runs_spread_over_the_nodes_and_a_killed_node_loses_nothing(
         ray_cluster: RayCluster, mlflow_server: str, tmp_path: Path) -> None:
-    suite = _suite(tmp_path, "ray", seeds=5, frames=30_000)
+    suite = _suite(tmp_path, "ray", seeds=5, frames=20_000)
     client = MlflowClient(mlflow_server)
     out = tmp_path / "driver"
     driver = _driver(mlflow_server, suite, out, "launcher=ray",
@@ -242,7 +253,7 @@ def test_runs_spread_over_the_nodes_and_a_killed_node_loses_nothing(
     def checkpointed_early(runs: list) -> bool:
         """A run has a checkpoint, with half its frames or more still to go (so it is still
         running a moment later). The same path on both nodes: they share one machine."""
-        return any(json.loads(manifest.read_text())["progress"] <= 15_000
+        return any(json.loads(manifest.read_text())["progress"] <= 10_000
                    for run in runs for manifest in (out / "checkpoints").glob(
                        f"*/*/{run.data.tags['identity']}/checkpoint.json"))
 
@@ -252,7 +263,9 @@ def test_runs_spread_over_the_nodes_and_a_killed_node_loses_nothing(
         time.sleep(0.2)
     _kill_node(ray_cluster.worker)  # its raylet, agents and workers, as a machine dies
 
-    output = driver.communicate(timeout=400)[0]
+    # the head node's one CPU runs what is left, beside the other tests' worker on a
+    # machine of two cores: minutes
+    output = _output(driver, 900)
     assert driver.returncode == 0, output
     assert re.search(r"retried ppo/CartPole-v1/seed\d: its (node|worker) died "
                      r"\((NodeDiedError|WorkerCrashedError)\)", output), output
