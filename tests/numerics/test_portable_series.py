@@ -7,7 +7,8 @@ under emulated hosts of less.
 Across vendors they do not hold yet: the series made on an AMD EPYC (Zen 4) and on an Intel
 Xeon (Ice Lake) agree for every offline recipe, DQN and A2C on CartPole, and part by rounding
 in the other online configs from their first updates. The last test records that, and fails
-the day they agree.
+the day they agree. ``tools.reference.op_trace`` (a trace of every tensor operation, committed
+for the Xeon) names the operation where they part, from one run on an AMD processor.
 
 The configs are ``tools.reference.metric_series``'s: each recipe for a few hundred frames or
 steps through every branch its options have, the offline ones on a random Pendulum dataset
