@@ -303,26 +303,22 @@ def _grid_runs(suite: str, task_grid: _TaskGrid
 
 def _seed_runs(suite: str, task_grid: _TaskGrid, params: dict[str, Any], variant: str,
                fields: dict[str, Any]) -> list[RunConfig]:
-    """One grid point's run of each seed; ``fields``: its budget and artifact options."""
+    """One grid point's run of each seed; ``fields``: its budget and artifact options.
+    What the seeds share is resolved once (a grid may hold 100,000 seeds)."""
     algo, settings = task_grid.algo, task_grid.settings
-    return [RunConfig(
-        suite=suite,
-        algo=algo,
-        env=task_grid.task.env,
-        env_family=task_grid.family,
-        seed_index=seed_index,
-        base_seed=bounded_int(settings, "base_seed", minimum=0),
-        eval_every=bounded_int(settings, "eval_every"),
-        eval_episodes=bounded_int(settings, "eval_episodes"),
-        threads=bounded_int(settings, "threads"),
-        device=checked_device(settings["device"]),
-        numerics=checked_numerics(settings["numerics"]),
-        algo_params=params,
-        code=code_fingerprint(algo),
-        recipe=recipe_sources()[algo].location,
-        variant=variant,
-        **fields,
-    ) for seed_index in range(task_grid.seeds)]
+    shared = {
+        "suite": suite, "algo": algo, "env": task_grid.task.env,
+        "env_family": task_grid.family,
+        "base_seed": bounded_int(settings, "base_seed", minimum=0),
+        "eval_every": bounded_int(settings, "eval_every"),
+        "eval_episodes": bounded_int(settings, "eval_episodes"),
+        "threads": bounded_int(settings, "threads"),
+        "device": checked_device(settings["device"]),
+        "numerics": checked_numerics(settings["numerics"]),
+        "algo_params": params, "code": code_fingerprint(algo),
+        "recipe": recipe_sources()[algo].location, "variant": variant, **fields,
+    }
+    return [RunConfig(seed_index=seed_index, **shared) for seed_index in range(task_grid.seeds)]
 
 
 def _grid_point_layers(axes: Sequence[Axis], point: Mapping[str, Any]

@@ -27,7 +27,6 @@ editing ``harness/analysis`` renews none.
 from __future__ import annotations
 
 import ast
-import copy
 import functools
 import hashlib
 import importlib
@@ -215,7 +214,7 @@ def executed_source(path: Path, source: bytes | None = None) -> bytes:
 
 @functools.cache
 def _executed(source: bytes, path: str) -> bytes:
-    tree = copy.deepcopy(_parsed(source, path))
+    tree = ast.parse(source, filename=path)  # a tree of its own: it is changed below
     for node in ast.walk(tree):
         if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
                           | ast.AsyncFunctionDef):

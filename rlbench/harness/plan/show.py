@@ -64,8 +64,10 @@ def hyperparameter_tables(sweep: SweepConfig) -> list[Table | Text]:
         table = Table(title=_text(f"{run.algo} on {on}env family {run.env_family})"))
         for header in ("hyperparameter", "value", "from", "help"):
             table.add_column(header)
+        # the seeds of a grid point share one dict of hyperparameters: each read once
+        points = {id(other.algo_params): other.algo_params for other in runs}.values()
         for name in run.algo_params:
-            values = dict.fromkeys(value_word(other.algo_params[name]) for other in runs)
+            values = dict.fromkeys(value_word(params[name]) for params in points)
             table.add_row(*(_text(cell) for cell in (
                 name, ", ".join(values), sources[name], help_of(fields[name]))))
         tables.append(table)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -83,7 +84,9 @@ def check_out_dir(out_dir: Path, key: str = "out_dir") -> None:
                           f"{existing}): give another {key}") from None
 
 
+@functools.cache
 def _head_revision() -> str:
+    """The newest schema revision of this MLflow (read from its migration scripts, once)."""
     # deferred: MLflow's database layer (alembic) loads only to inspect a store
     from mlflow.store.db.utils import _get_latest_schema_revision
 
