@@ -1,0 +1,159 @@
+"""K networks of one shape, one per seed, run as one: every weight and every activation has
+a leading seed dimension, so a layer is one batched product for all seeds rather than K
+calls, and the per-call overhead that dominates small networks is paid once.
+
+A seed's numbers are those of its network run alone, bit for bit, on CPU: each step takes
+the kernel its single run takes, or one that rounds the same.
+
+- A layer with more than one row, input and output is one ``baddbmm`` forward: per seed
+  the same products and sums as ``F.linear``'s ``addmm``; its weights' gradients are
+  taken per seed as ``F.linear``'s are. A one-row batch, a one-output layer (a value head)
+  or a tiny product runs ``F.linear`` per seed: there the single run takes a
+  matrix-vector kernel, or ATen's batched product a loop of its own, whose sums differ.
+- Not differentiable twice: a loss that differentiates a gradient needs single networks.
+- An activation runs on the whole stack where its vector loop and its scalar tail agree
+  (ReLU), or where each seed's share is a multiple of ``WHOLE_VECTORS`` elements, so that
+  each seed's elements meet the vector loop in the places they meet it alone (a 64-wide
+  hidden layer always is); elsewhere per seed.
+
+No reduction crosses seeds: a seed's output, and its gradients under a loss that sums
+per-seed losses, depend on its own weights and inputs only.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlbench.modules.mlp import MLP
+
+__all__ = ["WHOLE_VECTORS", "StackedMLP", "stacked_linear"]
+
+# elements per seed at which an element-wise op's vector loop covers each seed exactly as it
+# covers that seed alone: ATen's loops take two vectors at a time, 16 floats under AVX2 and
+# 32 under AVX-512; 64 holds for both
+WHOLE_VECTORS = 64
+# activations whose vector and scalar code give the same bits for every input
+_EXACT_EVERYWHERE = (nn.ReLU, nn.Identity)
+
+
+# ATen's batched product computes below this many multiply-adds (rows x in x out) in a loop
+# of its own, not through the BLAS that ``F.linear`` calls
+_BATCHED_BLAS_FROM = 400
+
+
+def stacked_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``F.linear`` of each seed: ``h`` ``[K, rows, in]``, ``weight`` ``[K, out, in]``,
+    ``bias`` ``[K, out]``; ``[K, rows, out]`` with each seed's single-run bits."""
+    rows, out, fan_in = h.shape[1], weight.shape[1], weight.shape[2]
+    if rows > 1 and out > 1 and fan_in > 1 and rows * out * fan_in >= _BATCHED_BLAS_FROM:
+        return _BatchedLinear.apply(h, weight, bias)
+    return torch.stack([F.linear(h[k], weight[k], bias[k]) for k in range(h.shape[0])])
+
+
+class _BatchedLinear(torch.autograd.Function):
+    """One ``baddbmm`` forward and one ``bmm`` for the input's gradient; the weight's and
+    the bias's gradients per seed, by the very calls ``F.linear``'s backward makes (a
+    product over the rows, ``grad.T @ h``, and a sum): a batched product of that long
+    contraction is blocked otherwise by MKL's reproducible branch, and rounds otherwise."""
+
+    @staticmethod
+    def forward(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(bias.unsqueeze(1), h, weight.mT)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        h, weight, _ = inputs
+        ctx.save_for_backward(h, weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        h, weight = ctx.saved_tensors
+        seeds = range(h.shape[0])
+        grad_h = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_weight = (torch.stack([grad[k].t().mm(h[k]) for k in seeds])
+                       if ctx.needs_input_grad[1] else None)
+        grad_bias = (torch.stack([grad[k].sum(0) for k in seeds])
+                     if ctx.needs_input_grad[2] else None)
+        return grad_h, grad_weight, grad_bias
+
+
+def _activate(activation: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """``activation`` on ``h`` ``[K, ...]``, on the whole stack where that gives each seed
+    its single-run bits, else seed by seed."""
+    if isinstance(activation, _EXACT_EVERYWHERE) or h[0].numel() % WHOLE_VECTORS == 0:
+        return activation(h)
+    return torch.stack([activation(h[k]) for k in range(h.shape[0])])
+
+
+class StackedMLP(nn.Module):
+    """The ``MLP``s ``members`` (one per seed, of one shape) as one network: its input is
+    ``[K, ..., in]``, seed ``k``'s slice for member ``k``, its output ``[K, ..., out]``.
+
+    The members' weights are copied into stacked parameters (``weights[i]`` ``[K, out,
+    in]``, ``biases[i]`` ``[K, out]``), so one optimiser steps every seed; ``member(k)``
+    gives seed ``k``'s network back as a plain ``MLP``, to evaluate or save it as its
+    single run would.
+    """
+
+    def __init__(self, members: Sequence[MLP]):
+        super().__init__()
+        if not members:
+            raise ValueError("a stack needs at least one member")
+        first = members[0]
+        shape = [tuple(layer.weight.shape) for layer in self._linears(first)]
+        kinds = [type(layer) for layer in first]
+        for k, member in enumerate(members):
+            if ([tuple(layer.weight.shape) for layer in self._linears(member)] != shape
+                    or [type(layer) for layer in member] != kinds):
+                raise ValueError(f"member {k} is another shape of network than member 0: "
+                                 "a stack holds one network per seed, all of one shape")
+            if member.onednn:
+                raise ValueError("a stacked member runs through MKL's products: build it "
+                                 "with onednn=False")
+        layers = list(zip(*(self._linears(member) for member in members), strict=True))
+        self.weights = nn.ParameterList(
+            nn.Parameter(torch.stack([layer.weight.detach() for layer in stack]).clone())
+            for stack in layers)
+        self.biases = nn.ParameterList(
+            nn.Parameter(torch.stack([layer.bias.detach() for layer in stack]).clone())
+            for stack in layers)
+        activations = [layer for layer in first if not isinstance(layer, nn.Linear)]
+        self.activation = copy.deepcopy(activations[0]) if activations else nn.Identity()
+        # in a list, not a submodule: its weights are no parameters of the stack
+        self._shape = [copy.deepcopy(first)]
+        self.num_seeds = len(members)
+        self.in_features, self.out_features = first.in_features, first.out_features
+
+    @staticmethod
+    def _linears(member: MLP) -> list[nn.Linear]:
+        return [layer for layer in member if isinstance(layer, nn.Linear)]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] != self.num_seeds:
+            raise ValueError(f"the input's leading dimension is the seed's: {self.num_seeds} "
+                             f"seeds, got shape {tuple(x.shape)}")
+        batch = x.shape[1:-1]
+        h = x.reshape(self.num_seeds, -1, x.shape[-1])
+        last = len(self.weights) - 1
+        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = stacked_linear(h, weight, bias)
+            if i < last:
+                h = _activate(self.activation, h)
+        return h.reshape(self.num_seeds, *batch, self.out_features)
+
+    @torch.no_grad()
+    def member(self, k: int) -> MLP:
+        """Seed ``k``'s network as a plain ``MLP`` (a copy: training the stack leaves it)."""
+        if not 0 <= k < self.num_seeds:
+            raise IndexError(f"seed {k} of a stack of {self.num_seeds}")
+        single = copy.deepcopy(self._shape[0]).to(self.weights[0].device)
+        for layer, weight, bias in zip(self._linears(single), self.weights, self.biases,
+                                       strict=True):
+            layer.weight.copy_(weight[k])
+            layer.bias.copy_(bias[k])
+        return single
