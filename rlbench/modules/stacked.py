@@ -95,7 +95,8 @@ class StackedMLP(nn.Module):
     ``[K, ..., in]``, seed ``k``'s slice for member ``k``, its output ``[K, ..., out]``.
 
     The members' weights are copied into stacked parameters (``weights[i]`` ``[K, out,
-    in]``, ``biases[i]`` ``[K, out]``), so one optimiser steps every seed; ``member(k)``
+    in]``, ``biases[i]`` ``[K, out]``, in a member's order), so one optimiser steps every
+    seed; ``member(k)``
     gives seed ``k``'s network back as a plain ``MLP``, to evaluate or save it as its
     single run would.
     """
@@ -116,18 +117,27 @@ class StackedMLP(nn.Module):
                 raise ValueError("a stacked member runs through MKL's products: build it "
                                  "with onednn=False")
         layers = list(zip(*(self._linears(member) for member in members), strict=True))
-        self.weights = nn.ParameterList(
-            nn.Parameter(torch.stack([layer.weight.detach() for layer in stack]).clone())
-            for stack in layers)
-        self.biases = nn.ParameterList(
-            nn.Parameter(torch.stack([layer.bias.detach() for layer in stack]).clone())
-            for stack in layers)
+        # weight, bias, weight, bias...: a member's order, so that a sum over the parameters
+        # (a gradient norm) adds in the order its single run adds
+        self.stacked = nn.ParameterList(
+            nn.Parameter(torch.stack([getattr(layer, name).detach() for layer in stack]))
+            for stack in layers for name in ("weight", "bias"))
         activations = [layer for layer in first if not isinstance(layer, nn.Linear)]
         self.activation = copy.deepcopy(activations[0]) if activations else nn.Identity()
         # in a list, not a submodule: its weights are no parameters of the stack
         self._shape = [copy.deepcopy(first)]
         self.num_seeds = len(members)
         self.in_features, self.out_features = first.in_features, first.out_features
+
+    @property
+    def weights(self) -> list[nn.Parameter]:
+        """Each layer's weights, ``[K, out, in]``."""
+        return list(self.stacked)[0::2]
+
+    @property
+    def biases(self) -> list[nn.Parameter]:
+        """Each layer's biases, ``[K, out]``."""
+        return list(self.stacked)[1::2]
 
     @staticmethod
     def _linears(member: MLP) -> list[nn.Linear]:

@@ -12,10 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from tensordict import TensorDict
 from torch import nn
 
 from rlbench.modules import MLP
 from rlbench.modules.stacked import StackedMLP, stacked_linear
+from rlbench.objectives.common import backward_and_step
+from rlbench.objectives.stacked_step import SeedsNonFiniteError, stacked_backward_and_step
 
 SHAPES = [(11, 3, (64, 64)), (11, 1, (64, 64)), (17, 6, (256, 256)), (4, 2, (5, 7))]
 BATCHES = [(1,), (8,), (64,), (2048,), (16, 4)]
@@ -190,3 +193,52 @@ def test_every_layer_shape_gives_each_seed_its_linear_under_each_kernel_choice(k
     done = subprocess.run([sys.executable, "-c", GRID], env={**os.environ, **kernels},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _losses(y: torch.Tensor, target: torch.Tensor) -> TensorDict:
+    """Two loss terms of each seed: a squared error and a small weight on the mean."""
+    error = ((y - target) ** 2).flatten(-2).mean(-1)
+    return TensorDict({"loss_error": error, "loss_mean": 0.01 * y.flatten(-2).mean(-1)},
+                      batch_size=error.shape)
+
+
+@pytest.mark.parametrize("max_grad_norm", [None, 0.5])
+def test_a_stacked_step_is_each_seeds_own_step(max_grad_norm) -> None:
+    """``stacked_backward_and_step`` against ``backward_and_step`` per seed, 15 steps: the
+    same norms and weights, clipping or not (at 0.5, some seeds clip and some do not)."""
+    members = _members(11, 3, (64, 64), nn.Tanh, [0, 1, 2])
+    stack = StackedMLP(members)
+    stacked_adam = torch.optim.Adam(stack.parameters(), lr=1e-2, foreach=True)
+    alone_adams = [torch.optim.Adam(m.parameters(), lr=1e-2, foreach=True) for m in members]
+    generator = torch.Generator().manual_seed(5)
+    clipped = set()
+    for _ in range(15):
+        x = torch.randn(3, 64, 11, generator=generator)
+        target = torch.randn(3, 64, 3, generator=generator) * torch.tensor([[[0.1]], [[1.0]],
+                                                                            [[3.0]]])
+        norms = stacked_backward_and_step(_losses(stack(x), target), stacked_adam, 3,
+                                          max_grad_norm=max_grad_norm)
+        for k, member in enumerate(members):
+            norm = backward_and_step(_losses(member(x[k]), target[k]), alone_adams[k],
+                                     frames=0, max_grad_norm=max_grad_norm)
+            assert norms[k].item() == norm
+            if max_grad_norm is not None and norm > max_grad_norm:
+                clipped.add(k)
+    for k, member in enumerate(members):
+        assert all(torch.equal(a, b) for a, b in zip(
+            stack.member(k).state_dict().values(), member.state_dict().values(), strict=True))
+    if max_grad_norm is not None:
+        assert 0 < len(clipped) < 3 or clipped == {0, 1, 2}
+
+
+def test_a_seed_gone_non_finite_is_named_before_any_weight_moves() -> None:
+    stack = StackedMLP(_members(4, 2, (8,), nn.Tanh, [0, 1, 2]))
+    adam = torch.optim.Adam(stack.parameters())
+    before = [p.detach().clone() for p in stack.parameters()]
+    y = stack(torch.randn(3, 5, 4))
+    losses = _losses(y, torch.zeros_like(y))
+    losses["loss_error"] = losses["loss_error"] * torch.tensor([1.0, float("nan"), 1.0])
+    with pytest.raises(SeedsNonFiniteError, match=r"seed\(s\) 1 of the stack") as raised:
+        stacked_backward_and_step(losses, adam, 3)
+    assert raised.value.seeds == [1]
+    assert all(torch.equal(a, b) for a, b in zip(before, stack.parameters(), strict=True))

@@ -1,0 +1,81 @@
+"""One gradient step of K seeds at once, each seed's the step its single run takes.
+
+The parameters are stacked (a leading seed dimension, ``StackedMLP``'s), the losses are
+``[K]`` (one per seed), and nothing is reduced across seeds: a seed's gradients come from
+its own loss (the stack's loss is the sum of the seeds', whose derivative is 1 for each),
+its gradient norm is taken over its own slices by the call ``backward_and_step`` makes,
+and its clipping scales its own slices only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlbench.objectives.common import NonFiniteLossError
+
+__all__ = ["SeedsNonFiniteError", "per_seed_grad_norms", "stacked_backward_and_step"]
+
+
+class SeedsNonFiniteError(NonFiniteLossError):
+    """A loss or gradient of some seeds of a stack turned NaN or infinite; ``seeds`` names
+    them (the others are sound)."""
+
+    def __init__(self, message: str, seeds: list[int]):
+        super().__init__(message)
+        self.seeds = seeds
+
+
+def per_seed_grad_norms(params: Sequence[torch.Tensor], seeds: int) -> torch.Tensor:
+    """``[K]``: seed ``k``'s total gradient norm over its slices of ``params``, the bits
+    ``nn.utils.get_total_norm`` gives its single run."""
+    return torch.stack([nn.utils.get_total_norm([p.grad[k] for p in params])
+                        for k in range(seeds)])
+
+
+def stacked_backward_and_step(
+    losses: TensorDict,
+    optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+    seeds: int,
+    *,
+    max_grad_norm: float | None = None,
+) -> torch.Tensor:
+    """One step of every seed on the sum of the ``loss_*`` entries of ``losses`` (each
+    ``[K]``): zero, backpropagate, clip each seed's gradient norm to ``max_grad_norm``
+    (when given), step. A seed whose loss or gradient is not finite raises
+    ``SeedsNonFiniteError`` before any weight changes. Returns each seed's norm before
+    clipping."""
+    if isinstance(optimizers, torch.optim.Optimizer):
+        optimizers = (optimizers,)
+    terms = {key: value for key, value in losses.items() if key.startswith("loss_")}
+    if not terms:
+        raise KeyError(f"no loss_* entries in {list(losses.keys())}")
+    total = sum(terms.values())
+    if total.shape != (seeds,):
+        raise ValueError(f"each loss is one value per seed, [{seeds}]; got {tuple(total.shape)}")
+    _refuse_non_finite(total, ", ".join(terms), "")
+    for optimizer in optimizers:
+        optimizer.zero_grad(set_to_none=True)
+    total.sum().backward()
+    params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]
+              if p.grad is not None]
+    norms = per_seed_grad_norms(params, seeds)
+    _refuse_non_finite(norms, ", ".join(terms), "gradient of ")
+    if max_grad_norm is not None:
+        scale = torch.clamp(max_grad_norm / (norms + 1e-6), max=1.0)
+        for p in params:
+            p.grad.mul_(scale.view(-1, *[1] * (p.grad.dim() - 1)))
+    for optimizer in optimizers:
+        optimizer.step()
+    return norms
+
+
+def _refuse_non_finite(values: torch.Tensor, terms: str, what: str) -> None:
+    bad = [k for k, value in enumerate(values.tolist()) if not math.isfinite(value)]
+    if bad:
+        raise SeedsNonFiniteError(f"non-finite {what}{terms} of seed(s) "
+                                  f"{', '.join(map(str, bad))} of the stack", bad)
