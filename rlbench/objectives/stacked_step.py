@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDict
-from torch import nn
 
 from rlbench.objectives.common import NonFiniteLossError
 
@@ -32,9 +31,12 @@ class SeedsNonFiniteError(NonFiniteLossError):
 
 def per_seed_grad_norms(params: Sequence[torch.Tensor], seeds: int) -> torch.Tensor:
     """``[K]``: seed ``k``'s total gradient norm over its slices of ``params``, the bits
-    ``nn.utils.get_total_norm`` gives its single run."""
-    return torch.stack([nn.utils.get_total_norm([p.grad[k] for p in params])
-                        for k in range(seeds)])
+    ``nn.utils.get_total_norm`` gives its single run on CPU."""
+    # get_total_norm on CPU: each tensor's 2-norm, then the 2-norm of those; a norm over a
+    # row of [K, n] has the bits of the norm of that row alone (tests/modules/test_stacked.py)
+    each = torch.stack([torch.linalg.vector_norm(p.grad.reshape(seeds, -1), 2.0, dim=1)
+                        for p in params], dim=1)
+    return torch.linalg.vector_norm(each, 2.0, dim=1)
 
 
 def stacked_backward_and_step(
