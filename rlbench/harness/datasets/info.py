@@ -18,7 +18,6 @@ from rlbench.data.offline import (
     minari_root,
 )
 from rlbench.errors import ConfigError, UnknownNameError, one_line
-from rlbench.harness.datasets.make import make_datasets, parse_make
 from rlbench.harness.plan.numerics_mode import check_process_mode
 
 __all__ = ["DATASET_COMMANDS", "episode_returns", "known_datasets", "print_datasets",
@@ -38,6 +37,9 @@ def run_dataset(args: Sequence[str], console: Console) -> int:
     if args[0] not in DATASET_COMMANDS:
         raise UnknownNameError("dataset command", args[0], DATASET_COMMANDS)
     if args[0] == "make":
+        # deferred: making a dataset loads policies through MLflow, which `info` never does
+        from rlbench.harness.datasets.make import make_datasets, parse_make
+
         request = parse_make(args[1:])
         check_process_mode(request.numerics)  # may start the command again, pinned
         for path in make_datasets(request, lambda line: console.print(Text(line))):
