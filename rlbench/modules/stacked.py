@@ -7,9 +7,10 @@ the kernel its single run takes, or one that rounds the same.
 
 - A layer with more than one row, input and output is one ``baddbmm`` forward: per seed
   the same products and sums as ``F.linear``'s ``addmm``; its weights' gradients are
-  taken per seed as ``F.linear``'s are. A one-row batch, a one-output layer (a value head)
-  or a tiny product runs ``F.linear`` per seed: there the single run takes a
-  matrix-vector kernel, or ATen's batched product a loop of its own, whose sums differ.
+  taken per seed as ``F.linear``'s are, its biases' in one sum. A one-row batch, a
+  one-output layer (a value head) or a tiny product runs ``F.linear`` per seed: there the
+  single run takes a matrix-vector kernel, or ATen's batched product a loop of its own,
+  whose sums differ.
 - Not differentiable twice: a loss that differentiates a gradient needs single networks.
 - An activation runs on the whole stack where its vector loop and its scalar tail agree
   (ReLU), or where each seed's share is a multiple of ``WHOLE_VECTORS`` elements, so that
@@ -56,10 +57,11 @@ def stacked_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) ->
 
 
 class _BatchedLinear(torch.autograd.Function):
-    """One ``baddbmm`` forward and one ``bmm`` for the input's gradient; the weight's and
-    the bias's gradients per seed, by the very calls ``F.linear``'s backward makes (a
-    product over the rows, ``grad.T @ h``, and a sum): a batched product of that long
-    contraction is blocked otherwise by MKL's reproducible branch, and rounds otherwise."""
+    """One ``baddbmm`` forward, one ``bmm`` for the input's gradient and one sum over the
+    rows for the bias's; the weight's gradient per seed, by the very call ``F.linear``'s
+    backward makes (a product over the rows, ``grad.T @ h``): a batched product of that
+    long contraction is blocked otherwise by MKL's reproducible branch, and rounds
+    otherwise."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -75,8 +77,8 @@ class _BatchedLinear(torch.autograd.Function):
         grad_h = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
         grad_weight = (torch.stack([grad[k].t().mm(h[k]) for k in seeds])
                        if ctx.needs_input_grad[1] else None)
-        grad_bias = (torch.stack([grad[k].sum(0) for k in seeds])
-                     if ctx.needs_input_grad[2] else None)
+        # a sum over the rows of [K, rows, out] has each seed's bits of its own sum
+        grad_bias = grad.sum(1) if ctx.needs_input_grad[2] else None
         return grad_h, grad_weight, grad_bias
 
 
