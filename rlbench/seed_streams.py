@@ -30,6 +30,13 @@ def seed_global_streams(seeds: Seeds) -> None:
     torch.manual_seed(seeds.torch)
 
 
+def _start_cuda() -> None:
+    """Start CUDA where it is available: before it starts, seeding it is only queued, and
+    the queue would seed the process's CUDA stream with the last seed a stack set."""
+    if torch.cuda.is_available():
+        torch.cuda.init()
+
+
 def _streams() -> tuple[Any, ...]:
     cuda = (torch.cuda.get_rng_state_all()
             if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
@@ -50,12 +57,15 @@ class SeedStreams:
     them; the process's own streams are left where they were."""
 
     def __init__(self, seeds: Sequence[Seeds]):
+        _start_cuda()
         outer = _streams()
         self._streams = []
-        for seed in seeds:
-            seed_global_streams(seed)
-            self._streams.append(_streams())
-        _set_streams(outer)
+        try:
+            for seed in seeds:
+                seed_global_streams(seed)
+                self._streams.append(_streams())
+        finally:
+            _set_streams(outer)
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -79,5 +89,6 @@ class SeedStreams:
 
     def load(self, k: int, state: dict[str, Any]) -> None:
         """Seed ``k``'s streams where a checkpoint's ``rng_state`` found them."""
+        _start_cuda()
         with self.use(k):
             load_rng_state(state)

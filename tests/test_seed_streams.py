@@ -77,3 +77,16 @@ def _continued(state: dict, rounds: int) -> list[tuple]:
     drawn = _draws(rounds)
     load_rng_state(outer)
     return drawn
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_each_seed_has_its_own_cuda_stream_and_the_process_keeps_its_own() -> None:
+    torch.cuda.manual_seed_all(7)
+    before = torch.cuda.get_rng_state_all()
+    streams = SeedStreams([derive_seeds(0, 0), derive_seeds(0, 1)])
+    assert all(torch.equal(a, b) for a, b in zip(before, torch.cuda.get_rng_state_all(),
+                                                 strict=True))
+    with streams.use(1):
+        drawn = torch.randn(5, device="cuda")
+    torch.manual_seed(derive_seeds(0, 1).torch)
+    assert torch.equal(drawn, torch.randn(5, device="cuda"))

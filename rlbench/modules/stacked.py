@@ -40,6 +40,9 @@ __all__ = ["WHOLE_VECTORS", "StackedMLP", "stacked_linear"]
 WHOLE_VECTORS = 64
 # activations whose vector and scalar code give the same bits for every input
 _EXACT_EVERYWHERE = (nn.ReLU, nn.Identity)
+# layers that draw random numbers: their draws would follow the stack's shape, not a seed's
+_RANDOM = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+           nn.FeatureAlphaDropout, nn.RReLU)
 
 
 # ATen's batched product computes below this many multiply-adds (rows x in x out) in a loop
@@ -116,6 +119,12 @@ class StackedMLP(nn.Module):
             if member.onednn:
                 raise ValueError("a stacked member runs through MKL's products: build it "
                                  "with onednn=False")
+            own = [type(layer).__name__ for layer in member if not isinstance(layer, nn.Linear)
+                   and (any(True for _ in layer.parameters()) or isinstance(layer, _RANDOM))]
+            if own:
+                raise ValueError(f"member {k} has layers with weights or random draws of their "
+                                 f"own ({', '.join(own)}): a stack shares one activation, "
+                                 "which has neither")
         layers = list(zip(*(self._linears(member) for member in members), strict=True))
         # weight, bias, weight, bias...: a member's order, so that a sum over the parameters
         # (a gradient norm) adds in the order its single run adds
@@ -161,7 +170,7 @@ class StackedMLP(nn.Module):
         """Seed ``k``'s network as a plain ``MLP`` (a copy: training the stack leaves it)."""
         if not 0 <= k < self.num_seeds:
             raise IndexError(f"seed {k} of a stack of {self.num_seeds}")
-        single = copy.deepcopy(self._shape[0]).to(self.weights[0].device)
+        single = copy.deepcopy(self._shape[0]).to(self.weights[0])  # device and dtype
         for layer, weight, bias in zip(self._linears(single), self.weights, self.biases,
                                        strict=True):
             layer.weight.copy_(weight[k])

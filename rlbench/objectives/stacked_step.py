@@ -65,6 +65,10 @@ def stacked_backward_and_step(
     total.sum().backward()
     params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]
               if p.grad is not None]
+    shared = [tuple(p.shape) for p in params if p.dim() == 0 or p.shape[0] != seeds]
+    if shared:
+        raise ValueError(f"every parameter of a stack leads with its {seeds} seeds; these do "
+                         f"not: {', '.join(map(str, shared))}")
     norms = per_seed_grad_norms(params, seeds)
     _refuse_non_finite(norms, ", ".join(terms), "gradient of ")
     if max_grad_norm is not None:

@@ -146,7 +146,25 @@ def test_one_adam_steps_every_seed_as_its_own_adam() -> None:
             stack.member(k).state_dict().values(), member.state_dict().values(), strict=True))
 
 
+def test_a_member_comes_back_in_the_stacks_dtype() -> None:
+    stack = StackedMLP(_members(4, 2, (8,), nn.Tanh, [0, 1])).double()
+    assert {p.dtype for p in stack.member(1).parameters()} == {torch.float64}
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    assert torch.equal(stack.member(1)(x[1]), stack(x)[1])
+
+
 def test_members_of_other_shapes_or_on_onednn_are_refused() -> None:
+    with pytest.raises(ValueError, match="member 0 has layers with weights or random draws "
+                                         r"of their own \(PReLU, PReLU\)"):
+        StackedMLP([MLP(4, 2, (8, 8), nn.PReLU)])
+    with pytest.raises(ValueError, match=r"\(Dropout\)"):
+        StackedMLP([MLP(4, 2, (8,), nn.Dropout)])
+    shared = StackedMLP(_members(4, 2, (8,), nn.Tanh, [0, 1]))
+    scale = nn.Parameter(torch.ones(1))  # one for every seed: not a stack's
+    y = shared(torch.randn(2, 5, 4)) * scale
+    with pytest.raises(ValueError, match=r"leads with its 2 seeds; these do not: \(1,\)"):
+        stacked_backward_and_step(_losses(y, torch.zeros_like(y)), torch.optim.Adam(
+            [*shared.parameters(), scale]), 2)
     with pytest.raises(ValueError, match="member 1 is another shape"):
         StackedMLP([MLP(4, 2, (8,)), MLP(4, 2, (9,))])
     with pytest.raises(ValueError, match="onednn=False"):
