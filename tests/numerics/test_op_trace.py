@@ -42,3 +42,34 @@ def test_inputs_made_outside_torch_are_told_apart_from_a_kernel() -> None:
         "operation 0: mm.default has other inputs (made outside torch, or by an operation "
         "the trace does not see)")
     assert first_parting(_trace(x)[:3], _trace(x)) == "one trace has 3 operations, the other 5"
+
+
+def test_a_python_number_that_differs_is_an_input_that_differs() -> None:
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
+    one, other = [], []
+    with op_trace(one):
+        x * 0.1
+    with op_trace(other):
+        x * 0.1000001
+    assert first_parting(one, other) == (
+        "operation 0: mul.Tensor has other inputs (made outside torch, or by an operation "
+        "the trace does not see)")
+
+
+def test_memory_not_yet_written_is_not_traced() -> None:
+    """``empty_like`` and an ``out=`` buffer hold whatever the allocator left: the same
+    code traced twice is the same trace."""
+    x = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+
+    def traced() -> list[str]:
+        lines: list[str] = []
+        with op_trace(lines):
+            buffer = torch.empty_like(x)
+            torch.mul(x, 2.0, out=buffer)
+            buffer.new_empty((5, 5))
+        return lines
+
+    garbage = [torch.full((64, 16), float(k)) for k in range(3)]  # the allocator's leftovers
+    one = traced()
+    del garbage
+    assert one == traced() and [line.split("|")[0] for line in one] == ["mul.out"]

@@ -33,26 +33,32 @@ from rlbench.numerics_environment import portable_environment, portable_pinned
 PARTING = ("ppo", "ppo-kl", "ppo-mujoco", "a2c", "sac", "sac-discrete", "td3", "ddpg")
 OPS = 4_000  # operations traced per config: each config's first updates (a few of them)
 # operations that move no number (views, copies, metadata): left out of a trace
+# and those whose outputs are memory not yet written (their digests would hash garbage)
 NO_ARITHMETIC = frozenset({
     "_local_scalar_dense", "_to_copy", "_unsafe_view", "alias", "clone", "copy_", "detach",
-    "empty", "expand", "lift_fresh", "permute", "select", "slice", "split", "squeeze", "stack",
-    "t", "transpose", "unbind", "unsqueeze", "view",
+    "empty", "empty_like", "empty_strided", "expand", "lift_fresh", "new_empty",
+    "new_empty_strided", "permute", "resize_", "select", "set_", "slice", "split", "squeeze",
+    "stack", "t", "transpose", "unbind", "unsqueeze", "view",
 })
 
 
 def _digest(values: Iterable[Any]) -> str:
-    """Eight hex digits of the bytes of every tensor in ``values`` (others left out)."""
+    """Eight hex digits of ``values``: each strided tensor's dtype, shape and bytes, each
+    number's repr (a Python float that differs is an input that differs)."""
     import torch
 
     blake = hashlib.blake2b(digest_size=4)
     for value in values:
         if isinstance(value, torch.Tensor) and value.layout == torch.strided:
-            plain = value.detach()
-            if plain.is_floating_point() or plain.dtype in (torch.int64, torch.int32,
-                                                            torch.bool):
-                blake.update(plain.cpu().contiguous().numpy().tobytes())
+            plain = value.detach().cpu()
+            blake.update(f"{plain.dtype}{tuple(plain.shape)}".encode())
+            if plain.dtype == torch.bfloat16:  # numpy has none: float32 holds it exactly
+                plain = plain.float()
+            blake.update(plain.resolve_conj().resolve_neg().numpy().tobytes())  # C order
         elif isinstance(value, (list, tuple)):
             blake.update(_digest(value).encode())
+        elif isinstance(value, (bool, int, float)):
+            blake.update(repr(value).encode())
     return blake.hexdigest()
 
 
@@ -66,7 +72,8 @@ def op_trace(lines: list[str], ops: int = OPS) -> Any:
             kwargs = kwargs or {}
             if len(lines) >= ops or func.overloadpacket.__name__ in NO_ARITHMETIC:
                 return func(*args, **kwargs)
-            before = _digest([*args, *kwargs.values()])
+            # an out= buffer is written, not read: not an input
+            before = _digest([*args, *(v for k, v in kwargs.items() if k != "out")])
             out = func(*args, **kwargs)
             lines.append(f"{func.__name__}|{before}|{_digest([out])}")
             return out
