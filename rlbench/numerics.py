@@ -3,8 +3,9 @@ kernels each library picked on this machine, its numerics class.
 
 Most of these choices are made once, when a library loads, from the processor and the
 environment: ATen's vector kernels (``ATEN_CPU_CAPABILITY``), MKL's code branch (its own
-dispatch, or ``MKL_CBWR``), whether rlbench's dense layers go through oneDNN, numpy's SIMD
-loops (``NPY_DISABLE_CPU_FEATURES``) and OpenBLAS's kernels (``OPENBLAS_CORETYPE``). Two runs
+dispatch, or ``MKL_CBWR``) and the kernels of its vector maths (``MKL_VML_DEBUG_CPU_TYPE``),
+whether rlbench's dense layers go through oneDNN, numpy's SIMD loops
+(``NPY_DISABLE_CPU_FEATURES``) and OpenBLAS's kernels (``OPENBLAS_CORETYPE``). Two runs
 of one identity give the same bits where these facts are the same; ``class_name`` says them
 in one short line.
 """
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from rlbench.modules.onednn import cpu_vendor, onednn_outruns_mkl
+from rlbench.numerics_environment import MKL_VML_KERNELS, MKL_VML_PORTABLE
 
 __all__ = ["MKL_BRANCHES", "NumericsFacts", "numerics_facts", "portable_mismatches"]
 
@@ -39,6 +41,10 @@ class NumericsFacts:
     cpu_vendor: str  # GenuineIntel, AuthenticAMD, or "" where it cannot be read
     aten_capability: str  # ATen's vector kernels: AVX512, AVX2, DEFAULT (none)
     mkl_branch: str  # the branch MKL runs: the one MKL_CBWR sets, else the one it picks
+    # the kernels of MKL's vector maths (torch's sqrt, log, exp, ...), by MKL's suffix for
+    # them; "none" without MKL
+    mkl_vml: str
+    mkl_vml_set: bool  # set (MKL_VML_DEBUG_CPU_TYPE), not picked from the processor and branch
     onednn_dense: bool  # rlbench's dense layers multiply through oneDNN (modules.onednn)
     numpy_simd: str  # the highest SIMD target numpy's loops dispatch to here
     openblas_core: str  # the kernels numpy's OpenBLAS runs
@@ -58,7 +64,10 @@ class NumericsFacts:
         if not portable_mismatches(self):  # pinned: the vendor and ISA beyond AVX2 no longer count
             return f"portable x86-64 AVX2 {self.libc} {threads}{on_gpu}"
         vendor = self.cpu_vendor or "unknown-vendor"
-        return (f"{self.machine} {vendor} aten {self.aten_capability} mkl {self.mkl_branch} "
+        # MKL picks its vector maths from the processor and branch already named; a class
+        # says them only where they were set
+        vml = f" vml {self.mkl_vml}" if self.mkl_vml_set else ""
+        return (f"{self.machine} {vendor} aten {self.aten_capability} mkl {self.mkl_branch}{vml} "
                 f"onednn {'on' if self.onednn_dense else 'off'} numpy {self.numpy_simd} "
                 f"openblas {self.openblas_core} {self.libc} {threads}{on_gpu}")
 
@@ -87,6 +96,20 @@ def _mkl_branch() -> str:
     return f"{branch},STRICT" if strict else branch
 
 
+def _mkl_vml() -> str:
+    """The kernels MKL's vector maths run in this process (``MKL_VML_KERNELS``), asked of
+    the MKL built into torch; ``none`` without MKL."""
+    if not torch.backends.mkl.is_available() or sys.platform != "linux":
+        return "none"
+    try:
+        library = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib",
+                                           "libtorch_cpu.so"))
+        kernels = library.mkl_vml_serv_cpu_detect()
+    except (OSError, AttributeError):
+        return "unknown"
+    return MKL_VML_KERNELS.get(kernels, f"kernels {kernels}")
+
+
 def _numpy_simd() -> str:
     """The last of numpy's dispatch targets this processor has and numpy keeps enabled."""
     try:  # numpy's private module: where numpy 2 keeps its dispatch tables
@@ -112,11 +135,12 @@ def _openblas_core() -> str:
 
 
 @functools.cache
-def _fixed_at_load() -> tuple[str, str, str, str, str, str]:
+def _fixed_at_load() -> tuple[str, str, str, str, str, bool, str, str]:
     """The facts a library fixes when it loads: the same for the whole process."""
     libc = " ".join(part for part in platform.libc_ver() if part) or "unknown libc"
     return (platform.machine(), cpu_vendor(), torch.backends.cpu.get_cpu_capability(),
-            _mkl_branch(), _numpy_simd(), libc)
+            _mkl_branch(), _mkl_vml(), "MKL_VML_DEBUG_CPU_TYPE" in os.environ, _numpy_simd(),
+            libc)
 
 
 def _gpu(device: str) -> str:
@@ -136,9 +160,10 @@ def numerics_facts(threads: int | None = None, device: str = "cpu") -> NumericsF
     """This process's kernel choices (``NumericsFacts``); ``threads``: those a run will set,
     where it sets them after this is read (torch's own count otherwise); ``device``: the
     run's, whose GPU is part of the class on CUDA."""
-    machine, vendor, aten, mkl, simd, libc = _fixed_at_load()
+    machine, vendor, aten, mkl, vml, vml_set, simd, libc = _fixed_at_load()
     return NumericsFacts(machine=machine, cpu_vendor=vendor, aten_capability=aten,
-                         mkl_branch=mkl, onednn_dense=onednn_outruns_mkl(),
+                         mkl_branch=mkl, mkl_vml=vml, mkl_vml_set=vml_set,
+                         onednn_dense=onednn_outruns_mkl(),
                          numpy_simd=simd, openblas_core=_openblas_core(), libc=libc,
                          threads=torch.get_num_threads() if threads is None else threads,
                          gpu=_gpu(device))
@@ -154,6 +179,9 @@ def portable_mismatches(facts: NumericsFacts) -> list[str]:
         wrong.append(f"aten {facts.aten_capability}, not AVX2")
     if facts.mkl_branch not in ("COMPATIBLE,STRICT", "none"):
         wrong.append(f"mkl {facts.mkl_branch}, not COMPATIBLE,STRICT")
+    portable_vml = MKL_VML_KERNELS[MKL_VML_PORTABLE]
+    if facts.mkl_vml not in (portable_vml, "none"):
+        wrong.append(f"mkl vector maths {facts.mkl_vml}, not {portable_vml}")
     if facts.onednn_dense:
         wrong.append("dense layers on oneDNN, not on MKL")
     if facts.numpy_simd.startswith(("AVX512", "X86_V4", "AVX10")):

@@ -1,8 +1,7 @@
 """``numerics=portable``: the environment that pins every kernel choice a library would
 otherwise make from the processor, so that one run identity gives the same bits on every
-x86-64 processor with AVX2 and FMA, AVX2-only or AVX-512. That holds across one vendor's
-processors; across Intel's and AMD's some online runs still part by rounding, by a kernel
-not found yet (docs/guide/reproduce.md).
+x86-64 processor with AVX2 and FMA, Intel or AMD, AVX2-only or AVX-512 (the aim; what has
+been checked where: docs/guide/reproduce.md).
 
 Each variable is read once, when its library loads, so the environment is set before torch
 and numpy load: the ``rlbench`` command sets it first thing, or starts itself again with it
@@ -11,14 +10,23 @@ and numpy load: the ``rlbench`` command sets it first thing, or starts itself ag
 - ATen's vector kernels: AVX2 (``ATEN_CPU_CAPABILITY``), what every such processor has.
 - MKL: its ``COMPATIBLE`` branch in strict reproducibility mode. MKL honours a named branch
   (``MKL_CBWR=AVX2``) on Intel processors only and falls back to its own dispatch elsewhere;
-  ``COMPATIBLE`` (SSE2 without approximate reciprocals) it runs everywhere, with fixed cache
-  sizes and a fixed reduction order.
+  ``COMPATIBLE`` it runs everywhere, with fixed cache sizes and a fixed reduction order.
+- MKL's vector maths (the sqrt, log, exp, tanh, ... of torch's CPU tensors) on the SSE2
+  kernels MKL names E2 (``MKL_VML_DEBUG_CPU_TYPE=1``, read by MKL's vector maths alone).
+  The branch does not choose these: under ``COMPATIBLE`` they run the SSE2 kernels named
+  EX, whose sqrt, log, tan and inverse trigonometric functions start from the processor's
+  approximate reciprocal (``rsqrtps``, ``rcpps``), an estimate each vendor computes its own
+  way: Intel's and AMD's processors gave sqrts one ulp apart. E2 uses no approximate
+  instruction.
 - oneDNN kept to AVX2 (``ONEDNN_MAX_CPU_ISA``), which also keeps rlbench's dense layers on
   MKL (``modules.onednn``): oneDNN's blocking follows the cache sizes it reads.
 - numpy's loops at AVX2: every dispatch target above it disabled (``NPY_DISABLE_CPU_FEATURES``).
 - numpy's OpenBLAS on its Haswell kernels (``OPENBLAS_CORETYPE``), on one thread.
 - torch.compile is turned off by the planner (``plan.config``): inductor builds its C++ for
   this host with this host's compiler, which no variable pins.
+
+``python -m tools.reference.approximate_instructions`` lists every function of these
+libraries that holds an approximate instruction; with these pins, none of them runs.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-__all__ = ["NUMERICS_MODES", "NUMERICS_SETTINGS", "PORTABLE_FIXED", "allow_restart",
+__all__ = ["MKL_VML_KERNELS", "MKL_VML_PORTABLE", "NUMERICS_MODES", "NUMERICS_SETTINGS",
+           "PORTABLE_FIXED", "allow_restart",
            "asks_for_portable", "can_pin_here", "host_cannot_be_portable", "pin_portable",
            "portable_environment", "portable_pinned", "resolved_numerics"]
 
@@ -38,9 +47,15 @@ NUMERICS_MODES = ("native", "portable")
 NUMERICS_SETTINGS = (*NUMERICS_MODES, "auto")
 # set on the process that pinned the environment, and inherited by its workers
 MARKER = "RLBENCH_NUMERICS"
+# MKL's vector maths kernels by the number MKL_VML_DEBUG_CPU_TYPE gives them, as the suffix
+# of MKL's kernel names: EX and E2 are SSE2 (EX with approximate reciprocals), H8 SSE4.2,
+# L9 AVX2, Z0 AVX-512
+MKL_VML_KERNELS = {0: "EX", 1: "E2", 2: "H8", 3: "L9", 5: "Z0"}
+MKL_VML_PORTABLE = 1  # E2: no approximate reciprocal in any of its kernels
 PORTABLE_FIXED = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "MKL_CBWR": "COMPATIBLE,STRICT",
+    "MKL_VML_DEBUG_CPU_TYPE": str(MKL_VML_PORTABLE),
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "OPENBLAS_CORETYPE": "Haswell",
     "OPENBLAS_NUM_THREADS": "1",

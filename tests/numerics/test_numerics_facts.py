@@ -35,8 +35,8 @@ def test_the_class_names_every_fact_in_one_line() -> None:
                   facts.openblas_core):
         assert value and value in facts.class_name()
     assert {key.removeprefix("numerics.") for key in tags if key != "numerics_class"} == {
-        "machine", "cpu_vendor", "aten_capability", "mkl_branch", "onednn_dense",
-        "numpy_simd", "openblas_core", "libc", "threads", "gpu"}
+        "machine", "cpu_vendor", "aten_capability", "mkl_branch", "mkl_vml", "mkl_vml_set",
+        "onednn_dense", "numpy_simd", "openblas_core", "libc", "threads", "gpu"}
     assert facts.gpu == "" and facts.class_name().endswith(("thread", "threads"))  # on the CPU
 
 
@@ -56,8 +56,10 @@ def test_a_cuda_runs_class_names_its_gpu_model_and_libraries() -> None:
 def test_the_kernels_the_environment_pins_are_the_ones_read() -> None:
     """Pinned below the host's choice, each library reports the pinned kernels."""
     tags = _facts_under({"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
-                         "OPENBLAS_CORETYPE": "Haswell"})
+                         "OPENBLAS_CORETYPE": "Haswell", "MKL_VML_DEBUG_CPU_TYPE": "1"})
     assert tags["numerics.aten_capability"] == "DEFAULT"
+    assert tags["numerics.mkl_vml"] in ("E2", "none")
+    assert " vml E2 " in tags["numerics_class"] or tags["numerics.mkl_vml"] == "none"
     assert tags["numerics.mkl_branch"] in ("COMPATIBLE", "none")
     assert tags["numerics.openblas_core"] in ("Haswell", "none", "unknown")
     pinned = _facts_under({"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT"})

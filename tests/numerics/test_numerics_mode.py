@@ -93,7 +93,9 @@ def test_a_processor_without_avx2_or_fma_cannot_be_portable(tmp_path: Path) -> N
 
 def _facts(**changed: object) -> NumericsFacts:
     pinned = dict(machine="x86_64", cpu_vendor="AuthenticAMD", aten_capability="AVX2",
-                  mkl_branch="COMPATIBLE,STRICT", onednn_dense=False, numpy_simd="X86_V3",
+                  mkl_branch="COMPATIBLE,STRICT", mkl_vml="E2", mkl_vml_set=True,
+                  onednn_dense=False,
+                  numpy_simd="X86_V3",
                   openblas_core="Haswell", libc="glibc 2.36", threads=1)
     return NumericsFacts(**{**pinned, **changed})
 
@@ -102,13 +104,14 @@ def test_the_portable_class_is_one_name_whatever_the_vendor_and_a_choice_off_it_
     intel, amd = _facts(cpu_vendor="GenuineIntel"), _facts()
     assert intel.class_name() == amd.class_name() == "portable x86-64 AVX2 glibc 2.36 1 thread"
     assert portable_mismatches(amd) == []
-    wrong = _facts(aten_capability="AVX512", mkl_branch="auto", onednn_dense=True,
-                   numpy_simd="AVX512_ICL", openblas_core="SkylakeX")
+    wrong = _facts(aten_capability="AVX512", mkl_branch="auto", mkl_vml="EX",
+                   onednn_dense=True, numpy_simd="AVX512_ICL", openblas_core="SkylakeX")
     assert portable_mismatches(wrong) == [
         "aten AVX512, not AVX2", "mkl auto, not COMPATIBLE,STRICT",
-        "dense layers on oneDNN, not on MKL", "numpy AVX512_ICL, not at most AVX2",
-        "openblas SkylakeX, not Haswell"]
-    assert wrong.class_name().startswith("x86_64 AuthenticAMD aten AVX512 mkl auto")
+        "mkl vector maths EX, not E2", "dense layers on oneDNN, not on MKL",
+        "numpy AVX512_ICL, not at most AVX2", "openblas SkylakeX, not Haswell"]
+    assert wrong.class_name().startswith("x86_64 AuthenticAMD aten AVX512 mkl auto vml EX ")
+    assert " vml " not in _facts(mkl_vml="EX", mkl_vml_set=False).class_name()  # MKL's pick
 
 
 def test_the_environment_names_numpys_targets_above_avx2() -> None:
@@ -138,7 +141,8 @@ def test_a_caller_whose_torch_loaded_unpinned_is_refused_with_what_differs(
 def test_the_command_pins_its_kernels_and_records_the_portable_class(tmp_path: Path) -> None:
     """The rlbench command sets the environment before torch loads, whatever the host
     variables said; the run records the portable class and the setting."""
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX2"}
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX2",
+           "MKL_VML_DEBUG_CPU_TYPE": "3"}
     done = subprocess.run(
         [sys.executable, "-m", "rlbench.cli", "run", "algo=sac", "env=Pendulum-v1",
          "frames=300", "seeds=1", "eval_every=300", "eval_episodes=1",

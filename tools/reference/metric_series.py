@@ -146,11 +146,14 @@ def machine() -> dict[str, object]:
 
     from rlbench.numerics import numerics_facts
 
-    model = next((line.partition(":")[2].strip() for line in
-                  Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown")
+    cpuinfo = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if ":" in line)  # the last processor's lines: every processor's alike
+    cpuinfo = {key.strip(): value.strip() for key, value in cpuinfo.items()}
     facts = numerics_facts(threads=1)
-    return {"processor": model, "vendor": facts.cpu_vendor, "numerics_class": facts.class_name(),
+    return {"processor": cpuinfo.get("model name", "unknown"),
+            "family_model": f"family {cpuinfo.get('cpu family', '?')} "
+                            f"model {cpuinfo.get('model', '?')}",
+            "vendor": facts.cpu_vendor, "numerics_class": facts.class_name(),
             "versions": {name: version(name) for name in
                          ("rlbench", "torch", "numpy", "mujoco", "gymnasium", "h5py")}}
 

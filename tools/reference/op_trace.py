@@ -5,14 +5,15 @@ whose outputs do not is the kernel that rounds differently.
     python -m tools.reference.op_trace dump trace.json.gz [ppo sac ...]
     python -m tools.reference.op_trace diff made_on_one.json.gz made_on_another.json.gz
 
-``dump`` runs the named configs of ``tools.reference.metric_series`` (default: the online
-ones whose series part across vendors) in ``numerics=portable`` in this process, each under
+``dump`` runs the named configs of ``tools.reference.metric_series`` (default: every online
+one, in its order) in ``numerics=portable`` in this process, each under
 a dispatch mode that sees every ATen operation, and keeps the first ``OPS`` that compute
 (views and copies left out). ``diff`` names, per config, the first operation where two
 traces part and whether its inputs agreed (the kernel rounds differently) or not (something
-before it, outside torch: the environment's numpy, a Python float). A trace per vendor is
-committed beside its series (``results/reference/numerics/<vendor>/op_trace.json.gz``): a
-session on the other vendor dumps its own and diffs.
+before it, outside torch: the environment's numpy, a Python float). The trace of the
+processor that made the committed series is beside them
+(``results/reference/numerics/op_trace.json.gz``): where a processor's series part from
+them, its own trace diffed against that one names the operation.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from typing import Any
 
 from rlbench.numerics_environment import portable_environment, portable_pinned
 
-# the online configs whose portable series part between an AMD EPYC and an Intel Xeon
-PARTING = ("ppo", "ppo-kl", "ppo-mujoco", "a2c", "sac", "sac-discrete", "td3", "ddpg")
 OPS = 4_000  # operations traced per config: each config's first updates (a few of them)
 # operations that move no number (views, copies, metadata): left out of a trace
 # and those whose outputs are memory not yet written (their digests would hash garbage)
@@ -139,7 +138,9 @@ if __name__ == "__main__":
         if not portable_pinned():  # the kernels are chosen as torch loads: start again pinned
             os.execve(sys.executable, [sys.executable, "-m", "tools.reference.op_trace",
                                        *sys.argv[1:]], {**os.environ, **portable_environment()})
-        dump(Path(sys.argv[2]), sys.argv[3:] or list(PARTING))
+        from tools.reference.metric_series import CONFIGS
+
+        dump(Path(sys.argv[2]), sys.argv[3:] or list(CONFIGS))
     elif len(sys.argv) == 4 and sys.argv[1] == "diff":
         sys.exit(diff(Path(sys.argv[2]), Path(sys.argv[3])))
     else:

@@ -3,7 +3,7 @@
 expert dataset.
 
     python -m tools.reference.pendulum_family \
-        results/reference/numerics/<vendor>/pendulum_family.json
+        results/reference/numerics/pendulum_family.json
     python -m tools.reference.pendulum_family ... results/reference/regress_datasets
 
 The family is made in a scratch Minari root and cache, so nothing of the user's is read or

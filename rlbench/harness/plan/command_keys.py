@@ -89,8 +89,8 @@ RUN_TABLE = KeyTable("run", (
     Key("force_threads", "true: allow more threads than cores", kind="value", default=False),
     Key("device", "cpu, cuda, cuda:N or mps", default=SUITE_SETTINGS["device"]),
     Key("numerics", "native: each library picks its kernels for this processor; portable: "
-        "they are pinned, and a run gives the same numbers on every x86-64 processor with "
-        "AVX2 of one vendor (across vendors not yet); auto: portable where this processor "
+        "they are pinned, so that a run gives the same numbers on every x86-64 processor "
+        "with AVX2 (checked on AMD's and emulated hosts); auto: portable where this processor "
         "and process can run it, else native (docs: What reproduces where)",
         default=SUITE_SETTINGS["numerics"]),
     Key("reuse", "code: a finished run of the same config by other code counts as done "
@@ -338,7 +338,7 @@ MAKE_TABLE = KeyTable("dataset make", (
     Key("seed", "the rollouts' seed: the same words give the same bytes", kind="int",
         default=0, high=2**31 - 1),
     Key("numerics", "portable: the kernels pinned, the same bytes on every x86-64 "
-        "processor with AVX2 of one vendor (native: this processor's)", kind="choice",
+        "processor with AVX2 (native: this processor's)", kind="choice",
         default="native", choices=("native", "portable")),
     Key("ref_episodes", "episodes of the random and expert policies for reference scores",
         kind="int", default=100, low=1, high=10**6),

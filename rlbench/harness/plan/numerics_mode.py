@@ -1,7 +1,7 @@
 """A sweep's ``numerics=`` setting: ``native`` lets each library pick its kernels for this
 processor; ``portable`` pins them (``rlbench.numerics_environment``) so a run's numbers are
-the same on every x86-64 processor with AVX2 of one vendor (across vendors, some online
-runs part by rounding: docs/guide/reproduce.md). One value per sweep: the kernels are chosen
+the same on every x86-64 processor with AVX2, Intel's or AMD's (the aim; what has been
+checked where: docs/guide/reproduce.md). One value per sweep: the kernels are chosen
 once per process, and the processes of a sweep share the command's environment."""
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from typing import Any
 from rlbench.harness.plan.command_keys import CHECKPOINT_EVERY, RUN_TABLE
 from rlbench.harness.plan.datasets import MadeFamily
 from rlbench.harness.plan.suites import Suite
+from rlbench.numerics_environment import PORTABLE_FIXED
 from rlbench.version import __version__
 
 __all__ = ["ARTIFACT_OPTIONS", "CHECKPOINT_STORES", "RunConfig", "SlurmSettings",
@@ -148,7 +149,8 @@ class RunConfig:
     @functools.cached_property
     def identity(self) -> str:
         """Hash of the resolved config, the code it runs and the rlbench version (16 hex
-        digits, its MLflow run's ``identity`` tag): a run is done once per identity.
+        digits, its MLflow run's ``identity`` tag), and for a portable run the kernels
+        portable mode pins: a run is done once per identity.
         Computed once: planning asks for it several times a run, over grids of thousands."""
         return _identity_hash(self._identity_fields())
 
@@ -161,9 +163,13 @@ class RunConfig:
 
 
 def _identity_hash(fields: dict[str, Any]) -> str:
-    """16 hex digits of the sha256 of ``fields`` and the rlbench version, as sorted JSON."""
-    payload = json.dumps({"config": fields, "rlbench": __version__}, sort_keys=True,
-                         default=list)
+    """16 hex digits of the sha256 of ``fields`` and the rlbench version, as sorted JSON;
+    a portable run's with the kernels portable mode pins: pinning others moves its numbers,
+    so it renews its identity."""
+    hashed = {"config": fields, "rlbench": __version__}
+    if fields.get("numerics") == "portable":
+        hashed["portable"] = PORTABLE_FIXED
+    payload = json.dumps(hashed, sort_keys=True, default=list)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

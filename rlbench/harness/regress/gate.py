@@ -133,8 +133,8 @@ def _what_works(name: str, run: RunConfig, reference: Path) -> str:
     if own is not None:
         where = minari_path(str(run.dataset).removeprefix("minari:"))
         return (f"rlbench makes its {own[0]} datasets with numerics=portable, the same bytes "
-                f"on every x86-64 with AVX2 of one vendor; the copy in {where.parent} was made "
-                "otherwise, by an older rlbench or on another vendor's processor: remove that "
+                f"on every x86-64 with AVX2; the copy in {where.parent} was made otherwise, by "
+                "another rlbench or with other kernels: remove that "
                 "directory and the next run makes it again, or point MINARI_DATASETS_PATH at "
                 "a copy of the reference's datasets (results/reference/regress_datasets for "
                 "the gate's, as make regress does)")

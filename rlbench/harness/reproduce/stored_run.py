@@ -186,9 +186,11 @@ def rebuilt_config(stored: StoredRun) -> RunConfig:
     recorded = config_identity_of(stored.tags)
     same_version = stored.tags.get("rlbench_version") == __version__  # the hash holds it
     if recorded and same_version and rebuilt.config_identity != recorded:
+        why = ("this checkout reads it otherwise" if rebuilt.numerics != "portable" else
+               "a portable identity holds the kernels portable mode pins, and this checkout "
+               "pins others (or reads the record otherwise)")
         raise ConfigError(f"{stored.source}: its record rebuilds a config of identity "
-                          f"{rebuilt.config_identity}, not the run's {recorded}: this checkout "
-                          "reads it otherwise")
+                          f"{rebuilt.config_identity}, not the run's {recorded}: {why}")
     if rebuilt.offline:
         _check_dataset(rebuilt, stored.source)
     return rebuilt

@@ -1,7 +1,8 @@
 """The tags that name what a run is, read alike from stores of every rlbench version.
 
-- ``identity``: the hash of the run's resolved config (seed included), the code it runs
-  and the rlbench version (``RunConfig.identity``): a run is done once per identity.
+- ``identity``: the hash of the run's resolved config (seed included), the code it runs,
+  the rlbench version and a portable run's pinned kernels (``RunConfig.identity``): a run
+  is done once per identity.
 - ``config_identity``: the same hash without the code (``RunConfig.config_identity``):
   what the runs of one config made by different code share.
 
