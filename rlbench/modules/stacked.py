@@ -11,6 +11,11 @@ the kernel its single run takes, or one that rounds the same.
   one-output layer (a value head) or a tiny product runs ``F.linear`` per seed: there the
   single run takes a matrix-vector kernel, or ATen's batched product a loop of its own,
   whose sums differ.
+- So does a layer whose seeds' slices do not start on 64-byte boundaries, where the
+  allocator puts a tensor of a single run (a seed's rows times inputs, say, not a whole
+  number of 64 bytes): MKL's own kernels on AMD's processors round by where their operands
+  lie. Per seed, every operand is then a copy of its own, the gradient coming back
+  included.
 - Not differentiable twice: a loss that differentiates a gradient needs single networks.
 - An activation runs on the whole stack where its vector loop and its scalar tail agree
   (ReLU), or where each seed's share is a multiple of ``WHOLE_VECTORS`` elements, so that
@@ -48,15 +53,43 @@ _RANDOM = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout
 # ATen's batched product computes below this many multiply-adds (rows x in x out) in a loop
 # of its own, not through the BLAS that ``F.linear`` calls
 _BATCHED_BLAS_FROM = 400
+# the bytes torch's CPU allocator aligns a tensor to: MKL's own kernels on AMD's processors
+# round by where their operands lie relative to it
+_ALIGNMENT = 64
 
 
 def stacked_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """``F.linear`` of each seed: ``h`` ``[K, rows, in]``, ``weight`` ``[K, out, in]``,
     ``bias`` ``[K, out]``; ``[K, rows, out]`` with each seed's single-run bits."""
     rows, out, fan_in = h.shape[1], weight.shape[1], weight.shape[2]
-    if rows > 1 and out > 1 and fan_in > 1 and rows * out * fan_in >= _BATCHED_BLAS_FROM:
+    if (rows > 1 and out > 1 and fan_in > 1 and rows * out * fan_in >= _BATCHED_BLAS_FROM
+            and _aligned_per_seed(h, weight) and rows * out * h.element_size() % _ALIGNMENT == 0):
         return _BatchedLinear.apply(h, weight, bias)
-    return torch.stack([F.linear(h[k], weight[k], bias[k]) for k in range(h.shape[0])])
+    return torch.stack([_FreshGradient.apply(F.linear(h[k].clone(), weight[k].clone(),
+                                                      bias[k].clone()))
+                        for k in range(h.shape[0])])
+
+
+def _aligned_per_seed(*stacks: torch.Tensor) -> bool:
+    """Whether every seed's slice of each of ``stacks`` starts where a tensor of its own
+    would: on a 64-byte boundary (contiguous stacks of a whole number of 64 bytes a seed)."""
+    return all(stack.is_contiguous() and stack.data_ptr() % _ALIGNMENT == 0
+               and stack[0].numel() * stack.element_size() % _ALIGNMENT == 0
+               for stack in stacks)
+
+
+class _FreshGradient(torch.autograd.Function):
+    """The identity, whose backward hands on a copy of its gradient: a seed's slice of the
+    stack's gradient lies where no gradient of its single run would, and some of MKL's
+    products round by where their operands lie."""
+
+    @staticmethod
+    def forward(ctx, y: torch.Tensor) -> torch.Tensor:
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad.clone()
 
 
 class _BatchedLinear(torch.autograd.Function):

@@ -72,7 +72,8 @@ def test_each_seed_has_its_networks_numbers_alone(fan_in, fan_out, cells, activa
         weight = torch.randn(len(seeds), *batch, fan_out, generator=generator)
         y, grads = _stacked(stack, x, weight)
         for k, member in enumerate(members):
-            alone, alone_grads = _alone(member, x[k], weight[k])
+            # a single run's input is a tensor of its own: a copy, not a slice
+            alone, alone_grads = _alone(member, x[k].clone(), weight[k].clone())
             assert torch.equal(y[k], alone), (batch, k)
             assert all(torch.equal(a, b) for a, b in zip(grads[k], alone_grads, strict=True)), (
                 batch, k)
@@ -106,8 +107,9 @@ def test_stacked_linear_is_each_seeds_linear_for_one_row_and_one_output() -> Non
         h = torch.randn(4, rows, 6, generator=generator)
         weight, bias = torch.randn(4, out, 6, generator=generator), torch.randn(4, out)
         y = stacked_linear(h, weight, bias)
-        for k in range(4):
-            assert torch.equal(y[k], nn.functional.linear(h[k], weight[k], bias[k]))
+        for k in range(4):  # a single run's tensors are its own: copies, not slices
+            alone = nn.functional.linear(h[k].clone(), weight[k].clone(), bias[k].clone())
+            assert torch.equal(y[k], alone)
 
 
 def test_a_member_comes_back_as_the_plain_network_it_trained_into() -> None:

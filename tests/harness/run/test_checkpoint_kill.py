@@ -125,10 +125,12 @@ def _uninterrupted(suite: Path, tmp_path: Path) -> dict[str, list[tuple[int, flo
 
 
 @pytest.mark.slow
-# nightly: dm_control's case (the same resume path as MuJoCo's, its physics slower), and the
-# offline one (every offline recipe is killed in real processes nightly, and in-process in CI)
+# nightly: dm_control's case (the same resume path as MuJoCo's, its physics slower), the
+# offline one (every offline recipe is killed in real processes nightly, and in-process in
+# CI) and the single-env one, whose run make test kills three times in portable mode, each
+# attempt on an emulated machine of its own (test_resume_numerics.py)
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.nightly)
-                                  if case in ("dmc", "offline") else case
+                                  if case in ("dmc", "offline", "single") else case
                                   for case in sorted(SUITES)])
 def test_sigkill_three_times_then_resume_gives_the_uninterrupted_numbers(
         tmp_path: Path, case: str) -> None:

@@ -84,7 +84,10 @@ def test_portable_runs_killed_on_three_machines_end_as_one_never_stopped(
     assert f"resumes from its checkpoint at {progress:,}" in resumed.stderr
     assert "other kernels" not in resumed.stderr
     run, series = _series(out)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["resumed_from"].split()[0] == str(progress)
     assert run.data.tags["numerics_class"].startswith("portable x86-64 AVX2")
+    assert not list((out / "checkpoints").glob("*/*/*/checkpoint.json"))  # done: removed
 
     reference = tmp_path / "reference"
     never = _run_on({}, _command(suite, reference, "numerics=portable"))
