@@ -29,15 +29,16 @@ per-seed losses, depend on its own weights and inputs only.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlbench.modules.actors import NormalParams
 from rlbench.modules.mlp import MLP
 
-__all__ = ["WHOLE_VECTORS", "StackedMLP", "stacked_linear"]
+__all__ = ["WHOLE_VECTORS", "StackedMLP", "StackedNormalParams", "seedwise", "stacked_linear"]
 
 # elements per seed at which an element-wise op's vector loop covers each seed exactly as it
 # covers that seed alone: ATen's loops take two vectors at a time, 16 floats under AVX2 and
@@ -121,9 +122,19 @@ class _BatchedLinear(torch.autograd.Function):
 def _activate(activation: nn.Module, h: torch.Tensor) -> torch.Tensor:
     """``activation`` on ``h`` ``[K, ...]``, on the whole stack where that gives each seed
     its single-run bits, else seed by seed."""
-    if isinstance(activation, _EXACT_EVERYWHERE) or h[0].numel() % WHOLE_VECTORS == 0:
+    if isinstance(activation, _EXACT_EVERYWHERE):
         return activation(h)
-    return torch.stack([activation(h[k]) for k in range(h.shape[0])])
+    return seedwise(activation, h)
+
+
+def seedwise(op: Callable[[torch.Tensor], torch.Tensor], stack: torch.Tensor) -> torch.Tensor:
+    """The element-wise ``op`` on ``stack`` ``[K, ...]``: on the whole stack where each
+    seed's share is a multiple of ``WHOLE_VECTORS`` elements (each element then meets the
+    vector loop where it meets it alone), else seed by seed (a seed's three log-stds: alone
+    they are a scalar tail, in a stack of eight a vector)."""
+    if stack[0].numel() % WHOLE_VECTORS == 0:
+        return op(stack)
+    return torch.stack([op(stack[k]) for k in range(stack.shape[0])])
 
 
 class StackedMLP(nn.Module):
@@ -199,13 +210,44 @@ class StackedMLP(nn.Module):
         return h.reshape(self.num_seeds, *batch, self.out_features)
 
     @torch.no_grad()
+    def copy_member_into(self, k: int, single: MLP) -> None:
+        """Write seed ``k``'s weights into ``single`` (an ``MLP`` of the members' shape) in
+        place: its tensors stay where they are, so optimizers and views of them hold."""
+        for layer, weight, bias in zip(self._linears(single), self.weights, self.biases,
+                                       strict=True):
+            layer.weight.copy_(weight[k])
+            layer.bias.copy_(bias[k])
+
+    @torch.no_grad()
     def member(self, k: int) -> MLP:
         """Seed ``k``'s network as a plain ``MLP`` (a copy: training the stack leaves it)."""
         if not 0 <= k < self.num_seeds:
             raise IndexError(f"seed {k} of a stack of {self.num_seeds}")
         single = copy.deepcopy(self._shape[0]).to(self.weights[0])  # device and dtype
-        for layer, weight, bias in zip(self._linears(single), self.weights, self.biases,
-                                       strict=True):
-            layer.weight.copy_(weight[k])
-            layer.bias.copy_(bias[k])
+        self.copy_member_into(k, single)
         return single
+
+
+class StackedNormalParams(nn.Module):
+    """The ``NormalParams`` ``members`` (one per seed) as one module: the mean from a
+    ``StackedMLP``, each seed's learned log-std a row of ``log_std`` ``[K, action_dim]``.
+
+    Its parameters come in a member's order (the log-std first), so a stacked step sums a
+    seed's gradient norm in the order its single run does."""
+
+    def __init__(self, members: Sequence[NormalParams]):
+        super().__init__()
+        self.log_std = nn.Parameter(torch.stack([member.log_std.detach() for member in members]))
+        self.loc_net = StackedMLP([member.loc_net for member in members])
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc = self.loc_net(x)
+        scale = seedwise(torch.exp, self.log_std)
+        seeds, action_dim = scale.shape
+        return loc, scale.view(seeds, *[1] * (loc.dim() - 2), action_dim).expand_as(loc)
+
+    @torch.no_grad()
+    def copy_member_into(self, k: int, single: NormalParams) -> None:
+        """Write seed ``k``'s mean network and log-std into ``single`` in place."""
+        self.loc_net.copy_member_into(k, single.loc_net)
+        single.log_std.copy_(self.log_std[k])

@@ -17,7 +17,8 @@ from tensordict import TensorDict
 
 from rlbench.objectives.common import NonFiniteLossError
 
-__all__ = ["SeedsNonFiniteError", "per_seed_grad_norms", "stacked_backward_and_step"]
+__all__ = ["SeedsNonFiniteError", "copy_seed_state_into", "per_seed_grad_norms",
+           "stack_optimizer_state", "stacked_backward_and_step"]
 
 
 class SeedsNonFiniteError(NonFiniteLossError):
@@ -85,3 +86,50 @@ def _refuse_non_finite(values: torch.Tensor, terms: str, what: str) -> None:
     if bad:
         raise SeedsNonFiniteError(f"non-finite {what}{terms} of seed(s) "
                                   f"{', '.join(map(str, bad))} of the stack", bad)
+
+
+def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+@torch.no_grad()
+def stack_optimizer_state(stacked: torch.optim.Optimizer,
+                          singles: Sequence[torch.optim.Optimizer]) -> None:
+    """Give ``stacked`` (over the stacks of the ``singles``' parameters, in their order) the
+    state the ``singles`` hold, seed ``k``'s from ``singles[k]``: what a stack built from
+    resumed seeds steps on with. State the seeds share (Adam's step count) is seed 0's."""
+    for i, param in enumerate(_params(stacked)):
+        own = _params(singles[0])[i]
+        states = [single.state.get(_params(single)[i]) for single in singles]
+        if not any(states):
+            stacked.state.pop(param, None)
+            continue
+        if not all(states):
+            raise ValueError("some seeds' optimizers have stepped and others not: a stack "
+                             "steps every seed together")
+        stacked.state[param] = {
+            key: (torch.stack([state[key] for state in states])
+                  if _per_seed(value, own) else value.clone())
+            for key, value in states[0].items()}
+
+
+@torch.no_grad()
+def copy_seed_state_into(stacked: torch.optim.Optimizer, k: int,
+                         single: torch.optim.Optimizer) -> None:
+    """Write seed ``k``'s slice of ``stacked``'s state into ``single``, the optimizer of its
+    single run (same parameter order), as that run would hold it: its checkpoint is then a
+    single run's."""
+    for param, single_param in zip(_params(stacked), _params(single), strict=True):
+        state = stacked.state.get(param)
+        if not state:
+            continue
+        single.state[single_param] = {
+            key: value[k].clone() if _per_seed(value, param) else value.clone()
+            for key, value in state.items()}
+
+
+def _per_seed(value: object, param: torch.Tensor) -> bool:
+    """Whether an optimizer's state entry is per element of ``param`` (Adam's moments), not
+    one value for the parameter (its step count): shaped as ``param``, which has a dimension
+    (every parameter of a stack has its seeds')."""
+    return isinstance(value, torch.Tensor) and value.shape == param.shape and value.dim() > 0

@@ -10,14 +10,12 @@ new process does. ``tests/harness/run/test_checkpoint_kill.py`` kills real proce
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tensordict import TensorDict
-from torch import nn
 
 from rlbench.checkpoint import (
     CheckpointSettings,
@@ -31,8 +29,7 @@ from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.modules import onednn
 from rlbench.recipe import RunSpec
 from tests.algorithms.pendulum_d4rl import write_pendulum_d4rl
-
-TIMINGS = ("train/fps", "train/steps_per_s")
+from tests.algorithms.series_logger import Died, SeriesLogger
 
 # algo: (env, family, hyperparameters, frames or steps, eval_every, checkpoint_every)
 ONLINE: dict[str, tuple[str, str, dict[str, Any], int, int, int]] = {
@@ -75,49 +72,6 @@ OFFLINE = ("bc", "td3_bc", "iql", "cql", "rebrac", "awac", "edac")
 OWN = {"vpg": ("CartPole-v1", "classic", {"num_envs": 2, "rollout_steps": 32,
                                           "value_iterations": 3, "hidden_sizes": (16, 16),
                                           "log_every": 64}, 640, 256, 128)}
-
-
-class Died(Exception):
-    """The stand-in for a kill."""
-
-
-class SeriesLogger:
-    """Keeps every logged point; dies (raises ``Died``) at its ``die_at``-th logged point.
-    Checkpointed like the harness's logger: its state is the series so far."""
-
-    def __init__(self, die_at: int | None = None):
-        self.points: list[tuple[str, int, float]] = []
-        self.die_at = die_at
-
-    def _add(self, step: int, metrics: Mapping[str, float]) -> None:
-        for key, value in metrics.items():
-            if self.die_at is not None and len(self.points) >= self.die_at:
-                raise Died
-            self.points.append((key, step, float(value)))
-
-    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
-        self._add(step, metrics)
-
-    def log_eval(self, step: int, returns: Sequence[float]) -> None:
-        self._add(step, {f"eval/{i}": value for i, value in enumerate(returns)})
-
-    def log_score(self, step: int, score: float) -> None:
-        self._add(step, {"eval/normalized_score": score})
-
-    def save_model(self, name: str, module: nn.Module) -> None:
-        pass
-
-    def save_tensordict(self, name: str, data: TensorDict) -> None:
-        pass
-
-    def state_dict(self) -> dict:
-        return {"points": list(self.points)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.points = [tuple(point) for point in state["points"]]
-
-    def series(self) -> list[tuple[str, int, float]]:
-        return [point for point in self.points if point[0] not in TIMINGS]
 
 
 def _spec(algo: str, tmp: Path, checkpoint: CheckpointSettings | None) -> RunSpec:
