@@ -31,6 +31,12 @@ from tensordict import TensorDict
 
 from rlbench.algorithms._actor_critic import make_actor_critic, make_envs
 from rlbench.algorithms.ppo import Config
+from rlbench.checkpoint import (
+    CheckpointRefused,
+    RunStopped,
+    SeedCheckpointRefused,
+    stop_requested,
+)
 from rlbench.collectors import Collector, evaluate
 from rlbench.envs import EnvBase, TransformedEnv
 from rlbench.modules import (
@@ -166,18 +172,53 @@ def train_seeds(specs: Sequence[RunSpec], loggers: Sequence[RunLogger]) -> None:
 
 def _lockstep(seeds: Sequence[_Seed], streams: SeedStreams) -> Iterator[list[TensorDict]]:
     """Each seed's next batch from its loop, collected under its own random streams; the
-    loops run their protocol (logging, evaluation, checkpoints) as each is advanced."""
+    loops run their protocol (logging, evaluation, checkpoints) as each is advanced.
+
+    A stop request (SIGTERM, Ctrl-C) to checkpointed runs is taken at the start of a round,
+    so that every seed checkpoints where its last update ended and the batch raises one
+    ``RunStopped``; one that comes mid-round stops the seeds not yet advanced, and those
+    before them resume from their previous checkpoint. A seed
+    whose checkpoint does not fit its recipe raises ``SeedCheckpointRefused`` naming it."""
     iterators = [seed.loop.batches(seed.collector) for seed in seeds]
+    checkpointed = all(seed.loop.spec.checkpoint is not None for seed in seeds)
+    first = True
     while True:
+        if checkpointed and stop_requested():
+            _stop_seeds(iterators, streams, 0)
         batches = []
         for k, iterator in enumerate(iterators):
             with streams.use(k):
-                batches.append(next(iterator, None))
+                try:
+                    batches.append(next(iterator, None))
+                except RunStopped:
+                    _stop_seeds(iterators, streams, k + 1)
+                    raise
+                except CheckpointRefused as refused:
+                    if not first:
+                        raise
+                    raise SeedCheckpointRefused(k, refused) from refused
+        first = False
         if all(batch is None for batch in batches):
             return
         if any(batch is None for batch in batches):
             raise RuntimeError("the seeds' loops ended apart: a stack runs one budget")
         yield batches
+
+
+def _stop_seeds(iterators: Sequence[Iterator[TensorDict]], streams: SeedStreams,
+                start: int) -> None:
+    """Advance the loops from seed ``start`` on to their stop (each checkpoints and raises
+    ``RunStopped``), then raise the first of those."""
+    stopped = []
+    for k in range(start, len(iterators)):
+        iterator = iterators[k]
+        with streams.use(k), contextlib.suppress(StopIteration):
+            try:
+                next(iterator)
+            except RunStopped as stop:
+                stopped.append(stop)
+    if stopped:
+        raise stopped[0]
 
 
 def _update(seeds: Sequence[_Seed], batches: Sequence[TensorDict], streams: SeedStreams,

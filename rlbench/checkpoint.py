@@ -35,8 +35,8 @@ from rlbench.owned_files import new_file_mode, open_replacement, replace_file
 from rlbench.version import __version__
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointRefused", "CheckpointSettings", "RunStopped",
-           "clear_stop", "read_checkpoint", "read_manifest", "request_stop", "stop_requested",
-           "verify_checkpoint", "write_checkpoint"]
+           "SeedCheckpointRefused", "clear_stop", "read_checkpoint", "read_manifest",
+           "request_stop", "stop_requested", "verify_checkpoint", "write_checkpoint"]
 
 FORMAT = "rlbench-checkpoint/1"
 MANIFEST = "checkpoint.json"
@@ -241,3 +241,12 @@ def read_checkpoint(directory: Path, identity: str) -> dict[str, Any] | None:
             payload.get(key) != manifest[key] for key in ("identity", "rlbench", "progress")):
         raise CheckpointRefused(f"{path} does not hold what its manifest says")
     return payload
+
+
+class SeedCheckpointRefused(CheckpointRefused):
+    """The checkpoint of seed ``seed`` of several trained in one process does not fit its
+    recipe: that seed starts again from the beginning, the others resume."""
+
+    def __init__(self, seed: int, refused: CheckpointRefused):
+        super().__init__(str(refused))
+        self.seed = seed

@@ -58,6 +58,7 @@ from rlbench.harness.plan.numerics_mode import (
 from rlbench.harness.plan.overrides import SWEEP_KEYS, Overrides, parse_overrides
 from rlbench.harness.plan.recipe_sources import recipe_sources
 from rlbench.harness.plan.run_config import RunConfig, SweepConfig
+from rlbench.harness.plan.seed_batches import check_seed_batches
 from rlbench.harness.plan.suites import SUITE_SETTINGS, Suite, load_suite
 from rlbench.harness.plan.sweep_options import SweepOptions, sweep_options
 from rlbench.harness.plan.tasks import Task, Tasks, listed_names, plan_tasks
@@ -147,6 +148,7 @@ def resolve_sweep(args: Sequence[str], *, check_here: bool = True) -> SweepConfi
     resolved = SweepConfig(
         suite=sweep.suite, out_dir=options.out_dir, dry_run=options.dry_run,
         runs=_with_checkpoint_options(runs, options), jobs=options.jobs,
+        seeds_per_process=check_seed_batches(runs, options.seeds_per_process),
         launcher=options.launcher, force_threads=options.force_threads,
         reuse_code=options.reuse_code, ray_address=options.ray_address, slurm=options.slurm,
         sources=sources, notes=sweep.notes, to_make=tasks.to_make())

@@ -201,6 +201,7 @@ class SweepConfig:
     dry_run: bool
     runs: list[RunConfig]
     jobs: int = 1
+    seeds_per_process: int = 1  # seeds of one config trained together (``seed_batches``)
     launcher: str = "local"
     ray_address: str | None = None
     force_threads: bool = False

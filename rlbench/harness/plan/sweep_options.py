@@ -34,6 +34,7 @@ class SweepOptions:
     launcher: str
     ray_address: str | None
     jobs: int
+    seeds_per_process: int  # seeds of one config trained together in one process
     checkpoint_every: int
     checkpoint_store: str
     resume_numerics: str  # same or any: whether a checkpoint of another numerics class goes on
@@ -58,6 +59,10 @@ def sweep_options(given: dict[str, Any]) -> SweepOptions:
     if launcher != "local" and "jobs" in given:
         raise ConfigError(f"jobs is for launcher=local; launcher={launcher} runs as many runs "
                           "at once as its cluster has CPUs for")
+    seeds_per_process = bounded_int(sweep, "seeds_per_process")
+    if seeds_per_process > 1 and launcher != "local":
+        raise ConfigError(f"seeds_per_process runs with launcher=local; launcher={launcher} "
+                          "runs one seed a process: leave seeds_per_process out")
     checkpoint_store = sweep["checkpoint_store"]
     if checkpoint_store not in CHECKPOINT_STORES:
         raise UnknownNameError("checkpoint_store", str(checkpoint_store), CHECKPOINT_STORES)
@@ -70,7 +75,7 @@ def sweep_options(given: dict[str, Any]) -> SweepOptions:
         out_dir=Path(str(sweep["out_dir"])), dry_run=sweep["dry_run"],
         force_threads=sweep["force_threads"], launcher=launcher,
         ray_address=None if address is None else str(address),
-        jobs=bounded_int(sweep, "jobs"),
+        jobs=bounded_int(sweep, "jobs"), seeds_per_process=seeds_per_process,
         checkpoint_every=bounded_int(sweep, "checkpoint_every"),
         checkpoint_store=checkpoint_store, resume_numerics=sweep["resume_numerics"],
         trace_every=bounded_int(sweep, "trace_every", minimum=0),

@@ -17,7 +17,7 @@ import dataclasses
 import sys
 import time
 import traceback
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,9 +58,10 @@ from rlbench.numerics import numerics_facts, portable_mismatches
 from rlbench.owned_files import remove_owned
 from rlbench.recipe import Seeds
 
-__all__ = ["ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "RunResult", "Taken",
-           "checkpoint_dir_for", "claimed", "execute_run", "finished_elsewhere",
-           "index_finished", "one_line", "run_dir_for", "stored_result"]
+__all__ = ["DOES_NOT_FIT", "ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "Attempt",
+           "RunResult", "Taken", "checkpoint_dir_for", "claimed", "execute_run",
+           "finished_elsewhere", "guarded_training", "index_finished", "one_line",
+           "open_attempt", "run_dir_for", "stored_result"]
 
 
 # The status of a run another live process holds (on another host, or into another out
@@ -174,7 +175,7 @@ def claimed(tracker: Tracker, experiment_id: str, config: RunConfig, timeout: fl
 
 # The status of an attempt whose checkpoint its recipe could not load: discarded, and the
 # run made again from the beginning in the same call.
-_DOES_NOT_FIT = "CHECKPOINT_DOES_NOT_FIT"
+DOES_NOT_FIT = "CHECKPOINT_DOES_NOT_FIT"
 
 
 def execute_run(
@@ -212,7 +213,7 @@ def execute_run(
                 return finished_elsewhere(tracker, experiment_id, config, taken)
             result = _execute_locked(config, tracker, experiment_id, sweep_id, on_update,
                                      taken, tags or {}, say)
-            if result.status == _DOES_NOT_FIT:  # once more, from the beginning
+            if result.status == DOES_NOT_FIT:  # once more, from the beginning
                 result = _execute_locked(config, tracker, experiment_id, sweep_id,
                                          on_update, taken, tags or {}, say,
                                          refused=result.error)
@@ -260,6 +261,23 @@ def _execute_locked(
     """The run, resumed from its checkpoint where one fits; ``refused``: why the one it
     had was refused (the run starts from the beginning and says so)."""
     start = time.perf_counter()
+    attempt = open_attempt(config, tracker, experiment_id, sweep_id, taken, extra_tags, say,
+                           refused)
+    with heartbeat(tracker.client, attempt.run_id):  # until the run's end is recorded
+        recorder = RunRecorder(tracker, attempt.run_id, attempt.run_dir, on_update)
+        try:
+            status, error, unrecorded = attempt.train(recorder)
+            status, error, unrecorded = attempt.record(recorder, status, error, unrecorded)
+        finally:
+            recorder.close()
+    return attempt.result(recorder, status, error, unrecorded, start)
+
+
+def open_attempt(config: RunConfig, tracker: Tracker, experiment_id: str, sweep_id: str,
+                 taken: Taken, extra_tags: Mapping[str, str], say: Callable[[str], None],
+                 refused: str | None = None) -> Attempt:
+    """Decide where the claimed run starts (its checkpoint, unless ``refused`` says why it
+    does not fit), make its run dir ready and start its MLflow run."""
     run_dir = run_dir_for(tracker.out_dir, config)
     checkpoints = checkpoint_dir_for(tracker.out_dir, config)
     upload = uploads_checkpoints(config.checkpoint_store, tracker.uri)
@@ -277,35 +295,11 @@ def _execute_locked(
     if (line := point.line(config)) is not None:
         say(line)
     run_id = tracker.start_run(experiment_id, sweep_id, config, tags)
-    attempt = _Attempt(config, tracker, run_id, run_dir, checkpoints, taken, upload, say,
-                       resume)
-    del resume  # the attempt holds it until the run's loop has loaded it
-    with heartbeat(tracker.client, run_id):  # until the run's end is recorded
-        recorder = RunRecorder(tracker, run_id, run_dir, on_update)
-        try:
-            status, error, unrecorded = attempt.train(recorder)
-            status, error, unrecorded = attempt.record(recorder, status, error, unrecorded)
-        finally:
-            recorder.close()
-    if status == _DOES_NOT_FIT:  # discarded: the caller makes the run again from 0
-        return RunResult(config=config, run_id=run_id, status=status, final_return=None,
-                         fps=None, frames=0, seconds=0.0, error=error)
-    last = recorder.curve[-1] if recorder.curve else None
-    return RunResult(
-        config=config,
-        run_id=run_id,
-        status=status,
-        final_return=last["eval/return_mean"] if last else None,
-        fps=recorder.last_metrics.get(config.throughput_metric),
-        frames=int(last["frames"]) if last else 0,
-        seconds=time.perf_counter() - start,
-        error=error,
-        unrecorded=unrecorded,
-    )
+    return Attempt(config, tracker, run_id, run_dir, checkpoints, taken, upload, say, resume)
 
 
 @dataclass
-class _Attempt:
+class Attempt:
     """One attempt of a run whose MLflow run exists: trained, then its end recorded,
     whatever happens in between."""
 
@@ -323,32 +317,64 @@ class _Attempt:
         """Train (``_train``): its status and error, and whether the harness's own writes
         failed (a full disk, a read-only out dir). Ctrl-C marks the run KILLED and goes on
         up."""
+        with self.killed_on_interrupt(recorder):
+            try:
+                seeds, settings = self.prepare(recorder)
+                status, error = _train(self.config, seeds, self.run_dir, recorder, settings)
+                return status, error, False
+            except Exception as exc:  # the harness's own writes (a full disk, a read-only dir)
+                return "FAILED", f"could not be recorded: {one_line(exc)}", True
+
+    def prepare(self, recorder: RunRecorder) -> tuple[Seeds, CheckpointSettings]:
+        """Record the run's seeds and config file; its seeds and checkpoint settings, which
+        hand its loop the checkpoint it resumes from (once)."""
         config, tracker, run_id = self.config, self.tracker, self.run_id
         seeds = derive_seeds(config.base_seed, config.seed_index)
         resume, self.resume = self.resume, None
+        tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
+        recorder.pinned.replace("config.yaml", yaml.safe_dump(
+            {**config.as_dict(), **({"recipe": config.recipe} if config.recipe else {}),
+             "seeds": dataclasses.asdict(seeds), "identity": config.identity},
+            sort_keys=False).encode(), "run config")
+        return seeds, CheckpointSettings(
+            self.checkpoints, config.identity, every=config.checkpoint_every,
+            resume=resume, after_write=CheckpointUploader(
+                tracker.client, run_id, self.run_dir, upload=self.upload,
+                roots=tracker.artifact_roots(), say=self.say,
+                check_run_dir=recorder.pinned.check_here))
+
+    @contextmanager
+    def killed_on_interrupt(self, recorder: RunRecorder) -> Iterator[None]:
+        """Ctrl-C or a stop in the body: what was logged is flushed and the run marked
+        KILLED, and the interrupt goes on up."""
         try:
-            tracker.log_params(run_id, {"seeds": dataclasses.asdict(seeds)})
-            recorder.pinned.replace("config.yaml", yaml.safe_dump(
-                {**config.as_dict(), **({"recipe": config.recipe} if config.recipe else {}),
-                 "seeds": dataclasses.asdict(seeds), "identity": config.identity},
-                sort_keys=False).encode(), "run config")
-            settings = CheckpointSettings(
-                self.checkpoints, config.identity, every=config.checkpoint_every,
-                resume=resume, after_write=CheckpointUploader(
-                    tracker.client, run_id, self.run_dir, upload=self.upload,
-                    roots=tracker.artifact_roots(), say=self.say,
-                    check_run_dir=recorder.pinned.check_here))
-            del resume  # the run's loop lets go of it once loaded
-            status, error = _train(config, seeds, self.run_dir, recorder, settings)
-            return status, error, False
+            yield
         except KeyboardInterrupt:
             with contextlib.suppress(Exception):  # a full disk must not swallow the interrupt
                 recorder.flush()
             with contextlib.suppress(Exception):
-                tracker.finish(run_id, "KILLED")
+                self.tracker.finish(self.run_id, "KILLED")
             raise
-        except Exception as exc:  # the harness's own writes (a full disk, a read-only out dir)
-            return "FAILED", f"could not be recorded: {one_line(exc)}", True
+
+    def result(self, recorder: RunRecorder, status: str, error: str | None,
+               unrecorded: bool, start: float) -> RunResult:
+        """The attempt's result, its end recorded (``record``) and its recorder closed."""
+        config = self.config
+        if status == DOES_NOT_FIT:  # discarded: the caller makes the run again from 0
+            return RunResult(config=config, run_id=self.run_id, status=status,
+                             final_return=None, fps=None, frames=0, seconds=0.0, error=error)
+        last = recorder.curve[-1] if recorder.curve else None
+        return RunResult(
+            config=config,
+            run_id=self.run_id,
+            status=status,
+            final_return=last["eval/return_mean"] if last else None,
+            fps=recorder.last_metrics.get(config.throughput_metric),
+            frames=int(last["frames"]) if last else 0,
+            seconds=time.perf_counter() - start,
+            error=error,
+            unrecorded=unrecorded,
+        )
 
     def record(self, recorder: RunRecorder, status: str, error: str | None,
                unrecorded: bool) -> tuple[str, str | None, bool]:
@@ -357,7 +383,7 @@ class _Attempt:
         that fails is said in ``error`` and the run is marked FAILED where it can be."""
         tracker, run_id, run_dir = self.tracker, self.run_id, self.run_dir
         try:
-            if status == _DOES_NOT_FIT:  # this attempt goes: the run starts again from 0
+            if status == DOES_NOT_FIT:  # this attempt goes: the run starts again from 0
                 _discard_attempt(tracker, run_id, error, self.checkpoints, self.taken,
                                  self.upload, self.say)
                 return status, error, unrecorded
@@ -377,7 +403,7 @@ class _Attempt:
             return status, error, unrecorded
         except Exception as exc:  # a full disk, a read-only out dir: say so, mark what can be
             if not unrecorded:
-                ended = ("its checkpoint did not fit its recipe" if status == _DOES_NOT_FIT
+                ended = ("its checkpoint did not fit its recipe" if status == DOES_NOT_FIT
                          else status.lower())
                 error = f"{ended}, but could not be recorded: {one_line(exc)}"
             try:
@@ -423,23 +449,36 @@ def _remove_uploads(tracker: Tracker, run_id: str, attempts: list[Run], upload: 
 
 def _train(config: RunConfig, seeds: Seeds, run_dir: Path, recorder: RunRecorder,
            checkpoint: CheckpointSettings) -> tuple[str, str | None]:
-    """The run's training (``training.train``) with fatal errors written down and signals
-    checkpointing: ``("FINISHED", None)``, or ``("FAILED", error)`` with the traceback in
-    ``traceback.txt`` when the recipe raises."""
+    """The run's training (``training.train``), guarded (``guarded_training``)."""
+    return guarded_training(config, run_dir, [recorder],
+                            lambda: train(config, seeds, run_dir, recorder, checkpoint))
+
+
+def guarded_training(config: RunConfig, run_dir: Path, recorders: Sequence[RunRecorder],
+                     body: Callable[[], None]) -> tuple[str, str | None]:
+    """``body``, the training of ``config``'s run (or of several seeds of it, each with its
+    recorder), with fatal errors written into ``run_dir`` and signals checkpointing:
+    ``("FINISHED", None)``; ``(DOES_NOT_FIT, why)`` when a checkpoint does not fit its
+    recipe; ``("FAILED", error)`` with the traceback in each run's ``traceback.txt`` when
+    the recipe raises."""
     with fatal_errors_into(run_dir / FATAL_ERROR_FILE), checkpoint_on_signals(), \
             older_version_unwarned(config.env):
         try:
             _check_numerics(config)
-            train(config, seeds, run_dir, recorder, checkpoint)
+            body()
         except CheckpointRefused as refused:  # raised by the recipe loading its checkpoint
-            return _DOES_NOT_FIT, str(refused)
+            return DOES_NOT_FIT, str(refused)
         except Exception as exc:
             error = one_line(exc)
-            try:
-                recorder.pinned.replace("traceback.txt", traceback.format_exc().encode(),
-                                        "traceback file")
-            except (OSError, ConfigError) as again:  # the error is kept, in the run's tags
-                error += f" (its traceback could not be written: {one_line(again)})"
+            written = traceback.format_exc().encode()
+            unwritten = []
+            for recorder in recorders:
+                try:
+                    recorder.pinned.replace("traceback.txt", written, "traceback file")
+                except (OSError, ConfigError) as again:  # the error is kept, in the run's tags
+                    unwritten.append(one_line(again))
+            if unwritten:
+                error += f" (its traceback could not be written: {unwritten[0]})"
             return "FAILED", error
     return "FINISHED", None
 

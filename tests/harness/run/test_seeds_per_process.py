@@ -1,0 +1,160 @@
+"""``seeds_per_process`` through the command line, into a real store: each seed of a batch is
+a run of its own (its MLflow run, identity, series and files), with the series of the run
+made alone; a batch runs only the seeds not finished; what cannot be batched is refused."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rlbench.cli import main
+from rlbench.harness.store.uri import tracking_uri
+from tests.processes import kill_group
+
+SUITE = """
+algos: [ppo]
+envs: [CartPole-v1]
+seeds: 3
+frames: 512
+eval_every: 256
+eval_episodes: 2
+per_algo:
+  ppo: {num_envs: 4, rollout_steps: 64, epochs: 2, minibatch_size: 128}
+"""
+KEYS = ("eval/return_mean", "loss/objective", "loss/critic", "train/kl_approx",
+        "train/learning_rate")
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    path = tmp_path / "batched.yaml"
+    path.write_text(SUITE)
+    return path
+
+
+def _runs(out: Path, experiment_name: str = "batched") -> dict[str, dict]:
+    """Each run of the store by name: its status, identity and series."""
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name(experiment_name)
+    runs = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
+    return {run.info.run_name: {
+        "status": run.info.status,
+        "identity": run.data.tags["identity"],
+        "series": {key: sorted((m.step, m.value) for m in client.get_metric_history(
+            run.info.run_id, key)) for key in KEYS},
+    } for run in runs}
+
+
+def test_each_seed_of_a_batch_is_the_run_made_alone(suite: Path, tmp_path: Path) -> None:
+    alone, together, pool = tmp_path / "alone", tmp_path / "together", tmp_path / "pool"
+    assert main(["run", f"suite={suite}", f"out_dir={alone}"]) == 0
+    assert main(["run", f"suite={suite}", f"out_dir={together}", "seeds_per_process=3"]) == 0
+    assert main(["run", f"suite={suite}", f"out_dir={pool}", "seeds_per_process=2",
+                 "jobs=2"]) == 0
+    expected = _runs(alone)
+    assert len(expected) == 3 and all(run["status"] == "FINISHED" for run in expected.values())
+    assert all(run["series"]["eval/return_mean"] for run in expected.values())
+    assert _runs(together) == expected
+    assert _runs(pool) == expected
+    policies = sorted(together.glob("runs/**/policy.pt"))  # each seed's in its own run dir
+    assert len({policy.parent for policy in policies}) == 3
+
+
+def test_a_batch_runs_only_the_seeds_not_finished(suite: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["run", f"suite={suite}", f"out_dir={out}", "seeds=1"]) == 0
+    first = _runs(out)
+    capsys.readouterr()
+    assert main(["run", f"suite={suite}", f"out_dir={out}", "seeds_per_process=3"]) == 0
+    said = capsys.readouterr().out
+    assert "1 finished earlier" in said and "2 to run" in said
+    runs = _runs(out)
+    assert len(runs) == 3 and runs["ppo/CartPole-v1/seed0"] == first["ppo/CartPole-v1/seed0"]
+    alone = tmp_path / "alone"
+    assert main(["run", f"suite={suite}", f"out_dir={alone}"]) == 0
+    assert runs == _runs(alone)
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["algos=ppo,sac", "env=Pendulum-v1"], "sac runs one seed a process"),
+    (["ppo.compile=true"], "compile"),
+    (["launcher=ray"], "seeds_per_process runs with launcher=local"),
+    (["seeds_per_process=0"], "seeds_per_process must be an integer >= 1"),
+])
+def test_what_cannot_run_in_batches_is_refused(args: list[str], named: str, suite: Path,
+                                               tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "never"
+    batched = [] if any(a.startswith("seeds_per_process") for a in args) else [
+        "seeds_per_process=2"]
+    assert main(["run", f"suite={suite}", f"out_dir={out}", *batched, *args]) == 2
+    assert named in capsys.readouterr().err
+    assert not out.exists()
+
+
+LONGER = """
+algos: [ppo]
+envs: [CartPole-v1]
+seeds: 2
+frames: 16384
+eval_every: 8192
+eval_episodes: 2
+per_algo:
+  ppo: {num_envs: 4, rollout_steps: 64, epochs: 2, minibatch_size: 128,
+        normalize_observation: true, normalize_reward: true}
+"""
+
+
+def _checkpoints(out: Path) -> list[int]:
+    """Each seed's newest checkpoint's progress (0 for none yet), in a sorted list."""
+    manifests = list((out / "checkpoints").glob("*/*/*/checkpoint.json"))
+    return sorted(json.loads(m.read_text())["progress"] for m in manifests)
+
+
+def _run_until_both_checkpoint_past(command: list[str], out: Path, progress: int
+                                    ) -> subprocess.Popen:
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while len(now := _checkpoints(out)) < 2 or now[0] <= progress:
+        assert process.poll() is None, f"the runs ended first: {process.stderr.read()}"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return process
+
+
+@pytest.mark.slow
+def test_a_batch_killed_then_stopped_resumes_each_seed_exactly(tmp_path: Path) -> None:
+    """SIGKILL, then SIGTERM (each seed checkpoints and its run is KILLED), then the sweep
+    again: each seed resumes from its own checkpoint and ends with the series of its run
+    made alone and never stopped."""
+    suite = tmp_path / "longer.yaml"
+    suite.write_text(LONGER)
+    out = tmp_path / "out"
+    command = [str(Path(sys.executable).parent / "rlbench"), "run", f"suite={suite}",
+               f"out_dir={out}", "seeds_per_process=2", "checkpoint_every=1024"]
+    process = _run_until_both_checkpoint_past(command, out, 0)
+    kill_group(process)
+    killed_at = _checkpoints(out)
+    process = _run_until_both_checkpoint_past(command, out, killed_at[-1])
+    kill_group(process, signal.SIGTERM)
+    assert process.returncode in (143, -signal.SIGTERM), process.stderr
+    stopped = _runs(out, "longer")
+    assert {run["status"] for run in stopped.values()} == {"KILLED"}
+    assert (finished := subprocess.run(command, capture_output=True, text=True)).returncode == 0, \
+        finished.stderr
+    assert finished.stderr.count("resumes from its checkpoint") == 2
+    alone = tmp_path / "alone"
+    assert main(["run", f"suite={suite}", f"out_dir={alone}"]) == 0
+    resumed = _runs(out, "longer")
+    assert {run["status"] for run in resumed.values()} == {"FINISHED"}
+    assert resumed == _runs(alone, "longer")
+    assert not _checkpoints(out)  # done: removed
