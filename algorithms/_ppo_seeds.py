@@ -36,6 +36,7 @@ from rlbench.checkpoint import (
     RunStopped,
     SeedCheckpointRefused,
     stop_requested,
+    stops_held,
 )
 from rlbench.collectors import Collector, evaluate
 from rlbench.envs import EnvBase, TransformedEnv
@@ -174,29 +175,26 @@ def _lockstep(seeds: Sequence[_Seed], streams: SeedStreams) -> Iterator[list[Ten
     """Each seed's next batch from its loop, collected under its own random streams; the
     loops run their protocol (logging, evaluation, checkpoints) as each is advanced.
 
-    A stop request (SIGTERM, Ctrl-C) to checkpointed runs is taken at the start of a round,
-    so that every seed checkpoints where its last update ended and the batch raises one
-    ``RunStopped``; one that comes mid-round stops the seeds not yet advanced, and those
-    before them resume from their previous checkpoint. A seed
-    whose checkpoint does not fit its recipe raises ``SeedCheckpointRefused`` naming it."""
+    A stop request (SIGTERM, Ctrl-C) to checkpointed runs is held back while the seeds
+    advance and taken at the start of the next round: every seed checkpoints where its
+    last update ended and the batch raises one ``RunStopped``. A seed whose checkpoint does
+    not fit its recipe raises ``SeedCheckpointRefused`` naming it."""
     iterators = [seed.loop.batches(seed.collector) for seed in seeds]
     checkpointed = all(seed.loop.spec.checkpoint is not None for seed in seeds)
     first = True
     while True:
         if checkpointed and stop_requested():
-            _stop_seeds(iterators, streams, 0)
+            _stop_seeds(iterators, streams)
         batches = []
-        for k, iterator in enumerate(iterators):
-            with streams.use(k):
-                try:
-                    batches.append(next(iterator, None))
-                except RunStopped:
-                    _stop_seeds(iterators, streams, k + 1)
-                    raise
-                except CheckpointRefused as refused:
-                    if not first:
-                        raise
-                    raise SeedCheckpointRefused(k, refused) from refused
+        with stops_held():
+            for k, iterator in enumerate(iterators):
+                with streams.use(k):
+                    try:
+                        batches.append(next(iterator, None))
+                    except CheckpointRefused as refused:
+                        if not first:
+                            raise
+                        raise SeedCheckpointRefused(k, refused) from refused
         first = False
         if all(batch is None for batch in batches):
             return
@@ -205,13 +203,11 @@ def _lockstep(seeds: Sequence[_Seed], streams: SeedStreams) -> Iterator[list[Ten
         yield batches
 
 
-def _stop_seeds(iterators: Sequence[Iterator[TensorDict]], streams: SeedStreams,
-                start: int) -> None:
-    """Advance the loops from seed ``start`` on to their stop (each checkpoints and raises
-    ``RunStopped``), then raise the first of those."""
+def _stop_seeds(iterators: Sequence[Iterator[TensorDict]], streams: SeedStreams) -> None:
+    """Advance every loop to its stop (each checkpoints and raises ``RunStopped``), then
+    raise the first seed's."""
     stopped = []
-    for k in range(start, len(iterators)):
-        iterator = iterators[k]
+    for k, iterator in enumerate(iterators):
         with streams.use(k), contextlib.suppress(StopIteration):
             try:
                 next(iterator)

@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -36,7 +37,8 @@ from rlbench.version import __version__
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointRefused", "CheckpointSettings", "RunStopped",
            "SeedCheckpointRefused", "clear_stop", "read_checkpoint", "read_manifest",
-           "request_stop", "stop_requested", "verify_checkpoint", "write_checkpoint"]
+           "request_stop", "stop_requested", "stops_held", "verify_checkpoint",
+           "write_checkpoint"]
 
 FORMAT = "rlbench-checkpoint/1"
 MANIFEST = "checkpoint.json"
@@ -78,6 +80,7 @@ class CheckpointSettings:
 
 
 _stop = threading.Event()
+_held = threading.Event()  # set while ``stops_held`` holds requests back
 
 
 def request_stop() -> None:
@@ -86,11 +89,23 @@ def request_stop() -> None:
 
 
 def stop_requested() -> bool:
-    return _stop.is_set()
+    return _stop.is_set() and not _held.is_set()
 
 
 def clear_stop() -> None:
     _stop.clear()
+
+
+@contextmanager
+def stops_held() -> Iterator[None]:
+    """A stop requested in the body is seen once it ends: the loops of several seeds in
+    one process, advanced one after another, then all stop at the same iteration's end
+    rather than some before collecting and some after."""
+    _held.set()
+    try:
+        yield
+    finally:
+        _held.clear()
 
 
 class _HashingWriter:

@@ -13,7 +13,13 @@ import torch
 
 from rlbench.algorithms import _ppo_seeds
 from rlbench.algorithms._ppo_seeds import train_seeds
-from rlbench.checkpoint import CheckpointSettings, read_checkpoint
+from rlbench.checkpoint import (
+    CheckpointSettings,
+    RunStopped,
+    clear_stop,
+    read_checkpoint,
+    request_stop,
+)
 from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.objectives.stacked_ppo import per_seed_exact
@@ -130,6 +136,49 @@ def test_a_process_of_seeds_killed_part_way_resumes_exactly(tmp_path: Path) -> N
     resume = [read_checkpoint(tmp_path / f"checkpoints-{s}", f"seed-{s}") for s in range(2)]
     assert all(checkpoint is not None and checkpoint["progress"] > 0 for checkpoint in resume)
     resumed = [WeightsLogger(), WeightsLogger()]
+    train_seeds(specs(resume), resumed)
+    for logger, expected in zip(resumed, whole, strict=True):
+        assert logger.series() == expected.series()
+        assert _same_weights(logger, expected)
+
+
+class _StopAt(WeightsLogger):
+    """Asks the process to stop (as SIGTERM does) once ``stop_at`` points are logged."""
+
+    def __init__(self, stop_at: int | None):
+        super().__init__()
+        self.stop_at = stop_at
+
+    def _add(self, step, metrics) -> None:
+        super()._add(step, metrics)
+        if self.stop_at is not None and len(self.points) >= self.stop_at:
+            request_stop()
+
+
+@pytest.mark.parametrize("asking", [0, 2])
+def test_a_stop_checkpoints_every_seed_where_its_last_update_ended(asking: int,
+                                                                    tmp_path: Path) -> None:
+    """Whichever seed's logger asks (the first, or the last), every seed checkpoints at the
+    same progress and the process stops; resumed, each logs its whole series."""
+    case = "box-numpy-actor"
+    whole = _together([_spec(case, s, tmp_path) for s in range(3)])
+
+    def specs(resume: list[dict | None]) -> list[RunSpec]:
+        return [_spec(case, s, tmp_path, checkpoint=CheckpointSettings(
+            tmp_path / f"checkpoints-{s}", f"seed-{s}", every=10**6, resume=resume[s]))
+            for s in range(3)]
+
+    stop_at = len(whole[asking].points) // 4  # in the first of three iterations
+    loggers = [_StopAt(stop_at if s == asking else None) for s in range(3)]
+    with pytest.raises(RunStopped):
+        try:
+            train_seeds(specs([None] * 3), loggers)
+        finally:
+            clear_stop()
+    resume = [read_checkpoint(tmp_path / f"checkpoints-{s}", f"seed-{s}") for s in range(3)]
+    progress = {checkpoint["progress"] for checkpoint in resume}
+    assert len(progress) == 1 and 0 < progress.pop() < 768
+    resumed = [WeightsLogger() for _ in range(3)]
     train_seeds(specs(resume), resumed)
     for logger, expected in zip(resumed, whole, strict=True):
         assert logger.series() == expected.series()
