@@ -1,0 +1,125 @@
+"""Several PPO seeds in one process (``train_seeds``) against the same seeds run one after
+another (``ppo.train``), on one core: what ``seeds_per_process`` gains.
+
+Each round trains 4 seeds of one config: ``alone`` runs them one after another as 4 single
+runs do, ``together`` as one batch (every seed's numbers the same, bit for bit:
+tests/algorithms/test_ppo_seeds.py). The ``*_steady`` pairs train ``STEADY_ROLLOUTS`` more
+rollouts; their frames over the difference of the median times is the steady state, each
+side's setup (envs, networks, a compiled step) cancelled out (``ci/bench_report.py``).
+Hopper-v5 runs the MuJoCo family's defaults with ``compile=false`` (a batch steps eagerly),
+and ``alone_compiled`` the family's own defaults (``compile=true``), which a user of single
+runs gets. Goal: >= 3x the frames/s of the seeds alone. On one core the ratio is what 2
+batches of 2 against 4 single runs under ``jobs=2`` gain per core. Run:
+``python -m pytest -m bench tests/bench/test_seed_batch_throughput.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlbench.algorithms import ppo
+from rlbench.algorithms._ppo_seeds import train_seeds
+from rlbench.harness.plan.algorithms import resolve_algo_config
+from rlbench.harness.plan.seeding import derive_seeds, seed_everything
+from rlbench.recipe import RunSpec
+
+pytestmark = pytest.mark.bench
+SEEDS = 4
+STEADY_ROLLOUTS = 3
+# env: (family, hyperparameters of the batch)
+CASES = {"Hopper-v5": ("mujoco", {"compile": False}), "CartPole-v1": ("classic", {})}
+
+
+class NullLogger:
+    def log_metrics(self, frames: int, metrics: Mapping[str, float]) -> None:
+        pass
+
+    def log_eval(self, frames: int, returns: Sequence[float]) -> None:
+        pass
+
+    def save_model(self, name: str, module: nn.Module) -> None:
+        pass
+
+    def save_tensordict(self, name: str, data: TensorDict) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+
+def _specs(env: str, overrides: dict[str, Any], rollouts: int, tmp_path: Path
+           ) -> list[RunSpec]:
+    family = CASES[env][0]
+    config = ppo.Config(**resolve_algo_config("ppo", family, overrides))
+    frames = config.num_envs * config.rollout_steps * rollouts
+    return [RunSpec(env=env, env_family=family, frames=frames, eval_every=10**9,
+                    eval_episodes=1, seeds=derive_seeds(0, seed), device="cpu",
+                    run_dir=tmp_path, algo=config) for seed in range(SEEDS)]
+
+
+def _alone(specs: list[RunSpec]) -> None:
+    for spec in specs:
+        seed_everything(spec.seeds, threads=1, device="cpu")
+        ppo.train(spec, NullLogger())
+
+
+def _together(specs: list[RunSpec]) -> None:
+    train_seeds(specs, [NullLogger() for _ in specs])
+
+
+SIDES = {"alone": (_alone, None), "together": (_together, None),
+         "alone_compiled": (_alone, {})}
+
+
+def _measure(benchmark, side: str, env: str, steady: bool, tmp_path: Path) -> None:
+    run, overrides = SIDES[side]
+    overrides = CASES[env][1] if overrides is None else overrides
+    short = _specs(env, overrides, 1, tmp_path)
+    specs = _specs(env, overrides, 1 + STEADY_ROLLOUTS, tmp_path) if steady else short
+    frames = SEEDS * short[0].frames
+    if steady:
+        benchmark.extra_info.update(steady_minus=f"test_ppo_seeds_{side}[{env}]",
+                                    steady_frames=SEEDS * specs[0].frames - frames)
+    else:
+        benchmark.extra_info["frames_per_round"] = frames
+    benchmark.pedantic(run, args=(specs,), rounds=3, warmup_rounds=1)
+
+
+@pytest.mark.parametrize("env", list(CASES))
+def test_ppo_seeds_alone(benchmark, env: str, tmp_path: Path) -> None:
+    _measure(benchmark, "alone", env, False, tmp_path)
+
+
+@pytest.mark.parametrize("env", list(CASES))
+def test_ppo_seeds_alone_steady(benchmark, env: str, tmp_path: Path) -> None:
+    _measure(benchmark, "alone", env, True, tmp_path)
+
+
+@pytest.mark.parametrize("env", list(CASES))
+def test_ppo_seeds_together(benchmark, env: str, tmp_path: Path) -> None:
+    _measure(benchmark, "together", env, False, tmp_path)
+
+
+@pytest.mark.parametrize("env", list(CASES))
+def test_ppo_seeds_together_steady(benchmark, env: str, tmp_path: Path) -> None:
+    _measure(benchmark, "together", env, True, tmp_path)
+
+
+@pytest.mark.parametrize("env", ["Hopper-v5"])
+def test_ppo_seeds_alone_compiled(benchmark, env: str, tmp_path: Path) -> None:
+    _measure(benchmark, "alone_compiled", env, False, tmp_path)
+
+
+@pytest.mark.parametrize("env", ["Hopper-v5"])
+def test_ppo_seeds_alone_compiled_steady(benchmark, env: str, tmp_path: Path) -> None:
+    _measure(benchmark, "alone_compiled", env, True, tmp_path)
