@@ -48,8 +48,10 @@ from rlbench.modules import (
 )
 from rlbench.modules.stacked import StackedMLP, StackedNormalParams
 from rlbench.objectives import ClipPPOLoss, EagerStep
+from rlbench.objectives.common import NonFiniteLossError
 from rlbench.objectives.stacked_ppo import StackedClipPPOLoss, per_seed_exact
 from rlbench.objectives.stacked_step import (
+    SeedsNonFiniteError,
     copy_seed_state_into,
     stack_optimizer_state,
     stacked_backward_and_step,
@@ -153,6 +155,10 @@ def train_seeds(specs: Sequence[RunSpec], loggers: Sequence[RunLogger]) -> None:
         raise ValueError(f"one logger per run: {len(specs)} runs, {len(loggers)} loggers")
     cfg: Config = specs[0].algo
     check_seeds_config(cfg)
+    starts = {_start(spec) for spec in specs}
+    if len(starts) > 1:
+        raise ValueError(f"the seeds of one process start from one progress; these start from "
+                         f"{sorted(starts)}: train each start apart")
     streams = SeedStreams([spec.seeds for spec in specs])
     seeds = []
     with contextlib.ExitStack() as closing:
@@ -169,6 +175,12 @@ def train_seeds(specs: Sequence[RunSpec], loggers: Sequence[RunLogger]) -> None:
             if stacked and stack is None:
                 stack = _Stack(seeds, cfg)
             _update(seeds, batches, streams, cfg, stack)
+
+
+def _start(spec: RunSpec) -> int:
+    """Where a seed's run starts: the progress of the checkpoint it resumes from, or 0."""
+    resume = spec.checkpoint.resume if spec.checkpoint is not None else None
+    return int(resume["progress"]) if resume is not None else 0
 
 
 def _lockstep(seeds: Sequence[_Seed], streams: SeedStreams) -> Iterator[list[TensorDict]]:
@@ -220,11 +232,11 @@ def _stop_seeds(iterators: Sequence[Iterator[TensorDict]], streams: SeedStreams)
 def _update(seeds: Sequence[_Seed], batches: Sequence[TensorDict], streams: SeedStreams,
             cfg: Config, stack: _Stack | None) -> None:
     """One PPO update of every seed on its batch: what ``ppo.train`` does per iteration."""
-    collector = seeds[0].collector
-    iteration = collector.frames // collector.frames_per_batch - 1
-    remaining = 1.0 - iteration / len(collector)
     flats, orders = [], []
     for k, (seed, batch) in enumerate(zip(seeds, batches, strict=True)):
+        collector = seed.collector
+        iteration = collector.frames // collector.frames_per_batch - 1  # 0 for the first
+        remaining = 1.0 - iteration / len(collector)
         if cfg.anneal_lr:
             seed.optimizer.param_groups[0]["lr"] = cfg.learning_rate * remaining
         if cfg.anneal_clip:
@@ -235,15 +247,25 @@ def _update(seeds: Sequence[_Seed], batches: Sequence[TensorDict], streams: Seed
         with streams.use(k):  # each epoch's order from the seed's own stream, as alone
             orders.append([torch.randperm(flat.shape[0]) for _ in range(cfg.epochs)])
     if stack is None:
-        for seed, flat, order in zip(seeds, flats, orders, strict=True):
-            step = EagerStep(seed.loss, seed.optimizer, max_grad_norm=cfg.max_grad_norm)
-            for permutation in order:
-                for index in permutation.split(cfg.minibatch_size):
-                    seed.loop.metrics.add(step(flat, index, frames=collector.frames))
+        for k, (seed, flat, order) in enumerate(zip(seeds, flats, orders, strict=True)):
+            _steps_alone(seed, flat, order, cfg, k)
     else:
         _stacked_update(seeds, flats, orders, cfg, stack)
     for seed in seeds:
         seed.loop.diagnostics["train/learning_rate"] = seed.optimizer.param_groups[0]["lr"]
+
+
+def _steps_alone(seed: _Seed, flat: TensorDict, order: Sequence[torch.Tensor], cfg: Config,
+                 k: int) -> None:
+    """Seed ``k``'s minibatch steps with its own modules, as ``ppo.train`` takes them; a
+    loss that turns non-finite names the seed (``SeedsNonFiniteError``)."""
+    step = EagerStep(seed.loss, seed.optimizer, max_grad_norm=cfg.max_grad_norm)
+    try:
+        for permutation in order:
+            for index in permutation.split(cfg.minibatch_size):
+                seed.loop.metrics.add(step(flat, index, frames=seed.collector.frames))
+    except NonFiniteLossError as err:
+        raise SeedsNonFiniteError(f"{err} (seed {k} of the stack)", [k]) from err
 
 
 def _stacked_update(seeds: Sequence[_Seed], flats: Sequence[TensorDict],

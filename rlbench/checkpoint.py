@@ -37,7 +37,7 @@ from rlbench.version import __version__
 
 __all__ = ["FORMAT", "MANIFEST", "CheckpointRefused", "CheckpointSettings", "RunStopped",
            "SeedCheckpointRefused", "clear_stop", "read_checkpoint", "read_manifest",
-           "request_stop", "stop_requested", "stops_held", "verify_checkpoint",
+           "request_stop", "stop_pending", "stop_requested", "stops_held", "verify_checkpoint",
            "write_checkpoint"]
 
 FORMAT = "rlbench-checkpoint/1"
@@ -89,7 +89,13 @@ def request_stop() -> None:
 
 
 def stop_requested() -> bool:
+    """Whether a loop should stop now: a stop was asked and is not held back."""
     return _stop.is_set() and not _held.is_set()
+
+
+def stop_pending() -> bool:
+    """Whether a stop was asked, held back or not (a second Ctrl-C then stops at once)."""
+    return _stop.is_set()
 
 
 def clear_stop() -> None:

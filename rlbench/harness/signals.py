@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from rlbench.checkpoint import RunStopped, clear_stop, request_stop, stop_requested
+from rlbench.checkpoint import RunStopped, clear_stop, request_stop, stop_pending
 from rlbench.owned_files import check_target, new_file_mode
 
 __all__ = ["Terminated", "checkpoint_on_signals", "deliver_deferred_signal",
@@ -110,7 +110,7 @@ def checkpoint_on_signals() -> Iterator[None]:
     received: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
-        if not stop_requested():
+        if not stop_pending():
             received.append(signum)
             request_stop()
         elif signum == signal.SIGINT:

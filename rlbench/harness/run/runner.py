@@ -295,7 +295,8 @@ def open_attempt(config: RunConfig, tracker: Tracker, experiment_id: str, sweep_
     if (line := point.line(config)) is not None:
         say(line)
     run_id = tracker.start_run(experiment_id, sweep_id, config, tags)
-    return Attempt(config, tracker, run_id, run_dir, checkpoints, taken, upload, say, resume)
+    return Attempt(config, tracker, run_id, run_dir, checkpoints, taken, upload, say, resume,
+                   point.progress or 0)
 
 
 @dataclass
@@ -312,6 +313,8 @@ class Attempt:
     upload: bool
     say: Callable[[str], None]
     resume: dict | None  # the checkpoint it resumes from, handed to the run's loop once
+    progress: int = 0  # where it starts: its checkpoint's progress, or 0
+    ended: bool = False  # its end is being recorded: an interrupt no longer marks it KILLED
 
     def train(self, recorder: RunRecorder) -> tuple[str, str | None, bool]:
         """Train (``_train``): its status and error, and whether the harness's own writes
@@ -346,10 +349,12 @@ class Attempt:
     @contextmanager
     def killed_on_interrupt(self, recorder: RunRecorder) -> Iterator[None]:
         """Ctrl-C or a stop in the body: what was logged is flushed and the run marked
-        KILLED, and the interrupt goes on up."""
+        KILLED (unless its end is being recorded), and the interrupt goes on up."""
         try:
             yield
         except KeyboardInterrupt:
+            if self.ended:
+                raise
             with contextlib.suppress(Exception):  # a full disk must not swallow the interrupt
                 recorder.flush()
             with contextlib.suppress(Exception):
@@ -382,6 +387,7 @@ class Attempt:
         checkpoints removed; an attempt whose checkpoint did not fit is discarded. A write
         that fails is said in ``error`` and the run is marked FAILED where it can be."""
         tracker, run_id, run_dir = self.tracker, self.run_id, self.run_dir
+        self.ended = True
         try:
             if status == DOES_NOT_FIT:  # this attempt goes: the run starts again from 0
                 _discard_attempt(tracker, run_id, error, self.checkpoints, self.taken,

@@ -3,6 +3,7 @@ unreachable tracking servers and Ray clusters are clear errors before anything s
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from rlbench.checkpoint import clear_stop, stop_pending, stop_requested, stops_held
 from rlbench.cli import main
 from rlbench.errors import ConfigError
 from rlbench.harness.signals import (
@@ -178,6 +180,23 @@ def test_a_ctrl_c_after_the_loop_last_looked_stops_the_sweep_after_the_run() -> 
         deliver_deferred_signal()  # delivered once
     finally:
         signal.signal(signal.SIGINT, inherited)
+
+
+def test_a_second_ctrl_c_stops_at_once_while_stops_are_held() -> None:
+    """The seeds of one process hold a stop back while they advance (``stops_held``); a
+    second Ctrl-C still stops at once, as it does a run alone."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with checkpoint_on_signals(), stops_held():
+            signal.raise_signal(signal.SIGINT)  # the first: a stop, held back
+            assert stop_pending() and not stop_requested()
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+    finally:
+        clear_stop()
+        signal.signal(signal.SIGINT, inherited)
+        with contextlib.suppress(KeyboardInterrupt):
+            deliver_deferred_signal()
 
 
 def test_fatal_errors_go_into_a_new_file_never_through_a_link(tmp_path: Path) -> None:

@@ -14,8 +14,13 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from rlbench.checkpoint import read_manifest, write_checkpoint
 from rlbench.cli import main
+from rlbench.harness.plan.config import resolve_sweep
+from rlbench.harness.run.run_dirs import checkpoint_dir_for
+from rlbench.harness.store import recorder
 from rlbench.harness.store.uri import tracking_uri
+from rlbench.objectives import stacked_ppo
 from tests.processes import kill_group
 
 SUITE = """
@@ -81,6 +86,77 @@ def test_a_batch_runs_only_the_seeds_not_finished(suite: Path, tmp_path: Path,
     alone = tmp_path / "alone"
     assert main(["run", f"suite={suite}", f"out_dir={alone}"]) == 0
     assert runs == _runs(alone)
+
+
+def _stopped_at_the_last_evaluation(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the sweep in this process and Ctrl-C it while its runs log their last
+    evaluation: every seed is left with a checkpoint at 256 frames."""
+    def interrupted(self, frames, returns):
+        if frames == 512:
+            raise KeyboardInterrupt
+        return logged(self, frames, returns)
+
+    logged = recorder.RunRecorder.log_eval
+    monkeypatch.setattr(recorder.RunRecorder, "log_eval", interrupted)
+    assert main(["run", *args]) == 130
+    monkeypatch.undo()
+
+
+def test_a_seed_whose_checkpoint_does_not_fit_starts_again_beside_the_others(
+        suite: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """Seed 1's checkpoint is replaced by one its recipe cannot load: it starts from 0 while
+    seeds 0 and 2 resume from 256 frames (seeds of two starts train apart), and every seed
+    ends with the series of its run made alone."""
+    out = tmp_path / "out"
+    args = [f"suite={suite}", f"out_dir={out}", "seeds_per_process=3", "checkpoint_every=256"]
+    _stopped_at_the_last_evaluation(args, monkeypatch)
+    configs = resolve_sweep(args).runs
+    directory = checkpoint_dir_for(out, configs[1])
+    assert read_manifest(directory)["progress"] == 256
+    write_checkpoint(directory, configs[1].identity, 256, {"anything": 1})
+    capfd.readouterr()
+    assert main(["run", *args]) == 0
+    err = capfd.readouterr().err
+    assert "ppo/CartPole-v1/seed1 starts from frames 0" in err
+    assert "ppo/CartPole-v1/seed2 resumes from its checkpoint at 256" in err
+    alone = tmp_path / "alone"
+    assert main(["run", f"suite={suite}", f"out_dir={alone}"]) == 0
+    assert _runs(out) == _runs(alone)
+
+
+def test_a_seed_whose_loss_turns_non_finite_fails_alone(
+        suite: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 1's loss is made NaN in the second update: its run is FAILED, naming it, and
+    seeds 0 and 2 finish with the series of their runs made alone."""
+    forward, calls = stacked_ppo.StackedClipPPOLoss.forward, []
+
+    def poisoned(self, batch):
+        losses = forward(self, batch)
+        calls.append(1)
+        if len(calls) == 3:
+            objective = losses["loss_objective"].clone()
+            objective[1] = float("nan")
+            losses["loss_objective"] = objective
+        return losses
+
+    monkeypatch.setattr(stacked_ppo.StackedClipPPOLoss, "forward", poisoned)
+    out = tmp_path / "out"
+    assert main(["run", f"suite={suite}", f"out_dir={out}", "seeds_per_process=3",
+                 "checkpoint_every=256"]) == 1
+    monkeypatch.undo()
+    runs = _runs(out)
+    client = MlflowClient(tracking_uri(out))
+    failed = client.search_runs([client.get_experiment_by_name("batched").experiment_id],
+                                "attributes.status = 'FAILED'")
+    assert [run.info.run_name for run in failed] == ["ppo/CartPole-v1/seed1"]
+    assert "non-finite" in failed[0].data.tags["error"]
+    assert "ppo/CartPole-v1/seed1" in failed[0].data.tags["error"]
+    alone = tmp_path / "alone"
+    assert main(["run", f"suite={suite}", f"out_dir={alone}"]) == 0
+    expected = _runs(alone)
+    for name in ("ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed2"):
+        assert runs[name] == expected[name]
 
 
 @pytest.mark.parametrize(("args", "named"), [
