@@ -8,7 +8,12 @@ from pathlib import Path
 
 from rlbench.harness.plan.run_config import RunConfig
 from rlbench.harness.run.launchers import SweepRecord
-from rlbench.harness.run.runner import FATAL_ERROR_FILE, RunResult, one_line
+from rlbench.harness.run.runner import (
+    FATAL_ERROR_DIR_TAG,
+    FATAL_ERROR_FILE,
+    RunResult,
+    one_line,
+)
 from rlbench.harness.store.bookkeeping import of_sweep
 
 __all__ = ["mark_dead", "not_started"]
@@ -34,9 +39,11 @@ def mark_dead(record: SweepRecord, run: RunConfig, error: str,
         for match in matches:
             if match.info.status == "RUNNING":
                 run_id = match.info.run_id
-                run_dir = Path(match.data.tags.get("run_dir", ""))
-                fatal = run_dir / FATAL_ERROR_FILE
-                if match.data.tags.get("run_dir") and fatal.is_file() and fatal.stat().st_size:
+                tags = match.data.tags
+                run_dir = Path(tags.get("run_dir", ""))
+                # several seeds in one process: the traceback is in the first seed's run dir
+                fatal = Path(tags.get(FATAL_ERROR_DIR_TAG) or run_dir) / FATAL_ERROR_FILE
+                if tags.get("run_dir") and fatal.is_file() and fatal.stat().st_size:
                     error += f"; its traceback is in {FATAL_ERROR_FILE}"
                     tracker.log_artifacts(run_id, [run_dir / "config.yaml", fatal])
                 tracker.set_tags(run_id, {"error": error})

@@ -58,10 +58,10 @@ from rlbench.numerics import numerics_facts, portable_mismatches
 from rlbench.owned_files import remove_owned
 from rlbench.recipe import Seeds
 
-__all__ = ["DOES_NOT_FIT", "ELSEWHERE", "FATAL_ERROR_FILE", "LOCK_WAIT_S", "Attempt",
-           "RunResult", "Taken", "checkpoint_dir_for", "claimed", "execute_run",
-           "finished_elsewhere", "guarded_training", "index_finished", "one_line",
-           "open_attempt", "run_dir_for", "stored_result"]
+__all__ = ["DOES_NOT_FIT", "ELSEWHERE", "FATAL_ERROR_DIR_TAG", "FATAL_ERROR_FILE",
+           "LOCK_WAIT_S", "Attempt", "RunResult", "Taken", "checkpoint_dir_for", "claimed",
+           "execute_run", "finished_elsewhere", "guarded_training", "index_finished",
+           "one_line", "open_attempt", "run_dir_for", "stored_result"]
 
 
 # The status of a run another live process holds (on another host, or into another out
@@ -508,3 +508,6 @@ def _check_numerics(config: RunConfig) -> None:
 # Where a run's fatal errors (a segfault in a native library, an abort) are written by
 # Python's faulthandler: the process dies, and the launcher or the next sweep reads it.
 FATAL_ERROR_FILE = "fatal_error.txt"
+# The tag naming the run dir that holds that file when it is not the run's own: several
+# seeds in one process share one, their first seed's
+FATAL_ERROR_DIR_TAG = "fatal_error_dir"

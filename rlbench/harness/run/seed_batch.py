@@ -38,6 +38,7 @@ from rlbench.harness.run.locks import RunInProgressError
 from rlbench.harness.run.runner import (
     DOES_NOT_FIT,
     ELSEWHERE,
+    FATAL_ERROR_DIR_TAG,
     LOCK_WAIT_S,
     Attempt,
     RunResult,
@@ -169,6 +170,8 @@ def _by_start(attempts: list[Opened]) -> list[list[Opened]]:
 def _train_group(batch: _Batch, group: list[Opened], start: float
                  ) -> list[tuple[RunConfig, Taken]]:
     """Train one group together and record it; the seeds to attempt again."""
+    for attempt, _ in group:  # a fatal signal's traceback goes into the first seed's run dir
+        batch.tracker.set_tags(attempt.run_id, {FATAL_ERROR_DIR_TAG: str(group[0][0].run_dir)})
     status, error, unrecorded, named, trace = _train_attempts(group)
     if status == DOES_NOT_FIT:  # those seeds start again from 0, the others resume
         refused = named or set(range(len(group)))

@@ -175,26 +175,33 @@ def test_an_out_dir_made_read_only_mid_sweep_fails_cleanly(tmp_path: Path) -> No
     _rerun_finishes_each_run_once(suite, out)
 
 
+@pytest.mark.parametrize("seeds_per_process", [1, 2])
 def test_a_worker_killed_by_a_signal_leaves_its_run_failed_with_the_cause(
-        tmp_path: Path) -> None:
-    suite, out = _suite(tmp_path, frames=40_000, seeds=2), tmp_path / "out"
-    with _sweep(suite, out, "jobs=2") as sweep:
-        _wait(lambda: len(_run_dirs(out)) == 2 and len(_workers(sweep.pid)) == 2, sweep,
+        tmp_path: Path, seeds_per_process: int) -> None:
+    """Each worker runs one seed, or two in one process: a worker killed by SIGSEGV leaves
+    every run it held FAILED with the signal and the traceback Python's faulthandler wrote
+    (two seeds share their first seed's), and the other worker's runs finish."""
+    seeds = 2 * seeds_per_process
+    suite, out = _suite(tmp_path, frames=40_000, seeds=seeds), tmp_path / "out"
+    with _sweep(suite, out, "jobs=2", f"seeds_per_process={seeds_per_process}") as sweep:
+        _wait(lambda: len(_run_dirs(out)) == seeds and len(_workers(sweep.pid)) == 2, sweep,
               "both workers started")
         victim = _workers(sweep.pid)[0]
         time.sleep(1.0)  # into training
         os.kill(victim, signal.SIGSEGV)
         stdout, _ = sweep.communicate(timeout=300)
     assert sweep.returncode == 1 and "Traceback" not in stdout
-    runs = {r.info.status: r for r in _runs(out)}
-    assert set(runs) == {"FINISHED", "FAILED"}
-    failed = runs["FAILED"]
-    assert "died from SIGSEGV" in failed.data.tags["error"]
+    runs = _runs(out)
+    assert sorted(r.info.status for r in runs) == (["FAILED"] * seeds_per_process
+                                                   + ["FINISHED"] * seeds_per_process)
     client = MlflowClient(tracking_uri(out))
-    artifacts = {a.path for a in client.list_artifacts(failed.info.run_id)}
-    assert {"config.yaml", "fatal_error.txt"} <= artifacts
-    fatal = Path(client.download_artifacts(failed.info.run_id, "fatal_error.txt", tmp_path))
-    assert "Segmentation fault" in fatal.read_text()
+    for failed in (r for r in runs if r.info.status == "FAILED"):
+        assert "died from SIGSEGV" in failed.data.tags["error"]
+        artifacts = {a.path for a in client.list_artifacts(failed.info.run_id)}
+        assert {"config.yaml", "fatal_error.txt"} <= artifacts
+        fatal = Path(client.download_artifacts(failed.info.run_id, "fatal_error.txt",
+                                               tmp_path / failed.info.run_id))
+        assert "Segmentation fault" in fatal.read_text()
 
 
 def test_a_fatal_signal_in_a_sequential_sweep_is_recorded_by_the_next_sweep(
