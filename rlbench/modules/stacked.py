@@ -202,8 +202,9 @@ class StackedMLP(nn.Module):
                              f"seeds, got shape {tuple(x.shape)}")
         batch = x.shape[1:-1]
         h = x.reshape(self.num_seeds, -1, x.shape[-1])
-        last = len(self.weights) - 1
-        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+        params = list(self.stacked)  # once: a ParameterList's indexing costs a few us a call
+        last = len(params) // 2 - 1
+        for i, (weight, bias) in enumerate(zip(params[0::2], params[1::2], strict=True)):
             h = stacked_linear(h, weight, bias)
             if i < last:
                 h = _activate(self.activation, h)
