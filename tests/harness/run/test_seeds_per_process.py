@@ -163,6 +163,7 @@ def test_a_seed_whose_loss_turns_non_finite_fails_alone(
     (["algos=ppo,sac", "env=Pendulum-v1"], "sac runs one seed a process"),
     (["ppo.compile=true"], "compile"),
     (["launcher=ray"], "seeds_per_process runs with launcher=local"),
+    (["device=cuda"], "several seeds run in one process on CPU"),
     (["seeds_per_process=0"], "seeds_per_process must be an integer >= 1"),
 ])
 def test_what_cannot_run_in_batches_is_refused(args: list[str], named: str, suite: Path,
