@@ -23,21 +23,15 @@ otherwise than a stack).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDict
 
 from rlbench.algorithms._actor_critic import make_actor_critic, make_envs
+from rlbench.algorithms._lockstep import check_one_start, lockstep
 from rlbench.algorithms.ppo import Config
-from rlbench.checkpoint import (
-    CheckpointRefused,
-    RunStopped,
-    SeedCheckpointRefused,
-    stop_requested,
-    stops_held,
-)
 from rlbench.collectors import Collector, evaluate
 from rlbench.envs import EnvBase, TransformedEnv
 from rlbench.modules import (
@@ -155,10 +149,7 @@ def train_seeds(specs: Sequence[RunSpec], loggers: Sequence[RunLogger]) -> None:
         raise ValueError(f"one logger per run: {len(specs)} runs, {len(loggers)} loggers")
     cfg: Config = specs[0].algo
     check_seeds_config(cfg)
-    starts = {_start(spec) for spec in specs}
-    if len(starts) > 1:
-        raise ValueError(f"the seeds of one process start from one progress; these start from "
-                         f"{sorted(starts)}: train each start apart")
+    check_one_start(specs)
     streams = SeedStreams([spec.seeds for spec in specs])
     seeds = []
     with contextlib.ExitStack() as closing:
@@ -171,62 +162,12 @@ def train_seeds(specs: Sequence[RunSpec], loggers: Sequence[RunLogger]) -> None:
         stacked = (per_seed_exact(cfg.minibatch_size)
                    and cfg.num_envs * cfg.rollout_steps % cfg.minibatch_size == 0)
         stack: _Stack | None = None
-        for batches in _lockstep(seeds, streams):
+        iterators = [seed.loop.batches(seed.collector) for seed in seeds]
+        checkpointed = all(spec.checkpoint is not None for spec in specs)
+        for batches in lockstep(iterators, streams, checkpointed=checkpointed):
             if stacked and stack is None:
                 stack = _Stack(seeds, cfg)
             _update(seeds, batches, streams, cfg, stack)
-
-
-def _start(spec: RunSpec) -> int:
-    """Where a seed's run starts: the progress of the checkpoint it resumes from, or 0."""
-    resume = spec.checkpoint.resume if spec.checkpoint is not None else None
-    return int(resume["progress"]) if resume is not None else 0
-
-
-def _lockstep(seeds: Sequence[_Seed], streams: SeedStreams) -> Iterator[list[TensorDict]]:
-    """Each seed's next batch from its loop, collected under its own random streams; the
-    loops run their protocol (logging, evaluation, checkpoints) as each is advanced.
-
-    A stop request (SIGTERM, Ctrl-C) to checkpointed runs is held back while the seeds
-    advance and taken at the start of the next round: every seed checkpoints where its
-    last update ended and the batch raises one ``RunStopped``. A seed whose checkpoint does
-    not fit its recipe raises ``SeedCheckpointRefused`` naming it."""
-    iterators = [seed.loop.batches(seed.collector) for seed in seeds]
-    checkpointed = all(seed.loop.spec.checkpoint is not None for seed in seeds)
-    first = True
-    while True:
-        if checkpointed and stop_requested():
-            _stop_seeds(iterators, streams)
-        batches = []
-        with stops_held():
-            for k, iterator in enumerate(iterators):
-                with streams.use(k):
-                    try:
-                        batches.append(next(iterator, None))
-                    except CheckpointRefused as refused:
-                        if not first:
-                            raise
-                        raise SeedCheckpointRefused(k, refused) from refused
-        first = False
-        if all(batch is None for batch in batches):
-            return
-        if any(batch is None for batch in batches):
-            raise RuntimeError("the seeds' loops ended apart: a stack runs one budget")
-        yield batches
-
-
-def _stop_seeds(iterators: Sequence[Iterator[TensorDict]], streams: SeedStreams) -> None:
-    """Advance every loop to its stop (each checkpoints and raises ``RunStopped``), then
-    raise the first seed's."""
-    stopped = []
-    for k, iterator in enumerate(iterators):
-        with streams.use(k), contextlib.suppress(StopIteration):
-            try:
-                next(iterator)
-            except RunStopped as stop:
-                stopped.append(stop)
-    if stopped:
-        raise stopped[0]
 
 
 def _update(seeds: Sequence[_Seed], batches: Sequence[TensorDict], streams: SeedStreams,

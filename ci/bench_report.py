@@ -59,6 +59,9 @@ GOALS = [
     ("4 PPO seeds on CartPole-v1 in one process vs one after another, steady (goal >= 3)",
      "test_ppo_seeds_together_steady[CartPole-v1]",
      "test_ppo_seeds_alone_steady[CartPole-v1]", 3.0),
+    ("4 DQN seeds on CartPole-v1 in one process vs one after another, steady (goal >= 3)",
+     "test_dqn_seeds_together_steady[CartPole-v1]",
+     "test_dqn_seeds_alone_steady[CartPole-v1]", 3.0),
     ("Sampling 256 of 2M: offline dataset vs online buffer (goal >= 0.95, as fast)",
      "test_sample_256_of_2m_dataset", "test_sample_256_of_2m_online", 0.95),
 ]

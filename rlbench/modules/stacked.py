@@ -38,7 +38,8 @@ from torch import nn
 from rlbench.modules.actors import NormalParams
 from rlbench.modules.mlp import MLP
 
-__all__ = ["WHOLE_VECTORS", "StackedMLP", "StackedNormalParams", "seedwise", "stacked_linear"]
+__all__ = ["WHOLE_VECTORS", "StackedMLP", "StackedNormalParams", "per_seed_exact", "seedwise",
+           "stacked_linear"]
 
 # elements per seed at which an element-wise op's vector loop covers each seed exactly as it
 # covers that seed alone: ATen's loops take two vectors at a time, 16 floats under AVX2 and
@@ -125,6 +126,12 @@ def _activate(activation: nn.Module, h: torch.Tensor) -> torch.Tensor:
     if isinstance(activation, _EXACT_EVERYWHERE):
         return activation(h)
     return seedwise(activation, h)
+
+
+def per_seed_exact(rows: int) -> bool:
+    """Whether a stacked batch of ``rows`` rows a seed gives each seed the bits of its single
+    run in a loss whose element-wise terms run on the whole stack (one value a row)."""
+    return rows % WHOLE_VECTORS == 0
 
 
 def seedwise(op: Callable[[torch.Tensor], torch.Tensor], stack: torch.Tensor) -> torch.Tensor:

@@ -15,16 +15,10 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from rlbench.modules.stacked import WHOLE_VECTORS
+from rlbench.modules.stacked import per_seed_exact
 from rlbench.objectives.ppo import ClipPPOLoss
 
 __all__ = ["StackedClipPPOLoss", "per_seed_exact"]
-
-
-def per_seed_exact(rows: int) -> bool:
-    """Whether a stacked minibatch of ``rows`` rows a seed gives each seed the bits of its
-    single run through ``StackedClipPPOLoss``."""
-    return rows % WHOLE_VECTORS == 0
 
 
 def _seed_mean(x: torch.Tensor) -> torch.Tensor:

@@ -1,15 +1,19 @@
-"""Several PPO seeds in one process (``train_seeds``) against the same seeds run one after
-another (``ppo.train``), on one core: what ``seeds_per_process`` gains.
+"""Several seeds of one recipe in one process (its ``train_seeds``) against the same seeds
+run one after another (its ``train``), on one core: what ``seeds_per_process`` gains.
 
 Each round trains 4 seeds of one config: ``alone`` runs them one after another as 4 single
 runs do, ``together`` as one batch (every seed's numbers the same, bit for bit:
-tests/algorithms/test_ppo_seeds.py). The ``*_steady`` pairs train ``STEADY_ROLLOUTS`` more
-rollouts; their frames over the difference of the median times is the steady state, each
-side's setup (envs, networks, a compiled step) cancelled out (``ci/bench_report.py``).
-Hopper-v5 runs the MuJoCo family's defaults with ``compile=false`` (a batch steps eagerly),
-and ``alone_compiled`` the family's own defaults (``compile=true``), which a user of single
-runs gets. Goal: >= 3x the frames/s of the seeds alone. On one core the ratio is what 2
-batches of 2 against 4 single runs under ``jobs=2`` gain per core. Run:
+tests/algorithms/test_ppo_seeds.py, test_dqn_seeds.py). The ``*_steady`` pairs train
+``STEADY_ROLLOUTS`` more rollouts (PPO) or collect-and-update rounds (DQN); their frames
+over the difference of the median times is the steady state, each side's setup (envs,
+networks, a compiled step) cancelled out (``ci/bench_report.py``).
+
+PPO on Hopper-v5 runs the MuJoCo family's defaults with ``compile=false`` (a batch steps
+eagerly), and ``alone_compiled`` the family's own defaults (``compile=true``), which a user
+of single runs gets. DQN on CartPole-v1 runs the classic family's defaults (rl-baselines3-zoo:
+128 gradient steps of a 256-256 network per 256 frames) with learning from the first round.
+Goal: >= 3x the frames/s of the seeds alone. On one core the ratio is what 2 batches of 2
+against 4 single runs under ``jobs=2`` gain per core. Run:
 ``python -m pytest -m bench tests/bench/test_seed_batch_throughput.py``.
 """
 
@@ -24,17 +28,18 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlbench.algorithms import ppo
-from rlbench.algorithms._ppo_seeds import train_seeds
-from rlbench.harness.plan.algorithms import resolve_algo_config
+from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
+from rlbench.harness.plan.seed_batches import seed_trainer
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
 from rlbench.recipe import RunSpec
 
 pytestmark = pytest.mark.bench
 SEEDS = 4
 STEADY_ROLLOUTS = 3
-# env: (family, hyperparameters of the batch)
-CASES = {"Hopper-v5": ("mujoco", {"compile": False}), "CartPole-v1": ("classic", {})}
+# (recipe, env): (family, hyperparameters of the batch)
+CASES = {("ppo", "Hopper-v5"): ("mujoco", {"compile": False}),
+         ("ppo", "CartPole-v1"): ("classic", {}),
+         ("dqn", "CartPole-v1"): ("classic", {"learning_starts": 0})}
 
 
 class NullLogger:
@@ -57,69 +62,96 @@ def _one_thread() -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def _specs(env: str, overrides: dict[str, Any], rollouts: int, tmp_path: Path
+def _frames_per_round(config: Any) -> int:
+    """A PPO rollout, or the frames a DQN collects between two updates."""
+    steps = getattr(config, "rollout_steps", None) or config.train_every
+    return config.num_envs * steps
+
+
+def _specs(algo: str, env: str, overrides: dict[str, Any], rounds: int, tmp_path: Path
            ) -> list[RunSpec]:
-    family = CASES[env][0]
-    config = ppo.Config(**resolve_algo_config("ppo", family, overrides))
-    frames = config.num_envs * config.rollout_steps * rollouts
+    family = CASES[algo, env][0]
+    config = load_algorithm(algo).Config(**resolve_algo_config(algo, family, overrides))
+    frames = _frames_per_round(config) * rounds
     return [RunSpec(env=env, env_family=family, frames=frames, eval_every=10**9,
                     eval_episodes=1, seeds=derive_seeds(0, seed), device="cpu",
                     run_dir=tmp_path, algo=config) for seed in range(SEEDS)]
 
 
-def _alone(specs: list[RunSpec]) -> None:
+def _alone(algo: str, specs: list[RunSpec]) -> None:
     for spec in specs:
         seed_everything(spec.seeds, threads=1, device="cpu")
-        ppo.train(spec, NullLogger())
+        load_algorithm(algo).train(spec, NullLogger())
 
 
-def _together(specs: list[RunSpec]) -> None:
-    train_seeds(specs, [NullLogger() for _ in specs])
+def _together(algo: str, specs: list[RunSpec]) -> None:
+    seed_trainer(algo).train_seeds(specs, [NullLogger() for _ in specs])
 
 
+PPO_ENVS = [env for algo, env in CASES if algo == "ppo"]
 SIDES = {"alone": (_alone, None), "together": (_together, None),
          "alone_compiled": (_alone, {})}
 
 
-def _measure(benchmark, side: str, env: str, steady: bool, tmp_path: Path) -> None:
+def _measure(benchmark, algo: str, side: str, env: str, steady: bool, tmp_path: Path) -> None:
     run, overrides = SIDES[side]
-    overrides = CASES[env][1] if overrides is None else overrides
-    short = _specs(env, overrides, 1, tmp_path)
-    specs = _specs(env, overrides, 1 + STEADY_ROLLOUTS, tmp_path) if steady else short
+    overrides = CASES[algo, env][1] if overrides is None else overrides
+    short = _specs(algo, env, overrides, 1, tmp_path)
+    specs = _specs(algo, env, overrides, 1 + STEADY_ROLLOUTS, tmp_path) if steady else short
     frames = SEEDS * short[0].frames
     if steady:
-        benchmark.extra_info.update(steady_minus=f"test_ppo_seeds_{side}[{env}]",
+        benchmark.extra_info.update(steady_minus=f"test_{algo}_seeds_{side}[{env}]",
                                     steady_frames=SEEDS * specs[0].frames - frames)
     else:
         benchmark.extra_info["frames_per_round"] = frames
-    benchmark.pedantic(run, args=(specs,), rounds=3, warmup_rounds=1)
+    benchmark.pedantic(run, args=(algo, specs), rounds=3, warmup_rounds=1)
 
 
-@pytest.mark.parametrize("env", list(CASES))
+@pytest.mark.parametrize("env", PPO_ENVS)
 def test_ppo_seeds_alone(benchmark, env: str, tmp_path: Path) -> None:
-    _measure(benchmark, "alone", env, False, tmp_path)
+    _measure(benchmark, "ppo", "alone", env, False, tmp_path)
 
 
-@pytest.mark.parametrize("env", list(CASES))
+@pytest.mark.parametrize("env", PPO_ENVS)
 def test_ppo_seeds_alone_steady(benchmark, env: str, tmp_path: Path) -> None:
-    _measure(benchmark, "alone", env, True, tmp_path)
+    _measure(benchmark, "ppo", "alone", env, True, tmp_path)
 
 
-@pytest.mark.parametrize("env", list(CASES))
+@pytest.mark.parametrize("env", PPO_ENVS)
 def test_ppo_seeds_together(benchmark, env: str, tmp_path: Path) -> None:
-    _measure(benchmark, "together", env, False, tmp_path)
+    _measure(benchmark, "ppo", "together", env, False, tmp_path)
 
 
-@pytest.mark.parametrize("env", list(CASES))
+@pytest.mark.parametrize("env", PPO_ENVS)
 def test_ppo_seeds_together_steady(benchmark, env: str, tmp_path: Path) -> None:
-    _measure(benchmark, "together", env, True, tmp_path)
+    _measure(benchmark, "ppo", "together", env, True, tmp_path)
 
 
 @pytest.mark.parametrize("env", ["Hopper-v5"])
 def test_ppo_seeds_alone_compiled(benchmark, env: str, tmp_path: Path) -> None:
-    _measure(benchmark, "alone_compiled", env, False, tmp_path)
+    _measure(benchmark, "ppo", "alone_compiled", env, False, tmp_path)
 
 
 @pytest.mark.parametrize("env", ["Hopper-v5"])
 def test_ppo_seeds_alone_compiled_steady(benchmark, env: str, tmp_path: Path) -> None:
-    _measure(benchmark, "alone_compiled", env, True, tmp_path)
+    _measure(benchmark, "ppo", "alone_compiled", env, True, tmp_path)
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1"])
+def test_dqn_seeds_alone(benchmark, env: str, tmp_path: Path) -> None:
+    _measure(benchmark, "dqn", "alone", env, False, tmp_path)
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1"])
+def test_dqn_seeds_alone_steady(benchmark, env: str, tmp_path: Path) -> None:
+    _measure(benchmark, "dqn", "alone", env, True, tmp_path)
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1"])
+def test_dqn_seeds_together(benchmark, env: str, tmp_path: Path) -> None:
+    _measure(benchmark, "dqn", "together", env, False, tmp_path)
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1"])
+def test_dqn_seeds_together_steady(benchmark, env: str, tmp_path: Path) -> None:
+    _measure(benchmark, "dqn", "together", env, True, tmp_path)

@@ -44,7 +44,8 @@ def suite(tmp_path: Path) -> Path:
     return path
 
 
-def _runs(out: Path, experiment_name: str = "batched") -> dict[str, dict]:
+def _runs(out: Path, experiment_name: str = "batched", keys: tuple[str, ...] = KEYS
+          ) -> dict[str, dict]:
     """Each run of the store by name: its status, identity and series."""
     client = MlflowClient(tracking_uri(out))
     experiment = client.get_experiment_by_name(experiment_name)
@@ -53,7 +54,7 @@ def _runs(out: Path, experiment_name: str = "batched") -> dict[str, dict]:
         "status": run.info.status,
         "identity": run.data.tags["identity"],
         "series": {key: sorted((m.step, m.value) for m in client.get_metric_history(
-            run.info.run_id, key)) for key in KEYS},
+            run.info.run_id, key)) for key in keys},
     } for run in runs}
 
 
@@ -70,6 +71,31 @@ def test_each_seed_of_a_batch_is_the_run_made_alone(suite: Path, tmp_path: Path)
     assert _runs(pool) == expected
     policies = sorted(together.glob("runs/**/policy.pt"))  # each seed's in its own run dir
     assert len({policy.parent for policy in policies}) == 3
+
+
+DQN_SUITE = """
+algos: [dqn]
+envs: [CartPole-v1]
+seeds: 3
+frames: 512
+eval_every: 256
+eval_episodes: 2
+per_algo:
+  dqn: {learning_starts: 128, train_every: 64, gradient_steps: 8, hidden_sizes: [64, 64]}
+"""
+DQN_KEYS = ("eval/return_mean", "loss/qvalue", "train/q_mean", "train/epsilon")
+
+
+def test_each_dqn_seed_of_a_batch_is_the_run_made_alone(tmp_path: Path) -> None:
+    suite = tmp_path / "batched.yaml"
+    suite.write_text(DQN_SUITE)
+    alone, together = tmp_path / "alone", tmp_path / "together"
+    assert main(["run", f"suite={suite}", f"out_dir={alone}"]) == 0
+    assert main(["run", f"suite={suite}", f"out_dir={together}", "seeds_per_process=2"]) == 0
+    expected = _runs(alone, keys=DQN_KEYS)
+    assert len(expected) == 3 and all(run["status"] == "FINISHED" for run in expected.values())
+    assert all(run["series"]["loss/qvalue"] for run in expected.values())
+    assert _runs(together, keys=DQN_KEYS) == expected
 
 
 def test_a_batch_runs_only_the_seeds_not_finished(suite: Path, tmp_path: Path,
