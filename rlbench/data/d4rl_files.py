@@ -95,13 +95,11 @@ def read_d4rl(path: str | os.PathLike, *, name: str | None = None,
         if obs.ndim != 2 or actions.ndim not in (1, 2):
             raise ConfigError(f"{path}: observations {obs.shape} must be (N, size) and actions "
                               f"{actions.shape} (N, size), or (N,) for discrete actions")
-        if next_obs is not None and next_obs.shape != obs.shape:
-            raise ConfigError(f"{path}: next_observations has shape {next_obs.shape}, "
-                              f"expected {obs.shape} like observations")
         check_finite(path, "observations", obs)
         check_finite(path, "actions", actions)
         observations, steps = _d4rl_dataset(path, table, actions, arrays["rewards"],
-                                             arrays["terminals"], arrays["timeouts"], next_obs)
+                                             arrays["terminals"], arrays["timeouts"], next_obs,
+                                             arrays["new_next_rows"])
     timeouts_stored = arrays["timeouts_stored"]
     default_env = D4RL_ENVS.get(name.split("-")[0])
     stored_env = attrs.get("env_id", metadata.get("metadata/env_id"))
@@ -151,8 +149,11 @@ def _read_d4rl_arrays(path: Path, handle: Any) -> tuple[dict[str, Any], dict[str
     timeouts = (flags(where, "timeouts", per_step(path, "timeouts", items["timeouts"][()], n))
                 if "timeouts" in items else np.zeros(n, dtype=bool))
     # room for the observations the table adds: a zero row (no next observations stored),
-    # or each episode's final observation (next observations stored)
-    extra = 1 if "next_observations" not in items else int((terminals | timeouts).sum()) + 1
+    # or each stored next observation that is not the next row (an episode's final one)
+    new_rows = None
+    if "next_observations" in items:
+        new_rows = _new_next_rows(path, items["observations"], items["next_observations"], n)
+    extra = 1 if new_rows is None else int(new_rows.sum())
     return {
         "observations": read_float32(items["observations"], extra_rows=extra),
         "actions": read_float32(items["actions"]),
@@ -161,6 +162,7 @@ def _read_d4rl_arrays(path: Path, handle: Any) -> tuple[dict[str, Any], dict[str
         "terminals": terminals,
         "timeouts": timeouts,
         "next_observations": items.get("next_observations"),
+        "new_next_rows": new_rows,
         "timeouts_stored": "timeouts" in items,
     }, metadata, attrs
 
@@ -209,15 +211,15 @@ def _compact(values: np.ndarray, keep: np.ndarray, chunk: int = 1 << 16) -> np.n
 
 
 def _d4rl_dataset(path: Path, table: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-                  terminals: np.ndarray, timeouts: np.ndarray,
-                  next_obs: h5py.Dataset | None) -> tuple[np.ndarray, TensorDict]:
+                  terminals: np.ndarray, timeouts: np.ndarray, next_obs: h5py.Dataset | None,
+                  new_next_rows: np.ndarray | None) -> tuple[np.ndarray, TensorDict]:
     """The file's arrays as an observation table and steps (see ``OfflineDataset``).
 
     ``table`` holds the file's observations followed by room for the rows added here;
     ``actions`` is reused in place. Without next observations (``next_obs`` None) the next
     observation is the next row, within an episode only; a terminal step's is a zero row.
-    With them, each is compared with the next row bit for bit, and those that differ (an
-    episode's final observation) are appended to the table.
+    With them, those that differ from the next row bit for bit (``new_next_rows``: an
+    episode's final observation) fill the table's room.
     """
     n = len(terminals)
     rows = index_dtype(len(table) + n)
@@ -229,7 +231,7 @@ def _d4rl_dataset(path: Path, table: np.ndarray, actions: np.ndarray, rewards: n
         truncated = timeouts.copy()
         if n:
             truncated[-1] |= not terminals[-1]  # the file cuts the last episode
-        table, following = _next_observation_rows(path, next_obs, table, n)
+        following = _next_observation_rows(path, next_obs, table, n, new_next_rows)
         own = torch.arange(n, dtype=rows)
         following = torch.from_numpy(following).to(rows)
     else:
@@ -274,36 +276,52 @@ def _rows_where(mask: np.ndarray, dtype: type, chunk: int = 1 << 16) -> np.ndarr
     return found
 
 
+def _rows_as_table(item: Any, start: int, end: int) -> np.ndarray:
+    """Rows ``start:end`` of a stored array of observations, as the table holds them."""
+    return item.astype(np.float32)[start:end] if item.dtype.kind == "f" else item[start:end]
+
+
+def _new_next_rows(path: Path, observations: Any, next_obs: Any, n: int,
+                   chunk: int = 1 << 16) -> np.ndarray:
+    """``[n]`` bool: the steps whose stored next observation is not, bit for bit, the next
+    row of observations (an episode's final observation, the file's last step), read
+    ``chunk`` rows at a time: how many rows the table needs beyond the file's, known
+    before the table is made, so that it is made once."""
+    if next_obs.shape != observations.shape:
+        raise ConfigError(f"{path}: next_observations has shape {next_obs.shape}, "
+                          f"expected {observations.shape} like observations")
+    new = np.ones(n, dtype=bool)
+    for start in range(0, n - 1, chunk):
+        end = min(start + chunk, n - 1)  # steps with a next row in the file
+        values = _rows_as_table(next_obs, start, end)
+        ahead = _rows_as_table(observations, start + 1, end + 1)
+        if values.dtype != ahead.dtype:
+            raise ConfigError(f"{path}: next_observations are {values.dtype} and "
+                              f"observations {ahead.dtype}: they must be of one kind")
+        check_finite(path, "next_observations", values)
+        flat = values.reshape(end - start, -1).view(np.uint8)
+        new[start:end] = ~(flat == ahead.reshape(end - start, -1).view(np.uint8)).all(axis=1)
+    if n:
+        check_finite(path, "next_observations", _rows_as_table(next_obs, n - 1, n))
+    return new
+
+
 def _next_observation_rows(path: Path, item: Any, table: np.ndarray, n: int,
-                           chunk: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
-    """The table with the stored next observations that are not the next row appended,
-    and each step's next-observation row. Read ``chunk`` rows at a time."""
+                           new_rows: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """Each step's next-observation row; the stored next observations of ``new_rows``
+    (``_new_next_rows``) written into the table's room after its ``n`` rows, in order.
+    Read ``chunk`` rows at a time."""
     following = np.arange(1, n + 1, dtype=np.int64)
-    appended: list[np.ndarray] = []
-    room = len(table) - n
     used = 0
     for start in range(0, n, chunk):
         end = min(start + chunk, n)
-        values = (item.astype(np.float32)[start:end] if item.dtype.kind == "f" else
-                  item[start:end])
-        if values.dtype != table.dtype:
-            raise ConfigError(f"{path}: next_observations are {values.dtype} and observations "
-                              f"{table.dtype}: they must be of one kind")
-        check_finite(path, "next_observations", values)
-        same = np.zeros(end - start, dtype=bool)
-        inside = min(end, n - 1) - start  # steps with a next row in the file
-        if inside > 0:
-            flat = values[:inside].reshape(inside, -1).view(np.uint8)
-            ahead = table[start + 1:start + 1 + inside].reshape(inside, -1).view(np.uint8)
-            same[:inside] = (flat == ahead).all(axis=1)
-        differ = np.flatnonzero(~same)
-        for i in differ:
-            if used < room:
-                table[n + used] = values[i]
-            else:
-                appended.append(values[i])
-            following[start + i] = n + used
-            used += 1
-    if appended:  # more than one differing row per episode: grow the table (a copy)
-        table = np.concatenate((table[:n + room], np.stack(appended)))
-    return table[:n + used], following
+        new = np.flatnonzero(new_rows[start:end])
+        if not len(new):
+            continue
+        values = _rows_as_table(item, start, end)
+        table[n + used:n + used + len(new)] = values[new]
+        following[start + new] = np.arange(n + used, n + used + len(new))
+        used += len(new)
+    if n + used != len(table):
+        raise ConfigError(f"{path}: next_observations changed while it was read")
+    return following
