@@ -30,17 +30,12 @@ import torch
 from tensordict import TensorDict
 
 from rlbench.algorithms._actor_critic import make_actor_critic, make_envs
+from rlbench.algorithms._actor_critic_stack import ActorCriticStack
 from rlbench.algorithms._lockstep import check_one_start, lockstep
 from rlbench.algorithms.ppo import Config
 from rlbench.collectors import Collector, evaluate
 from rlbench.envs import EnvBase, TransformedEnv
-from rlbench.modules import (
-    NormalParams,
-    NumpyGaussianPolicy,
-    ProbabilisticActor,
-    ValueOperator,
-)
-from rlbench.modules.stacked import StackedMLP, StackedNormalParams
+from rlbench.modules import NumpyGaussianPolicy, ProbabilisticActor, ValueOperator
 from rlbench.objectives import ClipPPOLoss, EagerStep
 from rlbench.objectives.common import NonFiniteLossError
 from rlbench.objectives.stacked_ppo import StackedClipPPOLoss, per_seed_exact
@@ -111,12 +106,10 @@ class _Stack:
     they stand (fresh or resumed) and written back into them after each update."""
 
     def __init__(self, seeds: Sequence[_Seed], cfg: Config):
-        actors = [seed.actor.network for seed in seeds]
-        actor_net = (StackedNormalParams(actors) if isinstance(actors[0], NormalParams)
-                     else StackedMLP(actors))
-        self.actor = ProbabilisticActor(actor_net, seeds[0].actor.distribution)
-        self.critic = ValueOperator(StackedMLP([seed.critic.network for seed in seeds]))
-        self.loss = StackedClipPPOLoss(self.actor, self.critic, clip_epsilon=cfg.clip_epsilon,
+        self.networks = ActorCriticStack([seed.actor for seed in seeds],
+                                         [seed.critic for seed in seeds])
+        self.loss = StackedClipPPOLoss(self.networks.actor, self.networks.critic,
+                                       clip_epsilon=cfg.clip_epsilon,
                                        entropy_coef=cfg.entropy_coef,
                                        critic_coef=cfg.critic_coef,
                                        normalize_advantage=cfg.normalize_advantage,
@@ -136,8 +129,7 @@ class _Stack:
     def write_back(self, seeds: Sequence[_Seed]) -> None:
         """Every seed's networks and optimizer state, as its single run would hold them."""
         for k, seed in enumerate(seeds):
-            self.actor.network.copy_member_into(k, seed.actor.network)
-            self.critic.network.copy_member_into(k, seed.critic.network)
+            self.networks.write_back(k, seed.actor, seed.critic)
             copy_seed_state_into(self.optimizer, k, seed.optimizer)
 
 

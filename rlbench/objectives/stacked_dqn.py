@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from rlbench.objectives.common import action_index, bootstrap_discount
 from rlbench.objectives.dqn import DQNLoss
+from rlbench.objectives.seed_reductions import seed_mean
 
 __all__ = ["StackedDQNLoss"]
 
@@ -43,7 +44,6 @@ class StackedDQNLoss(DQNLoss):
                 -1, best)
         error = _ELEMENTWISE[self.loss](q, target, reduction="none")
         return TensorDict(
-            {"loss_qvalue": error.reshape(seeds, -1).mean(1),
-             "q_mean": q.detach().reshape(seeds, -1).mean(1)},
+            {"loss_qvalue": seed_mean(error), "q_mean": seed_mean(q.detach())},
             batch_size=[seeds],
         )

@@ -17,13 +17,9 @@ from tensordict import TensorDict
 
 from rlbench.modules.stacked import per_seed_exact
 from rlbench.objectives.ppo import ClipPPOLoss
+from rlbench.objectives.seed_reductions import seed_mean, seed_standardized
 
 __all__ = ["StackedClipPPOLoss", "per_seed_exact"]
-
-
-def _seed_mean(x: torch.Tensor) -> torch.Tensor:
-    """``[K]``: the mean of each seed's entries of ``x`` ``[K, ...]``."""
-    return x.reshape(x.shape[0], -1).mean(1)
 
 
 class StackedClipPPOLoss(ClipPPOLoss):
@@ -39,30 +35,27 @@ class StackedClipPPOLoss(ClipPPOLoss):
             old_value = batch.get(self.critic.out_key)
             clipped = old_value + (value - old_value).clamp(-self.clip_value, self.clip_value)
             value_error = torch.max(value_error, (clipped - target).pow(2))
-        return self.critic_coef * 0.5 * _seed_mean(value_error)
+        return self.critic_coef * 0.5 * seed_mean(value_error)
 
     def forward(self, batch: TensorDict) -> TensorDict:
         seeds = batch.batch_size[0]
         advantage = batch.get("advantage")
         if self.normalize_advantage and advantage[0].numel() > 1:
-            flat = advantage.reshape(seeds, -1)
-            shape = (seeds, *[1] * (advantage.dim() - 1))
-            advantage = ((advantage - flat.mean(1).view(shape))
-                         / (flat.std(1).view(shape) + 1e-8))
+            advantage = seed_standardized(advantage)
         dist = self.actor.get_dist(batch)
         log_prob = dist.log_prob(batch.get(self.actor.action_key))
         log_ratio = (log_prob - batch.get(self.actor.log_prob_key)).unsqueeze(-1)
         ratio = log_ratio.exp()
-        entropy = _seed_mean(dist.entropy())
+        entropy = seed_mean(dist.entropy())
         with torch.no_grad():
-            kl_approx = _seed_mean((ratio - 1) - log_ratio)
-            clip_fraction = _seed_mean(((ratio - 1).abs() > self._clip_epsilon.to(ratio)).float())
+            kl_approx = seed_mean((ratio - 1) - log_ratio)
+            clip_fraction = seed_mean(((ratio - 1).abs() > self._clip_epsilon.to(ratio)).float())
         eps = self._clip_epsilon
         clipped = ratio.clamp((1 - eps).to(ratio), (1 + eps).to(ratio))
         surrogate = torch.min(ratio * advantage, clipped * advantage)
         return TensorDict(
             {
-                "loss_objective": -_seed_mean(surrogate),
+                "loss_objective": -seed_mean(surrogate),
                 "loss_critic": self._critic_loss(batch),
                 "loss_entropy": -self.entropy_coef * entropy,
                 "entropy": entropy.detach(),

@@ -4,7 +4,7 @@ run one after another (its ``train``), on one core: what ``seeds_per_process`` g
 Each round trains 4 seeds of one config: ``alone`` runs them one after another as 4 single
 runs do, ``together`` as one batch (every seed's numbers the same, bit for bit:
 tests/algorithms/test_ppo_seeds.py, test_dqn_seeds.py). The ``*_steady`` pairs train
-``STEADY_ROLLOUTS`` more rollouts (PPO) or collect-and-update rounds (DQN); their frames
+``STEADY_ROUNDS`` more rollouts (PPO, A2C) or collect-and-update rounds (DQN); their frames
 over the difference of the median times is the steady state, each side's setup (envs,
 networks, a compiled step) cancelled out (``ci/bench_report.py``).
 
@@ -12,6 +12,8 @@ PPO on Hopper-v5 runs the MuJoCo family's defaults with ``compile=false`` (a bat
 eagerly), and ``alone_compiled`` the family's own defaults (``compile=true``), which a user
 of single runs gets. DQN on CartPole-v1 runs the classic family's defaults (rl-baselines3-zoo:
 128 gradient steps of a 256-256 network per 256 frames) with learning from the first round.
+A2C on CartPole-v1 runs the zoo's setting (8 envs of 5 steps: 40 rows, so each seed steps
+alone) and one of 8 envs of 8 steps (64 rows: the seeds step as a stack).
 Goal: >= 3x the frames/s of the seeds alone. On one core the ratio is what 2 batches of 2
 against 4 single runs under ``jobs=2`` gain per core. Run:
 ``python -m pytest -m bench tests/bench/test_seed_batch_throughput.py``.
@@ -35,11 +37,14 @@ from rlbench.recipe import RunSpec
 
 pytestmark = pytest.mark.bench
 SEEDS = 4
-STEADY_ROLLOUTS = 3
-# (recipe, env): (family, hyperparameters of the batch)
-CASES = {("ppo", "Hopper-v5"): ("mujoco", {"compile": False}),
-         ("ppo", "CartPole-v1"): ("classic", {}),
-         ("dqn", "CartPole-v1"): ("classic", {"learning_starts": 0})}
+# per recipe: enough rounds to time (an A2C rollout of the zoo's CartPole is 40 frames)
+STEADY_ROUNDS = {"ppo": 3, "dqn": 3, "a2c": 150}
+# (recipe, case): (env, family, hyperparameters of the batch)
+CASES = {("ppo", "Hopper-v5"): ("Hopper-v5", "mujoco", {"compile": False}),
+         ("ppo", "CartPole-v1"): ("CartPole-v1", "classic", {}),
+         ("dqn", "CartPole-v1"): ("CartPole-v1", "classic", {"learning_starts": 0}),
+         ("a2c", "CartPole-v1"): ("CartPole-v1", "classic", {}),
+         ("a2c", "CartPole-v1-64-rows"): ("CartPole-v1", "classic", {"rollout_steps": 8})}
 
 
 class NullLogger:
@@ -68,9 +73,9 @@ def _frames_per_round(config: Any) -> int:
     return config.num_envs * steps
 
 
-def _specs(algo: str, env: str, overrides: dict[str, Any], rounds: int, tmp_path: Path
+def _specs(algo: str, case: str, overrides: dict[str, Any], rounds: int, tmp_path: Path
            ) -> list[RunSpec]:
-    family = CASES[algo, env][0]
+    env, family, _ = CASES[algo, case]
     config = load_algorithm(algo).Config(**resolve_algo_config(algo, family, overrides))
     frames = _frames_per_round(config) * rounds
     return [RunSpec(env=env, env_family=family, frames=frames, eval_every=10**9,
@@ -88,19 +93,21 @@ def _together(algo: str, specs: list[RunSpec]) -> None:
     seed_trainer(algo).train_seeds(specs, [NullLogger() for _ in specs])
 
 
-PPO_ENVS = [env for algo, env in CASES if algo == "ppo"]
+PPO_ENVS = [case for algo, case in CASES if algo == "ppo"]
 SIDES = {"alone": (_alone, None), "together": (_together, None),
          "alone_compiled": (_alone, {})}
 
 
-def _measure(benchmark, algo: str, side: str, env: str, steady: bool, tmp_path: Path) -> None:
+def _measure(benchmark, algo: str, side: str, case: str, steady: bool, tmp_path: Path) -> None:
     run, overrides = SIDES[side]
-    overrides = CASES[algo, env][1] if overrides is None else overrides
-    short = _specs(algo, env, overrides, 1, tmp_path)
-    specs = _specs(algo, env, overrides, 1 + STEADY_ROLLOUTS, tmp_path) if steady else short
+    overrides = CASES[algo, case][2] if overrides is None else overrides
+    short = _specs(algo, case, overrides, 1, tmp_path)
+    specs = _specs(algo, case, overrides, 1 + STEADY_ROUNDS[algo], tmp_path) if steady else short
     frames = SEEDS * short[0].frames
     if steady:
-        benchmark.extra_info.update(steady_minus=f"test_{algo}_seeds_{side}[{env}]",
+        name = (f"test_ppo_seeds_{side}[{case}]" if algo == "ppo" else
+                f"test_seeds_{side}[{algo}-{case}]")
+        benchmark.extra_info.update(steady_minus=name,
                                     steady_frames=SEEDS * specs[0].frames - frames)
     else:
         benchmark.extra_info["frames_per_round"] = frames
@@ -137,21 +144,28 @@ def test_ppo_seeds_alone_compiled_steady(benchmark, env: str, tmp_path: Path) ->
     _measure(benchmark, "ppo", "alone_compiled", env, True, tmp_path)
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1"])
-def test_dqn_seeds_alone(benchmark, env: str, tmp_path: Path) -> None:
-    _measure(benchmark, "dqn", "alone", env, False, tmp_path)
+OTHERS = [case for case in CASES if case[0] != "ppo"]
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1"])
-def test_dqn_seeds_alone_steady(benchmark, env: str, tmp_path: Path) -> None:
-    _measure(benchmark, "dqn", "alone", env, True, tmp_path)
+def _name(case: tuple[str, str]) -> str:
+    return "-".join(case)
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1"])
-def test_dqn_seeds_together(benchmark, env: str, tmp_path: Path) -> None:
-    _measure(benchmark, "dqn", "together", env, False, tmp_path)
+@pytest.mark.parametrize("case", OTHERS, ids=_name)
+def test_seeds_alone(benchmark, case: tuple[str, str], tmp_path: Path) -> None:
+    _measure(benchmark, case[0], "alone", case[1], False, tmp_path)
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1"])
-def test_dqn_seeds_together_steady(benchmark, env: str, tmp_path: Path) -> None:
-    _measure(benchmark, "dqn", "together", env, True, tmp_path)
+@pytest.mark.parametrize("case", OTHERS, ids=_name)
+def test_seeds_alone_steady(benchmark, case: tuple[str, str], tmp_path: Path) -> None:
+    _measure(benchmark, case[0], "alone", case[1], True, tmp_path)
+
+
+@pytest.mark.parametrize("case", OTHERS, ids=_name)
+def test_seeds_together(benchmark, case: tuple[str, str], tmp_path: Path) -> None:
+    _measure(benchmark, case[0], "together", case[1], False, tmp_path)
+
+
+@pytest.mark.parametrize("case", OTHERS, ids=_name)
+def test_seeds_together_steady(benchmark, case: tuple[str, str], tmp_path: Path) -> None:
+    _measure(benchmark, case[0], "together", case[1], True, tmp_path)

@@ -116,7 +116,7 @@ RUN_TABLE = KeyTable("run", (
         high=1024),
     Key("seeds_per_process", "K: the seeds of one config run K to a process, their networks "
         "stacked (one batched product per layer); each seed stays a run of its own, with the "
-        "numbers it has alone (recipes: ppo)", kind="value", default=1, high=1024),
+        "numbers it has alone (recipes: ppo, a2c, dqn)", kind="value", default=1, high=1024),
     Key("launcher", f"where the runs run: {', '.join(BUILT_IN_LAUNCHERS)}, or a launcher "
         "registered (docs: Write a launcher)", default="local", convert=_launcher),
     Key("ray.address", "with launcher=ray: auto, host:port or ray://host:port"),

@@ -22,7 +22,8 @@ __all__ = ["SEED_TRAINERS", "check_seed_batches", "seed_batches", "seed_trainer"
 
 # recipe: the module whose ``train_seeds(specs, loggers)`` trains several of its seeds at
 # once and whose ``check_seeds_config(config)`` says what it cannot
-SEED_TRAINERS = {"ppo": "rlbench.algorithms._ppo_seeds", "dqn": "rlbench.algorithms._dqn_seeds"}
+SEED_TRAINERS = {"ppo": "rlbench.algorithms._ppo_seeds", "a2c": "rlbench.algorithms._a2c_seeds",
+                 "dqn": "rlbench.algorithms._dqn_seeds"}
 
 
 def seed_trainer(algo: str) -> types.ModuleType:

@@ -15,7 +15,7 @@ from typing import Any
 from rlbench.errors import ConfigError, UnknownNameError, quote
 from rlbench.harness.plan.checks import bounded_int
 from rlbench.harness.plan.command_keys import RUN_TABLE
-from rlbench.harness.plan.launcher_names import launcher_choices
+from rlbench.harness.plan.launcher_names import BUILT_IN_LAUNCHERS, launcher_choices
 from rlbench.harness.plan.overrides import SWEEP_KEYS
 from rlbench.harness.plan.run_config import CHECKPOINT_STORES, SlurmSettings
 
@@ -60,9 +60,10 @@ def sweep_options(given: dict[str, Any]) -> SweepOptions:
         raise ConfigError(f"jobs is for launcher=local; launcher={launcher} runs as many runs "
                           "at once as its cluster has CPUs for")
     seeds_per_process = bounded_int(sweep, "seeds_per_process")
-    if seeds_per_process > 1 and launcher != "local":
-        raise ConfigError(f"seeds_per_process runs with launcher=local; launcher={launcher} "
-                          "runs one seed a process: leave seeds_per_process out")
+    if seeds_per_process > 1 and launcher not in BUILT_IN_LAUNCHERS:
+        raise ConfigError(f"seeds_per_process runs with launcher={', '.join(BUILT_IN_LAUNCHERS)};"
+                          f" launcher={launcher} runs one seed a process: leave "
+                          "seeds_per_process out")
     checkpoint_store = sweep["checkpoint_store"]
     if checkpoint_store not in CHECKPOINT_STORES:
         raise UnknownNameError("checkpoint_store", str(checkpoint_store), CHECKPOINT_STORES)

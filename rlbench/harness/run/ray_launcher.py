@@ -1,8 +1,10 @@
-"""The Ray launcher: each run a Ray task with the CPUs (threads) and GPU its config asks for.
+"""The Ray launcher: each run a Ray task with the CPUs (threads) and GPU its config asks for;
+with ``seeds_per_process=K``, each batch of K seeds of one config a task.
 
 ``launcher=ray`` connects to ``ray.address`` (``auto``, ``ray://host:10001``...) or, when
-none is given, starts a local Ray instance. Tasks call the same ``execute_run`` as the other
-launchers, so a run gives the same numbers on Ray as alone. They report to the sweep's
+none is given, starts a local Ray instance. Tasks call the same ``execute_batch`` as the
+other launchers (``execute_run`` for one seed), so a run gives the same numbers on Ray as
+alone. They report to the sweep's
 tracking URI: on a cluster, point ``MLFLOW_TRACKING_URI`` at a shared ``mlflow server`` and
 install rlbench on every node. Progress flows back through an actor on the driver's node,
 which tasks never wait on (a blocked task would hand its CPUs to another run); Ctrl-C
@@ -20,9 +22,11 @@ from typing import Any
 
 from rlbench.errors import ConfigError
 from rlbench.harness.plan.run_config import RunConfig, SweepConfig
+from rlbench.harness.plan.seed_batches import seed_batches
 from rlbench.harness.run.launchers import Launcher, Listener, SweepRecord
 from rlbench.harness.run.lost_runs import mark_dead
-from rlbench.harness.run.runner import RunResult, execute_run, one_line
+from rlbench.harness.run.runner import RunResult, one_line
+from rlbench.harness.run.seed_batch import execute_batch
 from rlbench.harness.store.tracking import Tracker
 from rlbench.harness.store.uri import StoreLocation
 from rlbench.numerics_environment import portable_environment
@@ -108,28 +112,29 @@ class _Progress:
         one actor run in the order it made them)."""
 
 
-def _task(run: RunConfig, store: StoreLocation, experiment_id: str, sweep_id: str,
+def _task(batch: list[RunConfig], store: StoreLocation, experiment_id: str, sweep_id: str,
           updates: Any, datasets: dict[str, str], token: str,
-          dead: tuple[str, ...]) -> RunResult:
+          dead: tuple[str, ...]) -> list[RunResult]:
     # deferred: ray is optional, loaded only for launcher=ray
     import ray
 
     os.environ["MLFLOW_TRACKING_URI"] = store.uri  # the driver's store, whatever the node's env
     os.environ.update(datasets)  # and the driver's dataset directories
 
-    def report(values: dict[str, float]) -> None:
+    def report(run: RunConfig, values: dict[str, float]) -> None:
         updates.put.remote((run.identity, "update", values))
 
     def say(text: str) -> None:
-        updates.put.remote((run.identity, "say", text))
+        updates.put.remote((batch[0].identity, "say", text))
 
-    updates.put.remote((run.identity, "started", None))  # Ray may have queued it until now
+    for run in batch:  # Ray may have queued the task until now
+        updates.put.remote((run.identity, "started", None))
     node = ray.get_runtime_context().get_node_id()
     try:
-        return execute_run(run, Tracker(store, prepare=False), experiment_id, sweep_id,
-                           on_update=report, token=token, dead=dead,
-                           tags={"ray_node_id": node}, say=say)
-    finally:  # the run has ended: what it said reaches the driver before its result
+        return execute_batch(batch, Tracker(store, prepare=False), experiment_id, sweep_id,
+                             on_update=report, say=say, token=token, dead=dead,
+                             tags={"ray_node_id": node})
+    finally:  # the runs have ended: what they said reaches the driver before their results
         with contextlib.suppress(ray.exceptions.RayError):  # a driver gone: no one to tell
             ray.get(updates.drain_nothing.remote())
 
@@ -146,22 +151,27 @@ def _death(err: Exception) -> str:
 
 def ray_launcher(sweep: SweepConfig) -> Launcher:
     """Ray at ``sweep.ray_address`` (a local instance when None)."""
-    return RayLauncher(sweep.ray_address)
+    return RayLauncher(sweep.ray_address, seeds_per_process=sweep.seeds_per_process)
 
 
 class RayLauncher:
-    """Every run a Ray task; progress and results as they come. A run whose worker or node
-    dies is marked KILLED and started again, up to ``retries`` times
-    (``RunResult.retried`` says why, once a retry)."""
+    """Every run (or batch of ``seeds_per_process`` seeds of one config) a Ray task;
+    progress and results as they come. The runs of a task whose worker or node dies are
+    marked KILLED and started again, up to ``retries`` times (``RunResult.retried`` says
+    why, once a retry)."""
 
     name = "ray"
 
-    def __init__(self, address: str | None, retries: int = RETRIES):
+    def __init__(self, address: str | None, retries: int = RETRIES, seeds_per_process: int = 1):
         self.address, self.retries = address, retries
-        self._in_flight: dict[Any, tuple[RunConfig, str]] = {}  # each task's run and token
+        self.seeds_per_process = seeds_per_process
+        self._in_flight: dict[Any, tuple[list[RunConfig], str]] = {}  # each task's runs, token
 
     def describe(self) -> str:
-        return f"ray at {self.address or 'a local instance'}"
+        where = f"ray at {self.address or 'a local instance'}"
+        if self.seeds_per_process > 1:
+            where += f", {self.seeds_per_process} seeds a task"
+        return where
 
     def check(self, store: StoreLocation) -> None:
         """The cluster answers, and its nodes can reach ``store``."""
@@ -196,23 +206,24 @@ class RayLauncher:
                   if any(run.numerics == "portable" for run in runs) else None)
         by_ref = self._in_flight
         by_identity = {run.identity: run for run in runs}
-        retried: dict[str, list[str]] = {}
-        buried: dict[str, tuple[str, ...]] = {}  # the tokens of each run's dead tasks
+        retried: dict[str, list[str]] = {}  # by a batch's first run
+        buried: dict[str, tuple[str, ...]] = {}  # the tokens of each batch's dead tasks
 
-        def submit(run: RunConfig, dead: tuple[str, ...] = ()) -> None:
+        def submit(batch: list[RunConfig], dead: tuple[str, ...] = ()) -> None:
+            run = batch[0]  # the seeds of one config: one kind of task
             options = {"num_cpus": run.threads,
                        "num_gpus": 1 if run.device.startswith("cuda") else 0,
                        "max_retries": 0}
             if run.numerics == "portable":
                 options["runtime_env"] = pinned
             token = uuid.uuid4().hex
-            ref = remote.options(**options).remote(run, tracker.location,
+            ref = remote.options(**options).remote(batch, tracker.location,
                                                    record.experiment_id, record.sweep_id,
                                                    updates, datasets, token, dead)
-            by_ref[ref] = (run, token)
+            by_ref[ref] = (batch, token)
 
-        for run in runs:
-            submit(run)
+        for batch in seed_batches(runs, self.seeds_per_process):
+            submit(batch)
         results: dict[str, RunResult] = {}
         started: set[str] = set()
 
@@ -230,28 +241,32 @@ class RayLauncher:
                 elif kind == "say":
                     print(payload, file=sys.stderr)
             for ref in done:
-                run, token = by_ref.pop(ref)
+                batch, token = by_ref.pop(ref)
+                key = batch[0].identity
                 try:
-                    result = ray.get(ref)
+                    ended = ray.get(ref)
                 except ray.exceptions.TaskCancelledError:
-                    result = mark_dead(record, run, "its Ray task was cancelled",
-                                       status="KILLED")
+                    ended = [mark_dead(record, run, "its Ray task was cancelled",
+                                       status="KILLED") for run in batch]
                 except ray.exceptions.RayTaskError as err:  # the harness raised in it
-                    result = mark_dead(record, run,
-                                       f"its Ray task raised {one_line(err.cause)}")
+                    ended = [mark_dead(record, run, f"its Ray task raised {one_line(err.cause)}")
+                             for run in batch]
                 except ray.exceptions.RayError as err:  # the worker or its node died
                     why = _death(err)
-                    history = retried.setdefault(run.identity, [])
+                    history = retried.setdefault(key, [])
                     if len(history) < self.retries:
-                        mark_dead(record, run, f"{why}; started again", status="KILLED")
+                        for run in batch:
+                            mark_dead(record, run, f"{why}; started again", status="KILLED")
                         history.append(why)
-                        # every earlier task of the run is dead, whether it claimed or not
-                        buried[run.identity] = (*buried.get(run.identity, ()), token)
-                        submit(run, dead=buried[run.identity])
+                        # every earlier task of the runs is dead, whether it claimed or not
+                        buried[key] = (*buried.get(key, ()), token)
+                        submit(batch, dead=buried[key])
                         continue
-                    result = mark_dead(record, run, f"{why}, after {len(history)} retries")
-                result.retried = retried.get(run.identity, [])
-                results[run.identity] = result
-                start(run)  # a task that died before it could say so
-                listener.finished(result)
+                    ended = [mark_dead(record, run, f"{why}, after {len(history)} retries")
+                             for run in batch]
+                for result in ended:
+                    result.retried = retried.get(key, [])
+                    results[result.config.identity] = result
+                    start(result.config)  # a task that died before it could say so
+                    listener.finished(result)
         return [results[run.identity] for run in runs]

@@ -20,7 +20,7 @@ import contextlib
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,22 +72,30 @@ class _Batch:
     sweep_id: str
     on_update: Updates | None
     say: Callable[[str], None]
+    token: str | None = None  # names the seeds' claims (see ``claimed``)
+    dead: Collection[str] = ()  # claims a launcher knows died
+    tags: Mapping[str, str] = field(default_factory=dict)  # added to each seed's MLflow run
     results: dict[str, RunResult] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # why a seed's checkpoint did not fit
 
 
 def execute_batch(configs: Sequence[RunConfig], tracker: Tracker, experiment_id: str,
                   sweep_id: str, on_update: Updates | None = None,
-                  say: Callable[[str], None] | None = None) -> list[RunResult]:
+                  say: Callable[[str], None] | None = None, *, token: str | None = None,
+                  dead: Collection[str] = (), tags: Mapping[str, str] | None = None
+                  ) -> list[RunResult]:
     """Run the seeds ``configs`` (one config, one seed each) in this process; their results
     in their order. One seed is ``execute_run``'s run. Ctrl-C marks every seed in training
-    KILLED (each checkpointed first) and propagates."""
+    KILLED (each checkpointed first) and propagates. ``token``, ``dead`` and ``tags`` are
+    ``execute_run``'s, for every seed."""
     if len(configs) == 1:
         config = configs[0]
         updates = None if on_update is None else (lambda values: on_update(config, values))
-        return [execute_run(config, tracker, experiment_id, sweep_id, updates, say=say)]
+        return [execute_run(config, tracker, experiment_id, sweep_id, updates, say=say,
+                            token=token, dead=dead, tags=tags)]
     said = say or _say
-    batch = _Batch(tracker, experiment_id, sweep_id, on_update, lambda text: said(inert(text)))
+    batch = _Batch(tracker, experiment_id, sweep_id, on_update, lambda text: said(inert(text)),
+                   token, dead, tags or {})
     with contextlib.ExitStack() as held:
         try:
             taken = _claim_all(held, batch, configs)
@@ -114,7 +122,8 @@ def _claim_all(held: contextlib.ExitStack, batch: _Batch, configs: Sequence[RunC
     for config in configs:
         try:
             got: Run | Taken = held.enter_context(
-                claimed(batch.tracker, batch.experiment_id, config, LOCK_WAIT_S))
+                claimed(batch.tracker, batch.experiment_id, config, LOCK_WAIT_S,
+                        token=batch.token, dead=batch.dead))
         except (RunInProgressError, ClaimLost) as err:
             status = ELSEWHERE if isinstance(err, ClaimLost) else "FAILED"
             batch.results[config.identity] = RunResult(
@@ -141,7 +150,7 @@ def _attempt(batch: _Batch, taken: list[tuple[RunConfig, Taken]]
         try:
             for config, claim in taken:
                 attempt = open_attempt(config, batch.tracker, batch.experiment_id,
-                                       batch.sweep_id, claim, {}, batch.say,
+                                       batch.sweep_id, claim, batch.tags, batch.say,
                                        batch.refused.pop(config.identity, None))
                 opened.enter_context(heartbeat(batch.tracker.client, attempt.run_id))
                 updates = (None if batch.on_update is None else

@@ -1,9 +1,11 @@
-"""The Slurm launcher: each run a task of a Slurm job array, submitted through submitit.
+"""The Slurm launcher: each run a task of a Slurm job array, submitted through submitit;
+with ``seeds_per_process=K``, each batch of K seeds of one config a task.
 
 ``launcher=slurm`` submits one array per kind of run (its threads as ``--cpus-per-task``,
 a GPU for ``device=cuda``), up to ``slurm.max_running`` tasks at a time. A task calls the
-same ``execute_run`` as the other launchers, so a run gives the same numbers on Slurm as
-alone, and claims its run in the tracking store as every launcher does.
+same ``execute_batch`` as the other launchers (``execute_run`` for one seed), so a run
+gives the same numbers on Slurm as alone, and claims its runs in the tracking store as
+every launcher does.
 
 Preemption and time limits: Slurm sends a preempted job's tasks SIGTERM (its partition's
 ``GraceTime`` before it kills them) and, ``slurm.signal_delay_s`` before the time limit,
@@ -37,10 +39,12 @@ from typing import Any
 
 from rlbench.errors import ConfigError, UnknownNameError, one_line
 from rlbench.harness.plan.run_config import RunConfig, SlurmSettings, SweepConfig
+from rlbench.harness.plan.seed_batches import seed_batches
 from rlbench.harness.render import counted
 from rlbench.harness.run.launchers import Launcher, Listener, SweepRecord
 from rlbench.harness.run.lost_runs import mark_dead
-from rlbench.harness.run.runner import RunResult, execute_run, stored_result
+from rlbench.harness.run.runner import RunResult, stored_result
+from rlbench.harness.run.seed_batch import execute_batch
 from rlbench.harness.signals import stop_run_on
 from rlbench.harness.store.bookkeeping import of_sweep
 from rlbench.harness.store.identity_tags import identity_of
@@ -88,15 +92,16 @@ def check_slurm(settings: SlurmSettings, store: StoreLocation) -> None:
 
 
 class SlurmRun:
-    """One run as a Slurm task: ``execute_run`` with a stop on SIGTERM or SIGUSR2 that
-    checkpoints, then a requeue of the task."""
+    """The seeds ``runs`` (one run, or a batch of seeds of one config) as a Slurm task:
+    ``execute_batch`` with a stop on SIGTERM or SIGUSR2 that checkpoints, then a requeue of
+    the task."""
 
-    def __init__(self, run: RunConfig, store: StoreLocation, experiment_id: str,
+    def __init__(self, runs: list[RunConfig], store: StoreLocation, experiment_id: str,
                  sweep_id: str, datasets: dict[str, str]):
-        self.run, self.store = run, store
+        self.runs, self.store = runs, store
         self.experiment_id, self.sweep_id, self.datasets = experiment_id, sweep_id, datasets
 
-    def __call__(self) -> RunResult:
+    def __call__(self) -> list[RunResult]:
         os.environ["MLFLOW_TRACKING_URI"] = self.store.uri  # the driver's, whatever the node's
         os.environ.update(self.datasets)  # and the driver's dataset directories
         job = _job_id()
@@ -109,9 +114,9 @@ class SlurmRun:
         # and after, a stop signal stops the run where it is
         with stop_run_on(signal.SIGUSR2, signal.SIGTERM) as received:
             try:
-                return execute_run(self.run, Tracker(self.store, prepare=False),
-                                   self.experiment_id, self.sweep_id, token=token,
-                                   dead=dead, tags=tags)
+                return execute_batch(self.runs, Tracker(self.store, prepare=False),
+                                     self.experiment_id, self.sweep_id, token=token,
+                                     dead=dead, tags=tags)
             except KeyboardInterrupt:  # stopped, checkpointed and recorded KILLED
                 if signal.SIGUSR2 in received:
                     _requeue(job, "SIGUSR2 (its time limit is near)")
@@ -183,25 +188,30 @@ def _max_array_size() -> int:
 
 def slurm_launcher(sweep: SweepConfig) -> Launcher:
     """Slurm with the sweep's ``slurm.*`` settings."""
-    return SlurmLauncher(sweep.slurm)
+    return SlurmLauncher(sweep.slurm, seeds_per_process=sweep.seeds_per_process)
 
 
 class SlurmLauncher:
-    """Every run a Slurm array task (arrays of at most ``MaxArraySize`` tasks, one kind of
-    run each); starts, what the tasks say, progress and results reported as the queue,
-    their logs and the store show them. A failed submission cancels the arrays submitted
-    before it and raises."""
+    """Every run (or batch of ``seeds_per_process`` seeds of one config) a Slurm array task
+    (arrays of at most ``MaxArraySize`` tasks, one kind of run each); starts, what the
+    tasks say, progress and results reported as the queue, their logs and the store show
+    them. A failed submission cancels the arrays submitted before it and raises."""
 
     name = "slurm"
 
-    def __init__(self, settings: SlurmSettings, say: Callable[[str], None] | None = None):
-        self.settings = settings
+    def __init__(self, settings: SlurmSettings, say: Callable[[str], None] | None = None,
+                 seeds_per_process: int = 1):
+        self.settings, self.seeds_per_process = settings, seeds_per_process
         self.say = say or (lambda text: print(text, file=sys.stderr))
-        self._jobs: dict[str, tuple[Any, RunConfig]] = {}  # the tasks submitted, by job id
-        self._results: dict[str, RunResult] = {}  # the tasks' results, by job id
+        # the tasks submitted and their runs, by job id
+        self._jobs: dict[str, tuple[Any, list[RunConfig]]] = {}
+        self._results: dict[str, list[RunResult]] = {}  # the tasks' results, by job id
 
     def describe(self) -> str:
-        return f"slurm, partition {self.settings.partition or 'the default'}"
+        where = f"slurm, partition {self.settings.partition or 'the default'}"
+        if self.seeds_per_process > 1:
+            where += f", {self.seeds_per_process} seeds a task"
+        return where
 
     def check(self, store: StoreLocation) -> None:
         check_slurm(self.settings, store)
@@ -222,28 +232,30 @@ class SlurmLauncher:
         folder = (self.settings.folder or tracker.out_dir / "slurm") / record.sweep_id
         executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
         datasets = {name: os.environ[name] for name in DATASET_DIRS if name in os.environ}
-        groups: dict[tuple[int, str], list[RunConfig]] = {}
-        for run in runs:
-            groups.setdefault((run.threads, run.device), []).append(run)
+        groups: dict[tuple[int, str], list[list[RunConfig]]] = {}
+        for batch in seed_batches(runs, self.seeds_per_process):
+            groups.setdefault((batch[0].threads, batch[0].device), []).append(batch)
         size = _max_array_size()
         jobs = self._jobs
         try:
             for group in groups.values():
-                executor.update_parameters(**_parameters(self.settings, group[0]))
+                executor.update_parameters(**_parameters(self.settings, group[0][0]))
                 for first in range(0, len(group), size):
                     chunk = group[first:first + size]
                     with executor.batch():
                         submitted = [executor.submit(SlurmRun(
-                            run, tracker.location, record.experiment_id, record.sweep_id,
-                            datasets)) for run in chunk]
-                    for job, run in zip(submitted, chunk, strict=True):
-                        jobs[job.job_id] = (job, run)
+                            batch, tracker.location, record.experiment_id, record.sweep_id,
+                            datasets)) for batch in chunk]
+                    for job, batch in zip(submitted, chunk, strict=True):
+                        jobs[job.job_id] = (job, batch)
         except BaseException:
             self.cancel()
             raise
         self.say(f"rlbench: submitted {counted(len(runs), 'run')} to Slurm as job "
                  f"{', '.join(sorted(_arrays(jobs)))}; logs in {folder}")
-        return _Follower(jobs, self._results, record, listener, self.say).follow()
+        ended = _Follower(jobs, self._results, record, listener, self.say).follow()
+        by_identity = {result.config.identity: result for result in ended}
+        return [by_identity[run.identity] for run in runs]
 
 
 def _arrays(jobs: dict[str, Any]) -> set[str]:
@@ -267,8 +279,9 @@ _ENDED = ("FINISHED", "FAILED", "KILLED")
 class _Follower:
     """The driver's view of its submitted tasks, until each has a result."""
 
-    def __init__(self, jobs: dict[str, tuple[Any, RunConfig]], results: dict[str, RunResult],
-                 record: SweepRecord, listener: Listener, say: Callable[[str], None]):
+    def __init__(self, jobs: dict[str, tuple[Any, list[RunConfig]]],
+                 results: dict[str, list[RunResult]], record: SweepRecord, listener: Listener,
+                 say: Callable[[str], None]):
         self.jobs, self.results, self.listener, self.say = jobs, results, listener, say
         self.record, self.tracker = record, record.tracker
         self.experiment_id, self.sweep_id = record.experiment_id, record.sweep_id
@@ -278,18 +291,19 @@ class _Follower:
         self.said: set[str] = set()  # the troubles said once already
 
     def follow(self) -> list[RunResult]:
+        """Every task's results, once each has them, in the order of the tasks."""
         last_report = 0.0
         while len(self.results) < len(self.jobs):
             queued = self._queued()
-            for job_id, (job, run) in self.jobs.items():
+            for job_id, (job, batch) in self.jobs.items():
                 if job_id not in self.results:
-                    self._look(job_id, job, run, queued)
+                    self._look(job_id, job, batch, queued)
             if time.monotonic() - last_report > _REPORT_S:
                 last_report = time.monotonic()
                 self._report_progress()
             if len(self.results) < len(self.jobs):
                 time.sleep(_POLL_S)
-        return [self.results[job_id] for job_id in self.jobs]
+        return [result for job_id in self.jobs for result in self.results[job_id]]
 
     def _once(self, key: str, text: str) -> None:
         if key not in self.said:
@@ -313,24 +327,27 @@ class _Follower:
         self.said.discard("squeue")
         return dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if line.strip())
 
-    def _look(self, job_id: str, job: Any, run: RunConfig,
+    def _look(self, job_id: str, job: Any, batch: list[RunConfig],
               queued: dict[str, str] | None) -> None:
         state = None if queued is None else queued.get(job_id, "GONE")
         if state in (None, "PENDING", "REQUEUED", "CONFIGURING"):
             return  # nothing to read yet
-        if run.identity not in self.started:
-            self.started.add(run.identity)
-            self.listener.started(run)
+        for run in batch:
+            if run.identity not in self.started:
+                self.started.add(run.identity)
+                self.listener.started(run)
         self._relay(job)
-        result = None
+        results = None
         if job.paths.result_pickle.exists():
-            result = self._result_of(job, run)
+            results = self._results_of(job, batch)
         elif state == "GONE":
-            result = self._gone(job_id, job, run)
-        if result is not None:
+            gone = [self._gone(job_id, job, run) for run in batch]
+            results = None if any(result is None for result in gone) else gone
+        if results is not None:
             self._relay(job)  # what it said before it ended
-            self.results[job_id] = result
-            self.listener.finished(result)
+            self.results[job_id] = results
+            for result in results:
+                self.listener.finished(result)
 
     def _gone(self, job_id: str, job: Any, run: RunConfig) -> RunResult | None:
         """A task out of the queue with no result in sight: its run as the store has it
@@ -355,15 +372,15 @@ class _Follower:
         return RunResult(config=run, run_id="", status="FAILED", final_return=None, fps=None,
                          frames=0, seconds=0.0, error=why)
 
-    def _result_of(self, job: Any, run: RunConfig) -> RunResult:
-        """The result the task returned, or, when it raised, its run marked FAILED."""
+    def _results_of(self, job: Any, batch: list[RunConfig]) -> list[RunResult]:
+        """The results the task returned, or, when it raised, its runs marked FAILED."""
         try:
             return job.result()
         except Exception as err:  # the harness raised in the task: submitit keeps the trace
             lines = str(err).strip().splitlines()
-            return mark_dead(self.record, run,
-                             f"its Slurm task raised {one_line(lines[-1] if lines else err)}"
-                             f"; its log: {job.paths.stderr}")
+            why = (f"its Slurm task raised {one_line(lines[-1] if lines else err)}; its log: "
+                   f"{job.paths.stderr}")
+            return [mark_dead(self.record, run, why) for run in batch]
 
     def _relay(self, job: Any) -> None:
         """The lines a task said (``rlbench: ...``: resumed from a checkpoint or why not,
@@ -386,7 +403,7 @@ class _Follower:
 
     def _report_progress(self) -> None:
         """The latest metrics of the sweep's running runs, from the store."""
-        by_identity = {run.identity: run for _, run in self.jobs.values()}
+        by_identity = {run.identity: run for _, batch in self.jobs.values() for run in batch}
         try:
             running = self.tracker.runs(
                 self.experiment_id,

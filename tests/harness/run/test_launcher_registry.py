@@ -124,6 +124,17 @@ def test_a_registered_launcher_runs_a_sweep(sweep: SweepConfig) -> None:
     assert all(run.info.status == "FINISHED" for run in children)
 
 
+def test_a_registered_launcher_runs_one_seed_a_process(tmp_path: Path) -> None:
+    """``seeds_per_process`` batches seeds under the built-in launchers only: another one
+    hands each run to its own process, so the key is refused, naming the ones that take it."""
+    suite = tmp_path / "two.yaml"
+    suite.write_text(SUITE)
+    with pytest.raises(ConfigError, match="seeds_per_process runs with launcher=local, ray, "
+                                          "slurm; launcher=backwards runs one seed a process"):
+        resolve_sweep([f"suite={suite}", f"out_dir={tmp_path / 'out'}", "launcher=backwards",
+                       "seeds_per_process=2"])
+
+
 def test_a_launcher_that_refuses_its_check_starts_nothing(sweep: SweepConfig) -> None:
     options["refuse"] = "the cluster does not answer"
     with pytest.raises(ConfigError) as refused:

@@ -53,13 +53,16 @@ def test_alone_pool_and_ray_give_identical_series(tmp_path: Path, ray_local) -> 
     suite = tmp_path / "pair.yaml"
     suite.write_text(SUITE)
     outcomes = {}
-    for name, extra in {"alone": [], "pool": ["jobs=2"], "ray": ["launcher=ray"]}.items():
+    for name, extra in {"alone": [], "pool": ["jobs=2"], "ray": ["launcher=ray"],
+                        "ray, both seeds in one task": ["launcher=ray",
+                                                        "seeds_per_process=2"]}.items():
         out = tmp_path / name
         assert main(["run", f"suite={suite}", f"out_dir={out}", *extra]) == 0
         outcomes[name] = _series(out)
     assert set(outcomes["alone"]) == {"ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1"}
     assert outcomes["pool"] == outcomes["alone"]
     assert outcomes["ray"] == outcomes["alone"]
+    assert outcomes["ray, both seeds in one task"] == outcomes["alone"]
     assert all(len(series["eval/return_mean"]) == 2 for series in outcomes["ray"].values())
 
 

@@ -73,29 +73,30 @@ def test_each_seed_of_a_batch_is_the_run_made_alone(suite: Path, tmp_path: Path)
     assert len({policy.parent for policy in policies}) == 3
 
 
-DQN_SUITE = """
-algos: [dqn]
-envs: [CartPole-v1]
-seeds: 3
-frames: 512
-eval_every: 256
-eval_episodes: 2
-per_algo:
-  dqn: {learning_starts: 128, train_every: 64, gradient_steps: 8, hidden_sizes: [64, 64]}
-"""
-DQN_KEYS = ("eval/return_mean", "loss/qvalue", "train/q_mean", "train/epsilon")
+# recipe: (its per_algo settings, the series compared); frames 512, evaluated at 256
+OTHER_RECIPES = {
+    "dqn": ("{learning_starts: 128, train_every: 64, gradient_steps: 8, hidden_sizes: [64, 64]}",
+            ("eval/return_mean", "loss/qvalue", "train/q_mean", "train/epsilon")),
+    "a2c": ("{num_envs: 8, rollout_steps: 8}",  # 64 rows: the seeds step as a stack
+            ("eval/return_mean", "loss/objective", "loss/critic", "train/entropy")),
+}
 
 
-def test_each_dqn_seed_of_a_batch_is_the_run_made_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algo", list(OTHER_RECIPES))
+def test_each_seed_of_a_batch_of_another_recipe_is_the_run_made_alone(algo: str,
+                                                                      tmp_path: Path) -> None:
+    settings, keys = OTHER_RECIPES[algo]
     suite = tmp_path / "batched.yaml"
-    suite.write_text(DQN_SUITE)
+    suite.write_text(SUITE.replace("algos: [ppo]", f"algos: [{algo}]").replace(
+        "ppo: {num_envs: 4, rollout_steps: 64, epochs: 2, minibatch_size: 128}",
+        f"{algo}: {settings}"))
     alone, together = tmp_path / "alone", tmp_path / "together"
     assert main(["run", f"suite={suite}", f"out_dir={alone}"]) == 0
     assert main(["run", f"suite={suite}", f"out_dir={together}", "seeds_per_process=2"]) == 0
-    expected = _runs(alone, keys=DQN_KEYS)
+    expected = _runs(alone, keys=keys)
     assert len(expected) == 3 and all(run["status"] == "FINISHED" for run in expected.values())
-    assert all(run["series"]["loss/qvalue"] for run in expected.values())
-    assert _runs(together, keys=DQN_KEYS) == expected
+    assert all(run["series"][keys[1]] for run in expected.values())
+    assert _runs(together, keys=keys) == expected
 
 
 def test_a_batch_runs_only_the_seeds_not_finished(suite: Path, tmp_path: Path,
@@ -188,7 +189,6 @@ def test_a_seed_whose_loss_turns_non_finite_fails_alone(
 @pytest.mark.parametrize(("args", "named"), [
     (["algos=ppo,sac", "env=Pendulum-v1"], "sac runs one seed a process"),
     (["ppo.compile=true"], "compile"),
-    (["launcher=ray"], "seeds_per_process runs with launcher=local"),
     (["device=cuda"], "several seeds run in one process on CPU"),
     (["seeds_per_process=0"], "seeds_per_process must be an integer >= 1"),
 ])

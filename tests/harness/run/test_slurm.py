@@ -199,16 +199,22 @@ def _wait_for(what: str, check, process: subprocess.Popen, timeout: float = 300)
     return found
 
 
-def test_runs_on_slurm_give_the_numbers_of_a_local_run(slurm: dict[str, str],
-                                                       tmp_path: Path) -> None:
+@pytest.mark.parametrize("seeds_per_process", [1, 2])
+def test_runs_on_slurm_give_the_numbers_of_a_local_run(slurm: dict[str, str], tmp_path: Path,
+                                                       seeds_per_process: int) -> None:
+    """One task a run, or both seeds of the config in one task."""
     suite, out = _suite(tmp_path, "on_slurm", PPO), tmp_path / "out"
-    driver = _driver(slurm, suite, out)
+    driver = _driver(slurm, suite, out, f"seeds_per_process={seeds_per_process}")
     output = driver.communicate(timeout=300)[0]
     assert driver.returncode == 0, output
     assert "launcher slurm, partition the default" in output
+    assert ("2 seeds a task" in output) == (seeds_per_process == 2)
     runs = _runs(out, "on_slurm")
     assert sorted(run.info.status for run in runs) == ["FINISHED", "FINISHED"]
-    assert all(run.data.tags["slurm_job_id"].count("_") == 1 for run in runs)  # array tasks
+    tasks = {run.data.tags["slurm_job_id"] for run in runs}
+    assert len(tasks) == 2 // seeds_per_process
+    if len(tasks) > 1:  # submitit submits one task as a plain job, more as an array
+        assert all(task.count("_") == 1 for task in tasks)
     local = _local(suite, tmp_path)
     assert {run.info.run_name: _series(out, run) for run in runs} == local
 
