@@ -16,16 +16,16 @@ its single step instead: the same numbers, without the stack's speed. Every conf
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from tensordict import TensorDict
 
 from rlbench.algorithms._actor_critic import make_actor_critic, make_envs
 from rlbench.algorithms._actor_critic_stack import ActorCriticStack
-from rlbench.algorithms._lockstep import check_one_start, lockstep
+from rlbench.algorithms._lockstep import built_seeds, lockstep
 from rlbench.algorithms.a2c import Config
 from rlbench.collectors import Collector, evaluate
 from rlbench.envs import EnvBase, TransformedEnv
@@ -42,7 +42,6 @@ from rlbench.objectives.stacked_step import (
 )
 from rlbench.recipe import RunLogger, RunLoop, RunSpec
 from rlbench.returns import GAE
-from rlbench.seed_streams import SeedStreams
 
 __all__ = ["check_seeds_config", "train_seeds"]
 
@@ -131,26 +130,13 @@ def train_seeds(specs: Sequence[RunSpec], loggers: Sequence[RunLogger]) -> None:
     """Train the runs ``specs`` (one config, one seed each) side by side, each logging to
     its logger what ``a2c.train`` logs for it alone; the global random streams of the
     process are left as they were."""
-    if len(specs) != len(loggers) or not specs:
-        raise ValueError(f"one logger per run: {len(specs)} runs, {len(loggers)} loggers")
     cfg: Config = specs[0].algo
     check_seeds_config(cfg)
-    check_one_start(specs)
-    streams = SeedStreams([spec.seeds for spec in specs])
-    seeds = []
-    with contextlib.ExitStack() as closing:
-        for k, (spec, logger) in enumerate(zip(specs, loggers, strict=True)):
-            with streams.use(k):
-                seed = _build_seed(spec, logger, cfg)
-            closing.callback(seed.eval_env.close)
-            closing.callback(seed.env.close)
-            seeds.append(seed)
+    with built_seeds(specs, loggers, partial(_build_seed, cfg=cfg)) as (seeds, streams):
         stacked = (per_seed_exact(cfg.num_envs * cfg.rollout_steps)
                    and not isinstance(seeds[0].actor, GSDEActor))
         stack: _Stack | None = None
-        iterators = [seed.loop.batches(seed.collector) for seed in seeds]
-        checkpointed = all(spec.checkpoint is not None for spec in specs)
-        for batches in lockstep(iterators, streams, checkpointed=checkpointed):
+        for batches in lockstep(seeds, streams):
             flats = [_prepared(seed, batch, cfg) for seed, batch in zip(seeds, batches,
                                                                           strict=True)]
             if stacked and stack is None:

@@ -1,15 +1,16 @@
-"""What every process of several seeds shares: one start for all its seeds, and their run
-loops advanced in lockstep, each under its own random streams.
+"""What every process of several seeds shares: one start for all its seeds, each seed's run
+built under its own random streams, and their run loops advanced in lockstep.
 
-A recipe's ``train_seeds`` builds each seed's run as its ``train`` does, then asks
-``lockstep`` for the seeds' next batches, one each a round, and updates them together.
+A recipe's ``train_seeds`` builds each seed's run as its ``train`` does (``built_seeds``),
+then asks ``lockstep`` for the seeds' next batches, one each a round, and updates them
+together.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 from rlbench.checkpoint import (
     CheckpointRefused,
@@ -18,12 +19,48 @@ from rlbench.checkpoint import (
     stop_requested,
     stops_held,
 )
-from rlbench.recipe import RunSpec
+from rlbench.collectors import Collector
+from rlbench.envs import EnvBase
+from rlbench.recipe import RunLogger, RunLoop, RunSpec
 from rlbench.seed_streams import SeedStreams
 
-__all__ = ["check_one_start", "lockstep"]
+__all__ = ["SeedRun", "built_seeds", "check_one_start", "lockstep"]
 
 Batch = TypeVar("Batch")
+
+
+class SeedRun(Protocol):
+    """What lockstep needs of a seed's run: its envs, collector and loop."""
+
+    env: EnvBase
+    eval_env: EnvBase
+    collector: Collector
+    loop: RunLoop
+
+
+Seed = TypeVar("Seed", bound=SeedRun)
+
+
+@contextlib.contextmanager
+def built_seeds(specs: Sequence[RunSpec], loggers: Sequence[RunLogger],
+                build: Callable[[RunSpec, RunLogger], Seed]
+                ) -> Iterator[tuple[list[Seed], SeedStreams]]:
+    """Each seed's run made by ``build`` under its own random streams, and the streams;
+    the seeds' envs closed on leaving. Refuses seeds of different starts
+    (``check_one_start``) and a logger count other than the runs'."""
+    if len(specs) != len(loggers) or not specs:
+        raise ValueError(f"one logger per run: {len(specs)} runs, {len(loggers)} loggers")
+    check_one_start(specs)
+    streams = SeedStreams([spec.seeds for spec in specs])
+    seeds: list[Any] = []
+    with contextlib.ExitStack() as closing:
+        for k, (spec, logger) in enumerate(zip(specs, loggers, strict=True)):
+            with streams.use(k):
+                seed = build(spec, logger)
+            closing.callback(seed.eval_env.close)
+            closing.callback(seed.env.close)
+            seeds.append(seed)
+        yield seeds, streams
 
 
 def check_one_start(specs: Sequence[RunSpec]) -> None:
@@ -41,16 +78,17 @@ def _start(spec: RunSpec) -> int:
     return int(resume["progress"]) if resume is not None else 0
 
 
-def lockstep(iterators: Sequence[Iterator[Batch]], streams: SeedStreams, *,
-             checkpointed: bool) -> Iterator[list[Batch]]:
-    """Each seed's next batch from its loop's iterator, drawn under its own random
-    streams; the loops run their protocol (logging, evaluation, checkpoints) as each is
-    advanced.
+def lockstep(seeds: Sequence[SeedRun], streams: SeedStreams) -> Iterator[list[Any]]:
+    """Each seed's next batch from its loop (``loop.batches(collector)``), collected under
+    its own random streams; the loops run their protocol (logging, evaluation,
+    checkpoints) as each is advanced.
 
-    With ``checkpointed`` runs, a stop request (SIGTERM, Ctrl-C) is held back while the
-    seeds advance and taken at the start of the next round: every seed checkpoints where
-    its last update ended and the process raises one ``RunStopped``. A seed whose
-    checkpoint does not fit its recipe raises ``SeedCheckpointRefused`` naming it."""
+    With checkpointed runs, a stop request (SIGTERM, Ctrl-C) is held back while the seeds
+    advance and taken at the start of the next round: every seed checkpoints where its
+    last update ended and the process raises one ``RunStopped``. A seed whose checkpoint
+    does not fit its recipe raises ``SeedCheckpointRefused`` naming it."""
+    iterators = [seed.loop.batches(seed.collector) for seed in seeds]
+    checkpointed = all(seed.loop.spec.checkpoint is not None for seed in seeds)
     first = True
     while True:
         if checkpointed and stop_requested():

@@ -22,16 +22,16 @@ otherwise than a stack).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from tensordict import TensorDict
 
 from rlbench.algorithms._actor_critic import make_actor_critic, make_envs
 from rlbench.algorithms._actor_critic_stack import ActorCriticStack
-from rlbench.algorithms._lockstep import check_one_start, lockstep
+from rlbench.algorithms._lockstep import built_seeds, lockstep
 from rlbench.algorithms.ppo import Config
 from rlbench.collectors import Collector, evaluate
 from rlbench.envs import EnvBase, TransformedEnv
@@ -137,26 +137,13 @@ def train_seeds(specs: Sequence[RunSpec], loggers: Sequence[RunLogger]) -> None:
     """Train the runs ``specs`` (one config, one seed each) side by side, each logging to
     its logger what ``ppo.train`` logs for it alone; the global random streams of the
     process are left as they were."""
-    if len(specs) != len(loggers) or not specs:
-        raise ValueError(f"one logger per run: {len(specs)} runs, {len(loggers)} loggers")
     cfg: Config = specs[0].algo
     check_seeds_config(cfg)
-    check_one_start(specs)
-    streams = SeedStreams([spec.seeds for spec in specs])
-    seeds = []
-    with contextlib.ExitStack() as closing:
-        for k, (spec, logger) in enumerate(zip(specs, loggers, strict=True)):
-            with streams.use(k):
-                seed = _build_seed(spec, logger, cfg)
-            closing.callback(seed.eval_env.close)
-            closing.callback(seed.env.close)
-            seeds.append(seed)
+    with built_seeds(specs, loggers, partial(_build_seed, cfg=cfg)) as (seeds, streams):
         stacked = (per_seed_exact(cfg.minibatch_size)
                    and cfg.num_envs * cfg.rollout_steps % cfg.minibatch_size == 0)
         stack: _Stack | None = None
-        iterators = [seed.loop.batches(seed.collector) for seed in seeds]
-        checkpointed = all(spec.checkpoint is not None for spec in specs)
-        for batches in lockstep(iterators, streams, checkpointed=checkpointed):
+        for batches in lockstep(seeds, streams):
             if stacked and stack is None:
                 stack = _Stack(seeds, cfg)
             _update(seeds, batches, streams, cfg, stack)

@@ -60,8 +60,14 @@ GOALS = [
      "test_ppo_seeds_together_steady[CartPole-v1]",
      "test_ppo_seeds_alone_steady[CartPole-v1]", 3.0),
     ("4 DQN seeds on CartPole-v1 in one process vs one after another, steady (goal >= 3)",
-     "test_dqn_seeds_together_steady[CartPole-v1]",
-     "test_dqn_seeds_alone_steady[CartPole-v1]", 3.0),
+     "test_seeds_together_steady[dqn-CartPole-v1]",
+     "test_seeds_alone_steady[dqn-CartPole-v1]", 3.0),
+    ("4 A2C seeds on CartPole-v1 (zoo: 40 rows a rollout) in one process vs one after "
+     "another, steady (goal >= 3)", "test_seeds_together_steady[a2c-CartPole-v1]",
+     "test_seeds_alone_steady[a2c-CartPole-v1]", 3.0),
+    ("4 A2C seeds on CartPole-v1, 64 rows a rollout (stacked), in one process vs one after "
+     "another, steady (goal >= 3)", "test_seeds_together_steady[a2c-CartPole-v1-64-rows]",
+     "test_seeds_alone_steady[a2c-CartPole-v1-64-rows]", 3.0),
     ("Sampling 256 of 2M: offline dataset vs online buffer (goal >= 0.95, as fast)",
      "test_sample_256_of_2m_dataset", "test_sample_256_of_2m_online", 0.95),
 ]

@@ -21,10 +21,18 @@ from rlbench.checkpoint import (
     request_stop,
 )
 from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
-from rlbench.harness.plan.seeding import derive_seeds, seed_everything
+from rlbench.harness.plan.seeding import derive_seeds
 from rlbench.objectives.stacked_ppo import per_seed_exact
 from rlbench.recipe import RunSpec
-from tests.algorithms.series_logger import Died, WeightsLogger
+from tests.algorithms.seed_processes import (
+    alone,
+    check_a_seed_ignores_the_seeds_beside_it,
+    check_each_seed_is_its_run_alone,
+    resumed_after_a_kill,
+    same_weights,
+    together,
+)
+from tests.algorithms.series_logger import WeightsLogger
 
 # name: (env, family, hyperparameters, frames); minibatches of whole multiples of 64 rows
 # take the stack, the last case's do not
@@ -53,26 +61,11 @@ def _spec(case: str, seed: int, tmp: Path, **changes: Any) -> RunSpec:
 
 
 def _alone(spec: RunSpec) -> WeightsLogger:
-    logger = WeightsLogger()
-    seed_everything(spec.seeds, threads=1, device="cpu")
-    load_algorithm("ppo").train(spec, logger)
-    return logger
+    return alone("ppo", spec)
 
 
 def _together(specs: list[RunSpec]) -> list[WeightsLogger]:
-    """The seeds in one process of one thread, as the harness starts it."""
-    loggers = [WeightsLogger() for _ in specs]
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    train_seeds(specs, loggers)
-    return loggers
-
-
-def _same_weights(a: WeightsLogger, b: WeightsLogger) -> bool:
-    return a.saved.keys() == b.saved.keys() and all(
-        a.saved[name].keys() == b.saved[name].keys()
-        and all(torch.equal(a.saved[name][key], b.saved[name][key]) for key in a.saved[name])
-        for name in a.saved)
+    return together(train_seeds, specs)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -86,12 +79,7 @@ def test_each_seed_of_a_process_logs_its_single_runs_series(case: str, tmp_path:
     _, _, overrides, _ = CASES[case]
     assert bool(steps) == per_seed_exact(overrides.get("minibatch_size", 256 if "Cart" in
                                                        CASES[case][0] else 64))
-    for spec, logger in zip(specs, together, strict=True):
-        alone = _alone(spec)
-        assert logger.series() == alone.series()
-        assert any(key.startswith("eval/") for key, _, _ in alone.series())
-        assert _same_weights(logger, alone)
-    assert together[0].series() != together[1].series()  # the seeds are seeds of their own
+    check_each_seed_is_its_run_alone("ppo", specs, together, "loss/objective")
 
 
 def _counting(step, calls: list) -> Any:
@@ -102,13 +90,8 @@ def _counting(step, calls: list) -> Any:
 
 
 def test_a_seeds_series_does_not_depend_on_the_seeds_beside_it(tmp_path: Path) -> None:
-    """Seed 1 among 0, 1 and 2, beside 3 alone, and as the only seed of its process."""
-    spec = _spec("box-numpy-actor", 1, tmp_path)
-    among = _together([_spec("box-numpy-actor", s, tmp_path) for s in range(3)])[1]
-    beside = _together([_spec("box-numpy-actor", 3, tmp_path), spec])[1]
-    only = _together([spec])[0]
-    assert among.series() == beside.series() == only.series()
-    assert _same_weights(among, beside) and _same_weights(beside, only)
+    check_a_seed_ignores_the_seeds_beside_it(train_seeds,
+                                             lambda s: _spec("box-numpy-actor", s, tmp_path))
 
 
 def test_the_process_leaves_its_own_random_streams_as_they_were(tmp_path: Path) -> None:
@@ -125,21 +108,12 @@ def test_a_process_of_seeds_killed_part_way_resumes_exactly(tmp_path: Path) -> N
     case = "box-clip-value-entropy"
     whole = _together([_spec(case, s, tmp_path) for s in range(2)])
 
-    def specs(resume: list[dict | None]) -> list[RunSpec]:
-        return [_spec(case, s, tmp_path, checkpoint=CheckpointSettings(
-            tmp_path / f"checkpoints-{s}", f"seed-{s}", every=256, resume=resume[s]))
-            for s in range(2)]
-
-    loggers = [WeightsLogger(), WeightsLogger(die_at=len(whole[1].points) * 2 // 3)]
-    with pytest.raises(Died):
-        train_seeds(specs([None, None]), loggers)
-    resume = [read_checkpoint(tmp_path / f"checkpoints-{s}", f"seed-{s}") for s in range(2)]
-    assert all(checkpoint is not None and checkpoint["progress"] > 0 for checkpoint in resume)
-    resumed = [WeightsLogger(), WeightsLogger()]
-    train_seeds(specs(resume), resumed)
+    resumed = resumed_after_a_kill(
+        train_seeds, lambda s, checkpoint: _spec(case, s, tmp_path, checkpoint=checkpoint),
+        tmp_path, whole, every=256)
     for logger, expected in zip(resumed, whole, strict=True):
         assert logger.series() == expected.series()
-        assert _same_weights(logger, expected)
+        assert same_weights(logger, expected)
 
 
 class _StopAt(WeightsLogger):
@@ -182,7 +156,7 @@ def test_a_stop_checkpoints_every_seed_where_its_last_update_ended(asking: int,
     train_seeds(specs(resume), resumed)
     for logger, expected in zip(resumed, whole, strict=True):
         assert logger.series() == expected.series()
-        assert _same_weights(logger, expected)
+        assert same_weights(logger, expected)
 
 
 @pytest.mark.parametrize(("overrides", "named"), [
