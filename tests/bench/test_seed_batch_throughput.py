@@ -30,6 +30,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from rlbench.allocator import keep_freed_memory
 from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
 from rlbench.harness.plan.seed_batches import seed_trainer
 from rlbench.harness.plan.seeding import derive_seeds, seed_everything
@@ -62,9 +63,11 @@ class NullLogger:
 
 
 @pytest.fixture(autouse=True)
-def _one_thread() -> None:
+def _as_the_harness_runs() -> None:
+    """One thread, deterministic kernels and freed memory kept, as a run's process has."""
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
+    keep_freed_memory()
 
 
 def _frames_per_round(config: Any) -> int:
