@@ -16,105 +16,53 @@ A2C on CartPole-v1 runs the zoo's setting (8 envs of 5 steps: 40 rows, so each s
 alone) and one of 8 envs of 8 steps (64 rows: the seeds step as a stack).
 Goal: >= 3x the frames/s of the seeds alone. On one core the ratio is what 2 batches of 2
 against 4 single runs under ``jobs=2`` gain per core. Run:
-``python -m pytest -m bench tests/bench/test_seed_batch_throughput.py``.
+``python -m pytest -m bench tests/bench/test_seed_batch_throughput.py``; the same runs timed
+in alternating pairs, which this machine's drift cannot tilt: ``python -m
+tools.bench.seed_batches``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
-from tensordict import TensorDict
-from torch import nn
 
-from rlbench.allocator import keep_freed_memory
-from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
-from rlbench.harness.plan.seed_batches import seed_trainer
-from rlbench.harness.plan.seeding import derive_seeds, seed_everything
-from rlbench.recipe import RunSpec
+from tools.bench.seed_batches import (
+    CASES,
+    SEEDS,
+    STEADY_ROUNDS,
+    alone,
+    as_the_harness_runs,
+    specs,
+    together,
+)
 
 pytestmark = pytest.mark.bench
-SEEDS = 4
-# per recipe: enough rounds to time (an A2C rollout of the zoo's CartPole is 40 frames)
-STEADY_ROUNDS = {"ppo": 3, "dqn": 3, "a2c": 150}
-# (recipe, case): (env, family, hyperparameters of the batch)
-CASES = {("ppo", "Hopper-v5"): ("Hopper-v5", "mujoco", {"compile": False}),
-         ("ppo", "CartPole-v1"): ("CartPole-v1", "classic", {}),
-         ("dqn", "CartPole-v1"): ("CartPole-v1", "classic", {"learning_starts": 0}),
-         ("a2c", "CartPole-v1"): ("CartPole-v1", "classic", {}),
-         ("a2c", "CartPole-v1-64-rows"): ("CartPole-v1", "classic", {"rollout_steps": 8})}
-
-
-class NullLogger:
-    def log_metrics(self, frames: int, metrics: Mapping[str, float]) -> None:
-        pass
-
-    def log_eval(self, frames: int, returns: Sequence[float]) -> None:
-        pass
-
-    def save_model(self, name: str, module: nn.Module) -> None:
-        pass
-
-    def save_tensordict(self, name: str, data: TensorDict) -> None:
-        pass
 
 
 @pytest.fixture(autouse=True)
 def _as_the_harness_runs() -> None:
-    """One thread, deterministic kernels and freed memory kept, as a run's process has."""
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    keep_freed_memory()
-
-
-def _frames_per_round(config: Any) -> int:
-    """A PPO rollout, or the frames a DQN collects between two updates."""
-    steps = getattr(config, "rollout_steps", None) or config.train_every
-    return config.num_envs * steps
-
-
-def _specs(algo: str, case: str, overrides: dict[str, Any], rounds: int, tmp_path: Path
-           ) -> list[RunSpec]:
-    env, family, _ = CASES[algo, case]
-    config = load_algorithm(algo).Config(**resolve_algo_config(algo, family, overrides))
-    frames = _frames_per_round(config) * rounds
-    return [RunSpec(env=env, env_family=family, frames=frames, eval_every=10**9,
-                    eval_episodes=1, seeds=derive_seeds(0, seed), device="cpu",
-                    run_dir=tmp_path, algo=config) for seed in range(SEEDS)]
-
-
-def _alone(algo: str, specs: list[RunSpec]) -> None:
-    for spec in specs:
-        seed_everything(spec.seeds, threads=1, device="cpu")
-        load_algorithm(algo).train(spec, NullLogger())
-
-
-def _together(algo: str, specs: list[RunSpec]) -> None:
-    seed_trainer(algo).train_seeds(specs, [NullLogger() for _ in specs])
+    as_the_harness_runs()
 
 
 PPO_ENVS = [case for algo, case in CASES if algo == "ppo"]
-SIDES = {"alone": (_alone, None), "together": (_together, None),
-         "alone_compiled": (_alone, {})}
+SIDES = {"alone": (alone, None), "together": (together, None), "alone_compiled": (alone, {})}
 
 
 def _measure(benchmark, algo: str, side: str, case: str, steady: bool, tmp_path: Path) -> None:
     run, overrides = SIDES[side]
     overrides = CASES[algo, case][2] if overrides is None else overrides
-    short = _specs(algo, case, overrides, 1, tmp_path)
-    specs = _specs(algo, case, overrides, 1 + STEADY_ROUNDS[algo], tmp_path) if steady else short
+    short = specs(algo, case, overrides, 1, tmp_path)
+    runs = specs(algo, case, overrides, 1 + STEADY_ROUNDS[algo], tmp_path) if steady else short
     frames = SEEDS * short[0].frames
     if steady:
         name = (f"test_ppo_seeds_{side}[{case}]" if algo == "ppo" else
                 f"test_seeds_{side}[{algo}-{case}]")
         benchmark.extra_info.update(steady_minus=name,
-                                    steady_frames=SEEDS * specs[0].frames - frames)
+                                    steady_frames=SEEDS * runs[0].frames - frames)
     else:
         benchmark.extra_info["frames_per_round"] = frames
-    benchmark.pedantic(run, args=(algo, specs), rounds=3, warmup_rounds=1)
+    benchmark.pedantic(run, args=(algo, runs), rounds=3, warmup_rounds=1)
 
 
 @pytest.mark.parametrize("env", PPO_ENVS)
