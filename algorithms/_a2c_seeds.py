@@ -106,24 +106,22 @@ class _Stack:
         self.optimizer = _optimizer(self.loss.parameters(), cfg)
         stack_optimizer_state(self.optimizer, [seed.optimizer for seed in seeds])
         self.max_grad_norm = cfg.max_grad_norm
+        actor, critic = self.networks.actor, self.networks.critic
+        # what the loss reads of a rollout
+        self.keys = list(dict.fromkeys([*actor.in_keys, actor.action_key, critic.in_key,
+                                        "advantage", "value_target"]))
 
     def update(self, seeds: Sequence[_Seed], flats: Sequence[TensorDict]) -> None:
         """One step of every seed on its rollout; then each seed's networks and optimizer
         state written back."""
         self.optimizer.param_groups[0]["lr"] = seeds[0].optimizer.param_groups[0]["lr"]
-        losses = self.loss(torch.stack([flat.select(*self.loss_keys) for flat in flats]))
+        losses = self.loss(torch.stack([flat.select(*self.keys) for flat in flats]))
         stacked_backward_and_step(losses, self.optimizer, len(seeds),
                                   max_grad_norm=self.max_grad_norm)
         for k, seed in enumerate(seeds):
             seed.loop.metrics.add({key: value[k] for key, value in losses.items()})
             self.networks.write_back(k, seed.actor, seed.critic)
             copy_seed_state_into(self.optimizer, k, seed.optimizer)
-
-    @property
-    def loss_keys(self) -> list:
-        actor, critic = self.networks.actor, self.networks.critic
-        keys = [*actor.in_keys, actor.action_key, critic.in_key, "advantage", "value_target"]
-        return list(dict.fromkeys(keys))
 
 
 def train_seeds(specs: Sequence[RunSpec], loggers: Sequence[RunLogger]) -> None:
@@ -171,5 +169,5 @@ def _steps_alone(seeds: Sequence[_Seed], flats: Sequence[TensorDict], cfg: Confi
             backward_and_step(losses, seed.optimizer, frames=seed.collector.frames,
                               max_grad_norm=cfg.max_grad_norm)
         except NonFiniteLossError as err:
-            raise SeedsNonFiniteError(f"{err} (seed {k} of the stack)", [k]) from err
+            raise SeedsNonFiniteError(f"{err} (seed {k} of the process)", [k]) from err
         seed.loop.metrics.add(losses)

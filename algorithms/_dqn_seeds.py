@@ -163,4 +163,4 @@ def _steps_alone(seeds: Sequence[_Seed], cfg: Config) -> None:
                                   max_grad_norm=cfg.max_grad_norm)
                 seed.loop.metrics.add(losses)
         except NonFiniteLossError as err:
-            raise SeedsNonFiniteError(f"{err} (seed {k} of the stack)", [k]) from err
+            raise SeedsNonFiniteError(f"{err} (seed {k} of the process)", [k]) from err

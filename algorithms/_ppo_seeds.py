@@ -185,7 +185,7 @@ def _steps_alone(seed: _Seed, flat: TensorDict, order: Sequence[torch.Tensor], c
             for index in permutation.split(cfg.minibatch_size):
                 seed.loop.metrics.add(step(flat, index, frames=seed.collector.frames))
     except NonFiniteLossError as err:
-        raise SeedsNonFiniteError(f"{err} (seed {k} of the stack)", [k]) from err
+        raise SeedsNonFiniteError(f"{err} (seed {k} of the process)", [k]) from err
 
 
 def _stacked_update(seeds: Sequence[_Seed], flats: Sequence[TensorDict],

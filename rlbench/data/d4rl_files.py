@@ -231,7 +231,7 @@ def _d4rl_dataset(path: Path, table: np.ndarray, actions: np.ndarray, rewards: n
         truncated = timeouts.copy()
         if n:
             truncated[-1] |= not terminals[-1]  # the file cuts the last episode
-        following = _next_observation_rows(path, next_obs, table, n, new_next_rows)
+        following = _next_observation_rows(next_obs, table, n, new_next_rows)
         own = torch.arange(n, dtype=rows)
         following = torch.from_numpy(following).to(rows)
     else:
@@ -276,6 +276,11 @@ def _rows_where(mask: np.ndarray, dtype: type, chunk: int = 1 << 16) -> np.ndarr
     return found
 
 
+def _table_dtype(item: Any) -> np.dtype:
+    """The dtype the table holds a stored array of observations in: floats as float32."""
+    return np.dtype(np.float32) if item.dtype.kind == "f" else item.dtype
+
+
 def _rows_as_table(item: Any, start: int, end: int) -> np.ndarray:
     """Rows ``start:end`` of a stored array of observations, as the table holds them."""
     return item.astype(np.float32)[start:end] if item.dtype.kind == "f" else item[start:end]
@@ -290,24 +295,26 @@ def _new_next_rows(path: Path, observations: Any, next_obs: Any, n: int,
     if next_obs.shape != observations.shape:
         raise ConfigError(f"{path}: next_observations has shape {next_obs.shape}, "
                           f"expected {observations.shape} like observations")
+    kinds = _table_dtype(next_obs), _table_dtype(observations)
+    if kinds[0] != kinds[1]:
+        raise ConfigError(f"{path}: next_observations are {kinds[0]} and observations "
+                          f"{kinds[1]}: they must be of one kind")
     new = np.ones(n, dtype=bool)
     for start in range(0, n - 1, chunk):
         end = min(start + chunk, n - 1)  # steps with a next row in the file
         values = _rows_as_table(next_obs, start, end)
-        ahead = _rows_as_table(observations, start + 1, end + 1)
-        if values.dtype != ahead.dtype:
-            raise ConfigError(f"{path}: next_observations are {values.dtype} and "
-                              f"observations {ahead.dtype}: they must be of one kind")
-        check_finite(path, "next_observations", values)
+        check_finite(path, "next_observations", values, first_row=start)
         flat = values.reshape(end - start, -1).view(np.uint8)
+        ahead = _rows_as_table(observations, start + 1, end + 1)
         new[start:end] = ~(flat == ahead.reshape(end - start, -1).view(np.uint8)).all(axis=1)
     if n:
-        check_finite(path, "next_observations", _rows_as_table(next_obs, n - 1, n))
+        check_finite(path, "next_observations", _rows_as_table(next_obs, n - 1, n),
+                     first_row=n - 1)
     return new
 
 
-def _next_observation_rows(path: Path, item: Any, table: np.ndarray, n: int,
-                           new_rows: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+def _next_observation_rows(item: Any, table: np.ndarray, n: int, new_rows: np.ndarray,
+                           chunk: int = 1 << 16) -> np.ndarray:
     """Each step's next-observation row; the stored next observations of ``new_rows``
     (``_new_next_rows``) written into the table's room after its ``n`` rows, in order.
     Read ``chunk`` rows at a time."""
@@ -322,6 +329,4 @@ def _next_observation_rows(path: Path, item: Any, table: np.ndarray, n: int,
         table[n + used:n + used + len(new)] = values[new]
         following[start + new] = np.arange(n + used, n + used + len(new))
         used += len(new)
-    if n + used != len(table):
-        raise ConfigError(f"{path}: next_observations changed while it was read")
     return following

@@ -135,10 +135,12 @@ def unreadable_as_config_error(path: Path) -> Iterator[None]:
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def check_finite(path: Path | str, key: str, values: np.ndarray, chunk: int = 1 << 16) -> None:
+def check_finite(path: Path | str, key: str, values: np.ndarray, chunk: int = 1 << 16, *,
+                 first_row: int = 0) -> None:
     """Refuse, naming its index, a NaN, an infinity, or a number too large for float32
     (rlbench keeps floats as float32: 1e300 would become an infinity). Checked ``chunk``
-    rows at a time: the masks stay small beside a large array."""
+    rows at a time: the masks stay small beside a large array. ``values`` are the rows
+    from ``first_row`` on of the array named (its index counts from the array's start)."""
     if values.dtype.kind != "f":
         return
     for start in range(0, max(len(values), 1), chunk):
@@ -148,8 +150,9 @@ def check_finite(path: Path | str, key: str, values: np.ndarray, chunk: int = 1 
             bad |= np.abs(np.where(bad, 0, part)) > _FLOAT32_MAX
         if bad.any():
             index = tuple(int(i) for i in np.argwhere(bad)[0])
-            index = (index[0] + start, *index[1:]) if index else index
-            raise ConfigError(f"{path}: {key} holds {values[index]} at index {index}: "
+            value = values[index]
+            index = (index[0] + start + first_row, *index[1:]) if index else index
+            raise ConfigError(f"{path}: {key} holds {value} at index {index}: "
                               f"datasets must be finite and within float32's range")
 
 

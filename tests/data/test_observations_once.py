@@ -3,6 +3,7 @@ their replay buffers sample, are byte for byte those of storing both observation
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +11,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rlbench.data import RandomSampler, ReplayBuffer, TensorStorage, load_dataset
+from rlbench.data import RandomSampler, ReplayBuffer, TensorStorage, d4rl_files, load_dataset
 from rlbench.data.offline_dataset import INDEX_KEY
+from rlbench.errors import ConfigError
 from tests.data.test_offline import _episodes_arrays, _write
 from tests.data.test_untrusted_datasets import minari_episode, write_minari
 
@@ -75,6 +77,7 @@ FILES = {
     "terminal, timeout, terminal, cut": ([4, 5, 1, 3], ["terminal", "timeout", "terminal", "cut"]),
     "one cut episode": ([6], ["cut"]),
     "ends in a terminal": ([3, 2], ["timeout", "terminal"]),
+    "one step": ([1], ["terminal"]),
 }
 
 
@@ -106,6 +109,46 @@ def test_d4rl_files_give_the_two_copy_transitions(tmp_path: Path, episodes: str,
         assert rows <= n + episodes_in_file  # each episode's final observation added
     else:
         assert rows == 2 * n
+
+
+def test_next_observations_read_a_few_rows_at_a_time_give_the_same_transitions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two passes over ``next_observations`` read 3 rows at a time: chunks that end
+    inside an episode, at its end and at the file's."""
+    arrays = _episodes_arrays([4, 5, 1, 3], ["terminal", "timeout", "terminal", "cut"],
+                              dtype=np.float64)
+    following = np.roll(arrays["observations"], -1, axis=0)
+    following[[3, 8, 9, 12]] = np.random.default_rng(4).normal(size=(4, 3))
+    arrays["next_observations"] = following
+    for name in ("_new_next_rows", "_next_observation_rows"):
+        monkeypatch.setattr(d4rl_files, name, partial(getattr(d4rl_files, name), chunk=3))
+    dataset = load_dataset(_write(tmp_path / "data.hdf5", arrays))
+    assert_same_bytes(dataset.transitions, two_copy_transitions(arrays))
+    assert len(dataset.observations) == 13 + 4
+
+
+@pytest.mark.parametrize("steps", [1, 5])
+def test_next_observations_of_another_kind_than_observations_are_refused(
+        tmp_path: Path, steps: int) -> None:
+    arrays = _episodes_arrays([steps], ["cut"])
+    arrays["observations"] = np.arange(steps * 3).reshape(steps, 3)
+    arrays["next_observations"] = np.full((steps, 3), 0.7, dtype=np.float32)
+    with pytest.raises(ConfigError, match="next_observations are float32 and observations "
+                                          "int64: they must be of one kind"):
+        load_dataset(_write(tmp_path / "data.hdf5", arrays))
+
+
+@pytest.mark.parametrize("row", [3, 6])
+def test_a_non_finite_next_observation_is_named_by_its_row_in_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row: int) -> None:
+    """Read 3 rows at a time, a NaN in row 3 (the second chunk) or 6 (the last step)."""
+    arrays = _episodes_arrays([7], ["cut"], dtype=np.float32)
+    arrays["next_observations"] = np.roll(arrays["observations"], -1, axis=0)
+    arrays["next_observations"][row, 1] = np.nan
+    monkeypatch.setattr(d4rl_files, "_new_next_rows",
+                        partial(d4rl_files._new_next_rows, chunk=3))
+    with pytest.raises(ConfigError, match=rf"next_observations holds nan at index \({row}, 1\)"):
+        load_dataset(_write(tmp_path / "data.hdf5", arrays))
 
 
 def test_a_next_observation_differing_in_sign_bit_only_is_kept(tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 and how a sweep's runs are grouped into those batches.
 
 Each seed of a batch computes the numbers of its run made alone, bit for bit (each trainer
-is tested for it: ``tests/algorithms/test_ppo_seeds.py``), so ``seeds_per_process`` is how
-runs execute, as ``jobs`` is, and part of no run's identity. A config a trainer cannot run
-that way is refused when planning, with its reason.
+is tested for it: ``tests/algorithms/test_{ppo,a2c,dqn}_seeds.py``), so
+``seeds_per_process`` is how runs execute, as ``jobs`` is, and part of no run's identity.
+A config a trainer cannot run that way is refused when planning, with its reason.
 """
 
 from __future__ import annotations

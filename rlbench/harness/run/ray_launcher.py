@@ -265,7 +265,7 @@ class RayLauncher:
                     ended = [mark_dead(record, run, f"{why}, after {len(history)} retries")
                              for run in batch]
                 for result in ended:
-                    result.retried = retried.get(key, [])
+                    result.retried = list(retried.get(key, []))
                     results[result.config.identity] = result
                     start(result.config)  # a task that died before it could say so
                     listener.finished(result)
