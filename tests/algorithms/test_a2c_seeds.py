@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from rlbench.algorithms import _a2c_seeds
 from rlbench.algorithms._a2c_seeds import train_seeds
 from rlbench.harness.plan.algorithms import load_algorithm, resolve_algo_config
 from rlbench.harness.plan.seeding import derive_seeds
+from rlbench.objectives.stacked_step import SeedsNonFiniteError
 from rlbench.recipe import RunSpec
 from tests.algorithms.seed_processes import (
     alone,
@@ -86,3 +88,30 @@ def test_a_process_of_seeds_killed_part_way_resumes_exactly(case: str, tmp_path:
     for logger, expected in zip(resumed, whole, strict=True):
         assert logger.series() == expected.series()
         assert same_weights(logger, expected)
+
+
+def test_the_process_leaves_its_own_random_streams_as_they_were(tmp_path: Path) -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    _together([_spec("discrete", s, tmp_path) for s in range(2)])
+    assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("case", ["discrete", "zoo-cartpole"])
+def test_a_seed_whose_loss_turns_non_finite_is_named(case: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 1's advantages turn NaN: the error names seed 1 alone, stacked or not."""
+    prepared = _a2c_seeds._prepared
+    poisoned_seed = _spec(case, 1, tmp_path).seeds
+
+    def poisoned(seed, batch, cfg):
+        flat = prepared(seed, batch, cfg)
+        if seed.loop.spec.seeds == poisoned_seed:
+            flat.set("advantage", torch.full_like(flat.get("advantage"), float("nan")))
+        return flat
+
+    monkeypatch.setattr(_a2c_seeds, "_prepared", poisoned)
+    with pytest.raises(SeedsNonFiniteError, match="non-finite") as raised:
+        _together([_spec(case, s, tmp_path) for s in range(3)])
+    assert raised.value.seeds == [1]
