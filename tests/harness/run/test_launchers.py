@@ -4,14 +4,17 @@ unreachable tracking servers and Ray clusters are clear errors before anything s
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from rlbench.checkpoint import clear_stop, stop_pending, stop_requested, stops_held
@@ -83,6 +86,64 @@ def test_ray_runs_no_more_runs_than_its_cpus_hold(tmp_path: Path, ray_local,
     runs = client.search_runs([experiment.experiment_id], "tags.kind = 'run'")
     assert len(runs) == 6 and all(r.info.status == "FINISHED" for r in runs)
     assert most_at_once(runs) <= 2 // threads
+
+
+def _ray_task_pids() -> list[int]:
+    """The processes running an rlbench Ray task (Ray titles a worker by its task)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and b"ray::_task" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_ray_task_of_two_seeds_whose_worker_dies_is_run_again_whole(
+        tmp_path: Path, ray_local, capsys: pytest.CaptureFixture[str]) -> None:
+    """The worker of a task of both seeds is killed once both have checkpointed: both
+    runs are marked KILLED and the task is started again, each seed resuming from its own
+    checkpoint; each run ends FINISHED once, with the series of a run that never stopped."""
+    suite = tmp_path / "pair.yaml"
+    suite.write_text(SUITE.replace("frames: 1024", "frames: 12288"))
+    out = tmp_path / "out"
+    sweep = threading.Thread(target=lambda: codes.append(main(
+        ["run", f"suite={suite}", f"out_dir={out}", "launcher=ray", "seeds_per_process=2",
+         "checkpoint_every=256"])))
+    codes: list[int] = []
+    sweep.start()
+    deadline = time.monotonic() + 300
+    while len(list((out / "checkpoints").glob("*/*/*/checkpoint.json"))) < 2:
+        assert sweep.is_alive() and time.monotonic() < deadline
+        time.sleep(0.05)
+    (worker,) = _ray_task_pids()
+    os.kill(worker, signal.SIGKILL)
+    sweep.join(300)
+    assert codes == [0]
+    said = capsys.readouterr()
+    assert said.err.count("resumes from its checkpoint") == 2, said.err
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("pair")
+    attempts = client.search_runs([experiment.experiment_id], "tags.kind = 'run'",
+                                  run_view_type=ViewType.ALL)  # the dead attempts deleted
+    assert sorted(run.info.status for run in attempts) == ["FINISHED", "FINISHED",
+                                                          "KILLED", "KILLED"]
+    assert all("died" in run.data.tags["error"] for run in attempts
+               if run.info.status == "KILLED")
+    whole = tmp_path / "whole"
+    assert main(["run", f"suite={suite}", f"out_dir={whole}"]) == 0
+    finished = {name: series for name, series in _series_of(out, "FINISHED").items()}
+    assert finished == _series_of(whole, "FINISHED")
+
+
+def _series_of(out: Path, status: str) -> dict[str, dict[str, list]]:
+    client = MlflowClient(tracking_uri(out))
+    experiment = client.get_experiment_by_name("pair")
+    runs = client.search_runs([experiment.experiment_id],
+                              f"tags.kind = 'run' and attributes.status = '{status}'")
+    return {r.info.run_name: {k: sorted((m.step, m.value) for m in
+                                        client.get_metric_history(r.info.run_id, k))
+                              for k in KEYS} for r in runs}
 
 
 def _free_port() -> int:
