@@ -8,11 +8,8 @@ from rlbench.data.replay_buffer import ReplayBuffer
 from rlbench.data.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
 from rlbench.data.slice_sampler import SliceSampler
 from rlbench.data.storages import MemmapStorage, Storage, TensorStorage
+from rlbench.data.transitions import TRANSITION_KEYS
 from rlbench.data.writers import RoundRobinWriter, Writer
-
-# What an off-policy learner keeps of a transition: enough for a TD target, no more.
-TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"),
-                   ("next", "terminated"))
 
 __all__ = [
     "TRANSITION_KEYS",
