@@ -270,6 +270,55 @@ def test_a_preempted_run_and_one_near_its_time_limit_checkpoint_requeue_and_resu
     assert _series(out, run) == local[run.info.run_name]
 
 
+DQN = """
+algos: [dqn]
+envs: [CartPole-v1]
+seeds: 2
+frames: 6400
+eval_every: 800
+eval_episodes: 2
+per_algo:
+  dqn: {learning_starts: 200, train_every: 50, gradient_steps: 16, hidden_sizes: [64, 64]}
+"""
+
+
+def test_a_preempted_task_of_two_seeds_checkpoints_both_requeues_and_resumes_them_exactly(
+        slurm: dict[str, str], tmp_path: Path) -> None:
+    """Both DQN seeds in one task, preempted once both have a snapshot at 800 frames: each
+    seed checkpoints, both attempts end KILLED, the task requeues, and each seed resumes
+    from its own checkpoint to the numbers of a local run."""
+    suite, out = _suite(tmp_path, "pair", DQN), tmp_path / "out"
+    env = {**os.environ, **slurm}
+    driver = _driver(slurm, suite, out, "seeds_per_process=2", *RARE_CHECKPOINTS)
+    def both_snapshotted() -> list | None:
+        running = [run for run in _runs(out, "pair") if run.info.status == "RUNNING"
+                   and Path(run.data.tags["run_dir"], "snapshots", "800").is_dir()]
+        return running if len(running) == 2 else None
+
+    try:
+        first = _wait_for("both seeds' snapshots at 800 frames", both_snapshotted, driver)
+        subprocess.run(["sbatch", "--partition=high", f"--cpus-per-task={os.cpu_count()}",
+                        "--wrap", "sleep 1"], env=env, check=True, capture_output=True)
+        output = driver.communicate(timeout=400)[0]
+    finally:
+        if driver.returncode is None:
+            driver.kill()
+    assert driver.returncode == 0, output
+    client = MlflowClient(tracking_uri(out))
+    stops = [client.get_run(attempt.info.run_id) for attempt in first]
+    assert [stop.info.status for stop in stops] == ["KILLED", "KILLED"]
+    job = stops[0].data.tags["slurm_job_id"]
+    assert f"rlbench: stopped by SIGTERM (preempted): checkpointed, job {job} requeued" in output
+    runs = _runs(out, "pair")
+    assert sorted(run.info.status for run in runs) == ["FINISHED", "FINISHED"]
+    assert {run.data.tags["slurm_job_id"] for run in runs} == {job}
+    assert all(run.data.tags["resumed_from"] == f"{stop.data.tags[WRITTEN_TAG]} frames"
+               for run, stop in zip(sorted(runs, key=lambda r: r.info.run_name),
+                                    sorted(stops, key=lambda r: r.info.run_name), strict=True))
+    local = _local(suite, tmp_path, *RARE_CHECKPOINTS)
+    assert {run.info.run_name: _series(out, run) for run in runs} == local
+
+
 def test_a_cancelled_run_is_recorded_and_the_others_go_on(slurm: dict[str, str],
                                                           tmp_path: Path) -> None:
     suite, out = _suite(tmp_path, "cancelled", SAC.format(seeds=2, frames=1600)), tmp_path / "out"
